@@ -1,0 +1,1 @@
+"""Thin Typer layer over the servelab library."""

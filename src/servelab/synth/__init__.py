@@ -1,0 +1,1 @@
+"""Generators of real checkpoints for tests, benchmarks and the demo (no network needed)."""
