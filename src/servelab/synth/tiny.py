@@ -149,7 +149,8 @@ def build_tokenizer(out_dir: Path) -> None:
 def make_config_dict(arch: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The config dict for a tiny model of ``arch`` (before transformers fills defaults)."""
     if arch not in BASE_CONFIGS:
-        raise UsageError(f"unknown tiny architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+        choices = ", ".join(ARCHITECTURES)
+        raise UsageError(f"unknown tiny architecture {arch!r}; choose one of {choices}")
     cfg = dict(BASE_CONFIGS[arch])
     cfg.update(
         {
