@@ -20,7 +20,8 @@ shown with a traceback hint.
     │   └── PortInUseError
     ├── BenchError                     a benchmark could not produce a result
     └── StoreError                     the results database is unusable
-        └── StoreSchemaError           foreign or newer schema, corrupted file
+        ├── StoreSchemaError           foreign or newer schema, corrupted file
+        └── RunNotFoundError           no stored run matches the given id
 
 Each class keeps the offending path (when there is one) so that the message can name it.
 """
@@ -120,3 +121,7 @@ class StoreError(ServelabError):
 
 class StoreSchemaError(StoreError):
     """The database has a foreign, newer or corrupted schema."""
+
+
+class RunNotFoundError(StoreError):
+    """No stored run (or experiment) matches the given id or prefix."""
