@@ -8,7 +8,8 @@ shown with a traceback hint.
     ├── InputError                     exit 2: the user gave us something we cannot use
     │   ├── CheckpointError            a checkpoint file or directory is unusable
     │   │   ├── CheckpointNotFoundError (also FileNotFoundError)
-    │   │   └── HeaderError            a safetensors header breaks a format rule
+    │   │   ├── HeaderError            a safetensors header breaks a format rule
+    │   │   └── ShardIndexError        a sharded checkpoint's index contradicts its shards
     │   ├── ConfigError                config.json / quantization config is malformed
     │   ├── RecipeError                a recipe file is invalid (names key and line)
     │   ├── HardwareProfileError       unknown or malformed hardware profile
@@ -65,6 +66,20 @@ class HeaderError(CheckpointError):
     """A safetensors header breaks one of the format's rules.
 
     ``rule`` is a short stable identifier of the broken rule (e.g. ``"offsets-gap"``).
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, rule: str) -> None:
+        self.rule = rule
+        super().__init__(message, path=path)
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} [rule: {self.rule}]"
+
+
+class ShardIndexError(CheckpointError):
+    """A ``model.safetensors.index.json`` contradicts itself or its shards.
+
+    ``rule`` is a short stable identifier (e.g. ``"index-missing-tensor"``).
     """
 
     def __init__(self, message: str, *, path: str | Path | None = None, rule: str) -> None:
