@@ -1,0 +1,602 @@
+"""CheckpointReport: what is in a checkpoint, byte by byte, from its headers alone.
+
+:func:`build_report` is pure (a :class:`~servelab.checkpoint.sources.CheckpointSource`
+in, a frozen :class:`CheckpointReport` out); :func:`inspect_checkpoint` adds the I/O.
+
+Definitions
+-----------
+* **bytes by role**: every tensor's stored bytes under its primary role; scales and
+  quantization metadata are their own role ``quant_scale``. ``bytes_by_role_incl_scales``
+  folds each scale into the role of the weight it scales ("routed experts incl. scales").
+* **params** (``total_params``, ``params_by_role``): *logical* weight elements of
+  non-scale tensors; packed ``U8``/``I32`` weights count by the declared bits (an NVFP4
+  ``weight_packed`` [out, in/2] U8 is out × in weights).
+* **effective bits** of a role: its bytes incl. scales × 8 ÷ its params. NVFP4 ≈ 4.5.
+* **decode bytes per token** (text): every non-expert weight the forward pass touches
+  (attention, linear attention, norms, router, shared experts, dense MLP, lm_head and
+  unclassified tensors) + top-k/E of the routed-expert bytes, all incl. their scales; one
+  embedding row, not the table (tied embeddings: the lm_head reads the table); vision and
+  MTP excluded. KV-cache/state reads depend on context and are the planner's job.
+* **active params**: the same rule applied to params.
+
+JSON schema ``servelab.inspect/1`` (:meth:`CheckpointReport.to_json_dict`)::
+
+    {"schema": "servelab.inspect/1",
+     "source": {"location", "kind", "revision", "commit", "header_sha256",
+                "bytes_fetched", "shards"},
+     "model": {"model_type", "architectures"},
+     "tensor_count": int, "total_bytes": int, "total_gib": float,
+     "params": {"total": int, "active": int},
+     "dtypes": [{"dtype", "tensors", "bytes", "elements", "gib"}],        # bytes desc
+     "roles": [{"role", "tensors", "bytes", "gib", "bytes_incl_scales",
+                "gib_incl_scales", "params", "effective_bits" (float|null),
+                "dtypes": {dtype: bytes}, "decode_bytes"}],               # fixed role order
+     "layers": {"count", "types": [str], "types_from_tensors": [str],
+                "counts": {type: n}},
+     "experts": {"total", "per_token", "layout": "per-expert"|"fused"|"mixed"|null,
+                 "shared_expert": bool},
+     "quant": {"method", "format", "label", "declared_in", "ignore": [str],
+               "kv_cache_bits", "groups": [{"name", "targets", "format",
+               "weights": {...}|null, "input_activations": {...}|null}],
+               "routed_expert_bits": float|null},
+     "decode": {"bytes_per_token", "gib_per_token", "routed_fraction",
+                "by_role": {role: bytes}},
+     "mtp": {"declared_layers", "tensors", "bytes"},
+     "vision": {"tensors", "bytes"},
+     "tie_word_embeddings": bool,
+     "findings": [{"code", "severity", "message", "count", "examples"}]}
+
+Within one schema version fields are only ever added, never renamed or removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from servelab.checkpoint.configs import text_config as _text_config
+from servelab.checkpoint.lint import Finding, LintContext, declared_mtp_layers, lint_checkpoint
+from servelab.checkpoint.quant import QuantArgs, QuantScheme, detect_quant
+from servelab.checkpoint.roles import ROLE_ORDER, Role, TensorRole, classify_tensor
+from servelab.checkpoint.safetensors_format import TensorEntry
+from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
+
+SCHEMA = "servelab.inspect/1"
+GIB = 1 << 30
+
+_NOT_DECODED = frozenset({Role.VISION, Role.MTP})
+
+
+def _ro(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """Where the report came from and which exact headers it describes."""
+
+    location: str
+    kind: str
+    revision: str | None
+    commit: str | None
+    header_sha256: str
+    bytes_fetched: int
+    shards: int
+
+
+@dataclass(frozen=True)
+class DtypeStats:
+    """Tensors, stored bytes and stored elements of one dtype."""
+
+    dtype: str
+    tensors: int
+    bytes: int
+    elements: int
+
+
+@dataclass(frozen=True)
+class RoleStats:
+    """One role's share of the checkpoint (see the module docstring for definitions)."""
+
+    role: str
+    tensors: int
+    bytes: int
+    bytes_incl_scales: int
+    params: int
+    dtypes: Mapping[str, int]
+    decode_bytes: int
+
+    @property
+    def effective_bits(self) -> float | None:
+        """Bytes incl. scales × 8 per logical weight; ``None`` for roles without weights."""
+        return self.bytes_incl_scales * 8 / self.params if self.params else None
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """Everything servelab knows about a checkpoint from its headers and configs.
+
+    Consumers (the planner) should use the plain fields: ``total_bytes``,
+    ``bytes_by_role``, ``bytes_by_role_incl_scales``, ``bytes_by_dtype``,
+    ``decode_bytes_per_token`` and ``decode_bytes_by_role``, ``num_layers``,
+    ``layer_types``, ``num_experts``, ``experts_per_token``, ``active_params``,
+    ``total_params``, ``quant``, ``text_config``, ``findings``, ``source``.
+    """
+
+    source: SourceIdentity
+    tensor_count: int
+    total_bytes: int
+    total_params: int
+    active_params: int
+    dtypes: tuple[DtypeStats, ...]
+    roles: tuple[RoleStats, ...]
+    num_layers: int | None
+    num_layers_from_tensors: int | None
+    layer_types: tuple[str, ...]
+    layer_types_from_tensors: tuple[str, ...]
+    num_experts: int | None
+    experts_per_token: int | None
+    expert_layout: str | None
+    has_shared_expert: bool
+    quant: QuantScheme
+    routed_expert_bits: float | None
+    decode_bytes_per_token: int
+    decode_bytes_by_role: Mapping[str, int]
+    routed_fraction: float | None
+    mtp_declared_layers: int
+    mtp_tensors: int
+    mtp_bytes: int
+    vision_tensors: int
+    vision_bytes: int
+    tie_word_embeddings: bool
+    text_config: Mapping[str, Any]
+    model_type: str | None
+    architectures: tuple[str, ...]
+    findings: tuple[Finding, ...] = ()
+
+    schema: str = SCHEMA
+
+    # -- plain views -----------------------------------------------------------------
+    @property
+    def total_gib(self) -> float:
+        """Total stored bytes in GiB."""
+        return self.total_bytes / GIB
+
+    @property
+    def bytes_by_dtype(self) -> Mapping[str, int]:
+        """Stored bytes per dtype."""
+        return _ro({d.dtype: d.bytes for d in self.dtypes})
+
+    @property
+    def elements_by_dtype(self) -> Mapping[str, int]:
+        """Stored elements per dtype (packed weights count as stored, see params)."""
+        return _ro({d.dtype: d.elements for d in self.dtypes})
+
+    @property
+    def bytes_by_role(self) -> Mapping[str, int]:
+        """Stored bytes per primary role (scales under ``quant_scale``); sums to total."""
+        return _ro({r.role: r.bytes for r in self.roles if r.tensors})
+
+    @property
+    def bytes_by_role_incl_scales(self) -> Mapping[str, int]:
+        """Stored bytes per role with each scale counted in the role it scales."""
+        return _ro(
+            {r.role: r.bytes_incl_scales for r in self.roles if r.bytes_incl_scales}
+        )
+
+    @property
+    def params_by_role(self) -> Mapping[str, int]:
+        """Logical weight elements per role."""
+        return _ro({r.role: r.params for r in self.roles if r.params})
+
+    def role(self, role: Role | str) -> RoleStats:
+        """The stats of one role (zeros when absent)."""
+        key = Role(role).value
+        for r in self.roles:
+            if r.role == key:
+                return r
+        return RoleStats(key, 0, 0, 0, 0, _ro({}), 0)
+
+    # -- export ------------------------------------------------------------------------
+    def to_json_dict(self) -> dict[str, Any]:
+        """The report as plain JSON types, schema ``servelab.inspect/1``."""
+        q = self.quant
+        counts = Counter(self.layer_types)
+        return {
+            "schema": self.schema,
+            "source": dataclasses.asdict(self.source),
+            "model": {"model_type": self.model_type, "architectures": list(self.architectures)},
+            "tensor_count": self.tensor_count,
+            "total_bytes": self.total_bytes,
+            "total_gib": round(self.total_gib, 4),
+            "params": {"total": self.total_params, "active": self.active_params},
+            "dtypes": [
+                {
+                    "dtype": d.dtype,
+                    "tensors": d.tensors,
+                    "bytes": d.bytes,
+                    "elements": d.elements,
+                    "gib": round(d.bytes / GIB, 4),
+                }
+                for d in self.dtypes
+            ],
+            "roles": [
+                {
+                    "role": r.role,
+                    "tensors": r.tensors,
+                    "bytes": r.bytes,
+                    "gib": round(r.bytes / GIB, 4),
+                    "bytes_incl_scales": r.bytes_incl_scales,
+                    "gib_incl_scales": round(r.bytes_incl_scales / GIB, 4),
+                    "params": r.params,
+                    "effective_bits": _round(r.effective_bits, 3),
+                    "dtypes": dict(r.dtypes),
+                    "decode_bytes": r.decode_bytes,
+                }
+                for r in self.roles
+                if r.tensors or r.bytes_incl_scales
+            ],
+            "layers": {
+                "count": self.num_layers,
+                "types": list(self.layer_types),
+                "types_from_tensors": list(self.layer_types_from_tensors),
+                "counts": dict(counts),
+            },
+            "experts": {
+                "total": self.num_experts,
+                "per_token": self.experts_per_token,
+                "layout": self.expert_layout,
+                "shared_expert": self.has_shared_expert,
+            },
+            "quant": {
+                "method": q.method,
+                "format": q.format,
+                "label": q.label,
+                "declared_in": q.declared_in,
+                "ignore": list(q.ignore),
+                "kv_cache_bits": q.kv_cache_bits,
+                "groups": [
+                    {
+                        "name": g.name,
+                        "targets": list(g.targets),
+                        "format": g.format,
+                        "weights": _args_json(g.weights),
+                        "input_activations": _args_json(g.input_activations),
+                    }
+                    for g in q.groups
+                ],
+                "routed_expert_bits": _round(self.routed_expert_bits, 3),
+            },
+            "decode": {
+                "bytes_per_token": self.decode_bytes_per_token,
+                "gib_per_token": round(self.decode_bytes_per_token / GIB, 4),
+                "routed_fraction": _round(self.routed_fraction, 6),
+                "by_role": dict(self.decode_bytes_by_role),
+            },
+            "mtp": {
+                "declared_layers": self.mtp_declared_layers,
+                "tensors": self.mtp_tensors,
+                "bytes": self.mtp_bytes,
+            },
+            "vision": {"tensors": self.vision_tensors, "bytes": self.vision_bytes},
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "findings": [f.to_json_dict() for f in self.findings],
+        }
+
+    def to_markdown(self) -> str:
+        """A Markdown rendering (tables) suitable for a recipe page or an issue."""
+        lines = [
+            f"## Checkpoint `{self.source.location}`",
+            "",
+            f"- {self.tensor_count:,} tensors, {self.total_bytes:,} bytes "
+            f"({self.total_gib:.2f} GiB), {self.total_params / 1e9:.2f} B params "
+            f"({self.active_params / 1e9:.2f} B active per token)",
+            f"- quantization: {self.quant.label}"
+            + (
+                f"; routed experts {self.routed_expert_bits:.2f} bits/weight incl. scales"
+                if self.routed_expert_bits
+                else ""
+            ),
+            f"- layers: {self.num_layers if self.num_layers is not None else '?'}"
+            + (f" ({_layer_summary(self.layer_types)})" if self.layer_types else ""),
+        ]
+        if self.num_experts:
+            lines.append(
+                f"- experts: {self.num_experts} routed, top-{self.experts_per_token or '?'}"
+                f", {self.expert_layout or '?'} layout"
+                + (", plus a shared expert" if self.has_shared_expert else "")
+            )
+        lines.append(
+            f"- MTP: config declares {self.mtp_declared_layers} layer(s); "
+            f"{self.mtp_tensors:,} MTP tensors ship ({self.mtp_bytes / GIB:.3f} GiB)"
+        )
+        lines.append(
+            f"- decode reads {self.decode_bytes_per_token / GIB:.3f} GiB per generated token "
+            "(weights only; KV/state excluded)"
+        )
+        lines += ["", "| dtype | tensors | GiB | elements |", "|---|---:|---:|---:|"]
+        for d in self.dtypes:
+            lines.append(f"| {d.dtype} | {d.tensors:,} | {d.bytes / GIB:.2f} | {d.elements:,} |")
+        lines += [
+            "",
+            "| role | tensors | GiB | GiB incl. scales | bits/weight | decode GiB/token |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in self.roles:
+            if not (r.tensors or r.bytes_incl_scales):
+                continue
+            bits = f"{r.effective_bits:.2f}" if r.effective_bits else "–"
+            lines.append(
+                f"| {r.role} | {r.tensors:,} | {r.bytes / GIB:.3f} | "
+                f"{r.bytes_incl_scales / GIB:.3f} | {bits} | {r.decode_bytes / GIB:.4f} |"
+            )
+        if self.findings:
+            lines += ["", "| finding | severity | explanation |", "|---|---|---|"]
+            for f in self.findings:
+                msg = f.message.replace("|", "\\|")
+                lines.append(f"| `{f.code}` | {f.severity} | {msg} |")
+        return "\n".join(lines) + "\n"
+
+
+def _round(v: float | None, nd: int) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+def _args_json(a: QuantArgs | None) -> dict[str, Any] | None:
+    if a is None:
+        return None
+    d = dataclasses.asdict(a)
+    if a.block_structure is not None:
+        d["block_structure"] = list(a.block_structure)
+    return d
+
+
+def _layer_summary(types: Sequence[str]) -> str:
+    c = Counter(types)
+    return ", ".join(f"{n} {t}" for t, n in c.most_common())
+
+
+def _cfg_int(cfg: Mapping[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def config_layer_types(text_cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """Per-layer types the config declares (``layer_types`` or ``full_attention_interval``).
+
+    A plain config with only ``num_hidden_layers`` gives all ``full_attention``;
+    an empty config gives ``()``.
+    """
+    n = _cfg_int(text_cfg, "num_hidden_layers", "n_layer", "num_layers")
+    types = text_cfg.get("layer_types")
+    if isinstance(types, list) and all(isinstance(t, str) for t in types):
+        return tuple(types)
+    interval = _cfg_int(text_cfg, "full_attention_interval")
+    if n is not None and interval:
+        return tuple(
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)
+        )
+    if n is not None:
+        return ("full_attention",) * n
+    return ()
+
+
+def _tensor_layer_types(
+    tensors: Sequence[TensorEntry], roles: Sequence[TensorRole]
+) -> tuple[tuple[str, ...], int | None]:
+    kinds: dict[int, set[Role]] = defaultdict(set)
+    for r in roles:
+        if r.layer is not None and r.base not in _NOT_DECODED:
+            kinds[r.layer].add(r.base)
+    if not kinds:
+        return (), None
+    n = max(kinds) + 1
+    out = []
+    for i in range(n):
+        k = kinds.get(i, set())
+        if Role.LINEAR_ATTENTION in k:
+            out.append("linear_attention")
+        elif Role.ATTENTION in k:
+            out.append("full_attention")
+        else:
+            out.append("none")
+    return tuple(out), n
+
+
+def _experts_from_tensors(
+    tensors: Sequence[TensorEntry], roles: Sequence[TensorRole]
+) -> tuple[int | None, str | None]:
+    per_expert: set[int] = set()
+    fused = 0
+    for t, r in zip(tensors, roles, strict=True):
+        if r.base is not Role.ROUTED_EXPERT or r.is_scale:
+            continue
+        if r.expert is not None:
+            per_expert.add(r.expert)
+        elif len(t.shape) == 3:
+            fused = max(fused, t.shape[0])
+    if per_expert and fused:
+        return max(len(per_expert), fused), "mixed"
+    if per_expert:
+        return max(per_expert) + 1, "per-expert"
+    if fused:
+        return fused, "fused"
+    return None, None
+
+
+def build_report(source: CheckpointSource) -> CheckpointReport:
+    """Analyse a loaded checkpoint (headers + configs); pure, no I/O."""
+    tensors = source.tensors
+    text_cfg = _text_config(source.config)
+    n_layers_cfg = _cfg_int(text_cfg, "num_hidden_layers", "n_layer", "num_layers")
+    roles = [classify_tensor(t.name, num_hidden_layers=n_layers_cfg) for t in tensors]
+    quant = detect_quant(source.config, source.quant_config)
+
+    # dtypes
+    d_t: Counter[str] = Counter()
+    d_b: Counter[str] = Counter()
+    d_e: Counter[str] = Counter()
+    # roles
+    r_t: Counter[Role] = Counter()
+    r_b: Counter[Role] = Counter()
+    r_bs: Counter[Role] = Counter()
+    r_p: Counter[Role] = Counter()
+    r_dt: dict[Role, Counter[str]] = defaultdict(Counter)
+    embed_row_bytes = 0
+    embed_row_params = 0
+    for t, r in zip(tensors, roles, strict=True):
+        nb = t.nbytes
+        d_t[t.dtype] += 1
+        d_b[t.dtype] += nb
+        d_e[t.dtype] += t.numel
+        r_t[r.role] += 1
+        r_b[r.role] += nb
+        r_dt[r.role][t.dtype] += nb
+        r_bs[r.base] += nb
+        if not r.is_scale:
+            p = t.numel * quant.packing_factor(t.dtype)
+            r_p[r.base] += p
+            if r.base is Role.EMBEDDING and len(t.shape) >= 2 and t.shape[0]:
+                embed_row_bytes += nb // t.shape[0]
+                embed_row_params += p // t.shape[0]
+        elif r.base is Role.EMBEDDING and len(t.shape) >= 2 and t.shape[0]:
+            embed_row_bytes += nb // t.shape[0]
+
+    tie = bool(text_cfg.get("tie_word_embeddings", (source.config or {}).get(
+        "tie_word_embeddings", False)))
+    n_exp_cfg = _cfg_int(text_cfg, "num_experts", "num_local_experts", "n_routed_experts",
+                         "moe_num_experts")
+    topk = _cfg_int(text_cfg, "num_experts_per_tok", "num_experts_per_token", "moe_topk",
+                    "top_k", "moe_k")
+    n_exp_t, layout = _experts_from_tensors(tensors, roles)
+    num_experts = n_exp_cfg if n_exp_cfg is not None else n_exp_t
+    routed_fraction: float | None = None
+    if r_bs[Role.ROUTED_EXPERT]:
+        routed_fraction = (topk / num_experts) if (topk and num_experts) else 1.0
+
+    # decode bytes per token and active params
+    has_lm_head = r_bs[Role.LM_HEAD] > 0
+    decode: dict[Role, int] = {}
+    active = 0
+    for role in ROLE_ORDER:
+        if role is Role.QUANT_SCALE:
+            continue
+        b, p = r_bs[role], r_p[role]
+        if role in _NOT_DECODED:
+            db, ap = 0, 0
+        elif role is Role.ROUTED_EXPERT:
+            frac = routed_fraction or 0.0
+            db, ap = round(b * frac), round(p * frac)
+        elif role is Role.EMBEDDING:
+            db, ap = embed_row_bytes, embed_row_params
+        else:
+            db, ap = b, p
+        decode[role] = db
+        active += ap
+    if tie and not has_lm_head:
+        decode[Role.LM_HEAD] = r_bs[Role.EMBEDDING]
+        active += r_p[Role.EMBEDDING]
+
+    role_stats = tuple(
+        RoleStats(
+            role=role.value,
+            tensors=r_t[role],
+            bytes=r_b[role],
+            bytes_incl_scales=r_bs[role] if role is not Role.QUANT_SCALE else r_b[role],
+            params=r_p[role],
+            dtypes=_ro(dict(r_dt[role].most_common())),
+            decode_bytes=decode.get(role, 0),
+        )
+        for role in ROLE_ORDER
+    )
+    routed = next(s for s in role_stats if s.role == Role.ROUTED_EXPERT.value)
+
+    cfg_types = config_layer_types(text_cfg)
+    t_types, n_layers_t = _tensor_layer_types(tensors, roles)
+    num_layers = n_layers_cfg if n_layers_cfg is not None else n_layers_t
+    layer_types = cfg_types or t_types
+    total_bytes = sum(d_b.values())
+    cfg = source.config or {}
+    archs = cfg.get("architectures")
+    report = CheckpointReport(
+        source=SourceIdentity(
+            location=source.location,
+            kind=str(source.kind),
+            revision=source.revision,
+            commit=source.commit,
+            header_sha256=source.header_sha256,
+            bytes_fetched=source.bytes_fetched,
+            shards=len(source.shards),
+        ),
+        tensor_count=len(tensors),
+        total_bytes=total_bytes,
+        total_params=sum(r_p.values()),
+        active_params=active,
+        dtypes=tuple(
+            DtypeStats(dt, d_t[dt], d_b[dt], d_e[dt])
+            for dt in sorted(d_b, key=lambda k: (-d_b[k], k))
+        ),
+        roles=role_stats,
+        num_layers=num_layers,
+        num_layers_from_tensors=n_layers_t,
+        layer_types=layer_types,
+        layer_types_from_tensors=t_types,
+        num_experts=num_experts,
+        experts_per_token=topk if num_experts else None,
+        expert_layout=layout,
+        has_shared_expert=r_bs[Role.SHARED_EXPERT] > 0,
+        quant=quant,
+        routed_expert_bits=routed.effective_bits,
+        decode_bytes_per_token=sum(decode.values()),
+        decode_bytes_by_role=_ro({k.value: v for k, v in decode.items() if v}),
+        routed_fraction=routed_fraction,
+        mtp_declared_layers=declared_mtp_layers(text_cfg),
+        mtp_tensors=sum(1 for r in roles if r.base is Role.MTP),
+        mtp_bytes=r_bs[Role.MTP],
+        vision_tensors=sum(1 for r in roles if r.base is Role.VISION),
+        vision_bytes=r_bs[Role.VISION],
+        tie_word_embeddings=tie,
+        text_config=_ro(text_cfg),
+        model_type=str(cfg["model_type"]) if "model_type" in cfg else None,
+        architectures=tuple(str(a) for a in archs) if isinstance(archs, list) else (),
+    )
+    findings = lint_checkpoint(
+        LintContext(
+            tensors=tensors,
+            roles=roles,
+            text_config=text_cfg,
+            quant=quant,
+            num_layers_config=n_layers_cfg,
+            num_layers_tensors=n_layers_t,
+            layer_types_config=cfg_types,
+            layer_types_tensors=t_types,
+            num_experts_config=n_exp_cfg,
+            num_experts_tensors=n_exp_t,
+            experts_per_token=topk,
+            tie_word_embeddings=tie,
+        )
+    )
+    source_findings = tuple(
+        Finding(f"source-{w.code}", "warning", w.message) for w in source.warnings
+    )
+    return dataclasses.replace(report, findings=source_findings + findings)
+
+
+def inspect_checkpoint(
+    location: str | Path,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+) -> CheckpointReport:
+    """Read a checkpoint's headers and configs (local path or Hub repo id) and report."""
+    source = load_checkpoint(location, revision=revision, token=token, endpoint=endpoint)
+    return build_report(source)
