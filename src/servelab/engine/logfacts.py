@@ -1,0 +1,397 @@
+"""Facts read off a vLLM log: the engine's own word on what it chose and how big things are.
+
+The log is the ground truth servelab checks its plans against, so this module never
+guesses: every field is either parsed from a line the engine printed or ``None``.
+Unknown lines are ignored.
+
+Two entry points share one implementation:
+
+* :func:`parse_log` takes a whole log text and returns :class:`EngineFacts`;
+* :class:`LogParser` is fed line by line (live parsing while the engine starts) and
+  reports startup :class:`Phase` changes as they happen.
+
+Formats covered: vLLM 0.32.0 (CPU build, lines seen on this project's machines) and the
+GPU-only lines of vLLM 0.2x-0.33 reproduced from its source (``Model loading took``,
+``Available KV cache memory``, ``Graph capturing finished``, FP8/NVFP4 MoE backends, the
+Marlin weight-only fallback warning).
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "EngineFacts",
+    "LogNotice",
+    "LogParser",
+    "Phase",
+    "parse_log",
+]
+
+
+class Phase(enum.IntEnum):
+    """Startup phases in the order the engine goes through them."""
+
+    STARTING = 0
+    LOADING_WEIGHTS = 1
+    PROFILING = 2
+    KV_ALLOCATION = 3
+    GRAPH_CAPTURE = 4
+    SERVER_STARTING = 5
+    READY = 6
+
+    @property
+    def label(self) -> str:
+        """Human label for progress displays."""
+        return _PHASE_LABELS[self]
+
+
+_PHASE_LABELS = {
+    Phase.STARTING: "starting engine",
+    Phase.LOADING_WEIGHTS: "loading weights",
+    Phase.PROFILING: "profiling / warm-up",
+    Phase.KV_ALLOCATION: "allocating KV cache",
+    Phase.GRAPH_CAPTURE: "capturing graphs",
+    Phase.SERVER_STARTING: "starting HTTP server",
+    Phase.READY: "ready",
+}
+
+
+@dataclass(frozen=True)
+class LogNotice:
+    """A warning or error line worth showing the user.
+
+    ``kind`` is a short stable key (e.g. ``"kv-profiling-skipped"``); ``text`` the
+    engine's own message, without the log prefix.
+    """
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What one vLLM log says. Every field is ``None`` (or empty) when the log is silent.
+
+    Units are in the names: ``*_gib`` GiB, ``*_s`` seconds, ``*_pct`` percent.
+    ``max_concurrency`` is the engine's "Maximum concurrency for N tokens per request: X"
+    with N in ``concurrency_at_tokens``. ``weights_gib`` is the GPU line "Model loading
+    took X GiB"; CPU builds print only ``checkpoint_gib``. ``startup_s`` is measured from
+    the first to the last timestamp of the startup (second resolution), up to the line
+    that starts the HTTP server.
+    """
+
+    version: str | None = None
+    model: str | None = None
+    architecture: str | None = None
+    max_model_len: int | None = None
+    non_default_args: dict[str, Any] = field(default_factory=dict)
+    attention_backend: str | None = None
+    moe_backend: str | None = None
+    moe_quant: str | None = None
+    moe_experts_kernel: str | None = None
+    marlin_fallback: bool = False
+    weights_gib: float | None = None
+    weights_load_s: float | None = None
+    checkpoint_gib: float | None = None
+    kv_available_gib: float | None = None
+    kv_device: str | None = None
+    kv_pool_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_at_tokens: int | None = None
+    attention_block_size: int | None = None
+    mamba_padding_pct: float | None = None
+    padding_layers: int | None = None
+    graph_capture_s: float | None = None
+    graph_capture_gib: float | None = None
+    init_engine_s: float | None = None
+    startup_s: float | None = None
+    server_url: str | None = None
+    warnings: tuple[LogNotice, ...] = ()
+    errors: tuple[LogNotice, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (stable keys: the field names)."""
+        data = asdict(self)
+        data["non_default_args"] = {k: _jsonable(v) for k, v in self.non_default_args.items()}
+        return data
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# "(APIServer pid=2810) INFO 12-02 15:39:55 [api_utils.py:286] message"
+_PREFIX = re.compile(
+    r"^(?:\((?P<proc>[\w.-]+) pid=\d+\)\s+)?"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    r"\[[^\]]*\]\s?(?P<msg>.*)$"
+)
+_NUM = r"([\d,]+(?:\.\d+)?)"
+
+_RE_BANNER_VERSION = re.compile(r"\bversion\s+(\d+\.\d+\.\d+\S*)\s*$")
+_RE_BANNER_MODEL = re.compile(r"\bmodel\s+(\S.*?)\s*$")
+_RE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")
+_RE_NONDEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_RE_ARCH = re.compile(r"Resolved architecture: (\w+)")
+_RE_MAXLEN = re.compile(r"Using max model len (\d+)")
+_RE_ATTN = re.compile(r"Using (?:backend )?'?(\w+)'? attention backend")
+_RE_ATTN_ALT = re.compile(
+    r"Using (FLASH_ATTN|FLASHINFER|TRITON_ATTN|FLEX_ATTENTION|TORCH_SDPA|CPU_ATTN|CPU_MLA"
+    r"|AMX_MLA|FLASHMLA|TRITON_MLA|CUTLASS_MLA)\b(?: backend)?"
+)
+_RE_MOE_ORACLE = re.compile(
+    r"Using '?([\w-]+)'? (Fp8|NvFp4|Mxfp4|MxFp8|Unquantized|WNA16|Int8|W4A8|W4A8 Int8) MoE backend"
+)
+_RE_MOE_OLD = re.compile(r"Using (Triton|Marlin|DeepGEMM|CUTLASS|FlashInfer) backend for (\w+) MoE")
+_RE_MOE_EXPERTS = re.compile(r"Using (\w+) MoE backend\s*$")
+_RE_MARLIN = re.compile(r"Weight-only \w+ compression will be used leveraging the Marlin kernel")
+_RE_MODEL_LOADING = re.compile(rf"Model loading took {_NUM} GiB(?: memory)? and {_NUM} seconds")
+_RE_WEIGHTS_TOOK = re.compile(rf"Loading weights took {_NUM} seconds")
+_RE_CHECKPOINT = re.compile(rf"Checkpoint size: {_NUM} GiB")
+_RE_KV_AVAIL = re.compile(rf"Available KV cache memory: {_NUM} GiB")
+_RE_KV_CPU = re.compile(rf"Explicitly set \({_NUM}/{_NUM}\) GiB for KV cache")
+_RE_KV_SIZE = re.compile(rf"(GPU|CPU|XPU|TPU)? ?KV cache size: {_NUM} tokens")
+_RE_CONCURRENCY = re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x")
+_RE_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
+_RE_MAMBA_PAD = re.compile(rf"Padding mamba page size by {_NUM}%")
+_RE_PAD_LAYERS = re.compile(r"Add (\d+) padding layers")
+_RE_GRAPH = re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB")
+_RE_INIT_ENGINE = re.compile(
+    rf"init engine \(profile, create kv cache, warmup model\) took {_NUM} s"
+)
+_RE_SERVER = re.compile(r"Starting vLLM (?:API )?server on (\S+)")
+_RE_EXC = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+_WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("kv-profiling-skipped", re.compile(r"skipped memory profiling")),
+    ("default-moe-config", re.compile(r"Using default MoE config")),
+    ("marlin-weight-only", _RE_MARLIN),
+    ("cpu-memory-low", re.compile(r"less than desired CPU memory utilization")),
+    ("kv-cache-low", re.compile(r"less than requested memory for kv")),
+)
+_OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
+
+_PHASE_MARKERS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
+    (
+        Phase.LOADING_WEIGHTS,
+        re.compile(r"Starting to load model|Loading safetensors checkpoint|Loading weights took"),
+    ),
+    (
+        Phase.PROFILING,
+        re.compile(r"Warming up model|Memory profiling|profiling/warmup|Model loading took"),
+    ),
+    (
+        Phase.KV_ALLOCATION,
+        re.compile(
+            r"KV cache size:|Available KV cache memory|for KV cache on node"
+            r"|skipped memory profiling"
+        ),
+    ),
+    (Phase.GRAPH_CAPTURE, re.compile(r"Capturing CUDA graph|Graph capturing|Capturing graphs")),
+    (
+        Phase.SERVER_STARTING,
+        re.compile(r"Starting vLLM (?:API )?server on|Application startup complete"),
+    ),
+)
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _literal_dict(text: str) -> dict[str, Any] | None:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return value
+    return None
+
+
+class LogParser:
+    """Incremental parser: :meth:`feed` lines as they arrive, read :meth:`facts` any time.
+
+    :meth:`feed` returns the new :class:`Phase` when a line moves startup forward
+    (never backwards), else ``None``.
+    """
+
+    def __init__(self) -> None:
+        self._f: dict[str, Any] = {}
+        self._args: dict[str, Any] = {}
+        self._warnings: list[LogNotice] = []
+        self._errors: list[LogNotice] = []
+        self._seen: set[tuple[str, str]] = set()
+        self._first_ts: str | None = None
+        self._server_ts: str | None = None
+        self.phase = Phase.STARTING
+
+    def feed_text(self, text: str) -> None:
+        """Feed a chunk of whole lines."""
+        for line in text.splitlines():
+            self.feed(line)
+
+    def feed(self, raw_line: str) -> Phase | None:
+        """Parse one line; return the new phase if this line advanced startup."""
+        line = _ANSI.sub("", raw_line).rstrip("\r\n")
+        m = _PREFIX.match(line)
+        if m:
+            msg = m.group("msg")
+            level = m.group("level")
+            ts = m.group("ts")
+            if self._first_ts is None:
+                self._first_ts = ts
+        else:
+            msg = line.strip()
+            level = ""
+            ts = None
+        if not msg:
+            return None
+        self._facts_from(msg, level)
+        if ts is not None and self._server_ts is None and _RE_SERVER.search(msg):
+            self._server_ts = ts
+        return self._advance(msg)
+
+    def _advance(self, msg: str) -> Phase | None:
+        for phase, pattern in _PHASE_MARKERS:
+            if phase > self.phase and pattern.search(msg):
+                self.phase = phase
+                return phase
+        return None
+
+    def _set_once(self, key: str, value: Any) -> None:
+        self._f.setdefault(key, value)
+
+    def _notice(self, bucket: list[LogNotice], kind: str, text: str) -> None:
+        if (kind, text) not in self._seen:
+            self._seen.add((kind, text))
+            bucket.append(LogNotice(kind, text))
+
+    def _facts_from(self, msg: str, level: str) -> None:
+        f = self._f
+        if m := _RE_VERSION.search(msg):
+            f["version"] = m.group(1)
+        elif "version" not in f and (m := _RE_BANNER_VERSION.search(msg)):
+            f["version_banner"] = m.group(1)
+        if (m := _RE_BANNER_MODEL.search(msg)) and ("█" in msg or "▀" in msg):
+            self._set_once("model", m.group(1))
+        if m := _RE_NONDEFAULT.search(msg):
+            parsed = _literal_dict(m.group(1))
+            if parsed is not None:
+                self._args = parsed
+                if isinstance(parsed.get("model"), str):
+                    self._set_once("model", parsed["model"])
+        if m := _RE_ARCH.search(msg):
+            self._set_once("architecture", m.group(1))
+        if m := _RE_MAXLEN.search(msg):
+            f["max_model_len"] = int(m.group(1))
+        if (m := _RE_ATTN.search(msg)) or (
+            msg.startswith("Using ") and (m := _RE_ATTN_ALT.match(msg))
+        ):
+            self._set_once("attention_backend", m.group(1))
+        if m := _RE_MOE_ORACLE.search(msg):
+            self._set_once("moe_backend", m.group(1))
+            self._set_once("moe_quant", m.group(2))
+        elif m := _RE_MOE_OLD.search(msg):
+            self._set_once("moe_backend", m.group(1).upper())
+            self._set_once("moe_quant", m.group(2))
+        elif m := _RE_MOE_EXPERTS.search(msg):
+            self._set_once("moe_experts_kernel", m.group(1))
+        if _RE_MARLIN.search(msg):
+            f["marlin_fallback"] = True
+        if m := _RE_MODEL_LOADING.search(msg):
+            f["weights_gib"] = _num(m.group(1))
+            f["weights_load_s"] = _num(m.group(2))
+        elif (m := _RE_WEIGHTS_TOOK.search(msg)) and "weights_gib" not in f:
+            f["weights_load_s"] = _num(m.group(1))
+        if m := _RE_CHECKPOINT.search(msg):
+            f["checkpoint_gib"] = _num(m.group(1))
+        if (m := _RE_KV_AVAIL.search(msg)) or (m := _RE_KV_CPU.search(msg)):
+            f["kv_available_gib"] = _num(m.group(1))
+        if m := _RE_KV_SIZE.search(msg):
+            f["kv_pool_tokens"] = _int(m.group(2))
+            if m.group(1):
+                f["kv_device"] = m.group(1)
+        if m := _RE_CONCURRENCY.search(msg):
+            f["concurrency_at_tokens"] = _int(m.group(1))
+            f["max_concurrency"] = _num(m.group(2))
+        if m := _RE_BLOCK.search(msg):
+            f["attention_block_size"] = int(m.group(1))
+        if m := _RE_MAMBA_PAD.search(msg):
+            f["mamba_padding_pct"] = _num(m.group(1))
+        if m := _RE_PAD_LAYERS.search(msg):
+            f["padding_layers"] = int(m.group(1))
+        if m := _RE_GRAPH.search(msg):
+            f["graph_capture_s"] = _num(m.group(1))
+            f["graph_capture_gib"] = _num(m.group(2))
+        if m := _RE_INIT_ENGINE.search(msg):
+            f["init_engine_s"] = _num(m.group(1))
+        if m := _RE_SERVER.search(msg):
+            self._set_once("server_url", m.group(1))
+        for kind, pattern in _WARNINGS:
+            if pattern.search(msg):
+                self._notice(self._warnings, kind, msg)
+        if m := _RE_EXC.match(msg):
+            exc_name = m.group(1)
+            kind = "out-of-memory" if _OOM.search(msg) else "exception"
+            # Tracebacks print "ValueError: ..." without a log prefix, or prefixed by ERROR.
+            if level in ("", "ERROR", "CRITICAL") and exc_name not in ("EngineDeadError",):
+                self._notice(self._errors, kind, msg)
+        elif level in ("ERROR", "CRITICAL") and _OOM.search(msg):
+            self._notice(self._errors, "out-of-memory", msg)
+
+    def facts(self) -> EngineFacts:
+        """The facts gathered so far."""
+        f = dict(self._f)
+        banner = f.pop("version_banner", None)
+        if "version" not in f and banner is not None:
+            f["version"] = banner
+        startup_s = None
+        if self._first_ts and self._server_ts:
+            startup_s = _seconds_between(self._first_ts, self._server_ts)
+        return EngineFacts(
+            **f,
+            non_default_args=dict(self._args),
+            startup_s=startup_s,
+            warnings=tuple(self._warnings),
+            errors=tuple(self._errors),
+        )
+
+
+def _seconds_between(start: str, end: str) -> float | None:
+    """Seconds between two ``MM-DD HH:MM:SS`` stamps (the log carries no year)."""
+    fmt = "%Y-%m-%d %H:%M:%S"
+    try:
+        a = datetime.strptime(f"2000-{start}", fmt)
+        b = datetime.strptime(f"2000-{end}", fmt)
+    except ValueError:
+        return None
+    delta = (b - a).total_seconds()
+    if delta < 0:  # crossed a new year
+        delta += 366 * 86400
+    return delta
+
+
+def parse_log(text: str) -> EngineFacts:
+    """Parse a whole vLLM log into :class:`EngineFacts`; unknown lines are ignored."""
+    parser = LogParser()
+    parser.feed_text(text)
+    return parser.facts()
