@@ -1,0 +1,61 @@
+"""The results database: runs, samples, metrics and experiments (SQLite or PostgreSQL).
+
+Public API::
+
+    from servelab.store import open_store, RunRecord, Sample, Metric, RunFilter
+
+    with open_store(None) as store:          # default SQLite file, or $SERVELAB_DB / URL
+        run_id = store.add_run(RunRecord(started_at=..., recipe_name=..., samples=(...)))
+        run = store.get_run(run_id)           # id or unique prefix
+        rows = store.list_runs(RunFilter(recipe_name="qwen3-tiny"))
+"""
+
+from servelab.store.db import Store, data_dir, display_url, new_id, open_store, resolve_url
+from servelab.store.exchange import (
+    ImportResult,
+    export_doc,
+    import_runs,
+    read_import_file,
+    run_from_dict,
+    run_from_vllm_bench,
+    run_to_dict,
+)
+from servelab.store.model import (
+    EXPORT_SCHEMA,
+    STATUS_FAILED,
+    STATUS_OK,
+    ExperimentRecord,
+    Metric,
+    RunFilter,
+    RunRecord,
+    Sample,
+)
+from servelab.store.redact import REDACTED, redact, redact_args, redact_text
+
+__all__ = [
+    "EXPORT_SCHEMA",
+    "REDACTED",
+    "STATUS_FAILED",
+    "STATUS_OK",
+    "ExperimentRecord",
+    "ImportResult",
+    "Metric",
+    "RunFilter",
+    "RunRecord",
+    "Sample",
+    "Store",
+    "data_dir",
+    "display_url",
+    "export_doc",
+    "import_runs",
+    "new_id",
+    "open_store",
+    "read_import_file",
+    "redact",
+    "redact_args",
+    "redact_text",
+    "resolve_url",
+    "run_from_dict",
+    "run_from_vllm_bench",
+    "run_to_dict",
+]

@@ -1,0 +1,337 @@
+"""Runs as JSON: export, import, and reading ``vllm bench serve`` result files.
+
+Export format (``"schema": "servelab.runs/1"``)::
+
+    {"schema": "servelab.runs/1", "exported_at": ISO-8601,
+     "runs": [ {<every RunRecord field>, "started_at": ISO-8601, ...,
+                "metrics": [{name, point, value, ci_low, ci_high, n, unit}],
+                "samples": [{point, index, ttft_s, tpot_s, e2e_s, itl_*_s,
+                             prompt_tokens, completion_tokens, error}] } ]}
+
+Import accepts that format, a single run object, or a ``vllm bench serve --save-result``
+file (one JSON object, or JSON lines from ``--append-result``). From a vLLM file servelab keeps
+the per-request samples when the file has them (``--save-detailed``), vLLM's summary numbers as
+metrics, and the rest of the file (minus generated texts) under ``extra["vllm_bench"]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import InputError
+from servelab.store.db import Store
+from servelab.store.model import (
+    EXPORT_SCHEMA,
+    JSON,
+    STATUS_FAILED,
+    STATUS_OK,
+    Metric,
+    RunRecord,
+    Sample,
+    utcnow,
+)
+
+_DATETIME_FIELDS = ("started_at", "finished_at", "created_at")
+_TUPLE_FIELDS = ("engine_args", "labels")
+_RUN_FIELDS = {f.name for f in fields(RunRecord)}
+_SAMPLE_FIELDS = {f.name for f in fields(Sample)}
+_METRIC_FIELDS = {f.name for f in fields(Metric)}
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """What an import did: ids added, ids already present (skipped)."""
+
+    added: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+
+def run_to_dict(record: RunRecord, *, samples: bool = True) -> JSON:
+    """A JSON-able dict of a run (datetimes as ISO-8601 strings)."""
+    d = asdict(record)
+    for name in _DATETIME_FIELDS:
+        value = getattr(record, name)
+        d[name] = value.isoformat() if value is not None else None
+    d["engine_args"] = list(record.engine_args)
+    d["labels"] = list(record.labels)
+    d["metrics"] = [asdict(m) for m in record.metrics]
+    d["samples"] = [asdict(s) for s in record.samples] if samples else []
+    return d
+
+
+def run_from_dict(d: JSON, *, source: str = "input") -> RunRecord:
+    """Rebuild a :class:`RunRecord` from :func:`run_to_dict` output; unknown keys are errors."""
+    if not isinstance(d, dict):
+        raise InputError("a run must be a JSON object", path=source)
+    unknown = set(d) - _RUN_FIELDS
+    if unknown:
+        raise InputError(f"unknown run fields: {', '.join(sorted(unknown))}", path=source)
+    kw: dict[str, Any] = dict(d)
+    try:
+        for name in _DATETIME_FIELDS:
+            if kw.get(name) is not None:
+                kw[name] = _parse_dt(kw[name])
+        if "started_at" not in kw or kw["started_at"] is None:
+            raise InputError("run has no started_at", path=source)
+        for name in _TUPLE_FIELDS:
+            kw[name] = tuple(str(x) for x in kw.get(name) or ())
+        kw["metrics"] = tuple(_metric(m, source) for m in kw.get("metrics") or ())
+        kw["samples"] = tuple(_sample(s, source) for s in kw.get("samples") or ())
+        return RunRecord(**kw)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"malformed run: {exc}", path=source) from exc
+
+
+def _metric(m: Any, source: str) -> Metric:
+    if not isinstance(m, dict) or set(m) - _METRIC_FIELDS:
+        raise InputError(f"malformed metric: {str(m)[:80]}", path=source)
+    return Metric(**m)
+
+
+def _sample(s: Any, source: str) -> Sample:
+    if not isinstance(s, dict) or set(s) - _SAMPLE_FIELDS:
+        raise InputError(f"malformed sample: {str(s)[:80]}", path=source)
+    return Sample(**s)
+
+
+def _parse_dt(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError(f"timestamp must be an ISO-8601 string, got {value!r}")
+    dt = datetime.fromisoformat(value)
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+def export_doc(records: Iterable[RunRecord]) -> JSON:
+    """The export document for these runs (see the module docstring)."""
+    return {
+        "schema": EXPORT_SCHEMA,
+        "exported_at": utcnow().isoformat(),
+        "runs": [run_to_dict(r) for r in records],
+    }
+
+
+def write_json_atomic(path: Path, doc: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename (never half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write: {exc.strerror}", path=path) from exc
+
+
+def read_import_file(path: Path) -> list[RunRecord]:
+    """Runs from a servelab export, a single run, or a ``vllm bench serve`` result file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError("no such file", path=path) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", path=path) from exc
+    docs: list[Any]
+    try:
+        docs = [json.loads(text)]
+    except json.JSONDecodeError as exc:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        try:
+            docs = [json.loads(ln) for ln in lines]
+        except json.JSONDecodeError:
+            raise InputError(
+                f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", path=path
+            ) from exc
+        if not docs:
+            raise InputError("empty file", path=path) from exc
+    out: list[RunRecord] = []
+    for doc in docs:
+        out.extend(_records_from_doc(doc, str(path)))
+    return out
+
+
+def _records_from_doc(doc: Any, source: str) -> list[RunRecord]:
+    if not isinstance(doc, dict):
+        raise InputError("expected a JSON object", path=source)
+    if "schema" in doc:
+        if doc["schema"] != EXPORT_SCHEMA:
+            raise InputError(
+                f"unsupported export schema {doc['schema']!r} (expected {EXPORT_SCHEMA})",
+                path=source,
+            )
+        runs = doc.get("runs")
+        if not isinstance(runs, list):
+            raise InputError("export has no 'runs' list", path=source)
+        return [run_from_dict(r, source=source) for r in runs]
+    if is_vllm_bench_result(doc):
+        return [run_from_vllm_bench(doc, source=source)]
+    if "started_at" in doc:
+        return [run_from_dict(doc, source=source)]
+    raise InputError("neither a servelab export nor a 'vllm bench serve' result file", path=source)
+
+
+def is_vllm_bench_result(doc: JSON) -> bool:
+    """True for a ``vllm bench serve`` saved result (summary keys like ``mean_ttft_ms``)."""
+    return "completed" in doc and ("mean_ttft_ms" in doc or "ttfts" in doc) and "date" in doc
+
+
+def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
+    """Convert a ``vllm bench serve`` result into a RunRecord (samples when saved detailed)."""
+    started = _vllm_date(doc.get("date"), source)
+    ttfts = _floats(doc.get("ttfts"))
+    lat = _floats(doc.get("latencies"))
+    itls = doc.get("itls") if isinstance(doc.get("itls"), list) else None
+    in_lens = _ints(doc.get("input_lens"))
+    out_lens = _ints(doc.get("output_lens"))
+    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else None
+    conc = doc.get("max_concurrency")
+    if in_lens:
+        point = f"p{round(statistics.median(in_lens))}-c{conc if conc is not None else 'max'}"
+    else:
+        point = f"c{conc if conc is not None else 'max'}"
+    samples: list[Sample] = []
+    if ttfts is not None:
+        n = len(ttfts)
+        for i in range(n):
+            err = errors[i] if errors is not None and i < len(errors) else None
+            err = str(err) if err else None
+            ttft = ttfts[i]
+            gaps = _floats(itls[i]) if itls is not None and i < len(itls) else None
+            e2e = lat[i] if lat is not None and i < len(lat) else None
+            if e2e is None and gaps is not None and ttft is not None:
+                e2e = ttft + sum(gaps)
+            out_n = out_lens[i] if out_lens is not None and i < len(out_lens) else None
+            tpot = None
+            if err is None and e2e is not None and ttft is not None and out_n and out_n > 1:
+                tpot = (e2e - ttft) / (out_n - 1)
+            if err is None and ttft is not None and ttft <= 0 and not out_n:
+                err = "no output"
+            samples.append(
+                Sample(
+                    point=point,
+                    index=i,
+                    ttft_s=ttft if err is None else None,
+                    tpot_s=tpot,
+                    e2e_s=e2e if err is None else None,
+                    itl_mean_s=statistics.fmean(gaps) if gaps else None,
+                    itl_p50_s=statistics.median(gaps) if gaps else None,
+                    itl_p99_s=_pct(gaps, 99) if gaps else None,
+                    itl_max_s=max(gaps) if gaps else None,
+                    prompt_tokens=in_lens[i] if in_lens is not None and i < len(in_lens) else None,
+                    completion_tokens=out_n,
+                    error=err,
+                )
+            )
+    metrics: list[Metric] = []
+    for key, name, scale, unit in (
+        ("output_throughput", "output_throughput_tok_s", 1.0, "tok/s"),
+        ("total_token_throughput", "total_throughput_tok_s", 1.0, "tok/s"),
+        ("request_throughput", "request_throughput_req_s", 1.0, "req/s"),
+        ("mean_ttft_ms", "ttft_mean_s", 1e-3, "s"),
+        ("median_ttft_ms", "ttft_median_s", 1e-3, "s"),
+        ("p99_ttft_ms", "ttft_p99_s", 1e-3, "s"),
+        ("mean_tpot_ms", "tpot_mean_s", 1e-3, "s"),
+        ("median_tpot_ms", "tpot_median_s", 1e-3, "s"),
+        ("p99_tpot_ms", "tpot_p99_s", 1e-3, "s"),
+        ("mean_itl_ms", "itl_mean_s", 1e-3, "s"),
+        ("p99_itl_ms", "itl_p99_s", 1e-3, "s"),
+        ("mean_e2el_ms", "e2e_mean_s", 1e-3, "s"),
+    ):
+        value = doc.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            metrics.append(
+                Metric(
+                    name=name,
+                    value=float(value) * scale,
+                    point=point,
+                    n=int(doc.get("completed") or 0),
+                    unit=unit,
+                )
+            )
+    decode = None
+    tpot = doc.get("median_tpot_ms")
+    if isinstance(tpot, (int, float)) and tpot > 0:
+        decode = 1000.0 / float(tpot)
+    dropped = {
+        "ttfts",
+        "itls",
+        "latencies",
+        "input_lens",
+        "output_lens",
+        "errors",
+        "generated_texts",
+        "start_times",
+        "queue_times",
+    }
+    summary = {k: v for k, v in doc.items() if k not in dropped}
+    failed = int(doc.get("failed") or 0)
+    completed = int(doc.get("completed") or 0)
+    status = STATUS_OK if completed > 0 else STATUS_FAILED
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:6]
+    return RunRecord(
+        run_id=f"{started:%Y%m%d-%H%M%S}-{digest}",  # same file -> same id: re-import skips
+        started_at=started,
+        status=status,
+        status_reason=None if status == STATUS_OK else f"{failed} requests failed, none completed",
+        model_id=str(doc["model_id"]) if doc.get("model_id") else None,
+        engine_name=str(doc.get("backend") or "vllm"),
+        decode_tok_s=decode,
+        workload={
+            "source": "vllm bench serve",
+            "num_prompts": doc.get("num_prompts"),
+            "max_concurrency": conc,
+            "request_rate": doc.get("request_rate"),
+            "point": point,
+        },
+        extra={"vllm_bench": summary, "imported_from": Path(source).name},
+        labels=tuple(x for x in (doc.get("label"),) if isinstance(x, str) and x),
+        metrics=tuple(metrics),
+        samples=tuple(samples),
+    )
+
+
+def _vllm_date(value: Any, source: str) -> datetime:
+    if isinstance(value, str):
+        for fmt in ("%Y%m%d-%H%M%S", "%Y-%m-%dT%H:%M:%S"):
+            try:
+                return datetime.strptime(value, fmt).replace(tzinfo=UTC)
+            except ValueError:
+                continue
+    raise InputError(f"vllm bench result has no readable 'date' ({value!r})", path=source)
+
+
+def _floats(value: Any) -> list[float] | None:
+    if not isinstance(value, list):
+        return None
+    return [float(v) if isinstance(v, (int, float)) else float("nan") for v in value]
+
+
+def _ints(value: Any) -> list[int] | None:
+    if not isinstance(value, list):
+        return None
+    return [int(v) if isinstance(v, (int, float)) else 0 for v in value]
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def import_runs(store: Store, records: Iterable[RunRecord]) -> ImportResult:
+    """Add runs; a run whose id is already stored is skipped (imports are idempotent)."""
+    added: list[str] = []
+    skipped: list[str] = []
+    for record in records:
+        if record.run_id is not None and store.has_run(record.run_id):
+            skipped.append(record.run_id)
+            continue
+        added.append(store.add_run(record))
+    return ImportResult(added=tuple(added), skipped=tuple(skipped))
