@@ -196,8 +196,8 @@ def _quant(ctx: LintContext) -> list[Finding]:
                     examples=_examples([t.name for t in routed]),
                 )
             )
-        elif expected and not routed and weights and not any(
-            t.dtype in expected for t, _ in weights
+        elif (
+            expected and not routed and weights and not any(t.dtype in expected for t, _ in weights)
         ):
             out.append(
                 Finding(

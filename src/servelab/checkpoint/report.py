@@ -185,9 +185,7 @@ class CheckpointReport:
     @property
     def bytes_by_role_incl_scales(self) -> Mapping[str, int]:
         """Stored bytes per role with each scale counted in the role it scales."""
-        return _ro(
-            {r.role: r.bytes_incl_scales for r in self.roles if r.bytes_incl_scales}
-        )
+        return _ro({r.role: r.bytes_incl_scales for r in self.roles if r.bytes_incl_scales})
 
     @property
     def params_by_role(self) -> Mapping[str, int]:
@@ -470,12 +468,15 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
         elif r.base is Role.EMBEDDING and len(t.shape) >= 2 and t.shape[0]:
             embed_row_bytes += nb // t.shape[0]
 
-    tie = bool(text_cfg.get("tie_word_embeddings", (source.config or {}).get(
-        "tie_word_embeddings", False)))
-    n_exp_cfg = _cfg_int(text_cfg, "num_experts", "num_local_experts", "n_routed_experts",
-                         "moe_num_experts")
-    topk = _cfg_int(text_cfg, "num_experts_per_tok", "num_experts_per_token", "moe_topk",
-                    "top_k", "moe_k")
+    tie = bool(
+        text_cfg.get("tie_word_embeddings", (source.config or {}).get("tie_word_embeddings", False))
+    )
+    n_exp_cfg = _cfg_int(
+        text_cfg, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"
+    )
+    topk = _cfg_int(
+        text_cfg, "num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "moe_k"
+    )
     n_exp_t, layout = _experts_from_tensors(tensors, roles)
     num_experts = n_exp_cfg if n_exp_cfg is not None else n_exp_t
     routed_fraction: float | None = None

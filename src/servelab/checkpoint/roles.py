@@ -72,8 +72,6 @@ _SCALE_LEAVES = frozenset(
 )
 _MXFP4_SCALE_SUFFIX = "_scales"
 
-_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer|decoder_layers)\.(\d+)(?:\.|$)")
-_EXPERT_RE = re.compile(r"(?:^|\.)experts\.(\d+)(?:\.|$)")
 
 _VISION_RE = re.compile(
     r"(?:^|\.)(?:visual|vision_tower|vision_model|vision_encoder|vision|vit|image_encoder|"
@@ -112,11 +110,8 @@ class TensorRole:
     base: Role
     layer: int | None = None
     expert: int | None = None
-
-    @property
-    def is_scale(self) -> bool:
-        """True for quantization scales and metadata tensors."""
-        return self.role is Role.QUANT_SCALE
+    is_scale: bool = False
+    """True for quantization scales and metadata tensors (``role`` is ``quant_scale``)."""
 
 
 def is_scale_name(name: str) -> bool:
@@ -128,73 +123,90 @@ def is_scale_name(name: str) -> bool:
     return leaf.endswith(_MXFP4_SCALE_SUFFIX) and leaf != _MXFP4_SCALE_SUFFIX
 
 
-def _layer_of(name: str) -> int | None:
-    m = _LAYER_RE.search(name)
-    return int(m.group(1)) if m else None
+_INDEX_RE = re.compile(r"(?:^|\.)(layers|h|blocks|layer|decoder_layers|experts)\.(\d+)(?=\.|$)")
+_NUMBER_RE = re.compile(r"\.\d+(?=\.|$)")
+_HAS_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer|decoder_layers)\.#(?:\.|$)")
 
 
-def _expert_of(name: str) -> int | None:
-    m = _EXPERT_RE.search(name)
-    return int(m.group(1)) if m else None
+def _indices(name: str) -> tuple[int | None, int | None]:
+    layer = expert = None
+    for kind, num in _INDEX_RE.findall(name):
+        if kind == "experts":
+            if expert is None:
+                expert = int(num)
+        elif layer is None:
+            layer = int(num)
+    return layer, expert
 
 
-def _base_role(name: str, num_hidden_layers: int | None) -> Role:
-    """Role of the module a tensor lives in (scales already stripped of meaning)."""
-    if _VISION_RE.search(name):
+def _template_role(template: str) -> Role:
+    """Role of the module a tensor lives in; ``template`` has every index replaced by #."""
+    if _VISION_RE.search(template):
         return Role.VISION
-    if _MTP_RE.search(name):
+    if _MTP_RE.search(template):
         return Role.MTP
-    layer = _layer_of(name)
-    if (
-        num_hidden_layers is not None
-        and layer is not None
-        and layer >= num_hidden_layers
-        and not name.startswith(("vision", "visual"))
-    ):
-        # DeepSeek-V3 / GLM-style: the MTP layer is appended as model.layers.<L>.
-        return Role.MTP
-    if _LM_HEAD_RE.search(name) and layer is None:
+    in_layer = _HAS_LAYER_RE.search(template) is not None
+    if _LM_HEAD_RE.search(template) and not in_layer:
         return Role.LM_HEAD
-    if _EMBED_RE.search(name) and layer is None:
+    if _EMBED_RE.search(template) and not in_layer:
         return Role.EMBEDDING
-    if _SHARED_RE.search(name):
+    if _SHARED_RE.search(template):
         # shared_expert_gate is the shared expert's router, not the expert itself.
-        if ".shared_expert_gate" in name:
+        if ".shared_expert_gate" in template:
             return Role.ROUTER
         return Role.SHARED_EXPERT
-    if _ROUTER_RE.search(name):
+    if _ROUTER_RE.search(template):
         return Role.ROUTER
-    if _ROUTED_RE.search(name):
+    if _ROUTED_RE.search(template):
         return Role.ROUTED_EXPERT
-    if _LINEAR_ATTN_RE.search(name):
+    if _LINEAR_ATTN_RE.search(template):
         return Role.LINEAR_ATTENTION
-    if _ATTN_RE.search(name):
+    if _ATTN_RE.search(template):
         return Role.ATTENTION
-    if _MLP_RE.search(name):
+    if _MLP_RE.search(template):
         return Role.MLP
-    leaf_module = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
-    if _NORM_RE.search(leaf_module) or _NORM_RE.search(name.rsplit(".", 1)[-1]):
+    parts = template.rsplit(".", 2)
+    module = parts[-2] if len(parts) >= 2 else template
+    if _NORM_RE.search(module) or _NORM_RE.search(parts[-1]):
         return Role.NORM
     return Role.UNKNOWN
 
 
-@lru_cache(maxsize=1 << 17)
-def _classify_cached(name: str, num_hidden_layers: int | None) -> TensorRole:
-    base = _base_role(name, num_hidden_layers)
-    role = Role.QUANT_SCALE if is_scale_name(name) else base
-    expert = _expert_of(name) if base in (Role.ROUTED_EXPERT, Role.MTP) else None
-    return TensorRole(role=role, base=base, layer=_layer_of(name), expert=expert)
+@lru_cache(maxsize=4096)
+def _classify_template(template: str) -> tuple[Role, bool]:
+    return _template_role(template), is_scale_name(template)
 
 
 def classify_tensor(name: str, *, num_hidden_layers: int | None = None) -> TensorRole:
     """Classify one tensor by its name.
 
     ``num_hidden_layers`` (from the text config) lets layers numbered past the last
-    decoder layer be recognised as MTP layers; pass ``None`` when unknown.
+    decoder layer be recognised as MTP layers (DeepSeek-V3 / GLM append the MTP layer
+    as ``model.layers.<L>``); pass ``None`` when unknown.
+
+    Names are reduced to a template (indices → ``#``) so that 60k per-expert names cost
+    a few hundred regex classifications, not 60k.
     """
-    return _classify_cached(name, num_hidden_layers)
+    base, scale = _classify_template(_NUMBER_RE.sub(".#", name))
+    layer, expert = _indices(name)
+    if (
+        num_hidden_layers is not None
+        and layer is not None
+        and layer >= num_hidden_layers
+        and base not in (Role.VISION, Role.MTP)
+    ):
+        base = Role.MTP
+    if base not in (Role.ROUTED_EXPERT, Role.MTP):
+        expert = None
+    return TensorRole(
+        role=Role.QUANT_SCALE if scale else base,
+        base=base,
+        layer=layer,
+        expert=expert,
+        is_scale=scale,
+    )
 
 
 def is_fused_expert_name(name: str) -> bool:
     """True for fused 3D expert tensors (``mlp.experts.gate_up_proj`` [E, 2I, H], ...)."""
-    return bool(_ROUTED_RE.search(name)) and _EXPERT_RE.search(name) is None
+    return bool(_ROUTED_RE.search(name)) and _indices(name)[1] is None
