@@ -1,0 +1,87 @@
+"""Write a rendered site to a directory, atomically.
+
+The site is rendered in memory, written into a fresh temporary directory beside ``outdir`` and
+then swapped into place with renames, so ``outdir`` is either the old site or the new one, never
+half of each. A directory that exists but was not built by servelab is never replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from servelab.errors import UsageError
+from servelab.site.model import Site
+from servelab.site.render import render_site
+
+MARKER = ".servelab-site"
+
+
+@dataclass(frozen=True)
+class BuiltSite:
+    """What :func:`build_site` wrote."""
+
+    outdir: Path
+    files: tuple[str, ...]
+    total_bytes: int
+
+    @property
+    def index(self) -> Path:
+        """The site's front page."""
+        return self.outdir / "index.html"
+
+
+def _check_relative(rel: str) -> PurePosixPath:
+    path = PurePosixPath(rel)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise ValueError(f"refusing to write outside the site: {rel!r}")
+    return path
+
+
+def write_files(files: dict[str, str], outdir: Path) -> BuiltSite:
+    """Write ``{relative path: content}`` to ``outdir`` atomically (see module docstring)."""
+    outdir = Path(os.path.abspath(outdir))
+    if outdir.exists():
+        if not outdir.is_dir():
+            raise UsageError("exists and is not a directory", path=outdir)
+        if any(outdir.iterdir()) and not (outdir / MARKER).exists():
+            raise UsageError(
+                "exists, is not empty and was not built by servelab; refusing to replace it",
+                path=outdir,
+            )
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
+    total = 0
+    try:
+        for rel, content in sorted(files.items()):
+            target = tmp.joinpath(*_check_relative(rel).parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = content.encode("utf-8")
+            target.write_bytes(data)
+            total += len(data)
+        (tmp / MARKER).write_text("built by servelab site build\n", encoding="utf-8")
+        tmp.chmod(0o755)
+        if outdir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.old-", dir=outdir.parent))
+            old.rmdir()
+            outdir.rename(old)
+            try:
+                tmp.rename(outdir)
+            except OSError:
+                old.rename(outdir)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(outdir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return BuiltSite(outdir, tuple(sorted(files)), total)
+
+
+def build_site(site: Site, outdir: Path) -> BuiltSite:
+    """Render ``site`` and write it to ``outdir`` atomically."""
+    return write_files(render_site(site), outdir)

@@ -1,0 +1,146 @@
+"""Formatting helpers for the site: numbers, bytes, slugs, secret redaction. Pure."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from servelab.site.model import Derived, Measured, Number, Predicted
+
+GIB = 1024**3
+
+_SLUG_BAD = re.compile(r"[^a-z0-9]+")
+
+
+def slugify(text: str) -> str:
+    """A file-name-safe slug: lowercase ASCII letters, digits and single dashes.
+
+    Never empty (``"x"`` for text with no usable characters), at most 80 characters.
+    """
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    slug = _SLUG_BAD.sub("-", ascii_text.lower()).strip("-")[:80].strip("-")
+    return slug or "x"
+
+
+def format_value(value: float, unit: str) -> str:
+    """Format a value for display with a precision suited to its unit."""
+    if unit in ("tokens", "requests", "bytes", "count"):
+        return f"{round(value):,}"
+    if unit == "%":
+        return f"{value:+.1f}"
+    if unit == "x":
+        return f"{value:.2f}"
+    if unit == "GiB":
+        return f"{value:.2f}"
+    if unit in ("ms", "s"):
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def unit_suffix(unit: str) -> str:
+    """The text that follows a value of ``unit`` ("" for counts of tokens used as adjectives)."""
+    if unit == "%":
+        return "%"
+    if unit == "x":
+        return "x"
+    if unit in ("count",):
+        return ""
+    return f" {unit}"
+
+
+def format_number(num: Number, *, with_unit: bool = True) -> str:
+    """Format a measured, predicted or derived number (without its provenance)."""
+    text = format_value(num.value, num.unit)
+    return text + unit_suffix(num.unit) if with_unit else text
+
+
+def format_ci(num: Measured) -> str:
+    """The confidence interval of a measurement, or "" when there is none."""
+    if num.ci_low is None or num.ci_high is None:
+        return ""
+    return f"{format_value(num.ci_low, num.unit)}–{format_value(num.ci_high, num.unit)}"
+
+
+def format_bytes_gib(n_bytes: int) -> str:
+    """Bytes as GiB with two decimals (the unit vLLM prints)."""
+    return f"{n_bytes / GIB:.2f} GiB"
+
+
+def provenance(num: Number) -> str:
+    """A one-line description of where a number came from."""
+    if isinstance(num, Measured):
+        extra = f", 95% CI {format_ci(num)}" if format_ci(num) else ""
+        n = f", n={num.samples}" if num.samples else ""
+        return f"measured in run {num.run_id}{extra}{n}"
+    if isinstance(num, Predicted):
+        run = f" (recorded with run {num.run_id})" if num.run_id else ""
+        return f"predicted: {num.basis}{run}"
+    assert isinstance(num, Derived)
+    return f"derived: {num.formula} from runs {', '.join(num.run_ids)}"
+
+
+def relative_change(new: Measured, base: Measured) -> Derived:
+    """The relative change of ``new`` over ``base`` in percent, naming both runs."""
+    if base.value == 0:
+        raise ValueError("relative change against a zero baseline")
+    pct = (new.value / base.value - 1.0) * 100.0
+    formula = (
+        f"{format_value(new.value, new.unit)} / {format_value(base.value, base.unit)} − 1"
+    )
+    return Derived(pct, "%", formula, tuple(dict.fromkeys((new.run_id, base.run_id))))
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+_SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--token", "--password", "--ssl-keyfile"})
+_SECRET_ENV = re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)"
+                         r"[A-Z0-9_]*)=(?!\[redacted\])([^\s'\"]+)")
+_SECRET_PATTERNS = (
+    re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),  # Hugging Face tokens
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}\b"),  # OpenAI-style keys
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),  # GitHub tokens
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
+)
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^:/@\s]+):([^@\s/]+)@")
+_FLAG_INLINE = re.compile(
+    r"(?i)(--(?:api-key|hf-token|token|password)[= ])(?!\[redacted\])([^\s'\"]+)"
+)
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """Replace anything that looks like a secret in free text with ``[redacted]``.
+
+    Covers tokens and keys by their well-known prefixes, ``Bearer`` credentials, passwords in
+    URLs, ``--api-key VALUE`` style flags and ``*TOKEN*=`` / ``*SECRET*=`` style variables.
+    """
+    out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    out = _FLAG_INLINE.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
+    out = _SECRET_ENV.sub(lambda m: f"{m.group(1)}={REDACTED}", out)
+    for pattern in _SECRET_PATTERNS:
+        if pattern.groups:
+            out = pattern.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
+        else:
+            out = pattern.sub(REDACTED, out)
+    return out
+
+
+def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """Redact secret-carrying arguments of a command line (the value after a secret flag)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg in _SECRET_FLAGS:
+            hide_next = True
+            out.append(arg)
+            continue
+        out.append(redact(arg))
+    return tuple(out)

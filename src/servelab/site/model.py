@@ -1,0 +1,318 @@
+"""The site's page model: plain frozen dataclasses, no I/O.
+
+A page model holds *facts* (measured numbers with the run they came from, predictions with
+their basis, observations from engine logs and checkpoint inspection). The prose on a page
+(headline, key facts, troubleshooting) is generated from these facts by
+:mod:`servelab.site.prose`; the renderer turns page + prose into HTML and Markdown.
+
+Every number is one of three kinds, so that a page can always say where it came from:
+
+- :class:`Measured`: a value measured in one run (``run_id``), optionally with a CI.
+- :class:`Predicted`: a value servelab predicted, with the basis of the prediction; always
+  rendered with a visible "predicted" label.
+- :class:`Derived`: a value computed from measured inputs (a ratio, a difference), naming
+  every run it was computed from and the formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "BuildRow",
+    "ChangePoint",
+    "Derived",
+    "EngineObservation",
+    "ExperimentMetric",
+    "ExperimentPage",
+    "HistoryPoint",
+    "HistorySeries",
+    "Measured",
+    "MeasuredRow",
+    "MemoryPart",
+    "MemorySplit",
+    "ModelIndexPage",
+    "Number",
+    "Predicted",
+    "RecipePage",
+    "RunPage",
+    "Segment",
+    "SiblingBuild",
+    "Site",
+    "Software",
+    "Text",
+    "TroubleshootingEntry",
+    "Verification",
+]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A value measured in one run."""
+
+    value: float
+    unit: str
+    run_id: str
+    ci_low: float | None = None
+    ci_high: float | None = None
+    samples: int | None = None
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """A value servelab predicted (never measured); ``basis`` says how."""
+
+    value: float
+    unit: str
+    basis: str
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A value computed from measured inputs: ``formula`` over the runs in ``run_ids``."""
+
+    value: float
+    unit: str
+    formula: str
+    run_ids: tuple[str, ...]
+
+
+Number = Measured | Predicted | Derived
+Segment = str | Measured | Predicted | Derived
+Text = tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One row of a measured table: a metric at a prompt length on one engine version."""
+
+    engine_version: str
+    prompt_tokens: int
+    measured: Measured
+    predicted: Predicted | None = None
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """A slice of the checkpoint's bytes (by dtype or by tensor role)."""
+
+    label: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class MemorySplit:
+    """The byte-accurate split of a checkpoint as ``inspect`` read it from the headers.
+
+    ``total_bytes`` is derived from ``by_dtype`` (both splits cover the same bytes).
+    """
+
+    run_id: str
+    by_dtype: tuple[MemoryPart, ...]
+    by_role: tuple[MemoryPart, ...]
+    tensor_count: int
+    total_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_bytes", sum(p.bytes for p in self.by_dtype))
+
+
+@dataclass(frozen=True)
+class EngineObservation:
+    """What one run's engine log said about itself."""
+
+    run_id: str
+    engine_version: str
+    attention_backend: str | None = None
+    moe_backend: str | None = None
+    weights: Measured | None = None  # GiB, "Model loading took X GiB"
+    kv_cache: Measured | None = None  # GiB available for KV cache
+    kv_tokens: Measured | None = None  # "KV cache size: N tokens"
+    max_concurrency: Measured | None = None  # "Maximum concurrency ...: X.XXx"
+    fallback_line: str | None = None  # the log line that shows a kernel fallback
+    profiling_skipped_line: str | None = None  # the log line that says profiling was skipped
+
+
+@dataclass(frozen=True)
+class Software:
+    """Software as recorded with the runs."""
+
+    engine_name: str
+    engine_versions: tuple[str, ...]
+    torch: str | None = None
+    driver: str | None = None
+    python: str | None = None
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A dated verification row: "verified on DATE on HOST"."""
+
+    run_id: str
+    date: str  # YYYY-MM-DD
+    host: str
+    engine_version: str
+    status: str  # "ok" or "failed"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One measured point of a metric's history."""
+
+    when: str  # ISO date or datetime
+    value: Measured
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A detected change in a metric's history, between two runs."""
+
+    index: int  # index of the first point after the change
+    before: Measured
+    after: Measured
+    relative_change: Derived
+
+
+@dataclass(frozen=True)
+class HistorySeries:
+    """A metric's history for one recipe, with the change points detected in it."""
+
+    metric: str  # e.g. "decode tok/s @ 2048"
+    unit: str
+    points: tuple[HistoryPoint, ...]
+    change_points: tuple[ChangePoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class TroubleshootingEntry:
+    """A question a user hits, answered from findings; ``evidence`` quotes logs verbatim."""
+
+    kind: str  # missing-mtp | kernel-fallback | profiling-skipped | version-drift | regression
+    question: str
+    answer: Text
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExperimentMetric:
+    """One metric compared in an experiment."""
+
+    name: str
+    unit: str
+    baseline: Measured
+    candidate: Measured
+    change: Derived  # relative change candidate vs baseline, in %
+    significant: bool
+
+
+@dataclass(frozen=True)
+class ExperimentPage:
+    """An experiment (A/B between two builds or settings) and its verdict."""
+
+    slug: str
+    title: str
+    question: str
+    verdict: str  # e.g. "adopted", "rejected", "inconclusive"
+    baseline_label: str
+    candidate_label: str
+    baseline_recipe: str | None  # recipe slug, when the baseline is a recipe on this site
+    candidate_recipe: str | None
+    metrics: tuple[ExperimentMetric, ...]
+    conclusion: str = ""
+
+
+@dataclass(frozen=True)
+class SiblingBuild:
+    """Another build of the same model, for comparisons on a recipe page."""
+
+    slug: str
+    build_name: str
+    decode: Measured | None  # at the page's reference prompt length
+    prefill: Measured | None = None
+
+
+@dataclass(frozen=True)
+class RecipePage:
+    """Everything a recipe page shows, as facts."""
+
+    slug: str
+    model_name: str
+    model_slug: str
+    build_name: str
+    checkpoint: str
+    served_model_name: str
+    hardware: str
+    host: str
+    context_tokens: int
+    software: Software
+    command: tuple[str, ...]
+    key_params: tuple[tuple[str, str], ...]
+    decode: tuple[MeasuredRow, ...]
+    prefill: tuple[MeasuredRow, ...]
+    engine: tuple[EngineObservation, ...]
+    verifications: tuple[Verification, ...]
+    memory: MemorySplit | None = None
+    quantization: str | None = None
+    mtp_declared_layers: int | None = None
+    mtp_tensors: int | None = None
+    history: tuple[HistorySeries, ...] = ()
+    experiments: tuple[ExperimentPage, ...] = ()
+    siblings: tuple[SiblingBuild, ...] = ()
+    reference_prompt_tokens: int | None = None
+    port: int = 8000
+    thinking_kwarg: bool = True
+
+
+@dataclass(frozen=True)
+class BuildRow:
+    """One build in a model's comparison index."""
+
+    recipe_slug: str
+    build_name: str
+    quantization: str | None
+    hardware: str
+    engine_versions: tuple[str, ...]
+    decode: tuple[tuple[int, Measured], ...]  # (prompt tokens, best-known measurement)
+    prefill: tuple[tuple[int, Measured], ...]
+    weights: Measured | None
+    checkpoint_bytes: int | None
+    last_verified: Verification | None
+
+
+@dataclass(frozen=True)
+class ModelIndexPage:
+    """The index comparing all builds of one model."""
+
+    slug: str
+    model_name: str
+    builds: tuple[BuildRow, ...]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One recorded run, so that every number on the site can link to where it came from."""
+
+    run_id: str
+    recipe_slug: str | None
+    recipe_name: str
+    status: str
+    started: str
+    host: str
+    engine_version: str | None
+    failure: str | None = None
+    metrics: tuple[tuple[str, Measured], ...] = ()
+    predictions: tuple[tuple[str, Predicted], ...] = ()
+    log_excerpt: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Site:
+    """The whole site."""
+
+    title: str
+    recipes: tuple[RecipePage, ...]
+    models: tuple[ModelIndexPage, ...]
+    experiments: tuple[ExperimentPage, ...]
+    runs: tuple[RunPage, ...]

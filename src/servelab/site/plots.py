@@ -1,0 +1,114 @@
+"""SVG plots for recipe pages (matplotlib, Agg/SVG canvas, reproducible output).
+
+Each function takes page-model values and returns the SVG document as a string. The output is
+byte-for-byte reproducible: a fixed ``svg.hashsalt``, no date in the metadata, text kept as
+``<text>`` elements (escaped by matplotlib's SVG writer). Figures are created directly (no
+pyplot global state), so plotting is thread-safe and never opens a window.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+
+from servelab.site.fmt import GIB
+from servelab.site.model import HistorySeries, MeasuredRow, MemorySplit
+
+_RC: dict[Any, Any] = {
+    "svg.hashsalt": "servelab-site",
+    "svg.fonttype": "none",
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
+_COLORS = ("#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#57606a")
+
+
+def _to_svg(fig: Figure) -> str:
+    FigureCanvasSVG(fig)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "servelab"})
+    return buf.getvalue()
+
+
+def decode_vs_prompt(series: Mapping[str, Sequence[MeasuredRow]], *, title: str) -> str:
+    """Decode tok/s against prompt length, one line per build (or engine version).
+
+    Predictions, where rows carry them, are drawn dashed and labelled "predicted".
+    """
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(6.4, 3.4), layout="constrained")
+        ax = fig.add_subplot()
+        for i, (label, rows) in enumerate(series.items()):
+            ordered = sorted(rows, key=lambda r: r.prompt_tokens)
+            color = _COLORS[i % len(_COLORS)]
+            xs = [r.prompt_tokens for r in ordered]
+            ys = [r.measured.value for r in ordered]
+            ax.plot(xs, ys, marker="o", color=color, label=f"{label} (measured)")
+            lows = [r.measured.ci_low for r in ordered]
+            highs = [r.measured.ci_high for r in ordered]
+            if all(v is not None for v in (*lows, *highs)):
+                ax.fill_between(xs, [float(v or 0) for v in lows], [float(v or 0) for v in highs],
+                                color=color, alpha=0.15, linewidth=0)
+            pred = [(r.prompt_tokens, r.predicted.value) for r in ordered if r.predicted]
+            if pred:
+                ax.plot([p[0] for p in pred], [p[1] for p in pred], linestyle="--", marker="x",
+                        color=color, alpha=0.7, label=f"{label} (predicted)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_ylabel("decode (tok/s, single stream)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(title)
+        if series:
+            ax.legend(fontsize=7, loc="best")
+        return _to_svg(fig)
+
+
+def history(series: HistorySeries, *, title: str) -> str:
+    """A metric over time, with detected change points marked as vertical lines."""
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(6.4, 3.0), layout="constrained")
+        ax = fig.add_subplot()
+        xs = list(range(len(series.points)))
+        ys = [p.value.value for p in series.points]
+        ax.plot(xs, ys, marker="o", color=_COLORS[0], label="measured")
+        for cp in series.change_points:
+            ax.axvline(cp.index - 0.5, color=_COLORS[1], linestyle="--", linewidth=1)
+            ax.annotate(f"change {cp.relative_change.value:+.1f}%", (cp.index - 0.5, max(ys)),
+                        color=_COLORS[1], fontsize=7, ha="center", va="bottom")
+        ax.set_xticks(xs, [p.when[:10] for p in series.points], rotation=30, ha="right",
+                      fontsize=7)
+        ax.set_ylabel(f"{series.metric} ({series.unit})")
+        ax.set_ylim(bottom=0, top=max(ys) * 1.15 if ys and max(ys) > 0 else None)
+        ax.set_title(title)
+        return _to_svg(fig)
+
+
+def memory_split(split: MemorySplit, *, kv_cache_gib: float | None, title: str) -> str:
+    """A horizontal stacked bar: checkpoint bytes by tensor role, plus the KV pool if known."""
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(6.4, 1.9), layout="constrained")
+        ax = fig.add_subplot()
+        left = 0.0
+        parts = [(p.label, p.bytes / GIB) for p in split.by_role]
+        if kv_cache_gib is not None:
+            parts.append(("KV cache (engine)", kv_cache_gib))
+        for i, (label, gib) in enumerate(parts):
+            ax.barh([0], [gib], left=left, color=_COLORS[i % len(_COLORS)],
+                    label=f"{label}: {gib:.2f} GiB")
+            left += gib
+        ax.set_yticks([])
+        ax.set_xlabel("GiB")
+        ax.grid(axis="y", visible=False)
+        ax.set_title(title)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3,
+                  frameon=False)
+        return _to_svg(fig)
