@@ -45,9 +45,12 @@ def _root(
 
 def _register_commands() -> None:
     # One line per command group; keep alphabetical.
-    from servelab.cli import inspect_cmd
+    from servelab.cli import engine_cmd, inspect_cmd, recipe_cmd, serve_cmd
 
+    engine_cmd.register(app)
     inspect_cmd.register(app)
+    recipe_cmd.register(app)
+    serve_cmd.register(app)
 
 
 _register_commands()
