@@ -19,7 +19,6 @@ header-start           the header does not start with ``{``
 utf8                   the header is not valid UTF-8
 json                   the header is not valid JSON
 json-too-deep          JSON nesting deeper than :data:`MAX_JSON_DEPTH`
-not-object             the header's JSON is not an object
 duplicate-key          a JSON object repeats a key (e.g. a tensor name)
 bad-metadata           ``__metadata__`` is not an object of strings to strings
 bad-entry              an entry lacks ``dtype``/``shape``/``data_offsets: [b, e]``
@@ -154,19 +153,25 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def json_depth(raw: bytes) -> int:
-    """Maximum nesting depth of brackets/braces outside strings in JSON text ``raw``.
+@dataclass(frozen=True, slots=True)
+class JsonShape:
+    """Structure of JSON text counted outside strings (see :func:`json_shape`)."""
 
-    Vectorised with numpy so that a multi-megabyte header costs milliseconds; it is run
-    before :func:`json.loads` so that hostile nesting never reaches the recursive parser.
-    Only meaningful for text that is otherwise JSON; unbalanced input returns a best guess.
+    depth: int
+    objects: int
+    colons: int
+
+
+def json_shape(raw: bytes) -> JsonShape:
+    """Nesting depth, ``{`` count and ``:`` count of JSON text ``raw``, outside strings.
+
+    Vectorised with numpy so that a multi-megabyte header costs milliseconds. It runs
+    before :func:`json.loads` so that hostile nesting never reaches the recursive parser,
+    and its counts let :func:`loads_strict_json` prove "no duplicate keys" without a
+    per-object Python hook: in valid JSON every ``:`` outside strings separates one key
+    from its value. Only meaningful for text that is otherwise JSON.
     """
     buf = np.frombuffer(raw, dtype=np.uint8)
-    opens = (buf == 0x7B) | (buf == 0x5B)
-    closes = (buf == 0x7D) | (buf == 0x5D)
-    brackets = np.flatnonzero(opens | closes)
-    if brackets.size == 0:
-        return 0
     quotes = np.flatnonzero(buf == 0x22)
     if quotes.size and 0x5C in raw:  # drop escaped quotes: preceded by an odd backslash run
         keep = np.ones(quotes.size, dtype=bool)
@@ -179,11 +184,41 @@ def json_depth(raw: bytes) -> int:
             if run % 2:
                 keep[i] = False
         quotes = quotes[keep]
-    outside = (np.searchsorted(quotes, brackets) & 1) == 0
-    steps = np.where(opens[brackets], 1, -1)[outside]
-    if steps.size == 0:
-        return 0
-    return int(np.cumsum(steps).max())
+
+    def outside(positions: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        kept: np.ndarray[Any, Any] = positions[(np.searchsorted(quotes, positions) & 1) == 0]
+        return kept
+
+    curly = outside(np.flatnonzero(buf == 0x7B))
+    square = outside(np.flatnonzero(buf == 0x5B))
+    closes = outside(np.flatnonzero((buf == 0x7D) | (buf == 0x5D)))
+    colons = int(outside(np.flatnonzero(buf == 0x3A)).size)
+    if curly.size + square.size + closes.size == 0:
+        return JsonShape(0, 0, colons)
+    where = np.concatenate((curly, square, closes))
+    step = np.concatenate(
+        (np.ones(curly.size + square.size, dtype=np.int64), -np.ones(closes.size, dtype=np.int64))
+    )
+    depth = int(np.cumsum(step[np.argsort(where, kind="stable")]).max())
+    return JsonShape(max(depth, 0), int(curly.size), colons)
+
+
+def _no_duplicate_keys_in(doc: Any, shape: JsonShape) -> bool:
+    """True when the decoded ``doc`` provably had no duplicate keys.
+
+    Counts the objects and keys reachable within two levels; if they account for every
+    ``{`` and ``:`` in the text, no key was repeated (a repeat would leave a ``:`` with
+    no key of its own). Deeper objects: unknown, so ``False`` (callers re-check slowly).
+    """
+    if type(doc) is not dict:
+        return shape.objects == 0
+    objects = 1
+    keys = len(doc)
+    for v in doc.values():
+        if type(v) is dict:
+            objects += 1
+            keys += len(v)
+    return objects == shape.objects and keys == shape.colons
 
 
 def loads_strict_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -196,17 +231,20 @@ def loads_strict_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JsonProblem("utf8", f"not valid UTF-8 at byte {exc.start}") from None
-    depth = json_depth(raw)
-    if depth > max_depth:
-        raise JsonProblem("json-too-deep", f"JSON nests {depth} deep (limit {max_depth})")
+    shape = json_shape(raw)
+    if shape.depth > max_depth:
+        raise JsonProblem("json-too-deep", f"JSON nests {shape.depth} deep (limit {max_depth})")
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        doc = json.loads(text)
+        if not _no_duplicate_keys_in(doc, shape):
+            doc = json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise JsonProblem("json", f"invalid JSON: {exc.msg} at char {exc.pos}") from None
     except RecursionError:  # unreachable after the depth check; kept as a last guard
         raise JsonProblem("json-too-deep", "JSON nests too deep") from None
     except ValueError as exc:  # e.g. integer strings longer than Python's digit limit
         raise JsonProblem("json", f"invalid JSON: {exc}") from None
+    return doc
 
 
 def read_header_len(prefix: bytes, *, file: str, max_header: int = MAX_HEADER_LOCAL) -> int:
@@ -323,8 +361,13 @@ def _entries(
         bits = bits_of.get(dtype) if type(dtype) is str else None
         if bits is None:
             raise _fail(file, "bad-dtype", f"tensor {name!r}: unknown dtype {dtype!r}")
-        if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
-            raise _fail(file, "bad-shape", f"tensor {name!r}: shape must be non-negative integers")
+        if type(shape) is not list:
+            raise _fail(file, "bad-shape", f"tensor {name!r}: shape must be a list")
+        for d in shape:
+            if type(d) is not int or d < 0:
+                raise _fail(
+                    file, "bad-shape", f"tensor {name!r}: shape must be non-negative integers"
+                )
         if (
             type(offsets) is not list
             or len(offsets) != 2

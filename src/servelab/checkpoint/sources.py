@@ -250,6 +250,15 @@ def _load_dir(path: Path, location: str) -> CheckpointSource:
                     path=index_path,
                     rule="missing-shard",
                 )
+        others = sorted(p.name for p in path.glob("*.safetensors") if p.name not in set(names))
+        if others:
+            warnings.append(
+                SourceWarning(
+                    "index-unlisted-file",
+                    f"{len(others)} safetensors file(s) not named by {INDEX_FILE} "
+                    f"(not read): {', '.join(others[:3])}",
+                )
+            )
     elif (path / SINGLE_FILE).is_file():
         names = [SINGLE_FILE]
     else:
