@@ -45,8 +45,9 @@ def _root(
 
 def _register_commands() -> None:
     # One line per command group; keep alphabetical.
-    from servelab.cli import engine_cmd, inspect_cmd, recipe_cmd, serve_cmd
+    from servelab.cli import bench_cmd, engine_cmd, inspect_cmd, recipe_cmd, serve_cmd
 
+    bench_cmd.register(app)
     engine_cmd.register(app)
     inspect_cmd.register(app)
     recipe_cmd.register(app)

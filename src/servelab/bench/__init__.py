@@ -1,0 +1,1 @@
+"""Benchmarking any OpenAI-compatible endpoint: client, prompts, workloads, metrics, statistics."""

@@ -1,0 +1,213 @@
+"""Prompts of an exact token length, as the server counts them.
+
+Counting comes from the server's ``/tokenize`` when it has one (vLLM, SGLang), else
+from the model's own tokenizer (``transformers``); :attr:`TokenCounter.source` says
+which, and the result records it. Every prompt starts with a unique prefix so that
+prefix caching cannot serve any part of it from an earlier request. The length is
+verified again from ``usage.prompt_tokens`` after the request (see
+:attr:`RequestSample.prompt_len_mismatch`).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import httpx
+
+from servelab.errors import BenchError
+
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her an it are this be or "
+    "which had have not were but their one all been they has more also when who first time "
+    "other into two after new would some only can may over such these its most than about "
+    "world city made used then between three later many part year state during under known"
+).split()
+
+
+class TokenCounter(Protocol):
+    """Counts prompt tokens the way the server will."""
+
+    source: str
+    """Human-readable: where counts come from (``server /tokenize`` or a tokenizer path)."""
+
+    def count(self, prompt: str) -> int:
+        """Tokens the server will count for ``prompt`` (including any chat template)."""
+        ...
+
+
+class ServerTokenCounter:
+    """Counts with the server's ``POST /tokenize`` (vLLM's schema)."""
+
+    def __init__(self, base_url: str, model: str, *, chat: bool = False,
+                 chat_template_kwargs: dict[str, Any] | None = None,
+                 api_key: str | None = None, timeout_s: float = 60.0) -> None:
+        self.source = "server /tokenize"
+        self._url = base_url.rstrip("/").removesuffix("/v1") + "/tokenize"
+        self._model = model
+        self._chat = chat
+        self._kwargs = chat_template_kwargs
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    def available(self) -> bool:
+        """True when the server answers ``/tokenize`` with a count."""
+        try:
+            self.count("hello")
+        except BenchError:
+            return False
+        return True
+
+    def count(self, prompt: str) -> int:
+        """Tokens of ``prompt`` according to the server."""
+        body: dict[str, Any] = {"model": self._model}
+        if self._chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+            body["add_generation_prompt"] = True
+            if self._kwargs is not None:
+                body["chat_template_kwargs"] = self._kwargs
+        else:
+            body["prompt"] = prompt
+        try:
+            r = self._http.post(self._url, json=body)
+        except httpx.HTTPError as exc:
+            raise BenchError(f"{self._url}: {type(exc).__name__}: {exc}") from exc
+        if r.status_code != 200:
+            raise BenchError(f"{self._url}: HTTP {r.status_code}")
+        try:
+            data = r.json()
+            return int(data["count"]) if "count" in data else len(data["tokens"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BenchError(f"{self._url}: unexpected /tokenize answer") from exc
+
+
+class LocalTokenCounter:
+    """Counts with the model's own tokenizer files (``transformers.AutoTokenizer``)."""
+
+    def __init__(self, tokenizer_dir: str | Path, *, chat: bool = False,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise BenchError("counting tokens locally needs `transformers` installed "
+                             "(pip install 'servelab[synth]')") from exc
+        self.source = f"tokenizer {tokenizer_dir}"
+        self._chat = chat
+        self._kwargs = chat_template_kwargs or {}
+        try:
+            self._tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        except (OSError, ValueError) as exc:
+            raise BenchError(f"cannot load a tokenizer: {exc}", path=tokenizer_dir) from exc
+
+    def count(self, prompt: str) -> int:
+        """Tokens of ``prompt`` (special tokens added as vLLM's completions endpoint does)."""
+        if self._chat:
+            ids: Any = self._tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                tokenize=True, **self._kwargs)
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return len(ids)
+        enc: Any = self._tok(prompt, add_special_tokens=True)
+        return len(enc["input_ids"])
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt, the length it was built to and the counter's verdict."""
+
+    text: str
+    target_len: int
+    counted_len: int
+
+
+class PromptBuilder:
+    """Builds prompts of exactly N tokens, each with a unique prefix.
+
+    The filler-word count found for one prefix is reused for the next prompt and
+    checked with one count; only on a miss is it searched again.
+    """
+
+    def __init__(self, counter: TokenCounter, *, seed: int = 0, run_tag: str | None = None) -> None:
+        self.counter = counter
+        self._rng = random.Random(seed)
+        self._tag = run_tag or uuid.uuid4().hex[:8]
+        self._serial = 0
+        self._words_for: dict[int, int] = {}
+        self._filler = [self._rng.choice(_WORDS) for _ in range(200_000)]
+
+    def _text(self, prefix: str, words: int) -> str:
+        return prefix + " " + " ".join(self._filler[:words]) if words > 0 else prefix
+
+    def min_len(self) -> int:
+        """Tokens taken by a unique prefix alone (plus any chat template): the shortest prompt."""
+        return self.counter.count(self._text(f"{self._tag}-{self._serial + 1:06d}:", 0))
+
+    def build(self, n_tokens: int) -> Prompt:
+        """A prompt of exactly ``n_tokens`` tokens; BenchError when that cannot be hit."""
+        if n_tokens < 1:
+            raise BenchError(f"prompt length must be >= 1, got {n_tokens}")
+        self._serial += 1
+        prefix = f"{self._tag}-{self._serial:06d}:"
+        guess = self._words_for.get(n_tokens)
+        if guess is not None:
+            c = self.counter.count(self._text(prefix, guess))
+            if c == n_tokens:
+                return Prompt(self._text(prefix, guess), n_tokens, c)
+        words, c = self._search(prefix, n_tokens)
+        self._words_for[n_tokens] = words
+        return Prompt(self._text(prefix, words), n_tokens, c)
+
+    def _search(self, prefix: str, n: int) -> tuple[int, int]:
+        base = self.counter.count(self._text(prefix, 0))
+        if base > n:
+            raise BenchError(f"cannot build a {n}-token prompt: the unique prefix and template "
+                             f"alone take {base} tokens")
+        if base == n:
+            return 0, base
+        lo, hi = 0, None  # lo: words known to give < n tokens
+        w = n - base
+        for _ in range(40):
+            w = min(max(w, 1), len(self._filler))
+            c = self.counter.count(self._text(prefix, w))
+            if c == n:
+                return w, c
+            if c < n:
+                lo = max(lo, w)
+                nxt = w + (n - c)
+            else:
+                hi = w if hi is None else min(hi, w)
+                nxt = w - (c - n)
+            if hi is not None and not (lo < nxt < hi):
+                nxt = (lo + hi) // 2
+            if hi is not None and hi - lo <= 1:
+                break
+            w = nxt
+        raise BenchError(f"cannot build a prompt of exactly {n} tokens with "
+                         f"{self.counter.source} (closest word counts {lo}..{hi})")
+
+
+def make_counter(kind: Literal["auto", "server", "local"], base_url: str, model: str, *,
+                 chat: bool, tokenizer: str | Path | None,
+                 chat_template_kwargs: dict[str, Any] | None, api_key: str | None = None
+                 ) -> TokenCounter:
+    """Pick the counter: the server's ``/tokenize`` when present, else the local tokenizer."""
+    if kind in ("auto", "server"):
+        sc = ServerTokenCounter(base_url, model, chat=chat,
+                                chat_template_kwargs=chat_template_kwargs, api_key=api_key)
+        if sc.available():
+            return sc
+        sc.close()
+        if kind == "server":
+            raise BenchError(f"{base_url}: the server has no usable /tokenize")
+    if tokenizer is None:
+        raise BenchError(f"{base_url}: no /tokenize on the server; pass --tokenizer DIR "
+                         "(the model's tokenizer files) to build exact-length prompts")
+    return LocalTokenCounter(tokenizer, chat=chat, chat_template_kwargs=chat_template_kwargs)

@@ -1,0 +1,117 @@
+"""Server counters from ``/metrics`` (Prometheus text) before and after a workload.
+
+Speculative decoding: acceptance rate = Δaccepted / Δdraft_tokens and mean
+acceptance length = 1 + Δaccepted / Δdrafts (vLLM's definitions), reported only
+when the counters exist. The prompt / generation token counters let a run be
+cross-checked against what the engine itself counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum every sample of each metric name over its label sets.
+
+    Comment lines and malformed lines are skipped; ``NaN`` samples are ignored.
+    """
+    out: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:
+            name, _, rest = line.partition("{")
+            _, _, value_part = rest.rpartition("}")
+        else:
+            name, _, value_part = line.partition(" ")
+        fields = value_part.split()
+        if not fields:
+            continue
+        try:
+            v = float(fields[0])
+        except ValueError:
+            continue
+        if math.isnan(v):
+            continue
+        out[name.strip()] = out.get(name.strip(), 0.0) + v
+    return out
+
+
+def scrape(base_url: str, *, timeout_s: float = 10.0, api_key: str | None = None
+           ) -> dict[str, float] | None:
+    """GET ``/metrics``; None when the server has none (or it is unreachable)."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(url, timeout=timeout_s, headers=headers)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    return parse_prometheus(r.text)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterDelta:
+    """What the server counted during a workload (differences of ``/metrics``)."""
+
+    prompt_tokens: float | None
+    generation_tokens: float | None
+    spec_drafts: float | None
+    spec_draft_tokens: float | None
+    spec_accepted: float | None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted ÷ proposed draft tokens."""
+        if self.spec_accepted is None or not self.spec_draft_tokens:
+            return None
+        return self.spec_accepted / self.spec_draft_tokens
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted ÷ drafts: tokens produced per target-model step."""
+        if self.spec_accepted is None or not self.spec_drafts:
+            return None
+        return 1.0 + self.spec_accepted / self.spec_drafts
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form (schema ``servelab.bench/1``, ``server_counters``)."""
+        return {
+            "prompt_tokens": self.prompt_tokens, "generation_tokens": self.generation_tokens,
+            "spec_decode_num_drafts": self.spec_drafts,
+            "spec_decode_num_draft_tokens": self.spec_draft_tokens,
+            "spec_decode_num_accepted_tokens": self.spec_accepted,
+            "spec_decode_acceptance_rate": self.acceptance_rate,
+            "spec_decode_acceptance_length": self.mean_acceptance_length,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CounterDelta:
+        """Inverse of :meth:`to_json`."""
+        return cls(d.get("prompt_tokens"), d.get("generation_tokens"),
+                   d.get("spec_decode_num_drafts"), d.get("spec_decode_num_draft_tokens"),
+                   d.get("spec_decode_num_accepted_tokens"))
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> CounterDelta:
+    """Counter differences; a counter missing from either scrape is None."""
+    def d(name: str) -> float | None:
+        if name in before and name in after:
+            return after[name] - before[name]
+        return None
+
+    return CounterDelta(d(PROMPT_TOKENS), d(GENERATION_TOKENS), d(SPEC_DRAFTS),
+                        d(SPEC_DRAFT_TOKENS), d(SPEC_ACCEPTED))

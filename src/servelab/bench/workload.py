@@ -1,0 +1,361 @@
+"""Workloads: which requests to send, when, and how often to repeat them.
+
+Default: the seed's profile — single stream at prompt lengths 512 / 2,048 / 8,192
+tokens with a fixed output length, warm-up requests excluded, repeated in batches
+until the 95 % CI of the headline metrics (per-request decode tok/s and TTFT) is
+within ``ci_target`` of the mean, or ``max_repeats`` batches or the ``duration_s``
+budget are spent. Sweeps: several prompt lengths × concurrencies; a Poisson
+request-rate mode (open loop, concurrency as a cap).
+
+The runner reports progress through an ``on_progress`` callback (the CLI draws the
+progress bar); prompts are built before each batch so tokenization never overlaps a
+measurement window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from servelab.bench.client import BenchClient, RequestSpec
+from servelab.bench.metrics import Metrics, compute, per_request
+from servelab.bench.prompts import PromptBuilder
+from servelab.bench.samples import ErrorKind, RequestSample
+from servelab.bench.stats import Drift, drift
+from servelab.errors import UsageError
+
+HEADLINE = ("decode_tok_s", "ttft_ms")
+"""Metrics whose confidence interval decides when a point has enough samples."""
+
+DEFAULT_PROMPT_LENS = (512, 2048, 8192)
+DEFAULT_OUTPUT_LEN = 128
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """What to run. Lengths are in tokens, as the server counts them."""
+
+    prompt_lens: tuple[int, ...] = DEFAULT_PROMPT_LENS
+    output_len: int = DEFAULT_OUTPUT_LEN
+    concurrency: tuple[int, ...] = (1,)
+    request_rate: float | None = None
+    """Requests per second, Poisson arrivals (open loop); None = closed loop."""
+    requests: int | None = None
+    """Measured requests per batch; default max(3, 2 × concurrency)."""
+    duration_s: float | None = None
+    """Time budget per point; batches stop once it is spent."""
+    warmup_requests: int | None = None
+    """Per point, excluded from metrics; default = concurrency."""
+    ci_target: float = 0.02
+    max_repeats: int = 5
+    subtract_min_latency: bool = False
+    seed: int = 0
+    max_backoff_s: float = 10.0
+    """Longest pause honoured for a Retry-After header (closed loop)."""
+    drain_s: float = 30.0
+    """With ``duration_s``: how long in-flight requests may run past the budget."""
+
+    def __post_init__(self) -> None:
+        if not self.prompt_lens or any(n < 1 for n in self.prompt_lens):
+            raise UsageError("prompt lengths must be positive")
+        if self.output_len < 1:
+            raise UsageError("output length must be >= 1")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise UsageError("concurrency must be >= 1")
+        if self.request_rate is not None and self.request_rate <= 0:
+            raise UsageError("request rate must be > 0")
+        if self.requests is not None and self.requests < 1:
+            raise UsageError("requests must be >= 1")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise UsageError("duration must be > 0")
+        if self.max_repeats < 1:
+            raise UsageError("max repeats must be >= 1")
+        if not 0 < self.ci_target < 1:
+            raise UsageError("CI target must be a fraction between 0 and 1, e.g. 0.02")
+
+    def batch_size(self, concurrency: int) -> int:
+        """Measured requests per batch at ``concurrency``."""
+        return self.requests if self.requests is not None else max(3, 2 * concurrency)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        d = asdict(self)
+        d["prompt_lens"] = list(self.prompt_lens)
+        d["concurrency"] = list(self.concurrency)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WorkloadSpec:
+        """Inverse of :meth:`to_json`."""
+        d = dict(d)
+        d["prompt_lens"] = tuple(d["prompt_lens"])
+        d["concurrency"] = tuple(d["concurrency"])
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One cell of a sweep."""
+
+    prompt_len: int
+    output_len: int
+    concurrency: int
+    request_rate: float | None
+
+    @property
+    def label(self) -> str:
+        """Short human label, e.g. ``prompt 2048 · out 128 · c=1``."""
+        rate = f" · {self.request_rate:g} req/s" if self.request_rate else ""
+        return f"prompt {self.prompt_len} · out {self.output_len} · c={self.concurrency}{rate}"
+
+
+@dataclass(frozen=True, slots=True)
+class PointResult:
+    """Samples and metrics of one point."""
+
+    point: Point
+    samples: tuple[RequestSample, ...]
+    metrics: Metrics
+    repeats: int
+    converged: bool
+    """Every headline metric's 95 % CI is within the target."""
+    ci_rel: dict[str, float | None]
+    drift: dict[str, Drift]
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """Sent to ``on_progress`` after every finished request."""
+
+    point: Point
+    point_index: int
+    points: int
+    phase: str
+    """``warmup`` or ``measure``."""
+    done: int
+    total: int | None
+    sample: RequestSample | None
+
+
+ProgressFn = Callable[[ProgressEvent], None]
+
+
+def points(spec: WorkloadSpec) -> list[Point]:
+    """The sweep, prompt length outermost."""
+    return [Point(p, spec.output_len, c, spec.request_rate)
+            for p in spec.prompt_lens for c in spec.concurrency]
+
+
+def _failure_note(kind: str, n: int) -> str:
+    what = {
+        ErrorKind.CONNECT: "could not connect",
+        ErrorKind.TIMEOUT_FIRST_BYTE: "got no response before the first-byte timeout",
+        ErrorKind.TIMEOUT_STALL: "stalled mid-stream past the stall timeout",
+        ErrorKind.TIMEOUT_TOTAL: "ran past the request or run deadline",
+        ErrorKind.DISCONNECT: "were dropped by the server mid-response",
+        ErrorKind.HTTP_429: "were rate limited (HTTP 429)",
+        ErrorKind.HTTP_4XX: "were rejected with an HTTP 4xx status",
+        ErrorKind.HTTP_5XX: "failed with an HTTP 5xx status",
+        ErrorKind.PROTOCOL: "got a malformed HTTP response",
+        ErrorKind.BAD_SSE: "carried invalid JSON in the event stream",
+        ErrorKind.SERVER_ERROR_EVENT: "carried an error object in the stream",
+        ErrorKind.NO_CHOICES: "ended without a single token chunk",
+        ErrorKind.MISSING_USAGE: "ended without usage (token counts unknown, not guessed)",
+        ErrorKind.USAGE_MISMATCH: "reported usage that contradicts the stream",
+    }.get(ErrorKind(kind), kind)
+    return f"{n} request{'s' if n != 1 else ''} {what} [{kind}]"
+
+
+def notes_for(metrics: Metrics, samples: Sequence[RequestSample]) -> tuple[str, ...]:
+    """Human-readable summary of what went wrong at a point."""
+    out = [_failure_note(k, n) for k, n in sorted(metrics.failures.items())]
+    ra = [s.retry_after_s for s in samples if s.retry_after_s is not None]
+    if ra:
+        out.append(f"server asked to retry after up to {max(ra):g} s (Retry-After)")
+    if metrics.prompt_len_mismatches:
+        out.append(f"{metrics.prompt_len_mismatches} completed requests: usage.prompt_tokens "
+                   "differs from the built prompt length")
+    return tuple(out)
+
+
+class WorkloadRunner:
+    """Runs a :class:`WorkloadSpec` with one client and one prompt builder."""
+
+    def __init__(self, client: BenchClient, builder: PromptBuilder, spec: WorkloadSpec, *,
+                 on_progress: ProgressFn | None = None) -> None:
+        self.client = client
+        self.builder = builder
+        self.spec = spec
+        self.on_progress = on_progress
+        self._t0 = time.perf_counter_ns()
+        self._index = 0
+        self._rng = random.Random(spec.seed)
+
+    async def measure_min_latency(self, n: int = 5) -> float | None:
+        """Minimal TTFT (ms) of ``n`` shortest one-token requests: network, HTTP, scheduling."""
+        best: float | None = None
+        plen = self.builder.min_len()
+        for _ in range(n):
+            prompt = self.builder.build(plen)
+            s = await self.client.send(RequestSpec(prompt.text, prompt.target_len, 1),
+                                       self._next_index(), t0_ns=self._t0, warmup=True)
+            if s.ok and s.ttft_ns is not None:
+                ms = s.ttft_ns / 1e6
+                best = ms if best is None else min(best, ms)
+        return best
+
+    def _next_index(self) -> int:
+        self._index += 1
+        return self._index
+
+    async def run(self) -> tuple[list[PointResult], float | None]:
+        """Run every point; returns the results and the minimal latency (if measured)."""
+        min_lat = await self.measure_min_latency() if self.spec.subtract_min_latency else None
+        results: list[PointResult] = []
+        pts = points(self.spec)
+        for i, pt in enumerate(pts):
+            results.append(await self._run_point(pt, i, len(pts), min_lat))
+        return results, min_lat
+
+    def _emit(self, ev: ProgressEvent) -> None:
+        if self.on_progress is not None:
+            self.on_progress(ev)
+
+    async def _run_point(self, pt: Point, pi: int, npts: int, min_lat: float | None
+                         ) -> PointResult:
+        spec = self.spec
+        start = time.perf_counter_ns()
+        budget_end = start + int(spec.duration_s * 1e9) if spec.duration_s else None
+        deadline = budget_end + int(spec.drain_s * 1e9) if budget_end else None
+        warm_n = spec.warmup_requests if spec.warmup_requests is not None else pt.concurrency
+        samples: list[RequestSample] = []
+        if warm_n > 0:
+            samples += await self._batch(pt, warm_n, pi, npts, "warmup", None, deadline, None)
+        measured: list[RequestSample] = []
+        repeats = 0
+        ci_rel: dict[str, float | None] = {}
+        converged = False
+        max_rep = spec.max_repeats if budget_end is None or spec.requests else 10_000
+        n_batch = spec.batch_size(pt.concurrency)
+        while repeats < max_rep:
+            if budget_end is not None and time.perf_counter_ns() >= budget_end:
+                break
+            repeats += 1
+            measured += await self._batch(pt, n_batch, pi, npts, "measure", len(measured),
+                                          deadline, budget_end)
+            m = compute(measured, min_latency_ms=min_lat)
+            ci_rel, converged = self._ci(m, pt)
+            if converged:
+                break
+            if all(s.error is not None for s in measured[-n_batch:]):
+                break  # a whole batch failed: more repeats will not converge
+        samples += measured
+        m = compute(samples, min_latency_ms=min_lat)
+        dr: dict[str, Drift] = {}
+        for key, vals in (("ttft_ms", [s.ttft_ns / 1e6 for s in measured
+                                       if s.ok and s.ttft_ns is not None]),):
+            d = drift(vals, min_rel=spec.ci_target)
+            if d is not None:
+                dr[key] = d
+        dec = [v for s in measured if s.ok
+               for k, v in per_request(s).items() if k == "decode_tok_s"]
+        d2 = drift(dec, min_rel=spec.ci_target)
+        if d2 is not None:
+            dr["decode_tok_s"] = d2
+        notes = list(notes_for(m, samples))
+        for key, d in dr.items():
+            if d.significant:
+                notes.append(f"warm-up drift: {key} moved {d.rel_change:+.1%} between the first "
+                             "and second half of the measured requests")
+        if not converged:
+            worst = {k: v for k, v in ci_rel.items() if v is None or v > spec.ci_target}
+            notes.append("95% CI not within ±{:.1%} after {} batch(es): {}".format(
+                spec.ci_target, repeats,
+                ", ".join(f"{k} ±{v:.1%}" if v is not None else f"{k} n/a"
+                          for k, v in worst.items()) or "no samples"))
+        return PointResult(point=pt, samples=tuple(samples), metrics=m, repeats=repeats,
+                           converged=converged, ci_rel=ci_rel, drift=dr, notes=tuple(notes))
+
+    def _ci(self, m: Metrics, pt: Point) -> tuple[dict[str, float | None], bool]:
+        out: dict[str, float | None] = {}
+        ok = True
+        for key in HEADLINE:
+            if key == "decode_tok_s" and pt.output_len < 2:
+                continue
+            summ = getattr(m, key)
+            rel = summ.ci_rel_halfwidth if summ is not None and summ.n >= 3 else None
+            if rel is not None and rel == float("inf"):
+                rel = None
+            out[key] = rel
+            if rel is None or rel > self.spec.ci_target:
+                ok = False
+        return out, ok
+
+    def _specs(self, pt: Point, n: int) -> list[RequestSpec]:
+        out = []
+        for _ in range(n):
+            p = self.builder.build(pt.prompt_len)
+            out.append(RequestSpec(p.text, pt.prompt_len, pt.output_len))
+        return out
+
+    async def _batch(self, pt: Point, n: int, pi: int, npts: int, phase: str,
+                     done0: int | None, deadline: int | None, budget_end: int | None
+                     ) -> list[RequestSample]:
+        """Send ``n`` requests (closed loop at the concurrency, or Poisson arrivals)."""
+        specs = self._specs(pt, n)
+        results: list[RequestSample] = []
+        total = n
+        base = done0 or 0
+
+        def record(s: RequestSample) -> None:
+            results.append(s)
+            self._emit(ProgressEvent(pt, pi, npts, phase, base + len(results),
+                                     None if budget_end else base + total, s))
+
+        if pt.request_rate is None:
+            queue = list(reversed(specs))
+
+            async def worker() -> None:
+                while queue:
+                    if budget_end is not None and time.perf_counter_ns() >= budget_end:
+                        return
+                    rs = queue.pop()
+                    s = await self.client.send(rs, self._next_index(), t0_ns=self._t0,
+                                               deadline_ns=deadline, warmup=phase == "warmup")
+                    record(s)
+                    if s.retry_after_s is not None and s.error in (
+                            ErrorKind.HTTP_429, ErrorKind.HTTP_5XX):
+                        pause = min(s.retry_after_s, self.spec.max_backoff_s)
+                        if deadline is not None:
+                            pause = min(pause, max(0.0, (deadline - time.perf_counter_ns()) / 1e9))
+                        await asyncio.sleep(pause)
+
+            await asyncio.gather(*(worker() for _ in range(min(pt.concurrency, n))))
+        else:
+            sem = asyncio.Semaphore(pt.concurrency)
+            rate = pt.request_rate
+
+            async def one(rs: RequestSpec, warm: bool) -> None:
+                async with sem:
+                    s = await self.client.send(rs, self._next_index(), t0_ns=self._t0,
+                                               deadline_ns=deadline, warmup=warm)
+                record(s)
+
+            tasks = []
+            t_next = time.perf_counter()
+            for rs in specs:
+                if budget_end is not None and time.perf_counter_ns() >= budget_end:
+                    break
+                t_next += self._rng.expovariate(rate)
+                delay = t_next - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(one(rs, phase == "warmup")))
+            await asyncio.gather(*tasks)
+        return results
+
