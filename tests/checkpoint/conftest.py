@@ -118,7 +118,8 @@ class HubServer:
     most this many body bytes of a range, honestly labelled), ``truncate_body`` (promise
     the full range in Content-Length, send this many bytes, then close), ``redirect_to``
     (302 every resolve request to ``redirect_to + path``), ``stall_s`` (wait before
-    answering), ``status`` (file name → HTTP status to answer with).
+    answering), ``drip_s`` (pause between 1 KiB body chunks), ``status`` (file name →
+    HTTP status to answer with).
     """
 
     repos: dict[str, Path] = field(default_factory=dict)
@@ -130,6 +131,7 @@ class HubServer:
     truncate_body: int | None = None
     redirect_to: str | None = None
     stall_s: float = 0.0
+    drip_s: float = 0.0
     status: dict[str, int] = field(default_factory=dict)
     url: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
@@ -169,7 +171,10 @@ class HubServer:
             return
         path = self.repos[m["repo"]] / name
         if ".." in name or not path.is_file():
-            self._reply(h, seen, 404, {"X-Error-Code": "EntryNotFound"})
+            # Like the Hub: a missing file still names the commit it was looked up in.
+            self._reply(
+                h, seen, 404, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": self.commit}
+            )
             return
         size = path.stat().st_size
         start, end = 0, size - 1
@@ -215,9 +220,11 @@ class HubServer:
         h.end_headers()
         try:
             while send > 0 and f is not None:
-                chunk = f.read(min(send, 65536))
-                if not chunk:
+                chunk = f.read(min(send, 1024 if self.drip_s else 65536))
+                if not chunk or self.stop.is_set():
                     break
+                if self.drip_s:
+                    self.stop.wait(self.drip_s)
                 h.wfile.write(chunk)
                 seen.body_bytes += len(chunk)
                 send -= len(chunk)
@@ -255,13 +262,13 @@ def _start(hub: HubServer, host: str = "127.0.0.1") -> tuple[_Server, threading.
 
 
 @pytest.fixture
-def hub_server() -> Iterator[Callable[[], HubServer]]:
+def hub_server() -> Iterator[Callable[..., HubServer]]:
     """Factory of loopback Hub servers (each call starts one more); all stopped after."""
     started: list[tuple[HubServer, _Server, threading.Thread]] = []
 
-    def start() -> HubServer:
+    def start(host: str = "127.0.0.1") -> HubServer:
         hub = HubServer()
-        srv, t = _start(hub)
+        srv, t = _start(hub, host)
         started.append((hub, srv, t))
         return hub
 

@@ -588,6 +588,7 @@ class _Remote:
             and resp.headers.get("x-error-code", "")
             not in ("RepositoryNotFound", "RevisionNotFound")
         ):
+            self._note_commit(resp)  # the Hub names the commit even for a missing file
             resp.close()
             return None
         if resp.status_code == 416 and start is not None:
