@@ -1,0 +1,139 @@
+"""``servelab synth ...``: build tiny real checkpoints, quantized/MTP variants, replicas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from servelab.errors import UsageError
+
+synth_app = typer.Typer(
+    name="synth",
+    help="Build test checkpoints: tiny real models, quantized and MTP variants, and "
+    "full-dimension header replicas (sparse files).",
+    no_args_is_help=True,
+)
+
+_console = Console(highlight=False)
+
+#: Which linear layers a replica quantizes (regex sets from servelab.synth.replica).
+_TARGETS = ("experts-attention", "experts", "all-text")
+#: Replica model presets.
+_MODELS = ("qwen3.6-35b-a3b",)
+
+
+@synth_app.command("tiny")
+def tiny(
+    arch: Annotated[
+        str, typer.Argument(help="Architecture: llama, qwen3_moe, qwen3_next or qwen3_5_moe_text.")
+    ],
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the checkpoint to.")],
+    seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),
+) -> None:
+    """Write a tiny random-weight Hugging Face checkpoint that vLLM can serve."""
+    from servelab.synth.tiny import make_tiny_model
+
+    make_tiny_model(arch, out_dir, seed=seed)
+    _console.print(f"wrote {out_dir}")
+
+
+@synth_app.command("quantize")
+def quantize(
+    src: Annotated[Path, typer.Argument(help="A tiny checkpoint directory (model.safetensors).")],
+    out_dir: Annotated[Path, typer.Argument(help="New directory for the quantized copy.")],
+    variant: str = typer.Option(
+        ...,
+        "--variant",
+        help="fp8-channel (compressed-tensors), nvfp4 (compressed-tensors "
+        "nvfp4-pack-quantized), fp8-block (fine-grained FP8) or modelopt-nvfp4.",
+    ),
+) -> None:
+    """Quantize the routed/shared experts and attention of a tiny checkpoint."""
+    from servelab.synth.quantize import quantize_checkpoint
+
+    quantize_checkpoint(src, out_dir, variant)
+    _console.print(f"wrote {out_dir}")
+
+
+@synth_app.command("mtp")
+def mtp(
+    src: Annotated[Path, typer.Argument(help="A tiny qwen3_5_moe_text checkpoint directory.")],
+    out_dir: Annotated[Path, typer.Argument(help="New directory for the variant.")],
+    ship: bool = typer.Option(
+        False,
+        "--ship/--declare-only",
+        help="Ship mtp.* tensors, or only declare mtp_num_hidden_layers in the config.",
+    ),
+    undeclared: bool = typer.Option(
+        False, "--undeclared", help="With --ship: leave the config without an MTP declaration."
+    ),
+    fused: bool = typer.Option(
+        False, "--fused", help="With --ship: fused 3D experts in the MTP layer."
+    ),
+) -> None:
+    """Write an MTP variant: declared but missing, or shipped (declared or not)."""
+    from servelab.synth.quantize import add_mtp_head, declare_mtp
+
+    if not ship and (undeclared or fused):
+        raise UsageError("--undeclared and --fused need --ship")
+    if ship:
+        add_mtp_head(src, out_dir, declare=not undeclared, fused_experts=fused)
+    else:
+        declare_mtp(src, out_dir)
+    _console.print(f"wrote {out_dir}")
+
+
+@synth_app.command("replica")
+def replica(
+    out_dir: Annotated[Path, typer.Argument(help="Directory for the replica (a few MB on disk).")],
+    model: str = typer.Option("qwen3.6-35b-a3b", "--model", help="Model preset."),
+    layout: str = typer.Option(
+        "fp8-channel",
+        "--layout",
+        help="bf16, fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4.",
+    ),
+    targets: str = typer.Option(
+        "experts-attention",
+        "--targets",
+        help="Quantized linears: experts-attention (routed+shared experts, full attention), "
+        "experts (routed only) or all-text (also linear attention).",
+    ),
+    scale_dtype: str | None = typer.Option(
+        None, "--scale-dtype", help="FP8 scale dtype (default BF16 channel, F32 block)."
+    ),
+    mtp: str = typer.Option("none", "--mtp", help="Ship an MTP head: none, per-expert or fused."),
+    max_shard_bytes: int = typer.Option(
+        4_000_000_000, "--max-shard-bytes", help="Shard size limit in bytes."
+    ),
+) -> None:
+    """Write a full-dimension header replica: real headers, sparse zero data."""
+    from servelab.synth import replica as rp
+
+    if model not in _MODELS:
+        raise UsageError(f"unknown model preset {model!r}; choose one of {', '.join(_MODELS)}")
+    if targets not in _TARGETS:
+        raise UsageError(f"unknown targets {targets!r}; choose one of {', '.join(_TARGETS)}")
+    pats = {
+        "experts-attention": rp.EXPERTS_AND_ATTENTION,
+        "experts": rp.ROUTED_EXPERTS_ONLY,
+        "all-text": rp.TEXT_LINEARS,
+    }[targets]
+    plan = rp.write_replica(
+        out_dir,
+        rp.QWEN3_6_35B_A3B,
+        rp.QuantLayout(layout, pats, scale_dtype=scale_dtype),
+        mtp=mtp,
+        max_shard_bytes=max_shard_bytes,
+    )
+    _console.print(
+        f"wrote {out_dir}: {len(plan.tensors):,} tensors, {plan.total_bytes / (1 << 30):.2f} GiB "
+        "described (sparse)"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``synth`` command group to the root app."""
+    app.add_typer(synth_app, name="synth")
