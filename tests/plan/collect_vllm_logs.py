@@ -64,7 +64,6 @@ CASES: dict[str, dict[str, Any]] = {
             "linear_key_head_dim": 32,
         },
     },
-    "qwen3_5_moe_text_64m_2048": {"arch": "qwen3_5_moe_text", "kv": 67_108_864, "mml": 2048},
     "qwen3_next_noprefix_100m_4096": {
         "arch": "qwen3_next",
         "kv": 100_000_000,

@@ -45,11 +45,22 @@ def _root(
 
 def _register_commands() -> None:
     # One line per command group; keep alphabetical.
-    from servelab.cli import bench_cmd, engine_cmd, inspect_cmd, recipe_cmd, serve_cmd, synth_cmd
+    from servelab.cli import (
+        bench_cmd,
+        engine_cmd,
+        hardware_cmd,
+        inspect_cmd,
+        plan_cmd,
+        recipe_cmd,
+        serve_cmd,
+        synth_cmd,
+    )
 
     bench_cmd.register(app)
     engine_cmd.register(app)
+    hardware_cmd.register(app)
     inspect_cmd.register(app)
+    plan_cmd.register(app)
     recipe_cmd.register(app)
     serve_cmd.register(app)
     synth_cmd.register(app)

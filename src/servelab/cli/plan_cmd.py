@@ -1,0 +1,440 @@
+"""``servelab plan CHECKPOINT`` and ``servelab explain A B``: memory, KV pool, speed."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from servelab.checkpoint.report import build_report
+from servelab.checkpoint.sources import load_checkpoint
+from servelab.errors import UsageError
+from servelab.hardware.probe import load_probe
+from servelab.hardware.profiles import HardwareProfile, get_profile, with_probe
+from servelab.plan.build import Plan, build_plan
+from servelab.plan.calibrate import fit_efficiencies, load_measurements, lookup
+from servelab.plan.explain import explain as explain_builds
+from servelab.plan.markdown import explain_markdown, plan_markdown
+from servelab.plan.weights import weights_from_report
+
+GIB = 1 << 30
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "kib": 1 << 10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": 1 << 20,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": 1 << 30,
+    "t": 10**12,
+    "tb": 10**12,
+    "tib": 1 << 40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """``6GiB`` / ``6442450944`` / ``1.5GB`` -> bytes."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UsageError(f"cannot read {text!r} as a byte count (e.g. 6442450944 or 6GiB)")
+    try:
+        return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    except ValueError as exc:
+        raise UsageError(f"cannot read {text!r} as a byte count") from exc
+
+
+def parse_list(text: str, kind: type[int] | type[float], what: str) -> list[int] | list[float]:
+    """``512,2048,8192`` -> [512, 2048, 8192]."""
+    try:
+        vals = [kind(x.replace("_", "")) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise UsageError(f"{what}: {text!r} is not a comma-separated list of numbers") from exc
+    if not vals:
+        raise UsageError(f"{what}: empty list")
+    return vals
+
+
+def _gib(n: float, nd: int = 2) -> str:
+    return f"{n / GIB:,.{nd}f} GiB"
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``1.50 KiB`` (binary units)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareProfile:
+    hw = get_profile(name, files=files)
+    if probe is not None:
+        try:
+            data = json.loads(probe.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise UsageError("probe file not found", path=probe) from exc
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"probe file is not JSON: {exc}", path=probe) from exc
+        pr = load_probe(data)
+        hw = with_probe(
+            hw,
+            bandwidth=pr.copy_bandwidth.best,
+            compute={k: v.best for k, v in pr.matmul.items()},
+        )
+    return hw
+
+
+def make_plan(
+    checkpoint: str,
+    *,
+    hardware: HardwareProfile,
+    revision: str | None = None,
+    max_model_len: int | None = None,
+    kv_cache_memory_bytes: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    kv_cache_dtype: str = "auto",
+    engine_version: str = "0.32.0",
+    prompt_lens: Sequence[int] = (512, 2048, 8192),
+    calibration: Path | None = None,
+    enable_prefix_caching: bool = True,
+    acceptance_lengths: Sequence[float] = (),
+    draft_tokens: int = 0,
+    overhead_bytes: int | None = None,
+) -> Plan:
+    """Read the checkpoint's headers and plan it (the CLI's library call)."""
+    source = load_checkpoint(checkpoint, revision=revision)
+    report = build_report(source)
+    weights = weights_from_report(report, name=checkpoint)
+    config = dict(source.config or {})
+    if not config:
+        raise UsageError(
+            "the checkpoint has no config.json; plan needs its dimensions", path=checkpoint
+        )
+    dec = pre = None
+    if calibration is not None:
+        fits = fit_efficiencies(
+            load_measurements(calibration),
+            lambda n: hardware if n == hardware.name else get_profile(n),
+        )
+        path = hardware.kernel_path(weights.scheme, moe=weights.moe).name
+        common = {
+            "engine": "vllm",
+            "engine_version": engine_version,
+            "backend": path,
+            "hardware": hardware.name,
+        }
+        dec = lookup(fits, kind="decode", **common)
+        pre = lookup(fits, kind="prefill", **common)
+    return build_plan(
+        config,
+        weights,
+        hardware,
+        max_model_len=max_model_len,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        engine_version=engine_version,
+        prompt_lens=prompt_lens,
+        enable_prefix_caching=enable_prefix_caching,
+        decode_efficiency=dec,
+        prefill_efficiency=pre,
+        acceptance_lengths=acceptance_lengths,
+        draft_tokens=draft_tokens,
+        overhead_bytes=overhead_bytes,
+    )
+
+
+def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> None:
+    """Rich tables for a plan; speeds are labelled predicted."""
+    kv, mem, sp = plan.kv, plan.memory, plan.speed
+    hw = plan.hardware
+    console.print(
+        f"[bold]{plan.checkpoint}[/] on [bold]{hw.name}[/] ({hw.description}); "
+        f"vLLM {plan.engine_version}, {plan.platform} rules"
+    )
+    fit = mem.fits and kv.fits_one_request
+    mt = Table(title="Memory", title_justify="left")
+    for c in ("item", "size", "source"):
+        mt.add_column(c, justify="right" if c == "size" else "left")
+    mt.add_row("weights (resident)", human_bytes(mem.weights_bytes), plan.weights.source)
+    mt.add_row("KV pool", _gib(mem.kv_pool_bytes), mem.kv_pool_source)
+    mt.add_row("overhead", _gib(mem.overhead_bytes), mem.overhead_source)
+    mt.add_row(
+        "total",
+        _gib(mem.total_bytes),
+        f"budget {_gib(mem.budget_bytes)} of "
+        f"{_gib(mem.memory_bytes)}{' unified' if mem.unified else ''}",
+    )
+    console.print(mt)
+    console.print(
+        f"fits: [bold]{'yes' if fit else 'NO'}[/], headroom {_gib(mem.headroom_bytes)}; "
+        f"largest context at concurrency 1: {plan.largest_context_c1:,} tokens"
+    )
+    if fits_only:
+        return
+    kt = Table(title="KV pool (vLLM arithmetic)", title_justify="left", show_header=False)
+    kt.add_column(style="bold")
+    kt.add_column()
+    kt.add_row("engine log (predicted)", kv.log_line)
+    kt.add_row(
+        "block size",
+        f"{kv.block_size} tokens"
+        + (" (raised to hold a mamba page)" if kv.block_size_was_aligned else ""),
+    )
+    if kv.mamba_page_bytes:
+        pad = f", padded {kv.mamba_padding_pct:.2f}%" if kv.mamba_padding_pct is not None else ""
+        kt.add_row(
+            "state page",
+            f"{kv.mamba_page_bytes:,} bytes{pad}; mode "
+            f"{kv.mamba_cache_mode}, SSM dtype {kv.mamba_ssm_dtype}",
+        )
+    kinds = ", ".join(f"{g.kind}×{len(g.layers)}" for g in kv.groups)
+    kt.add_row("groups", f"{len(kv.groups)} ({kinds}); {kv.padding_layers} padding layer(s)")
+    kt.add_row(
+        "pool",
+        f"{kv.num_blocks:,} blocks × {kv.bytes_per_block:,} bytes; "
+        f"{kv.blocks_per_request} blocks per {kv.max_model_len:,}-token request",
+    )
+    kt.add_row("rule", kv.rule + ("" if kv.verified_rule else " (unverified for this version)"))
+    console.print(kt)
+    dt = Table(title="Decode, single stream (predicted)", title_justify="left")
+    for c in (
+        "context",
+        "weights",
+        "KV read",
+        "state r+w",
+        "roofline tok/s",
+        "calibrated tok/s",
+    ):
+        dt.add_column(c, justify="right")
+    for d in sp.decode:
+        cal = (
+            f"{d.calibrated_tok_s:,.1f} ({d.calibrated_low:,.1f}-{d.calibrated_high:,.1f})"
+            if d.calibrated_tok_s is not None
+            and d.calibrated_low is not None
+            and d.calibrated_high is not None
+            else "-"
+        )
+        dt.add_row(
+            f"{d.context_len:,}",
+            human_bytes(d.weight_bytes),
+            human_bytes(d.kv_bytes),
+            human_bytes(d.state_bytes),
+            f"{d.roofline_tok_s:,.1f}",
+            cal,
+        )
+    console.print(dt)
+    console.print(
+        f"bandwidth {sp.bandwidth / 1e9:,.0f} GB/s ({sp.bandwidth_source})"
+        + (
+            f"; efficiency {sp.decode_efficiency.median:.2f} from "
+            f"{sp.decode_efficiency.key} (n={sp.decode_efficiency.n}, "
+            f"{sp.decode_efficiency.matched})"
+            if sp.decode_efficiency
+            else ""
+        )
+    )
+    if sp.prefill:
+        pt = Table(
+            title=f"Prefill (predicted; {sp.kernel_path.name}, {sp.compute_precision})",
+            title_justify="left",
+        )
+        for c in ("prompt", "bound", "roofline tok/s", "calibrated tok/s"):
+            pt.add_column(c, justify="right")
+        for p in sp.prefill:
+            cal = f"{p.calibrated_tok_s:,.0f}" if p.calibrated_tok_s is not None else "-"
+            pt.add_row(f"{p.prompt_len:,}", p.bound, f"{p.roofline_tok_s:,.0f}", cal)
+        console.print(pt)
+    if sp.mtp:
+        st = Table(title="Speculative decode (predicted)", title_justify="left")
+        for c in ("acceptance length", "drafts", "tok/s", "speed-up"):
+            st.add_column(c, justify="right")
+        for m in sp.mtp:
+            st.add_row(
+                f"{m.acceptance_length:.2f}",
+                str(m.draft_tokens),
+                f"{m.roofline_tok_s:,.1f}",
+                f"{m.speedup:.2f}x",
+            )
+        console.print(st)
+    for n in (*plan.notes, *sp.notes):
+        console.print(f"[yellow]note:[/] {n}")
+
+
+def plan(
+    checkpoint: str = typer.Argument(..., help="Local checkpoint directory or Hub repo id."),
+    hardware: str = typer.Option(
+        "dgx-spark", "--hardware", "-H", help="Hardware profile name (servelab hardware list)."
+    ),
+    hardware_file: Annotated[
+        list[Path] | None,
+        typer.Option("--hardware-file", help="TOML file with user hardware profiles."),
+    ] = None,
+    probe: Annotated[
+        Path | None,
+        typer.Option(
+            "--probe",
+            help="Probe JSON (servelab hardware probe --json) whose "
+            "measured ceilings replace the published ones.",
+        ),
+    ] = None,
+    revision: str | None = typer.Option(None, "--revision", help="Hub revision."),
+    max_model_len: int | None = typer.Option(
+        None,
+        "--max-model-len",
+        help="vLLM --max-model-len (default: the model's max_position_embeddings).",
+    ),
+    kv_cache_memory_bytes: str | None = typer.Option(
+        None,
+        "--kv-cache-memory-bytes",
+        help="vLLM --kv-cache-memory-bytes: a fixed pool, e.g. 6GiB or 6442450944.",
+    ),
+    gpu_memory_utilization: float = typer.Option(
+        0.9,
+        "--gpu-memory-utilization",
+        help="vLLM --gpu-memory-utilization (ignored by vLLM when --kv-cache-memory-bytes is set).",
+    ),
+    kv_cache_dtype: str = typer.Option(
+        "auto", "--kv-cache-dtype", help="vLLM --kv-cache-dtype (auto, fp8, bfloat16, …)."
+    ),
+    engine_version: str = typer.Option(
+        "0.32.0", "--engine-version", help="vLLM version whose arithmetic to follow."
+    ),
+    prompt_lens: str = typer.Option(
+        "512,2048,8192", "--prompt-lens", help="Comma-separated context/prompt lengths to predict."
+    ),
+    fits: bool = typer.Option(
+        False,
+        "--fits",
+        help="Only say whether it fits, the headroom, and the largest context at concurrency 1.",
+    ),
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibration", help="JSON list of measured runs to calibrate efficiency from."
+        ),
+    ] = None,
+    no_prefix_caching: bool = typer.Option(
+        False, "--no-enable-prefix-caching", help="As vLLM's flag (changes hybrid state blocks)."
+    ),
+    mtp_acceptance: str | None = typer.Option(
+        None,
+        "--mtp-acceptance",
+        help="Mean acceptance lengths to predict speculative decode "
+        "at, e.g. 1.5,2,2.5 (needs --draft-tokens).",
+    ),
+    draft_tokens: int = typer.Option(
+        0, "--draft-tokens", help="Speculative tokens per step (num_speculative_tokens)."
+    ),
+    overhead: str | None = typer.Option(
+        None, "--overhead", help="Runtime overhead to budget (default 2GiB estimate)."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the plan as JSON (schema servelab.plan/1)."
+    ),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
+) -> None:
+    """Plan memory, the vLLM KV pool and predicted speed for CHECKPOINT on a hardware profile."""
+    if as_json and as_markdown:
+        raise UsageError("--json and --markdown cannot be used together")
+    hw = _hardware(hardware, hardware_file or [], probe)
+    result = make_plan(
+        checkpoint,
+        hardware=hw,
+        revision=revision,
+        max_model_len=max_model_len,
+        kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        engine_version=engine_version,
+        prompt_lens=[int(x) for x in parse_list(prompt_lens, int, "--prompt-lens")],
+        calibration=calibration,
+        enable_prefix_caching=not no_prefix_caching,
+        acceptance_lengths=parse_list(mtp_acceptance, float, "--mtp-acceptance")
+        if mtp_acceptance
+        else (),
+        draft_tokens=draft_tokens,
+        overhead_bytes=parse_bytes(overhead) if overhead else None,
+    )
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    elif as_markdown:
+        typer.echo(plan_markdown(result), nl=False)
+    else:
+        render_plan(result, Console(highlight=False), fits_only=fits)
+
+
+def explain(
+    a: str = typer.Argument(..., help="First build: checkpoint directory or Hub repo id."),
+    b: str = typer.Argument(..., help="Second build: checkpoint directory or Hub repo id."),
+    hardware: str = typer.Option("dgx-spark", "--hardware", "-H", help="Hardware profile name."),
+    hardware_file: Annotated[
+        list[Path] | None,
+        typer.Option("--hardware-file", help="TOML file with user hardware profiles."),
+    ] = None,
+    probe: Annotated[
+        Path | None, typer.Option("--probe", help="Probe JSON with measured ceilings.")
+    ] = None,
+    context_len: int = typer.Option(2048, "--context-len", help="Context length to compare at."),
+    engine_version: str = typer.Option("0.32.0", "--engine-version", help="vLLM version."),
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="JSON list of measured runs (efficiencies)."),
+    ] = None,
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print it as Markdown."),
+) -> None:
+    """Explain why two builds decode at different (predicted) speeds: bytes vs kernels."""
+    if as_json and as_markdown:
+        raise UsageError("--json and --markdown cannot be used together")
+    hw = _hardware(hardware, hardware_file or [], probe)
+    plans = [
+        make_plan(
+            x,
+            hardware=hw,
+            engine_version=engine_version,
+            prompt_lens=[context_len],
+            calibration=calibration,
+            max_model_len=max(context_len, 1),
+        )
+        for x in (a, b)
+    ]
+    e = explain_builds(plans[0], plans[1])
+    if as_json:
+        typer.echo(json.dumps(e.to_dict(), indent=2))
+    elif as_markdown:
+        typer.echo(explain_markdown(e), nl=False)
+    else:
+        console = Console(highlight=False)
+        t = Table(
+            title=f"A vs B on {e.hardware} at {e.context_len:,} tokens (predicted)",
+            title_justify="left",
+        )
+        for c in ("", "A", "B"):
+            t.add_column(c)
+        t.add_row("build", e.a.name, e.b.name)
+        t.add_row("scheme", e.a.scheme, e.b.scheme)
+        t.add_row("kernel path", e.a.kernel_path, e.b.kernel_path)
+        t.add_row("bytes/token", _gib(e.a.bytes_per_token, 3), _gib(e.b.bytes_per_token, 3))
+        t.add_row(
+            "decode tok/s (predicted)", f"{e.a.predicted_tok_s:,.1f}", f"{e.b.predicted_tok_s:,.1f}"
+        )
+        console.print(t)
+        for line in e.lines:
+            console.print(line)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``plan`` and ``explain`` to the root app."""
+    app.command("plan")(plan)
+    app.command("explain")(explain)

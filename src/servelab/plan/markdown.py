@@ -1,0 +1,102 @@
+"""Markdown renderings of a plan and of an explanation (pure strings)."""
+
+from __future__ import annotations
+
+from servelab.plan.build import Plan
+from servelab.plan.explain import Explanation
+
+GIB = 1 << 30
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def plan_markdown(plan: Plan) -> str:
+    """The plan as Markdown; every speed is marked *predicted*."""
+    kv, mem, sp = plan.kv, plan.memory, plan.speed
+    out = [
+        f"# Plan: {plan.checkpoint} on {plan.hardware.name}",
+        "",
+        f"vLLM {plan.engine_version} ({plan.platform} rules). All speeds are **predicted**.",
+        "",
+        "## Memory",
+        "",
+        "| item | size | source |",
+        "|---|---:|---|",
+        f"| weights (resident) | {_gib(mem.weights_bytes)} | {plan.weights.source} |",
+        f"| KV pool | {_gib(mem.kv_pool_bytes)} | {mem.kv_pool_source} |",
+        f"| overhead | {_gib(mem.overhead_bytes)} | {mem.overhead_source} |",
+        f"| total | {_gib(mem.total_bytes)} | of {_gib(mem.budget_bytes)} budget |",
+        "",
+        f"Fits: **{'yes' if mem.fits and kv.fits_one_request else 'no'}**, headroom "
+        f"{_gib(mem.headroom_bytes)}; largest context at concurrency 1: "
+        f"{plan.largest_context_c1:,} tokens.",
+        "",
+        "## KV pool",
+        "",
+        f"- `{kv.log_line}` (predicted engine log)",
+        f"- block size {kv.block_size} tokens"
+        + (" (aligned to the mamba page)" if kv.block_size_was_aligned else ""),
+        f"- {len(kv.groups)} group(s), {kv.num_blocks:,} blocks of {kv.bytes_per_block:,} bytes, "
+        f"{kv.blocks_per_request} blocks per request at {kv.max_model_len:,} tokens",
+        f"- rule: {kv.rule}",
+        "",
+        "## Decode (predicted, single stream)",
+        "",
+        "| context | bytes/token | roofline tok/s | calibrated tok/s |",
+        "|---:|---:|---:|---:|",
+    ]
+    for d in sp.decode:
+        cal = f"{d.calibrated_tok_s:,.1f}" if d.calibrated_tok_s is not None else "-"
+        out.append(
+            f"| {d.context_len:,} | {d.bytes_per_token / GIB:.3f} GiB | "
+            f"{d.roofline_tok_s:,.1f} | {cal} |"
+        )
+    if sp.prefill:
+        out += [
+            "",
+            f"## Prefill (predicted, {sp.kernel_path.name}, {sp.compute_precision} compute)",
+            "",
+            "| prompt | bound | roofline tok/s | calibrated tok/s |",
+            "|---:|---|---:|---:|",
+        ]
+        for p in sp.prefill:
+            cal = f"{p.calibrated_tok_s:,.0f}" if p.calibrated_tok_s is not None else "-"
+            out.append(f"| {p.prompt_len:,} | {p.bound} | {p.roofline_tok_s:,.0f} | {cal} |")
+    if sp.mtp:
+        out += [
+            "",
+            "## Speculative decode (predicted)",
+            "",
+            "| acceptance length | drafts | tok/s | speed-up |",
+            "|---:|---:|---:|---:|",
+        ]
+        for m in sp.mtp:
+            out.append(
+                f"| {m.acceptance_length:.2f} | {m.draft_tokens} | {m.roofline_tok_s:,.1f} | "
+                f"{m.speedup:.2f}x |"
+            )
+    if plan.notes or sp.notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in (*plan.notes, *sp.notes)]
+    return "\n".join(out) + "\n"
+
+
+def explain_markdown(e: Explanation) -> str:
+    """The explanation as Markdown (predicted)."""
+    out = [
+        f"# Why {e.a.name} and {e.b.name} differ on {e.hardware} (predicted)",
+        "",
+        "| | A | B |",
+        "|---|---|---|",
+        f"| build | {e.a.name} | {e.b.name} |",
+        f"| scheme | {e.a.scheme} | {e.b.scheme} |",
+        f"| kernel path | {e.a.kernel_path} | {e.b.kernel_path} |",
+        f"| bytes/token @ {e.context_len:,} | {e.a.bytes_per_token / GIB:.3f} GiB | "
+        f"{e.b.bytes_per_token / GIB:.3f} GiB |",
+        f"| predicted decode | {e.a.predicted_tok_s:,.1f} tok/s | "
+        f"{e.b.predicted_tok_s:,.1f} tok/s |",
+        "",
+        *[f"- {line}" for line in e.lines],
+    ]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,89 @@
+"""Memory budget: resident weights + KV pool + runtime overhead against device memory.
+
+With ``--kv-cache-memory-bytes`` vLLM skips memory profiling and uses exactly that pool
+(gpu_memory_utilization is ignored). Without it, vLLM gives the KV cache what is left of
+``gpu_memory_utilization x memory`` after weights and the profiled activation peak; that
+peak is not knowable before a run, so servelab uses an overhead **estimate** (flagged as
+such) which the user can override.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from servelab.errors import UsageError
+from servelab.hardware.profiles import HardwareProfile
+
+GIB = 1 << 30
+DEFAULT_OVERHEAD_BYTES = 2 * GIB
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Where the device memory goes, and whether it fits."""
+
+    hardware: str
+    memory_bytes: int
+    unified: bool
+    gpu_memory_utilization: float
+    budget_bytes: int
+    weights_bytes: int
+    kv_pool_bytes: int
+    kv_pool_source: str
+    overhead_bytes: int
+    overhead_source: str
+    total_bytes: int
+    headroom_bytes: int
+    fits: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def plan_memory(
+    hardware: HardwareProfile,
+    *,
+    weights_bytes: int,
+    kv_cache_memory_bytes: int | None,
+    gpu_memory_utilization: float = 0.9,
+    overhead_bytes: int | None = None,
+) -> MemoryPlan:
+    """Budget the device memory. The KV pool is given, or what the budget leaves."""
+    if not 0 < gpu_memory_utilization <= 1:
+        raise UsageError("--gpu-memory-utilization must be in (0, 1]")
+    over = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else overhead_bytes
+    over_src = (
+        "estimate: CUDA context + activation peak + graphs (2 GiB default)"
+        if overhead_bytes is None
+        else "given"
+    )
+    mem = hardware.memory_bytes
+    if kv_cache_memory_bytes is not None:
+        budget = mem
+        kv = kv_cache_memory_bytes
+        kv_src = "--kv-cache-memory-bytes (memory profiling skipped)"
+    else:
+        budget = int(mem * gpu_memory_utilization)
+        kv = max(budget - weights_bytes - over, 0)
+        kv_src = (
+            f"estimate: {gpu_memory_utilization:g} x memory - weights - overhead "
+            "(vLLM profiles the real figure at start-up)"
+        )
+    total = weights_bytes + kv + over
+    return MemoryPlan(
+        hardware=hardware.name,
+        memory_bytes=mem,
+        unified=hardware.unified,
+        gpu_memory_utilization=gpu_memory_utilization,
+        budget_bytes=budget,
+        weights_bytes=weights_bytes,
+        kv_pool_bytes=kv,
+        kv_pool_source=kv_src,
+        overhead_bytes=over,
+        overhead_source=over_src,
+        total_bytes=total,
+        headroom_bytes=budget - total,
+        fits=total <= budget and kv > 0,
+    )
