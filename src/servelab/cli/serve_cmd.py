@@ -3,7 +3,7 @@
 ``servelab serve --url URL`` attaches to a server that is already running instead and
 prints what it reports (``/version``, ``/v1/models``, ``/metrics``).
 
-``--json`` prints, once the engine is ready, one JSON object on stdout::
+``--json`` prints, once the engine is ready, one JSON object on one stdout line::
 
     {"event": "ready", "base_url": str, "served_model_name": str, "pid": int,
      "run_dir": str, "log_path": str, "ready_s": float, "argv": [str, ...],
@@ -199,7 +199,8 @@ def serve(
 
             engine = launch(rec, run_dir=rdir, port=parsed_port, on_phase=on_phase)
         if json_out:
-            out.print_json(json.dumps(_ready_payload(engine, rdir), default=str))
+            # One line, flushed: scripts read it while the engine keeps serving.
+            print(json.dumps(_ready_payload(engine, rdir), default=str), flush=True)
         else:
             out.print(facts_table(engine.facts))
             out.print(

