@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 from site_chromium import Browser, chromium_available, serve_directory
+from site_records import HOSTILE_LINE, populate
 from site_samples import HOSTILE, HOSTILE_LOG
 
 from servelab.site.build import build_site
+from servelab.site.collect import collect_site
 from servelab.site.model import Site
+from servelab.store import open_store
 
 pytestmark = [
     pytest.mark.browser,
@@ -113,3 +116,36 @@ def test_every_measured_number_links_to_an_existing_run_page(
         with browser.page(href) as run_page:
             _clean(run_page.result.errors)
             assert run_page.js("document.querySelector('h1').innerText").startswith("Run ")
+
+
+def test_site_built_from_a_real_store(browser: Browser, tmp_path: Path) -> None:
+    """The CLI path end to end: SQLite store → collect → build → Chromium."""
+    url, bf16, _kv = populate(tmp_path / "results.db")
+    with open_store(url) as store:
+        site = collect_site(store)
+    built = build_site(site, tmp_path / "site")
+    with serve_directory(built.outdir) as base:
+        for rel in ("index.html", "recipes/tiny-bf16.html", "recipes/tiny-kv.html",
+                    f"experiments/{site.experiments[0].slug}.html",
+                    f"models/{site.models[0].slug}.html", f"runs/{bf16[-1]}.html"):
+            with browser.page(base + rel) as page:
+                _clean(page.result.errors)
+                assert page.result.dialogs == [], rel
+                assert page.js("document.scripts.length") == 0, rel
+                broken = page.js("[...document.images].filter(i => i.naturalWidth === 0).length")
+                assert broken == 0, rel
+                page.screenshot(ARTIFACTS / ("store_" + rel.replace("/", "_") + ".png"))
+                if rel == "recipes/tiny-bf16.html":
+                    kinds = page.js("[...document.querySelectorAll('#troubleshooting details')]"
+                                    ".map(d => d.dataset.kind)")
+                    assert {"regression", "kernel-fallback", "profiling-skipped"} <= set(kinds)
+                    verified = page.js("[...document.querySelectorAll("
+                                       "'#verification-table tbody tr')].map(tr => tr.cells[0]"
+                                       ".innerText)")
+                    assert verified[0] == "2026-07-01" and len(verified) == 7
+                if rel.startswith("experiments/"):
+                    assert page.js("document.getElementById('verdict').innerText") == "adopt"
+                if rel.startswith("runs/"):
+                    log = page.js("document.getElementById('log').innerText")
+                    assert HOSTILE_LINE in log and "[redacted]" in log.lower()
+                    assert "hf_zyxwvutsrq" not in log

@@ -46,23 +46,29 @@ def _root(
 def _register_commands() -> None:
     # One line per command group; keep alphabetical.
     from servelab.cli import (
+        analysis_cmd,
         bench_cmd,
         engine_cmd,
         hardware_cmd,
         inspect_cmd,
         plan_cmd,
         recipe_cmd,
+        runs_cmd,
         serve_cmd,
+        site_cmd,
         synth_cmd,
     )
 
+    analysis_cmd.register(app)
     bench_cmd.register(app)
     engine_cmd.register(app)
     hardware_cmd.register(app)
     inspect_cmd.register(app)
     plan_cmd.register(app)
     recipe_cmd.register(app)
+    runs_cmd.register(app)
     serve_cmd.register(app)
+    site_cmd.register(app)
     synth_cmd.register(app)
 
 

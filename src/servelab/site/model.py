@@ -167,12 +167,18 @@ class HistoryPoint:
 
 @dataclass(frozen=True)
 class ChangePoint:
-    """A detected change in a metric's history, between two runs."""
+    """A detected change in a metric's history: between points ``index - 1`` and ``index``.
 
-    index: int  # index of the first point after the change
-    before: Measured
-    after: Measured
+    ``before`` / ``after`` are the levels of the segments on either side (a segment mean over
+    several runs is a :class:`Derived` naming them). ``factors`` lists recorded conditions that
+    differ across the step, strongest suspects first (e.g. ``"engine_version: 0.31 → 0.32"``).
+    """
+
+    index: int
+    before: Measured | Derived
+    after: Measured | Derived
     relative_change: Derived
+    factors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -201,8 +207,8 @@ class ExperimentMetric:
 
     name: str
     unit: str
-    baseline: Measured
-    candidate: Measured
+    baseline: Measured | Derived
+    candidate: Measured | Derived
     change: Derived  # relative change candidate vs baseline, in %
     significant: bool
 
@@ -221,6 +227,7 @@ class ExperimentPage:
     candidate_recipe: str | None
     metrics: tuple[ExperimentMetric, ...]
     conclusion: str = ""
+    clauses: tuple[tuple[str, str, str], ...] = ()  # (criterion, pass|fail|inconclusive, why)
 
 
 @dataclass(frozen=True)

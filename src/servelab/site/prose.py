@@ -312,11 +312,16 @@ def troubleshooting(page: RecipePage) -> tuple[TroubleshootingEntry, ...]:
             worse = cp.after.value < cp.before.value
             question = (f"I measured {series.metric} higher before" if worse
                         else f"{series.metric} jumped — is that real?")
+            suspects = (f" Recorded conditions that differ across the step: "
+                        f"{'; '.join(cp.factors)}." if cp.factors
+                        else " No recorded condition (engine, driver, torch, checkpoint, "
+                        "host) differs across the step.")
             entries.append(TroubleshootingEntry(
                 "regression" if worse else "improvement", question,
                 (f"History shows a change point in {series.metric}: ", cp.before,
                  f" up to {when_before}, then ", cp.after, f" from {when_after} (",
-                 cp.relative_change, "). Both sets of runs stay on this page, dated."),
+                 cp.relative_change, ").", suspects,
+                 " Both sets of runs stay on this page, dated."),
             ))
     version = primary_version(page)
     row = row_at(page.decode, reference_prompt(page), version)

@@ -112,7 +112,9 @@ def _md_num(num: Measured | Predicted | Derived, root: str) -> MdSafe:
         return MdSafe(f'[{text}]({href} "{md_escape(title)}")')
     if isinstance(num, Predicted):
         return MdSafe(f"{text} *(predicted)*")
-    return MdSafe(f"{text} (runs {md_escape(', '.join(num.run_ids))})")
+    runs = (f"runs {', '.join(num.run_ids)}" if len(num.run_ids) <= 2
+            else f"from {len(num.run_ids)} runs")
+    return MdSafe(f"{text} ({md_escape(runs)})")
 
 
 def _md_text(segments: Text, root: str) -> MdSafe:

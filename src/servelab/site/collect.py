@@ -1,0 +1,594 @@
+"""From the results store to page models.
+
+:func:`collect_site` reads every run and experiment from a :class:`~servelab.store.Store`;
+:func:`site_from_records` (pure) turns them into a :class:`~servelab.site.model.Site`.
+
+How records map to pages:
+
+- a *recipe page* per ``recipe_name`` (runs without one are grouped by ``model_id``); its
+  build name is ``extra["build"]`` when the recorder set it, else the recipe name;
+- a *model index* per ``model_id``, comparing all its recipes;
+- measured tables: per engine version, the newest successful run's value at each workload
+  point. A point's prompt length and concurrency come from its name (``p2048-c1``), else from
+  its samples. Decode is single-stream only (concurrency 1). Values are the mean of the
+  completed requests with a 95 % t-interval; runs without samples use their stored metric;
+- predictions: ``prediction`` documents as written by :mod:`servelab.plan.predict`
+  (``decode`` / ``prefill`` point lists, optionally under ``"speed"``), labelled with their
+  basis;
+- engine observations from ``engine_facts`` (:class:`servelab.engine.logfacts.EngineFacts`
+  as a dict), memory split from ``checkpoint_report`` (``servelab.inspect/1``);
+- history: the reference decode point of every successful run, oldest first, with change
+  points from :func:`servelab.analysis.history.change_points` when that is available.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.analysis import stats
+from servelab.analysis.history import analyse_series
+from servelab.analysis.metrics import METRICS
+from servelab.site import prose
+from servelab.site.fmt import GIB, format_value, redact, redact_argv, slugify
+from servelab.site.model import (
+    BuildRow,
+    ChangePoint,
+    Derived,
+    EngineObservation,
+    ExperimentMetric,
+    ExperimentPage,
+    HistoryPoint,
+    HistorySeries,
+    Measured,
+    MeasuredRow,
+    MemoryPart,
+    MemorySplit,
+    ModelIndexPage,
+    Predicted,
+    RecipePage,
+    RunPage,
+    SiblingBuild,
+    Site,
+    Software,
+    Verification,
+)
+from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
+
+LOG_EXCERPT_LINES = 40
+_PROMPT = re.compile(r"(?:^|[-_])p(\d+)(?=$|[-_])")
+_CONC = re.compile(r"(?:^|[-_])c(\d+|max)(?=$|[-_])")
+
+
+@dataclass(frozen=True)
+class PointId:
+    """Where a workload point sits: prompt length and concurrency (None: unknown)."""
+
+    prompt_tokens: int
+    concurrency: int | None
+
+
+def parse_point(point: str, prompt_tokens: Iterable[int | None] = ()) -> PointId | None:
+    """Read a point name like ``p2048-c1`` (or ``vllm-p2048-o128-c1``).
+
+    When the name has no prompt length, the median of the samples' prompt tokens is used;
+    ``None`` when neither says.
+    """
+    m = _PROMPT.search(point)
+    c = _CONC.search(point)
+    conc = int(c.group(1)) if c and c.group(1).isdigit() else None
+    if m:
+        return PointId(int(m.group(1)), conc)
+    counts = [n for n in prompt_tokens if n]
+    if counts:
+        return PointId(int(statistics.median(counts)), conc)
+    return None
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float | None, float | None]:
+    """Mean and 95 % Student-t interval of the mean (no bounds for a single value)."""
+    mean, low, high = stats.mean_ci(values)
+    return (mean, None, None) if len(values) < 2 else (mean, low, high)
+
+
+def _started(run: RunRecord) -> str:
+    return run.started_at.isoformat(timespec="seconds")
+
+
+def _rid(run: RunRecord) -> str:
+    return run.run_id or "unrecorded"
+
+
+def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
+    """``decode_tok_s`` / ``prefill_tok_s`` of a run at each of its workload points."""
+    out: dict[PointId, Measured] = {}
+    for point in run.points:
+        samples = run.samples_at(point)
+        pid = parse_point(point, (s.prompt_tokens for s in samples))
+        if pid is None:
+            continue
+        values = METRICS[metric].sample_values(run, point)
+        if values:
+            mean, low, high = mean_ci(values)
+            out[pid] = Measured(mean, "tok/s", _rid(run), low, high, len(values))
+    for m in run.metrics:
+        if m.name != metric or not m.point:
+            continue
+        pid = parse_point(m.point)
+        if pid is not None and pid not in out:
+            out[pid] = Measured(m.value, m.unit or "tok/s", _rid(run), m.ci_low, m.ci_high,
+                                m.n or None)
+    return out
+
+
+def _single_stream(points: Mapping[PointId, Measured]) -> dict[int, Measured]:
+    return {p.prompt_tokens: v for p, v in points.items() if p.concurrency in (1, None)}
+
+
+# --- predictions ------------------------------------------------------------------------------
+
+
+def _speed_doc(run: RunRecord) -> Mapping[str, Any]:
+    doc = run.prediction or {}
+    inner = doc.get("speed")
+    return inner if isinstance(inner, Mapping) else doc
+
+
+def _basis(doc: Mapping[str, Any], point: Mapping[str, Any], calibrated: bool, kind: str) -> str:
+    bw = doc.get("bandwidth")
+    bw_text = f"{bw / 1e9:,.0f} GB/s ({doc.get('bandwidth_source', 'profile')})" if isinstance(
+        bw, int | float) else "profile bandwidth"
+    if kind == "decode":
+        per_token = point.get("bytes_per_token")
+        read = f" over {per_token / GIB:.3f} GiB read per token" if isinstance(
+            per_token, int | float) else ""
+        text = f"roofline {bw_text}{read}"
+    else:
+        text = f"roofline, {point.get('bound', 'compute')}-bound ({doc.get('compute_source', '')})"
+    eff = doc.get(f"{kind}_efficiency")
+    if calibrated and isinstance(eff, Mapping):
+        text += (f" × calibrated efficiency {float(eff.get('median', 0)):.2f} "
+                 f"({eff.get('key', '?')}, n={eff.get('n', '?')})")
+    return text
+
+
+def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
+    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's prediction document."""
+    doc = _speed_doc(run)
+    out: dict[tuple[str, int], Predicted] = {}
+    for kind, key in (("decode", "context_len"), ("prefill", "prompt_len")):
+        points = doc.get(kind)
+        if not isinstance(points, list):
+            continue
+        for p in points:
+            if not isinstance(p, Mapping) or not isinstance(p.get(key), int):
+                continue
+            cal = p.get("calibrated_tok_s")
+            value = cal if isinstance(cal, int | float) else p.get("roofline_tok_s")
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                continue
+            out[(kind, int(p[key]))] = Predicted(
+                float(value), "tok/s", _basis(doc, p, isinstance(cal, int | float), kind),
+                run.run_id)
+    return out
+
+
+def _predicted_at(preds: Mapping[tuple[str, int], Predicted], kind: str,
+                  prompt: int) -> Predicted | None:
+    """The prediction for ``prompt``: exact, else the nearest within 25 %."""
+    if (kind, prompt) in preds:
+        return preds[(kind, prompt)]
+    near = [(abs(n - prompt), p) for (k, n), p in preds.items() if k == kind]
+    if near:
+        dist, best = min(near, key=lambda t: t[0])
+        if dist <= 0.25 * prompt:
+            return best
+    return None
+
+
+# --- engine facts and inspect report ----------------------------------------------------------
+
+
+def _facts(run: RunRecord) -> Mapping[str, Any]:
+    return run.engine_facts or {}
+
+
+def _warning(facts: Mapping[str, Any], kind: str) -> str | None:
+    for w in facts.get("warnings") or ():
+        if isinstance(w, Mapping) and w.get("kind") == kind and isinstance(w.get("text"), str):
+            return redact(w["text"])
+    return None
+
+
+def _num(facts: Mapping[str, Any], key: str) -> float | None:
+    v = facts.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def observation(run: RunRecord) -> EngineObservation:
+    """What the run's engine log said, as an :class:`EngineObservation`."""
+    f = _facts(run)
+    rid = _rid(run)
+
+    def measured(value: float | None, unit: str) -> Measured | None:
+        return Measured(value, unit, rid) if value is not None else None
+
+    weights = _num(f, "weights_gib") or run.weights_gib or _num(f, "checkpoint_gib")
+    kv_tokens = _num(f, "kv_pool_tokens") or (
+        float(run.kv_pool_tokens) if run.kv_pool_tokens is not None else None)
+    fallback = _warning(f, "marlin-weight-only")
+    if fallback is None and f.get("marlin_fallback"):
+        fallback = "engine log: weight-only Marlin fallback"
+    moe = f.get("moe_backend") or f.get("moe_experts_kernel")
+    return EngineObservation(
+        run_id=rid,
+        engine_version=run.engine_version or str(f.get("version") or "unknown"),
+        attention_backend=f.get("attention_backend"),
+        moe_backend=str(moe) if moe else None,
+        weights=measured(weights, "GiB"),
+        kv_cache=measured(_num(f, "kv_available_gib"), "GiB"),
+        kv_tokens=measured(kv_tokens, "tokens"),
+        max_concurrency=measured(_num(f, "max_concurrency"), "x"),
+        fallback_line=fallback,
+        profiling_skipped_line=_warning(f, "kv-profiling-skipped"),
+    )
+
+
+def memory_split(run: RunRecord) -> MemorySplit | None:
+    """The byte-accurate split from the run's ``servelab.inspect/1`` report."""
+    rep = run.checkpoint_report
+    if not rep:
+        return None
+    dtypes = [MemoryPart(str(d["dtype"]), int(d["bytes"])) for d in rep.get("dtypes", [])
+              if isinstance(d, Mapping) and d.get("bytes")]
+    roles = [MemoryPart(str(r["role"]).replace("_", " "), int(r["bytes"]))
+             for r in rep.get("roles", []) if isinstance(r, Mapping) and r.get("bytes")]
+    if not dtypes:
+        return None
+    return MemorySplit(_rid(run), tuple(dtypes), tuple(sorted(roles, key=lambda p: -p.bytes)),
+                       int(rep.get("tensor_count") or 0))
+
+
+def _arg_value(args: Sequence[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def key_params(args: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--flag value`` pairs of an engine command (bare flags get ``true``)."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--"):
+            if "=" in a:
+                k, v = a[2:].split("=", 1)
+                out.append((k, v))
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                out.append((a[2:], args[i + 1]))
+                i += 1
+            else:
+                out.append((a[2:], "true"))
+        i += 1
+    return tuple(out)
+
+
+# --- pages ------------------------------------------------------------------------------------
+
+
+def _recipe_key(run: RunRecord) -> str:
+    return run.recipe_name or run.model_id or "unnamed"
+
+
+def _build_name(run: RunRecord) -> str:
+    extra = run.extra or {}
+    build = extra.get("build")
+    return str(build) if isinstance(build, str) and build else _recipe_key(run)
+
+
+def _latest_per_version(runs: Sequence[RunRecord]) -> dict[str, RunRecord]:
+    out: dict[str, RunRecord] = {}
+    for run in sorted(runs, key=lambda r: (r.started_at, _rid(r))):
+        out[run.engine_version or "unknown"] = run
+    return out
+
+
+def _rows(runs_by_version: Mapping[str, RunRecord], metric: str, kind: str,
+          single_stream: bool) -> tuple[MeasuredRow, ...]:
+    rows: list[MeasuredRow] = []
+    for version, run in runs_by_version.items():
+        values = point_values(run, metric)
+        by_prompt = _single_stream(values) if single_stream else {
+            p.prompt_tokens: v for p, v in values.items()}
+        preds = predictions(run)
+        for prompt, measured in sorted(by_prompt.items()):
+            rows.append(MeasuredRow(version, prompt, measured,
+                                    _predicted_at(preds, kind, prompt)))
+    return tuple(rows)
+
+
+def _segment(values: Sequence[Measured], formula: str) -> Measured | Derived:
+    """One measurement as itself; several as a derived mean naming every run."""
+    if len(values) == 1:
+        return values[0]
+    mean = statistics.fmean(v.value for v in values)
+    runs = tuple(dict.fromkeys(v.run_id for v in values))
+    return Derived(mean, values[0].unit, f"{formula} over {len(values)} runs", runs)
+
+
+def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
+    """Decode and prefill histories per workload point, with change points.
+
+    Change points come from :func:`servelab.analysis.history.analyse_series` (noise-aware
+    binary segmentation), so the page shows the same changes ``servelab history`` reports.
+    """
+    out: list[HistorySeries] = []
+    for name in ("decode_tok_s", "prefill_tok_s"):
+        metric = METRICS[name]
+        seen: dict[str, None] = {}
+        for r in sorted(runs, key=lambda r: r.started_at):
+            for point in r.points:
+                seen.setdefault(point, None)
+        for point in seen:
+            pid = parse_point(point)
+            if pid is None or pid.concurrency not in (1, None):
+                continue
+            series = analyse_series(runs, metric, point)
+            if len(series.rows) < 2:
+                continue
+            by_id = {_rid(r): r for r in runs}
+            points: list[HistoryPoint] = []
+            for row in series.rows:
+                run = by_id.get(row.run_id)
+                values = point_values(run, name) if run is not None else {}
+                m = values.get(pid) or Measured(row.value, metric.unit, row.run_id,
+                                                samples=row.n or None)
+                points.append(HistoryPoint(row.started_at.date().isoformat(), m))
+            changes: list[ChangePoint] = []
+            bounds = [0, *[c.index for c in series.changes], len(points)]
+            for j, c in enumerate(series.changes):
+                seg_before = [p.value for p in points[bounds[j]:c.index]]
+                seg_after = [p.value for p in points[c.index:bounds[j + 2]]]
+                before = _segment(seg_before, "mean")
+                after = _segment(seg_after, "mean")
+                rel = Derived(c.rel_change * 100.0, "%",
+                              f"{format_value(c.after_mean, metric.unit)} / "
+                              f"{format_value(c.before_mean, metric.unit)} − 1",
+                              (c.last_good_run, c.first_bad_run))
+                factors = tuple(
+                    f"{f.name}: {f.before or '—'} → {f.after or '—'}"
+                    + (" (on every run either side)" if f.consistent else "")
+                    for f in c.factors)
+                changes.append(ChangePoint(c.index, before, after, rel, factors))
+            label = "decode" if name == "decode_tok_s" else "prefill"
+            out.append(HistorySeries(f"{label} tok/s @ {pid.prompt_tokens:,}", metric.unit,
+                                     tuple(points), tuple(changes)))
+    return tuple(out)
+
+
+def _verification(run: RunRecord) -> Verification:
+    note = ""
+    if run.status != STATUS_OK:
+        note = redact(run.status_reason or "failed")
+    return Verification(_rid(run), run.started_at.date().isoformat(), run.host or "unknown host",
+                        run.engine_version or "unknown", run.status, note)
+
+
+def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
+    """The recipe page of one recipe's runs (None when no run succeeded)."""
+    ok = [r for r in runs if r.status == STATUS_OK]
+    if not ok:
+        return None
+    latest = max(ok, key=lambda r: (r.started_at, _rid(r)))
+    by_version = _latest_per_version(ok)
+    decode = _rows(by_version, "decode_tok_s", "decode", single_stream=True)
+    prefill = _rows(by_version, "prefill_tok_s", "prefill", single_stream=True)
+    args = redact_argv(tuple(latest.engine_args))
+    facts = _facts(latest)
+    ctx = facts.get("max_model_len") or _arg_value(args, "--max-model-len") or 0
+    rep = latest.checkpoint_report or {}
+    mtp = rep.get("mtp") if isinstance(rep.get("mtp"), Mapping) else {}
+    quant = rep.get("quant") if isinstance(rep.get("quant"), Mapping) else {}
+    model = latest.model_id or key
+    served = _arg_value(args, "--served-model-name") or str(facts.get("model") or model)
+    versions = tuple(sorted(by_version, key=prose.version_key))
+    page = RecipePage(
+        slug=slugify(key), model_name=model, model_slug=slugify(model),
+        build_name=_build_name(latest),
+        checkpoint=latest.checkpoint_path or model, served_model_name=served,
+        hardware=latest.hardware or "unknown hardware", host=latest.host or "unknown host",
+        context_tokens=int(ctx),
+        software=Software(latest.engine_name or "vLLM", versions, torch=latest.torch,
+                          driver=latest.driver),
+        command=args, key_params=key_params(args[1:] if args else ()),
+        decode=decode, prefill=prefill,
+        engine=tuple(observation(r) for r in by_version.values()),
+        verifications=tuple(_verification(r) for r in sorted(
+            runs, key=lambda r: (r.started_at, _rid(r)))),
+        memory=memory_split(latest),
+        quantization=str(quant.get("label")) if quant and quant.get("label") else None,
+        mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
+            mtp.get("declared_layers"), int) else None,
+        mtp_tensors=int(mtp["tensors"]) if mtp and isinstance(mtp.get("tensors"), int) else None,
+    )
+    return _replace(page, history=history_series(ok))
+
+
+def _replace(page: RecipePage, **changes: Any) -> RecipePage:
+    import dataclasses
+
+    return dataclasses.replace(page, **changes)
+
+
+def build_row(page: RecipePage) -> BuildRow:
+    """A recipe's row in its model's comparison index."""
+    version = prose.primary_version(page)
+    obs = [o for o in page.engine if o.engine_version == version]
+    return BuildRow(
+        recipe_slug=page.slug, build_name=page.build_name, quantization=page.quantization,
+        hardware=page.hardware, engine_versions=prose.engine_versions(page),
+        decode=tuple((r.prompt_tokens, r.measured) for r in prose.rows_for(page.decode, version)),
+        prefill=tuple((r.prompt_tokens, r.measured)
+                      for r in prose.rows_for(page.prefill, version)),
+        weights=obs[-1].weights if obs else None,
+        checkpoint_bytes=page.memory.total_bytes if page.memory else None,
+        last_verified=prose.latest_verification(page),
+    )
+
+
+def _with_siblings(pages: Sequence[RecipePage]) -> list[RecipePage]:
+    out: list[RecipePage] = []
+    for page in pages:
+        ref = prose.reference_prompt(page)
+        sibs: list[SiblingBuild] = []
+        for other in pages:
+            if other.slug == page.slug or other.model_slug != page.model_slug:
+                continue
+            v = prose.primary_version(other)
+            dec = prose.row_at(other.decode, ref, v)
+            pre = prose.row_at(other.prefill, ref, v)
+            sibs.append(SiblingBuild(other.slug, other.build_name,
+                                     dec.measured if dec else None,
+                                     pre.measured if pre else None))
+        out.append(_replace(page, siblings=tuple(sibs)))
+    return out
+
+
+def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
+    metrics: list[tuple[str, Measured]] = []
+    for metric, label in (("decode_tok_s", "decode"), ("prefill_tok_s", "prefill")):
+        for pid, m in sorted(point_values(run, metric).items(),
+                             key=lambda kv: (kv[0].prompt_tokens, kv[0].concurrency or 0)):
+            conc = f", concurrency {pid.concurrency}" if pid.concurrency else ""
+            metrics.append((f"{label} @ {pid.prompt_tokens:,} tokens{conc}", m))
+    obs = observation(run)
+    for label, value in (("weights", obs.weights), ("KV cache", obs.kv_cache),
+                         ("KV pool", obs.kv_tokens), ("max concurrency", obs.max_concurrency)):
+        if value is not None:
+            metrics.append((label, value))
+    preds = sorted(predictions(run).items())
+    log = tuple(redact(line) for line in (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:])
+    key = _recipe_key(run)
+    return RunPage(
+        run_id=_rid(run), recipe_slug=recipe_slugs.get(key), recipe_name=key, status=run.status,
+        started=_started(run), host=run.host or "unknown host", engine_version=run.engine_version,
+        failure=redact(run.status_reason) if run.status_reason else None,
+        metrics=tuple(metrics),
+        predictions=tuple((f"{k} @ {n:,} tokens", p) for (k, n), p in preds),
+        log_excerpt=log,
+    )
+
+
+def _pooled(value: float | None, unit: str, runs: Sequence[str], side: str,
+            n: int) -> Measured | Derived | None:
+    if value is None or not runs:
+        return None
+    if len(runs) == 1:
+        return Measured(value, unit, runs[0], samples=n or None)
+    return Derived(value, unit, f"{side}: mean of {n} requests over {len(runs)} runs",
+                   tuple(runs))
+
+
+def experiment_page(exp: ExperimentRecord, runs: Mapping[str, RunRecord],
+                    recipe_slugs: Mapping[str, str]) -> ExperimentPage:
+    """An experiment's page from its stored ``servelab.experiment/1`` report and verdict."""
+    base = [runs[i] for i in exp.baseline_run_ids if i in runs]
+    cand = [runs[i] for i in exp.variant_run_ids if i in runs]
+    report = exp.report or {}
+    alpha = float(report.get("alpha") or 0.05)
+    metrics: list[ExperimentMetric] = []
+    for d in report.get("deltas") or ():
+        if not isinstance(d, Mapping):
+            continue
+        unit = str(d.get("unit") or "")
+        b = _pooled(d.get("baseline"), unit, exp.baseline_run_ids, "baseline",
+                    int(d.get("n_baseline") or 0))
+        c = _pooled(d.get("variant"), unit, exp.variant_run_ids, "variant",
+                    int(d.get("n_variant") or 0))
+        rel = d.get("rel_diff")
+        if b is None or c is None or not isinstance(rel, int | float):
+            continue
+        lo, hi, p = d.get("rel_ci_low"), d.get("rel_ci_high"), d.get("p_value")
+        ci = (f", 95% CI {lo * 100:+.1f}% … {hi * 100:+.1f}%"
+              if isinstance(lo, int | float) and isinstance(hi, int | float) else "")
+        pv = f", Welch p = {p:.3g}" if isinstance(p, int | float) else ""
+        change = Derived(rel * 100.0, "%", f"variant / baseline − 1{ci}{pv}",
+                         (*exp.baseline_run_ids, *exp.variant_run_ids))
+        significant = isinstance(p, int | float) and p < alpha
+        pid = parse_point(str(d.get("point") or ""))
+        at = f" @ {pid.prompt_tokens:,}" if pid else ""
+        metrics.append(ExperimentMetric(f"{d.get('label') or d.get('metric')}{at}", unit, b, c,
+                                        change, significant))
+    clauses = tuple(
+        (str(c.get("text", "")), str(c.get("status", "")), str(c.get("reason", "")))
+        for c in report.get("clauses") or () if isinstance(c, Mapping))
+    b_label = _build_name(base[0]) if base else str(
+        (report.get("baseline") or {}).get("name") or "baseline")
+    c_label = _build_name(cand[0]) if cand else str(
+        (report.get("variant") or {}).get("name") or "variant")
+    exp_id = exp.experiment_id or "experiment"
+    return ExperimentPage(
+        slug=slugify(exp_id), title=exp.title or f"{c_label} vs {b_label}",
+        question=f"Adopt {c_label} over {b_label} if: {exp.criteria}", verdict=exp.verdict,
+        baseline_label=b_label, candidate_label=c_label,
+        baseline_recipe=recipe_slugs.get(_recipe_key(base[0])) if base else None,
+        candidate_recipe=recipe_slugs.get(_recipe_key(cand[0])) if cand else None,
+        metrics=tuple(metrics), clauses=clauses,
+        conclusion="; ".join(f"{t}: {st}" for t, st, _ in clauses),
+    )
+
+
+def site_from_records(runs: Sequence[RunRecord], experiments: Sequence[ExperimentRecord] = (),
+                      *, title: str = "servelab recipes") -> Site:
+    """Every page of the site from stored runs and experiments (pure)."""
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault(_recipe_key(run), []).append(run)
+    built = {k: recipe_page(k, rs) for k, rs in sorted(groups.items())}
+    pages = _with_siblings([p for p in built.values() if p is not None])
+    slugs = {k: p.slug for k, p in built.items() if p is not None}
+    by_id = {_rid(r): r for r in runs}
+    exp_pages = [experiment_page(e, by_id, slugs) for e in experiments]
+    pages = [
+        _replace(p, experiments=tuple(
+            e for e in exp_pages if p.slug in (e.baseline_recipe, e.candidate_recipe)))
+        for p in pages
+    ]
+    models: dict[str, list[RecipePage]] = {}
+    for p in pages:
+        models.setdefault(p.model_slug, []).append(p)
+    indexes = tuple(ModelIndexPage(slug, ps[0].model_name, tuple(build_row(p) for p in ps))
+                    for slug, ps in sorted(models.items()))
+    run_pages = tuple(_run_page(r, slugs) for r in sorted(
+        runs, key=lambda r: (r.started_at, _rid(r)), reverse=True))
+    return Site(title, tuple(pages), indexes, tuple(exp_pages), run_pages)
+
+
+def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:
+    """Read every run (with samples) and experiment from ``store`` into a :class:`Site`."""
+    return site_from_records(store.list_runs(samples=True), store.list_experiments(), title=title)
+
+
+__all__ = [
+    "PointId",
+    "build_row",
+    "collect_site",
+    "experiment_page",
+    "format_value",
+    "key_params",
+    "mean_ci",
+    "memory_split",
+    "observation",
+    "parse_point",
+    "predictions",
+    "recipe_page",
+    "site_from_records",
+]

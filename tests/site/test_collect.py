@@ -1,0 +1,165 @@
+"""From a real SQLite results store to pages: every number traced back to stored samples."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from site_records import HOSTILE_LINE, HOSTILE_MODEL, SECRET, populate
+
+from servelab.site import prose
+from servelab.site.collect import PointId, collect_site, key_params, parse_point
+from servelab.site.model import Derived, Measured, Site
+from servelab.site.render import render_site
+from servelab.store import open_store
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str], list[str], Site]:
+    db = tmp_path_factory.mktemp("store") / "results.db"
+    url, bf16, kv = populate(db)
+    with open_store(url) as store:
+        site = collect_site(store)
+    return url, bf16, kv, site
+
+
+def test_recipe_pages_hold_the_stored_measurements(
+    stored: tuple[str, list[str], list[str], Site]
+) -> None:
+    url, bf16, _kv, site = stored
+    assert [r.slug for r in site.recipes] == ["tiny-bf16", "tiny-kv"]
+    page = site.recipes[0]
+    assert page.build_name == "BF16" and page.model_name == HOSTILE_MODEL
+    assert page.served_model_name == "tiny-served"
+    assert page.context_tokens == 4096
+    with open_store(url) as store:
+        newest_031 = store.get_run(bf16[2])
+        newest_032 = store.get_run(bf16[5])
+    # decode at each prompt length, per engine version, from that version's newest good run
+    for version, run in (("0.31.0", newest_031), ("0.32.0", newest_032)):
+        for prompt in (512, 2048):
+            row = prose.row_at(page.decode, prompt, version)
+            assert row is not None
+            values = [1.0 / s.tpot_s for s in run.samples_at(f"p{prompt}-c1") if s.tpot_s]
+            assert row.measured.run_id == run.run_id
+            assert row.measured.value == pytest.approx(statistics.fmean(values))
+            assert row.measured.samples == len(values) == 5
+            assert row.measured.ci_low is not None and row.measured.ci_low < row.measured.value
+    # the prediction stored with the run, labelled with its basis
+    row = prose.row_at(page.decode, 2048, "0.32.0")
+    assert row is not None and row.predicted is not None
+    assert row.predicted.value == pytest.approx(4e9 / 40_000_000)
+    assert row.predicted.basis.startswith("roofline 4 GB/s (probe)")
+    assert prose.row_at(page.decode, 512, "0.32.0").predicted is None  # type: ignore[union-attr]
+    # prefill = prompt tokens / TTFT
+    pre = prose.row_at(page.prefill, 2048, "0.32.0")
+    assert pre is not None and pre.measured.value == pytest.approx(1500.0, rel=1e-3)
+    # memory split from the inspect report, facts from the engine log
+    assert page.memory is not None and page.memory.tensor_count == 123
+    assert [p.label for p in page.memory.by_dtype] == ["BF16", "F32"]
+    assert page.mtp_declared_layers == 1 and page.mtp_tensors == 0
+    assert page.engine[0].fallback_line is not None
+    assert page.engine[-1].profiling_skipped_line == HOSTILE_LINE
+    kv_tokens = page.engine[-1].kv_tokens
+    assert kv_tokens is not None and kv_tokens.value == 29120
+    # verification rows: every run, dated, the failed one too
+    assert [v.status for v in page.verifications] == ["ok"] * 6 + ["failed"]
+    assert page.verifications[0].date == "2026-07-01" and page.verifications[0].host == "box-1"
+    # the sibling build is compared at the same prompt length
+    assert [s.build_name for s in page.siblings] == ["KV 512 MiB"]
+
+
+def test_history_and_troubleshooting_from_findings(
+    stored: tuple[str, list[str], list[str], Site]
+) -> None:
+    _, bf16, _, site = stored
+    page = site.recipes[0]
+    series = next(s for s in page.history if s.metric == "decode tok/s @ 2,048")
+    assert [p.value.run_id for p in series.points] == bf16[:6]
+    assert len(series.change_points) == 1
+    cp = series.change_points[0]
+    assert cp.index == 3
+    assert isinstance(cp.before, Derived) and cp.before.run_ids == tuple(bf16[:3])
+    assert cp.relative_change.value == pytest.approx((cp.after.value / cp.before.value - 1) * 100)
+    assert any("engine_version: 0.31.0 → 0.32.0" in f for f in cp.factors)
+    kinds = {e.kind for e in prose.troubleshooting(page)}
+    assert {"missing-mtp", "kernel-fallback", "profiling-skipped", "regression",
+            "version-drift", "below-prediction"} <= kinds
+    # no change in the prefill history
+    pre = next(s for s in page.history if s.metric == "prefill tok/s @ 2,048")
+    assert pre.change_points == ()
+
+
+def test_experiment_page_carries_the_stored_verdict(
+    stored: tuple[str, list[str], list[str], Site]
+) -> None:
+    _, _bf16, kv, site = stored
+    [exp] = site.experiments
+    assert exp.verdict == "adopt"
+    assert exp.baseline_recipe == "tiny-bf16" and exp.candidate_recipe == "tiny-kv"
+    decode = next(m for m in exp.metrics if m.name == "decode @ 2,048")
+    assert decode.significant
+    assert isinstance(decode.candidate, Derived) and decode.candidate.run_ids == tuple(kv)
+    assert decode.change.value == pytest.approx(
+        (decode.candidate.value / decode.baseline.value - 1) * 100, rel=1e-6)
+    assert exp.clauses[0][:2] == ("decode >= +5%", "pass")
+    assert site.recipes[0].experiments == (exp,)
+
+
+def test_runs_pages_and_secrets(stored: tuple[str, list[str], list[str], Site]) -> None:
+    _, bf16, kv, site = stored
+    assert {r.run_id for r in site.runs} == {*bf16, *kv}
+    failed = next(r for r in site.runs if r.status == "failed")
+    assert failed.failure is not None and HOSTILE_LINE in failed.failure
+    files = render_site(site)
+    for name, content in files.items():
+        assert SECRET not in content, name
+        if name.endswith(".html"):
+            assert "<script" not in content, name
+            assert "<img src=x" not in content, name
+
+
+def test_point_names_and_params() -> None:
+    assert parse_point("p2048-c1") == PointId(2048, 1)
+    assert parse_point("vllm-p512-o128-c4") == PointId(512, 4)
+    assert parse_point("p100-cmax") == PointId(100, None)
+    assert parse_point("warm", [100, 300, 200]) == PointId(200, None)
+    assert parse_point("warm") is None
+    assert key_params(("--a", "1", "--flag", "--b=2")) == (("a", "1"), ("flag", "true"),
+                                                            ("b", "2"))
+
+
+def test_cli_builds_the_site_from_the_store(
+    stored: tuple[str, list[str], list[str], Site], tmp_path: Path
+) -> None:
+    url = stored[0]
+    cli = Path(sys.executable).parent / "servelab"
+    out = tmp_path / "site"
+    proc = subprocess.run([str(cli), "site", "build", str(out), "--db", url, "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["recipes"] == ["tiny-bf16", "tiny-kv"] and doc["runs"] == 9
+    assert Path(doc["index"]).is_file()
+    html = (out / "recipes" / "tiny-bf16.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;/tiny" in html
+    # a missing database is a one-line error, and nothing is written
+    missing = tmp_path / "nope.db"
+    proc = subprocess.run([str(cli), "site", "build", str(tmp_path / "x"), "--db", str(missing)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "no results database" in proc.stderr and str(missing) in proc.stderr
+    assert not missing.exists() and not (tmp_path / "x").exists()
+
+
+def test_measured_numbers_are_measured(stored: tuple[str, list[str], list[str], Site]) -> None:
+    """Every Measured on a recipe page names a stored run."""
+    _, bf16, kv, site = stored
+    ids = {*bf16, *kv}
+    page = site.recipes[0]
+    for row in (*page.decode, *page.prefill):
+        assert isinstance(row.measured, Measured) and row.measured.run_id in ids
