@@ -18,7 +18,7 @@ class ErrorKind(StrEnum):
     CONNECT = "connect"
     """The TCP connection could not be opened (refused, unreachable)."""
     TIMEOUT_FIRST_BYTE = "timeout_first_byte"
-    """No response (headers or first chunk) within the first-byte timeout."""
+    """No response body (first event) within the first-byte timeout, headers or not."""
     TIMEOUT_STALL = "timeout_stall"
     """The stream started but went silent for longer than the stall timeout."""
     TIMEOUT_TOTAL = "timeout_total"

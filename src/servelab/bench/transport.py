@@ -44,7 +44,7 @@ class Timeouts:
     """Per-request time limits, in seconds."""
 
     first_byte_s: float = 600.0
-    """From send to the response headers and the first body bytes."""
+    """From send to the first body bytes (servers send headers at once, then prefill)."""
     stall_s: float = 120.0
     """Longest silence allowed once the response has started."""
     total_s: float = 3600.0
@@ -95,6 +95,7 @@ class Exchange:
         "error_detail",
         "first_byte_deadline_ns",
         "got_bytes",
+        "got_event",
         "headers_done",
         "last_data_ns",
         "on_data",
@@ -117,6 +118,7 @@ class Exchange:
         self.stall_ns = int(timeouts.stall_s * 1e9)
         self.last_data_ns = now_ns
         self.got_bytes = False
+        self.got_event = False
         self.headers_done = False
         self.status: int | None = None
         self.retry_after_s: float | None = None
@@ -297,6 +299,7 @@ class _Conn(asyncio.Protocol):
         ex = self.ex
         if ex is None:
             return
+        ex.got_event = True
         if ex.status != 200:
             if len(ex.body_error) < _MAX_ERROR_BODY:
                 ex.body_error += data[: _MAX_ERROR_BODY - len(ex.body_error)]
@@ -448,7 +451,7 @@ class StreamingTransport:
                     continue
                 if now >= ex.deadline_ns:
                     conn.fail_from_watchdog(ErrorKind.TIMEOUT_TOTAL, "request deadline", now)
-                elif not ex.headers_done or not ex.got_bytes:
+                elif not ex.got_event:  # headers may come at once; the first event counts
                     if now >= ex.first_byte_deadline_ns:
                         conn.fail_from_watchdog(
                             ErrorKind.TIMEOUT_FIRST_BYTE, "no response in time", now

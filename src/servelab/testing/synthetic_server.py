@@ -74,6 +74,10 @@ class SyntheticConfig:
     prefill_s_per_token: float = 0.0
     tokens_per_chunk: int = 1
     """Tokens per chunk after the first (>1 imitates speculative decoding)."""
+    max_chunks_per_write: int = 16
+    """When the server runs late (or ``itl_s`` is 0), due chunks go out together, up to this
+    many per write: the schedule stays absolute, and ``itl_s=0`` streams as fast as a
+    client can read."""
     model: str = "synthetic"
     max_model_len: int = 65536
     default_max_tokens: int = 16
@@ -184,16 +188,35 @@ class _Stream:
             self.finish(counted=False)
             return
         cfg = self.server.cfg
+        out: list[bytes] = []
+        now = self.server.loop.time()
+        for _ in range(cfg.max_chunks_per_write):
+            state = self._one(out)
+            if state != "more" or self.t_first + self.idx * cfg.itl_s > now:
+                break
+        if out:
+            conn.write(b"".join(out))
+        if state == "more":
+            self.handle = self.server.loop.call_at(self.t_first + self.idx * cfg.itl_s, self.tick)
+        elif state == "done":
+            self.finish(counted=True)
+            conn.response_done()
+        elif state == "reset":
+            conn.reset()
+            self.finish(counted=False)
+        # "stall": never send another byte; the client must give up.
+
+    def _one(self, out: list[bytes]) -> str:
+        """Append the next chunk to ``out``; returns more | done | stall | reset."""
+        cfg = self.server.cfg
         fault = self.fault
         if fault is not None and self.idx == fault.after_chunks:
             if fault.kind is FaultKind.STALL:
-                return  # never send another byte; the client must give up
+                return "stall"
             if fault.kind is FaultKind.RESET:
-                conn.reset()
-                self.finish(counted=False)
-                return
+                return "reset"
             if fault.kind is FaultKind.BAD_JSON:
-                conn.write(_frame(b'data: {"choices": [{"text": "tok", \n\n'))
+                out.append(_frame(b'data: {"choices": [{"text": "tok", \n\n'))
         k = 1 if self.idx == 0 else cfg.tokens_per_chunk
         ntok = min(k, self.n_tokens - self.sent_tokens)
         self.sent_tokens += ntok
@@ -207,23 +230,19 @@ class _Stream:
         if self.continuous:
             parts += [b",", self._usage(self.sent_tokens)]
         parts.append(b"}")
-        out = [_frame(b"data: " + b"".join(parts) + b"\n\n")]
+        out.append(_frame(b"data: " + b"".join(parts) + b"\n\n"))
         self.idx += 1
-        if last:
-            if self.include_usage:
-                reported = self.sent_tokens
-                if fault is not None and fault.kind is FaultKind.USAGE_MISMATCH:
-                    reported = 1 if self.sent_tokens > 1 else self.sent_tokens + 5
-                out.append(_frame(b"data: " + self.prefix + b"]," + self._usage(reported)
-                                  + b"}\n\n"))
-            out.append(_frame(b"data: [DONE]\n\n"))
-            out.append(b"0\r\n\r\n")
-            conn.write(b"".join(out))
-            self.finish(counted=True)
-            conn.response_done()
-            return
-        conn.write(out[0])
-        self.handle = self.server.loop.call_at(self.t_first + self.idx * cfg.itl_s, self.tick)
+        if not last:
+            return "more"
+        if self.include_usage:
+            reported = self.sent_tokens
+            if fault is not None and fault.kind is FaultKind.USAGE_MISMATCH:
+                reported = 1 if self.sent_tokens > 1 else self.sent_tokens + 5
+            out.append(_frame(b"data: " + self.prefix + b"]," + self._usage(reported)
+                              + b"}\n\n"))
+        out.append(_frame(b"data: [DONE]\n\n"))
+        out.append(b"0\r\n\r\n")
+        return "done"
 
     def finish(self, *, counted: bool) -> None:
         c = self.server.counters
@@ -559,6 +578,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--prefill-us-per-token", type=float, default=0.0)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--max-chunks-per-write", type=int, default=16)
     p.add_argument("--model", default="synthetic")
     p.add_argument("--fault", choices=[k.value for k in FaultKind], default=None)
     p.add_argument("--fault-every", type=int, default=1)
@@ -567,6 +587,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = SyntheticConfig(ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3,
                           prefill_s_per_token=args.prefill_us_per_token / 1e6,
                           tokens_per_chunk=args.tokens_per_chunk, model=args.model,
+                          max_chunks_per_write=args.max_chunks_per_write,
                           fault=fault)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(cfg, args.host, args.port))
