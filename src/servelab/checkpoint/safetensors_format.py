@@ -35,12 +35,15 @@ buffer-not-covered     the last tensor's end is not where the file ends
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
+import operator
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain, repeat
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -307,6 +310,18 @@ def parse_header(
         )
     if not body.startswith(b"{"):
         raise _fail(file, "header-start", "header does not start with '{'")
+    # Hundreds of thousands of containers are born here and all survive: pausing the
+    # cyclic GC (nothing here makes cycles) halves the time of a 60k-tensor header.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_body(body, n, file=file, file_size=file_size)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _parse_body(body: bytes, n: int, *, file: str, file_size: int | None) -> ShardHeader:
     try:
         doc = loads_strict_json(body)
     except JsonProblem as exc:
@@ -319,7 +334,7 @@ def parse_header(
     if meta_value is not None:
         metadata = _check_metadata(meta_value, file)
 
-    tensors, begins, ends = _entries(doc, file)
+    tensors, begins, ends = _entries_fast(doc, file) or _entries(doc, file)
     _check_offsets(tensors, begins, ends, file)
     data_end = max(ends, default=0)
     if file_size is not None and HEADER_LEN_BYTES + n + data_end != file_size:
@@ -339,8 +354,58 @@ def parse_header(
     )
 
 
-def _entries(
+_INT: Final = frozenset((int,))
+_LIST: Final = frozenset((list,))
+_DICT: Final = frozenset((dict,))
+_STR: Final = frozenset((str,))
+
+
+def _entries_fast(
     doc: dict[str, Any], file: str
+) -> tuple[tuple[TensorEntry, ...], list[int], list[int]] | None:
+    """Validate all entries column-wise (C-level loops); ``None`` if any check fails.
+
+    On ``None`` the caller re-runs :func:`_entries`, which walks entry by entry and
+    raises the precise error for the first bad one. Valid headers never take that path.
+    """
+    names = list(doc)
+    entries = list(doc.values())
+    if not entries:
+        return (), [], []
+    if set(map(type, entries)) != _DICT:
+        return None
+    try:
+        dtypes = [e["dtype"] for e in entries]
+        shapes = [e["shape"] for e in entries]
+        offsets = [e["data_offsets"] for e in entries]
+    except KeyError:
+        return None
+    if set(map(type, dtypes)) != _STR or not set(dtypes) <= DTYPE_BITS.keys():
+        return None
+    if set(map(type, shapes)) != _LIST or set(map(type, offsets)) != _LIST:
+        return None
+    dims = list(chain.from_iterable(shapes))
+    if dims and (not set(map(type, dims)) <= _INT or min(dims) < 0):
+        return None
+    if set(map(len, offsets)) != {2}:
+        return None
+    begins = [o[0] for o in offsets]
+    ends = [o[1] for o in offsets]
+    if set(map(type, begins)) != _INT or set(map(type, ends)) != _INT or min(begins) < 0:
+        return None
+    bits = list(map(DTYPE_BITS.__getitem__, dtypes))
+    total_bits = list(map(operator.mul, map(math.prod, shapes), bits))
+    if any(map((7).__and__, total_bits)):
+        return None
+    if list(map(operator.sub, ends, begins)) != list(map((3).__rrshift__, total_bits)):
+        return None  # covers end < begin and size mismatches
+    tensors = tuple(
+        map(TensorEntry, names, dtypes, map(tuple, shapes), begins, ends, repeat(file))
+    )
+    return tensors, begins, ends
+
+
+def _entries(    doc: dict[str, Any], file: str
 ) -> tuple[tuple[TensorEntry, ...], list[int], list[int]]:
     bits_of = DTYPE_BITS
     entry_keys = _ENTRY_KEYS
