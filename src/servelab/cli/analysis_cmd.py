@@ -1,0 +1,376 @@
+"""``servelab compare``, ``servelab history`` and ``servelab experiment`` over stored runs.
+
+JSON schemas: ``servelab.compare/1`` (:mod:`servelab.analysis.compare`),
+``servelab.history/1`` (:mod:`servelab.analysis.history`), ``servelab.experiment/1``
+(:mod:`servelab.analysis.experiment`, plus ``"experiment_id"`` when stored).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from servelab.analysis import (
+    Group,
+    compare_groups,
+    criteria_from_toml,
+    history,
+    metric_def,
+    parse_criteria,
+    run_experiment,
+)
+from servelab.analysis.compare import Comparison, fmt_rel
+from servelab.analysis.experiment import ExperimentResult, fmt_pct
+from servelab.analysis.history import History
+from servelab.cli.output import (
+    CsvOpt,
+    DbOpt,
+    JsonOpt,
+    MarkdownOpt,
+    Table,
+    emit,
+    num,
+    pick_format,
+)
+from servelab.errors import RunNotFoundError, UsageError
+from servelab.store import ExperimentRecord, RunFilter, RunRecord, Store, open_store
+
+DEFAULT_CRITERIA = "decode >= +5% and memory not worse"
+
+MetricOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metric",
+        "-m",
+        help="Metric to include (repeatable): decode, prefill, ttft, "
+        "tpot, e2e, memory, kv, power or a full name like decode_tok_s.",
+    ),
+]
+AlphaOpt = Annotated[
+    float, typer.Option("--alpha", help="Significance level of the per-request tests.")
+]
+
+
+def _metric_names(metrics: list[str] | None) -> list[str] | None:
+    return [metric_def(m).name for m in metrics] if metrics else None
+
+
+def _recipe_name_from_file(arg: str) -> str | None:
+    path = Path(arg)
+    if path.suffix != ".toml" or not path.is_file():
+        return None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return path.stem
+    name = data.get("name")
+    return name if isinstance(name, str) and name else path.stem
+
+
+def latest_runs(store: Store, subject: str, count: int = 1) -> list[RunRecord]:
+    """The ``count`` latest successful runs of a recipe (name or file) or model id."""
+    name = _recipe_name_from_file(subject) or subject
+    runs = store.list_runs(
+        RunFilter(model_or_recipe=name, status="ok", newest_first=True, limit=count),
+        samples=True,
+    )
+    return list(reversed(runs))
+
+
+def resolve_side(store: Store, arg: str, count: int = 1) -> Group:
+    """A run id / prefix, else the latest ``count`` runs of a recipe or model."""
+    try:
+        return Group(arg, (store.get_run(arg),))
+    except RunNotFoundError as exc:
+        runs = latest_runs(store, arg, count)
+        if not runs:
+            raise RunNotFoundError(f"no run id, recipe or model matches {arg!r}") from exc
+        return Group(arg, tuple(runs))
+
+
+# ---------------------------------------------------------------------------- compare
+
+
+def compare_tables(comp: Comparison) -> list[Table]:
+    """The compare table: one row per metric and point, one value/Δ/verdict per group."""
+    cols = ["metric", "point", f"{comp.groups[0].name}"]
+    for g in comp.groups[1:]:
+        cols += [g.name, f"Δ vs {comp.groups[0].name}", "verdict"]
+    rows = []
+    for r in comp.rows:
+        row = [f"{r.label} ({r.unit})", r.point]
+        for i, c in enumerate(r.cells):
+            ci = ""
+            if c.ci_low is not None and c.ci_high is not None and c.n >= 2:
+                ci = f" ±{num((c.ci_high - c.ci_low) / 2, 3)}"
+            row.append(f"{num(c.value, 3)}{ci}")
+            if i == 0:
+                continue
+            delta = fmt_rel(c.rel_diff)
+            if c.ratio_ci_low is not None and c.ratio_ci_high is not None:
+                delta += (
+                    f" [{(c.ratio_ci_low - 1) * 100:+.1f}%, {(c.ratio_ci_high - 1) * 100:+.1f}%]"
+                )
+            verdict = c.verdict
+            if c.p_value is not None:
+                verdict += f" (p={c.p_value:.2g})"
+            row += [delta, verdict]
+        rows.append(tuple(row))
+    runs = "; ".join(f"{g.name} = {', '.join(r.run_id or '' for r in g.runs)}" for g in comp.groups)
+    caption = (
+        f"Welch t-test on per-request samples, alpha {comp.alpha}; [95% bootstrap CI of "
+        f"the ratio]. Runs: {runs}"
+    )
+    return [Table("compare", tuple(cols), rows, caption)]
+
+
+def compare_cmd(
+    runs: Annotated[
+        list[str] | None, typer.Argument(help="Run ids (or prefixes); the first is the baseline.")
+    ] = None,
+    recipe: Annotated[
+        list[str] | None,
+        typer.Option("--recipe", help="Latest run of this recipe or model (repeatable)."),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="All successful runs with this label, pooled (repeatable)."),
+    ] = None,
+    metric: MetricOpt = None,
+    alpha: AlphaOpt = 0.05,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """Compare runs, recipes or labelled groups side by side, tested against the noise."""
+    fmt = pick_format(as_json, as_csv, as_markdown)
+    groups: list[Group] = []
+    with open_store(db) as store:
+        for r in runs or []:
+            groups.append(Group(r, (store.get_run(r),)))
+        for name in recipe or []:
+            found = latest_runs(store, name)
+            if not found:
+                raise RunNotFoundError(f"no successful run of recipe or model {name!r}")
+            groups.append(Group(name, tuple(found)))
+        for lab in label or []:
+            found = store.list_runs(RunFilter(label=lab, status="ok"), samples=True)
+            if not found:
+                raise RunNotFoundError(f"no successful run with label {lab!r}")
+            groups.append(Group(f"label:{lab}", tuple(found)))
+    if len(groups) < 2:
+        raise UsageError("give at least two runs, --recipe or --label values to compare")
+    comp = compare_groups(groups, metrics=_metric_names(metric), alpha=alpha)
+    emit(fmt, doc=comp.to_json_dict(), tables=compare_tables(comp))
+
+
+# ---------------------------------------------------------------------------- history
+
+
+def history_tables(h: History) -> tuple[list[Table], list[str]]:
+    """One table per series (dated rows, steps marked) and a finding per detected change."""
+    tables = []
+    notes = []
+    for s in h.series:
+        steps = {c.index for c in s.changes}
+        rows = []
+        for i, r in enumerate(s.rows):
+            mark = (
+                "▼ step"
+                if i in steps and any(c.regression for c in s.changes if c.index == i)
+                else ("▲ step" if i in steps else "")
+            )
+            rows.append(
+                (
+                    r.started_at.strftime("%Y-%m-%d %H:%M"),
+                    r.run_id,
+                    num(r.value, 3),
+                    num(r.se, 3) if r.n >= 2 else "",
+                    str(r.n),
+                    mark,
+                )
+            )
+        title = f"{s.label} ({s.unit})" + (f" at {s.point}" if s.point else "")
+        caption = f"run-to-run noise {num(s.noise_tau, 3)} {s.unit}; {len(s.changes)} change(s)"
+        tables.append(
+            Table(title, ("started (UTC)", "run", "value", "± se", "n", ""), rows, caption)
+        )
+        for c in s.changes:
+            kind = "REGRESSION" if c.regression else "improvement"
+            changed = (
+                ", ".join(
+                    f"{f.name} {f.before or '-'} → {f.after or '-'}"
+                    + (" (consistent)" if f.consistent else "")
+                    for f in c.factors
+                )
+                or "no recorded factor changed"
+            )
+            notes.append(
+                f"{kind}: {title} {num(c.before_mean, 3)} → {num(c.after_mean, 3)} "
+                f"({fmt_rel(c.rel_change)}) between {c.last_good_at:%Y-%m-%d} "
+                f"(run {c.last_good_run}) and {c.first_bad_at:%Y-%m-%d} (run {c.first_bad_run}); "
+                f"changed: {changed}"
+            )
+    if not notes:
+        notes.append("no change beyond the measured noise")
+    return tables, notes
+
+
+def history_cmd(
+    subject: Annotated[str, typer.Argument(help="Recipe name (or recipe file) or model id.")],
+    metric: MetricOpt = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Only runs started on/after this date (YYYY-MM-DD)."),
+    ] = None,
+    fail_on_regression: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-regression", help="Exit with status 3 when a regression is detected."
+        ),
+    ] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """Dated series per metric with noise-aware change points and what changed at each."""
+    from servelab.cli.runs_cmd import _date
+
+    fmt = pick_format(as_json, as_csv, as_markdown)
+    name = _recipe_name_from_file(subject) or subject
+    with open_store(db) as store:
+        runs = store.list_runs(
+            RunFilter(model_or_recipe=name, since=_date(since, "--since")), samples=True
+        )
+    if not runs:
+        raise RunNotFoundError(f"no stored runs of recipe or model {name!r}")
+    h = history(name, runs, metrics=_metric_names(metric))
+    tables, notes = history_tables(h)
+    emit(fmt, doc=h.to_json_dict(), tables=tables, notes=notes)
+    if fail_on_regression and h.regressions:
+        raise typer.Exit(3)
+
+
+# ---------------------------------------------------------------------------- experiment
+
+
+def experiment_tables(res: ExperimentResult) -> tuple[list[Table], list[str]]:
+    """Deltas table, clause table, and the verdict line."""
+    deltas = Table(
+        "deltas",
+        ("metric", "point", res.baseline.name, res.variant.name, "Δ", "Δ%", "95% CI", "p"),
+        [
+            (
+                f"{d.label} ({d.unit})",
+                d.point,
+                num(d.baseline, 3),
+                num(d.variant, 3),
+                num(d.diff, 3),
+                fmt_pct(d.rel_diff),
+                f"[{fmt_pct(d.rel_ci_low)}, {fmt_pct(d.rel_ci_high)}]"
+                if d.rel_ci_low is not None
+                else "single reading",
+                f"{d.p_value:.2g}" if d.p_value is not None and math.isfinite(d.p_value) else "",
+            )
+            for d in res.deltas
+        ],
+    )
+    clauses = Table(
+        "criteria",
+        ("criterion", "result", "because"),
+        [(c.clause.text, c.status, c.reason) for c in res.clauses],
+    )
+    return [deltas, clauses], [f"verdict: {res.verdict.upper()} ({res.criteria})"]
+
+
+def experiment_cmd(
+    baseline: Annotated[
+        str,
+        typer.Argument(
+            help="Baseline: a run id, or a recipe name/file or model id (its latest runs)."
+        ),
+    ],
+    variant: Annotated[
+        str,
+        typer.Argument(
+            help="Variant: a run id, or a recipe name/file or model id (its latest runs)."
+        ),
+    ],
+    criteria: Annotated[
+        str | None,
+        typer.Option(
+            "--criteria", help=f"Adoption criteria, e.g. '{DEFAULT_CRITERIA}' (the default)."
+        ),
+    ] = None,
+    criteria_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--criteria-file", help="TOML file with a [criteria] table instead of --criteria."
+        ),
+    ] = None,
+    last: Annotated[
+        int, typer.Option("--last", min=1, help="For a recipe/model, pool its latest N runs.")
+    ] = 1,
+    runs: Annotated[
+        bool,
+        typer.Option("--runs", help="Run both recipes first (needs the `servelab run` pipeline)."),
+    ] = False,
+    save: Annotated[
+        bool,
+        typer.Option(
+            "--save/--no-save", help="Store the experiment, linked to the baseline recipe."
+        ),
+    ] = True,
+    title: Annotated[str | None, typer.Option("--title", help="Title of the experiment.")] = None,
+    alpha: AlphaOpt = 0.05,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """Deltas of VARIANT over BASELINE with CIs and a verdict against the criteria."""
+    fmt = pick_format(as_json, as_csv, as_markdown)
+    if criteria is not None and criteria_file is not None:
+        raise UsageError("give --criteria or --criteria-file, not both")
+    text = criteria_from_toml(criteria_file) if criteria_file else (criteria or DEFAULT_CRITERIA)
+    parse_criteria(text)  # fail on bad criteria before touching the database
+    if runs:
+        raise UsageError(
+            "--runs needs the `servelab run` pipeline, which this build does not have yet; "
+            "run both recipes, then pass their run ids or recipe names"
+        )
+    with open_store(db) as store:
+        base = resolve_side(store, baseline, last)
+        var = resolve_side(store, variant, last)
+        res = run_experiment(base, var, text, alpha=alpha)
+        doc = res.to_json_dict()
+        if save:
+            target = base.runs[-1].recipe_name
+            doc["experiment_id"] = store.add_experiment(
+                ExperimentRecord(
+                    target_recipe=target,
+                    baseline_run_ids=tuple(r.run_id or "" for r in base.runs),
+                    variant_run_ids=tuple(r.run_id or "" for r in var.runs),
+                    criteria=text,
+                    verdict=res.verdict,
+                    report=doc,
+                    title=title,
+                )
+            )
+    tables, notes = experiment_tables(res)
+    if save and fmt != "json":
+        notes.append(f"stored as experiment {doc['experiment_id']}")
+    emit(fmt, doc=doc, tables=tables, notes=notes)
+
+
+def register(root: typer.Typer) -> None:
+    """Attach compare, history and experiment to the root app."""
+    root.command("compare")(compare_cmd)
+    root.command("history")(history_cmd)
+    root.command("experiment")(experiment_cmd)

@@ -1,0 +1,139 @@
+"""Shared output options: a Rich table by default, or ``--json`` / ``--csv`` / ``--markdown``.
+
+Every command that prints results takes the same three flags with the same meaning:
+
+* ``--json``: one JSON document on stdout (each command documents its schema);
+* ``--csv``: the command's main table as CSV (header row first);
+* ``--markdown``: every table as a GitHub-flavoured Markdown table.
+
+At most one may be given. Commands build :class:`Table` values and a JSON document, then call
+:func:`emit`; nothing else in the command decides how output looks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table as RichTable
+
+from servelab.errors import UsageError
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document (schema in the command's docs).")
+]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="Print the main table as CSV.")]
+MarkdownOpt = Annotated[bool, typer.Option("--markdown", help="Print tables as Markdown.")]
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Results database: SQLite path or postgresql:// URL "
+        "(default: $SERVELAB_DB, else results.db in $SERVELAB_HOME or the user data dir).",
+    ),
+]
+
+TABLE, JSON, CSV, MARKDOWN = "table", "json", "csv", "markdown"
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A titled table of already-formatted cells."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: Sequence[Sequence[str]] = ()
+    caption: str | None = None
+
+
+def pick_format(as_json: bool, as_csv: bool, as_markdown: bool) -> str:
+    """The one output format asked for; UsageError when several are."""
+    chosen = [n for n, on in ((JSON, as_json), (CSV, as_csv), (MARKDOWN, as_markdown)) if on]
+    if len(chosen) > 1:
+        raise UsageError(f"choose one of --json, --csv, --markdown (got {', '.join(chosen)})")
+    return chosen[0] if chosen else TABLE
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(tables: Sequence[Table]) -> str:
+    """Tables as Markdown sections."""
+    out: list[str] = []
+    for t in tables:
+        if t.title:
+            out.append(f"### {_md_cell(t.title)}\n")
+        out.append("| " + " | ".join(_md_cell(c) for c in t.columns) + " |")
+        out.append("|" + "|".join("---" for _ in t.columns) + "|")
+        for row in t.rows:
+            out.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
+        if t.caption:
+            out.append(f"\n{_md_cell(t.caption)}")
+        out.append("")
+    return "\n".join(out)
+
+
+def to_csv(table: Table) -> str:
+    """One table as CSV text."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(table.columns)
+    writer.writerows(table.rows)
+    return buf.getvalue()
+
+
+def emit(
+    fmt: str,
+    *,
+    doc: Any,
+    tables: Sequence[Table],
+    console: Console | None = None,
+    notes: Sequence[str] = (),
+) -> None:
+    """Print ``doc`` (JSON) or ``tables`` in the chosen format; ``notes`` follow tables."""
+    if fmt == JSON:
+        typer.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        return
+    if fmt == CSV:
+        typer.echo(to_csv(tables[0]) if tables else "", nl=False)
+        return
+    if fmt == MARKDOWN:
+        md = to_markdown(tables)
+        if notes:
+            md += "\n" + "\n".join(f"- {_md_cell(n)}" for n in notes) + "\n"
+        typer.echo(md, nl=False)
+        return
+    con = console or Console(highlight=False, soft_wrap=False)
+    for t in tables:
+        rt = RichTable(
+            title=escape(t.title) if t.title else None,
+            box=box.SIMPLE_HEAD,
+            caption=escape(t.caption) if t.caption else None,
+        )
+        for c in t.columns:
+            rt.add_column(escape(c), overflow="fold")
+        for row in t.rows:
+            rt.add_row(*(escape(c) for c in row))
+        con.print(rt)
+    for n in notes:
+        con.print(escape(n))
+
+
+def num(value: float | int | None, digits: int = 2) -> str:
+    """A number for a table cell (empty for None)."""
+    if value is None:
+        return ""
+    if isinstance(value, int):
+        return f"{value:,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"

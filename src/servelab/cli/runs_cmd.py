@@ -1,0 +1,332 @@
+"""``servelab runs list|show|export|import|delete``: the stored runs.
+
+``runs list --json`` prints ``{"schema": "servelab.runs/1", "runs": [run, ...]}`` with the
+same run objects as ``runs export`` (without samples); ``runs show ID --json`` prints one run
+object (samples included with ``--samples``). ``runs export`` writes the export format of
+:mod:`servelab.store.exchange`; ``runs import`` reads it, or ``vllm bench serve`` result files.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from servelab.cli.output import (
+    CsvOpt,
+    DbOpt,
+    JsonOpt,
+    MarkdownOpt,
+    Table,
+    emit,
+    num,
+    pick_format,
+)
+from servelab.errors import UsageError
+from servelab.store import (
+    EXPORT_SCHEMA,
+    RunFilter,
+    RunRecord,
+    export_doc,
+    import_runs,
+    open_store,
+    read_import_file,
+    run_to_dict,
+)
+from servelab.store.exchange import write_json_atomic
+
+app = typer.Typer(help="List, show, export, import and delete stored runs.", no_args_is_help=True)
+
+RecipeOpt = Annotated[str | None, typer.Option("--recipe", help="Only runs of this recipe name.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Only runs of this model id.")]
+LabelOpt = Annotated[str | None, typer.Option("--label", help="Only runs carrying this label.")]
+StatusOpt = Annotated[str | None, typer.Option("--status", help="Only runs with status ok|failed.")]
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", help="Only runs started on/after this date (YYYY-MM-DD).")
+]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="At most this many runs.")]
+
+
+def _date(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise UsageError(f"{option}: not a date/time: {value!r} (use YYYY-MM-DD)") from exc
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+def _filter(
+    recipe: str | None,
+    model: str | None,
+    label: str | None,
+    status: str | None,
+    since: str | None,
+    limit: int | None,
+    newest_first: bool = False,
+) -> RunFilter:
+    if status is not None and status not in ("ok", "failed"):
+        raise UsageError(f"--status must be ok or failed, not {status!r}")
+    return RunFilter(
+        recipe_name=recipe,
+        model_id=model,
+        label=label,
+        status=status,
+        since=_date(since, "--since"),
+        limit=limit,
+        newest_first=newest_first,
+    )
+
+
+def _when(dt: datetime | None) -> str:
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if dt is not None else ""
+
+
+def runs_table(runs: list[RunRecord], title: str = "runs") -> Table:
+    """The ``runs list`` table."""
+    cols = (
+        "id",
+        "started (UTC)",
+        "status",
+        "recipe",
+        "model",
+        "engine",
+        "hardware",
+        "host",
+        "decode tok/s",
+        "prefill tok/s",
+        "weights GiB",
+        "KV tokens",
+        "labels",
+    )
+    rows = [
+        (
+            r.run_id or "",
+            _when(r.started_at),
+            r.status if r.status == "ok" else f"failed: {(r.status_reason or '')[:40]}",
+            r.recipe_name or "",
+            r.model_id or "",
+            " ".join(x for x in (r.engine_name, r.engine_version) if x),
+            r.hardware or "",
+            r.host or "",
+            num(r.decode_tok_s),
+            num(r.prefill_tok_s, 0),
+            num(r.weights_gib),
+            num(r.kv_pool_tokens),
+            ", ".join(r.labels),
+        )
+        for r in runs
+    ]
+    return Table(title, cols, rows)
+
+
+@app.command("list")
+def list_cmd(
+    recipe: RecipeOpt = None,
+    model: ModelOpt = None,
+    label: LabelOpt = None,
+    status: StatusOpt = None,
+    since: SinceOpt = None,
+    limit: LimitOpt = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """List stored runs, newest first."""
+    fmt = pick_format(as_json, as_csv, as_markdown)
+    with open_store(db) as store:
+        runs = store.list_runs(_filter(recipe, model, label, status, since, limit, True))
+    doc = {"schema": EXPORT_SCHEMA, "runs": [run_to_dict(r, samples=False) for r in runs]}
+    if not runs and fmt == "table":
+        Console(highlight=False).print("no stored runs match")
+        return
+    emit(fmt, doc=doc, tables=[runs_table(runs, f"{len(runs)} runs")])
+
+
+@app.command("show")
+def show_cmd(
+    run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of it).")],
+    samples: Annotated[
+        bool, typer.Option("--samples", help="Also list every per-request sample.")
+    ] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """Show one run: its conditions, metrics (with CIs) and optionally its samples."""
+    fmt = pick_format(as_json, as_csv, as_markdown)
+    with open_store(db) as store:
+        run = store.get_run(run_id, samples=True)
+    facts = [
+        ("id", run.run_id or ""),
+        ("started (UTC)", _when(run.started_at)),
+        ("finished (UTC)", _when(run.finished_at)),
+        ("status", run.status + (f" ({run.status_reason})" if run.status_reason else "")),
+        ("recipe", run.recipe_name or ""),
+        ("recipe sha256", run.recipe_hash or ""),
+        ("model", run.model_id or ""),
+        (
+            "checkpoint",
+            " ".join(
+                x
+                for x in (run.checkpoint_revision, run.checkpoint_path, run.checkpoint_header_hash)
+                if x
+            ),
+        ),
+        ("hardware / host", " / ".join(x for x in (run.hardware, run.host) if x)),
+        ("driver / CUDA / torch", " / ".join(x or "?" for x in (run.driver, run.cuda, run.torch))),
+        ("engine", " ".join(x for x in (run.engine_name, run.engine_version) if x)),
+        ("engine args", " ".join(run.engine_args)),
+        ("decode tok/s", num(run.decode_tok_s)),
+        ("prefill tok/s", num(run.prefill_tok_s, 0)),
+        ("weights GiB", num(run.weights_gib)),
+        ("KV pool tokens", num(run.kv_pool_tokens)),
+        ("power W", num(run.power_w, 1)),
+        ("labels", ", ".join(run.labels)),
+        (
+            "requests",
+            f"{sum(s.ok for s in run.samples)} ok, {sum(not s.ok for s in run.samples)} failed",
+        ),
+    ]
+    tables = [Table(f"run {run.run_id}", ("field", "value"), [(k, v) for k, v in facts if v])]
+    if run.metrics:
+        tables.append(
+            Table(
+                "metrics",
+                ("metric", "point", "value", "95% CI", "n", "unit"),
+                [
+                    (
+                        m.name,
+                        m.point,
+                        num(m.value, 3),
+                        f"{num(m.ci_low, 3)} – {num(m.ci_high, 3)}" if m.ci_low is not None else "",
+                        str(m.n),
+                        m.unit,
+                    )
+                    for m in run.metrics
+                ],
+            )
+        )
+    if samples:
+        tables.append(
+            Table(
+                "samples",
+                (
+                    "point",
+                    "#",
+                    "TTFT s",
+                    "TPOT ms",
+                    "decode tok/s",
+                    "E2E s",
+                    "prompt",
+                    "completion",
+                    "error",
+                ),
+                [
+                    (
+                        s.point,
+                        str(s.index),
+                        num(s.ttft_s, 4),
+                        num(s.tpot_s * 1000 if s.tpot_s is not None else None, 3),
+                        num(s.decode_tok_s),
+                        num(s.e2e_s, 3),
+                        num(s.prompt_tokens),
+                        num(s.completion_tokens),
+                        s.error or "",
+                    )
+                    for s in run.samples
+                ],
+            )
+        )
+    notes = []
+    if run.log_tail and run.status != "ok":
+        notes.append("engine log tail:\n" + run.log_tail)
+    emit(fmt, doc=run_to_dict(run, samples=samples), tables=tables, notes=notes)
+
+
+@app.command("export")
+def export_cmd(
+    run_ids: Annotated[
+        list[str] | None, typer.Argument(help="Runs to export (default: all matching).")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).")
+    ] = None,
+    recipe: RecipeOpt = None,
+    model: ModelOpt = None,
+    label: LabelOpt = None,
+    since: SinceOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Export runs with every sample as JSON (schema servelab.runs/1)."""
+    with open_store(db) as store:
+        if run_ids:
+            runs = [store.get_run(r) for r in run_ids]
+        else:
+            runs = store.list_runs(_filter(recipe, model, label, None, since, None), samples=True)
+    doc = export_doc(runs)
+    if output is None:
+        typer.echo(json.dumps(doc, indent=1))
+    else:
+        write_json_atomic(output, doc)
+        Console(stderr=True, highlight=False).print(f"exported {len(runs)} runs to {output}")
+
+
+@app.command("import")
+def import_cmd(
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="servelab export files, or `vllm bench serve` result JSON files."),
+    ],
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="Add this label to every imported run (repeatable)."),
+    ] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import runs (duplicates by id are skipped, so importing twice is harmless)."""
+    records = []
+    for f in files:  # read and validate everything before writing anything
+        records.extend(read_import_file(f))
+    if label:
+        from dataclasses import replace
+
+        records = [replace(r, labels=tuple(dict.fromkeys([*r.labels, *label]))) for r in records]
+    with open_store(db) as store:
+        result = import_runs(store, records)
+    if as_json:
+        typer.echo(json.dumps({"added": list(result.added), "skipped": list(result.skipped)}))
+        return
+    con = Console(highlight=False)
+    con.print(f"imported {len(result.added)} runs, skipped {len(result.skipped)} already stored")
+    for rid in result.added:
+        con.print(f"  + {rid}")
+
+
+@app.command("delete")
+def delete_cmd(
+    run_ids: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes).")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Delete runs with their samples and metrics."""
+    with open_store(db) as store:
+        full = [store.resolve_id(r) for r in run_ids]
+        if not yes and not typer.confirm(f"delete {len(full)} run(s): {', '.join(full)}?"):
+            raise typer.Abort()
+        for rid in full:
+            store.delete_run(rid)
+    Console(highlight=False).print(f"deleted {len(full)} run(s)")
+
+
+def register(root: typer.Typer) -> None:
+    """Attach the ``runs`` group to the root app."""
+    root.add_typer(app, name="runs")
