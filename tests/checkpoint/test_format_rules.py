@@ -268,3 +268,33 @@ def test_strict_json_escapes_inside_strings() -> None:
     with pytest.raises(Exception) as info:
         loads_strict_json(rb'{"a\"": 1, "a\"": 2}')
     assert getattr(info.value, "rule", None) == "duplicate-key"
+
+
+def test_62546_tensor_header(tmp_path: Path, write_safetensors: Any) -> None:
+    """The seed checkpoint's tensor count parses, with every entry validated (timing is
+    the benchmark's job: benchmarks/header_parse.py)."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    off = 0
+    for i in range(62_546):
+        layer, rest = divmod(i, 1536)
+        expert, kind = divmod(rest, 6)
+        name = f"model.language_model.layers.{layer}.mlp.experts.{expert}.p{kind // 2}"
+        if kind % 2 == 0:
+            header[f"{name}.weight"] = entry("F8_E4M3", [512, 2048], off, off + 512 * 2048)
+            off += 512 * 2048
+        else:
+            header[f"{name}.weight_scale"] = entry("BF16", [512, 1], off, off + 1024)
+            off += 1024
+    path = write_safetensors(tmp_path / "model.safetensors", header)
+    src = load_checkpoint(path)
+    assert len(src.tensors) == 62_546
+    assert sum(t.nbytes for t in src.tensors) == off == src.shards[0].data_bytes
+    assert {t.dtype for t in src.tensors} == {"F8_E4M3", "BF16"}
+    # One wrong size among 62,546 is still found and named.
+    bad = dict(header)
+    last = next(reversed(bad))
+    bad[last] = {**bad[last], "shape": [512, 2]}
+    path = write_safetensors(tmp_path / "bad" / "model.safetensors", bad)
+    with pytest.raises(HeaderError) as info:
+        load_checkpoint(path)
+    assert info.value.rule == "size-mismatch" and last in str(info.value)
