@@ -279,3 +279,41 @@ def hub_server() -> Iterator[Callable[..., HubServer]]:
         srv.server_close()
         t.join(timeout=5)
     time.sleep(0)  # let handler threads notice closed sockets
+
+
+# --- analysis fixtures (engineer A2): quantized / MTP variants of real tiny checkpoints ---
+
+
+@pytest.fixture(scope="session")
+def variant_checkpoint(
+    tiny_checkpoint: TinyFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """Factory: a variant of the tiny ``qwen3_5_moe_text`` checkpoint, built once.
+
+    ``"fp8-channel"``, ``"nvfp4"``, ``"fp8-block"``, ``"modelopt-nvfp4"`` (see
+    :mod:`servelab.synth.quantize`), ``"mtp-declared"`` (config declares MTP, none
+    ships), ``"mtp-shipped"`` (declared and shipped, per-expert), ``"mtp-undeclared"``
+    (fused MTP tensors ship, config silent).
+    """
+    from servelab.synth.quantize import add_mtp_head, declare_mtp, quantize_checkpoint
+
+    cache: dict[str, Path] = {}
+    lock = threading.Lock()
+
+    def build(variant: str) -> Path:
+        with lock:
+            if variant not in cache:
+                src = tiny_checkpoint("qwen3_5_moe_text")
+                dst = tmp_path_factory.mktemp("variants") / variant
+                if variant == "mtp-declared":
+                    declare_mtp(src, dst)
+                elif variant == "mtp-shipped":
+                    add_mtp_head(src, dst)
+                elif variant == "mtp-undeclared":
+                    add_mtp_head(src, dst, declare=False, fused_experts=True)
+                else:
+                    quantize_checkpoint(src, dst, variant)
+                cache[variant] = dst
+            return cache[variant]
+
+    return build

@@ -227,11 +227,13 @@ def _quant(ctx: LintContext) -> list[Finding]:
     # Scales whose weight is missing.
     orphans = []
     for t, r in pairs:
-        leaf = t.name.rsplit(".", 1)[-1]
-        if r.is_scale and leaf.startswith("weight_"):
-            mod = _module(t.name)
-            if not any(f"{mod}.{w}" in names for w in ("weight", "weight_packed")):
-                orphans.append(t.name)
+        if not r.is_scale:
+            continue
+        mod, _, leaf = t.name.rpartition(".")
+        if leaf.startswith("weight_") and not any(
+            f"{mod}.{w}" in names for w in ("weight", "weight_packed")
+        ):
+            orphans.append(t.name)
     if orphans:
         out.append(
             Finding(

@@ -52,6 +52,7 @@ Within one schema version fields are only ever added, never renamed or removed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ from typing import Any
 from servelab.checkpoint.configs import text_config as _text_config
 from servelab.checkpoint.lint import Finding, LintContext, declared_mtp_layers, lint_checkpoint
 from servelab.checkpoint.quant import QuantArgs, QuantScheme, detect_quant
-from servelab.checkpoint.roles import ROLE_ORDER, Role, TensorRole, classify_tensor
+from servelab.checkpoint.roles import ROLE_ORDER, Role, RoleClassifier, TensorRole
 from servelab.checkpoint.safetensors_format import TensorEntry
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 
@@ -435,38 +436,46 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
     tensors = source.tensors
     text_cfg = _text_config(source.config)
     n_layers_cfg = _cfg_int(text_cfg, "num_hidden_layers", "n_layer", "num_layers")
-    roles = [classify_tensor(t.name, num_hidden_layers=n_layers_cfg) for t in tensors]
+    classify = RoleClassifier(n_layers_cfg)
+    roles = [classify(t.name) for t in tensors]
     quant = detect_quant(source.config, source.quant_config)
 
-    # dtypes
+    # One pass: aggregate (primary role, base role, dtype) -> [tensors, bytes, elements];
+    # everything by dtype / by role is summed from this small table.
+    agg: dict[tuple[Role, Role, str], list[int]] = {}
+    embed_row_bytes = 0
+    embed_row_params = 0
+    for t, r in zip(tensors, roles, strict=True):
+        key = (r.role, r.base, t.dtype)
+        a = agg.get(key)
+        if a is None:
+            a = agg[key] = [0, 0, 0]
+        nb, ne = t.end - t.begin, math.prod(t.shape)
+        a[0] += 1
+        a[1] += nb
+        a[2] += ne
+        if r.base is Role.EMBEDDING and len(t.shape) >= 2 and t.shape[0]:
+            embed_row_bytes += nb // t.shape[0]
+            if not r.is_scale:
+                embed_row_params += ne * quant.packing_factor(t.dtype) // t.shape[0]
     d_t: Counter[str] = Counter()
     d_b: Counter[str] = Counter()
     d_e: Counter[str] = Counter()
-    # roles
     r_t: Counter[Role] = Counter()
     r_b: Counter[Role] = Counter()
     r_bs: Counter[Role] = Counter()
     r_p: Counter[Role] = Counter()
     r_dt: dict[Role, Counter[str]] = defaultdict(Counter)
-    embed_row_bytes = 0
-    embed_row_params = 0
-    for t, r in zip(tensors, roles, strict=True):
-        nb = t.nbytes
-        d_t[t.dtype] += 1
-        d_b[t.dtype] += nb
-        d_e[t.dtype] += t.numel
-        r_t[r.role] += 1
-        r_b[r.role] += nb
-        r_dt[r.role][t.dtype] += nb
-        r_bs[r.base] += nb
-        if not r.is_scale:
-            p = t.numel * quant.packing_factor(t.dtype)
-            r_p[r.base] += p
-            if r.base is Role.EMBEDDING and len(t.shape) >= 2 and t.shape[0]:
-                embed_row_bytes += nb // t.shape[0]
-                embed_row_params += p // t.shape[0]
-        elif r.base is Role.EMBEDDING and len(t.shape) >= 2 and t.shape[0]:
-            embed_row_bytes += nb // t.shape[0]
+    for (role, base, dtype), (n, nb, ne) in agg.items():
+        d_t[dtype] += n
+        d_b[dtype] += nb
+        d_e[dtype] += ne
+        r_t[role] += n
+        r_b[role] += nb
+        r_dt[role][dtype] += nb
+        r_bs[base] += nb
+        if role is not Role.QUANT_SCALE:
+            r_p[base] += ne * quant.packing_factor(dtype)
 
     tie = bool(
         text_cfg.get("tie_word_embeddings", (source.config or {}).get("tie_word_embeddings", False))

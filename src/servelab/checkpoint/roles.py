@@ -123,20 +123,7 @@ def is_scale_name(name: str) -> bool:
     return leaf.endswith(_MXFP4_SCALE_SUFFIX) and leaf != _MXFP4_SCALE_SUFFIX
 
 
-_INDEX_RE = re.compile(r"(?:^|\.)(layers|h|blocks|layer|decoder_layers|experts)\.(\d+)(?=\.|$)")
-_NUMBER_RE = re.compile(r"\.\d+(?=\.|$)")
 _HAS_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer|decoder_layers)\.#(?:\.|$)")
-
-
-def _indices(name: str) -> tuple[int | None, int | None]:
-    layer = expert = None
-    for kind, num in _INDEX_RE.findall(name):
-        if kind == "experts":
-            if expert is None:
-                expert = int(num)
-        elif layer is None:
-            layer = int(num)
-    return layer, expert
 
 
 def _template_role(template: str) -> Role:
@@ -177,36 +164,77 @@ def _classify_template(template: str) -> tuple[Role, bool]:
     return _template_role(template), is_scale_name(template)
 
 
+_LAYER_WORDS = frozenset(("layers", "h", "blocks", "layer", "decoder_layers"))
+
+
+def _split_module(module: str) -> tuple[str, int | None, int | None]:
+    """(template with indices → ``#``, layer index, expert index) of a module path."""
+    parts = module.split(".")
+    layer = expert = None
+    prev = ""
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            if prev == "experts":
+                if expert is None:
+                    expert = int(part)
+            elif prev in _LAYER_WORDS and layer is None:
+                layer = int(part)
+            parts[i] = "#"
+        prev = part
+    return ".".join(parts), layer, expert
+
+
+class RoleClassifier:
+    """Classifies many tensor names, sharing work between tensors of one module.
+
+    A quantized linear ships 2-4 tensors (``weight``, ``weight_scale``, ...) under one
+    module path; the module's template and indices are computed once. Make one per
+    checkpoint (the per-module cache lives as long as the classifier).
+    """
+
+    def __init__(self, num_hidden_layers: int | None = None) -> None:
+        self.num_hidden_layers = num_hidden_layers
+        self._modules: dict[str, tuple[str, int | None, int | None]] = {}
+
+    def __call__(self, name: str) -> TensorRole:
+        """The role of tensor ``name``."""
+        module, _, leaf = name.rpartition(".")
+        info = self._modules.get(module)
+        if info is None:
+            info = self._modules[module] = _split_module(module)
+        template, layer, expert = info
+        return self._make(f"{template}.{leaf}" if module else leaf, layer, expert)
+
+    def _make(self, template: str, layer: int | None, expert: int | None) -> TensorRole:
+        base, scale = _classify_template(template)
+        n = self.num_hidden_layers
+        if n is not None and layer is not None and layer >= n and base not in _NOT_TEXT:
+            base = Role.MTP
+        if base not in (Role.ROUTED_EXPERT, Role.MTP):
+            expert = None
+        return TensorRole(
+            role=Role.QUANT_SCALE if scale else base,
+            base=base,
+            layer=layer,
+            expert=expert,
+            is_scale=scale,
+        )
+
+
+_NOT_TEXT = (Role.VISION, Role.MTP)
+
+
 def classify_tensor(name: str, *, num_hidden_layers: int | None = None) -> TensorRole:
     """Classify one tensor by its name.
 
     ``num_hidden_layers`` (from the text config) lets layers numbered past the last
     decoder layer be recognised as MTP layers (DeepSeek-V3 / GLM append the MTP layer
-    as ``model.layers.<L>``); pass ``None`` when unknown.
-
-    Names are reduced to a template (indices → ``#``) so that 60k per-expert names cost
-    a few hundred regex classifications, not 60k.
+    as ``model.layers.<L>``); pass ``None`` when unknown. For many names use one
+    :class:`RoleClassifier`, which shares work between tensors of a module.
     """
-    base, scale = _classify_template(_NUMBER_RE.sub(".#", name))
-    layer, expert = _indices(name)
-    if (
-        num_hidden_layers is not None
-        and layer is not None
-        and layer >= num_hidden_layers
-        and base not in (Role.VISION, Role.MTP)
-    ):
-        base = Role.MTP
-    if base not in (Role.ROUTED_EXPERT, Role.MTP):
-        expert = None
-    return TensorRole(
-        role=Role.QUANT_SCALE if scale else base,
-        base=base,
-        layer=layer,
-        expert=expert,
-        is_scale=scale,
-    )
+    return RoleClassifier(num_hidden_layers)(name)
 
 
 def is_fused_expert_name(name: str) -> bool:
     """True for fused 3D expert tensors (``mlp.experts.gate_up_proj`` [E, 2I, H], ...)."""
-    return bool(_ROUTED_RE.search(name)) and _indices(name)[1] is None
+    return bool(_ROUTED_RE.search(name)) and _split_module(name)[2] is None

@@ -202,9 +202,22 @@ def _gated_deltanet(b: _Builder, p: str, cfg: Mapping[str, Any], *, split: bool)
     b.linear(f"{p}.out_proj", h, value_dim)
 
 
+def _num_experts(cfg: Mapping[str, Any]) -> int:
+    # transformers 5 writes qwen3_moe's count as num_local_experts.
+    key = "num_experts" if "num_experts" in cfg else "num_local_experts"
+    return _i(cfg, key)
+
+
+def _is_moe_layer(cfg: Mapping[str, Any], i: int) -> bool:
+    """Qwen2/3-MoE rule: MoE unless in ``mlp_only_layers`` or off ``decoder_sparse_step``."""
+    only = cfg.get("mlp_only_layers") or []
+    step = cfg.get("decoder_sparse_step") or 1
+    return i not in only and (i + 1) % int(step) == 0
+
+
 def _moe(b: _Builder, p: str, cfg: Mapping[str, Any], *, shared: bool, fused: bool) -> None:
     h = _i(cfg, "hidden_size")
-    e = _i(cfg, "num_experts")
+    e = _num_experts(cfg)
     inter = _i(cfg, "moe_intermediate_size")
     b.linear(f"{p}.gate", e, h, quantizable=False)
     if fused:
@@ -251,6 +264,7 @@ def _decoder_layer(
     layer_type: str,
     *,
     fused_experts: bool,
+    index: int = 0,
 ) -> None:
     h = _i(cfg, "hidden_size")
     hybrid = model_type in ("qwen3_next", "qwen3_5_moe_text")
@@ -260,7 +274,7 @@ def _decoder_layer(
     else:
         _attention(b, f"{p}.self_attn", cfg, qk_norm=model_type != "llama", gated=hybrid)
     b.param(f"{p}.post_attention_layernorm.weight", h)
-    if model_type == "llama":
+    if model_type == "llama" or not _is_moe_layer(cfg, index):
         _dense_mlp(b, f"{p}.mlp", cfg)
     else:
         _moe(b, f"{p}.mlp", cfg, shared=hybrid, fused=fused_experts)
@@ -356,7 +370,9 @@ def replica_tensors(
     h, vocab = _i(tcfg, "hidden_size"), _i(tcfg, "vocab_size")
     b.param(f"{prefix}.embed_tokens.weight", vocab, h)
     for i, lt in enumerate(_layer_types(tcfg)):
-        _decoder_layer(b, f"{prefix}.layers.{i}", tcfg, text_type, lt, fused_experts=fused_experts)
+        _decoder_layer(
+            b, f"{prefix}.layers.{i}", tcfg, text_type, lt, fused_experts=fused_experts, index=i
+        )
     b.param(f"{prefix}.norm.weight", h)
     tied = bool(tcfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     if not tied:

@@ -1,0 +1,177 @@
+"""Quantization scheme detection and effective bits, on real configs and real files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from servelab.checkpoint.quant import (
+    IGNORE_EXACT_OR_RE,
+    IGNORE_GLOB,
+    IGNORE_SUBSTRING,
+    compile_ignore,
+    detect_quant,
+    ignore_matches,
+)
+from servelab.checkpoint.report import inspect_checkpoint
+from servelab.errors import ConfigError
+
+Variant = Callable[[str], Path]
+
+
+def _cfg(path: Path) -> dict:
+    return json.loads((path / "config.json").read_text())
+
+
+def test_unquantized() -> None:
+    q = detect_quant({"model_type": "llama"})
+    assert (q.method, q.is_quantized, q.label, q.weight_bits) == (
+        "none",
+        False,
+        "unquantized",
+        None,
+    )
+
+
+def test_compressed_tensors_fp8_written_by_the_library(variant_checkpoint: Variant) -> None:
+    q = detect_quant(_cfg(variant_checkpoint("fp8-channel")))
+    assert q.method == "compressed-tensors" and q.format == "float-quantized"
+    w, a = q.weights, q.input_activations
+    assert w is not None and (w.num_bits, w.type, w.strategy) == (8, "float", "channel")
+    assert a is not None and (a.strategy, a.dynamic) == ("token", True)
+    assert "lm_head" in q.ignore and q.ignores("lm_head")
+    assert q.ignores("model.layers.0.mlp.gate")
+    assert not q.ignores("model.layers.0.mlp.experts.0.up_proj")
+    assert q.label.startswith("compressed-tensors float-quantized: W 8-bit float channel")
+
+
+def test_compressed_tensors_nvfp4_written_by_the_library(variant_checkpoint: Variant) -> None:
+    q = detect_quant(_cfg(variant_checkpoint("nvfp4")))
+    assert (q.method, q.format) == ("compressed-tensors", "nvfp4-pack-quantized")
+    assert q.weights is not None and (q.weights.num_bits, q.weights.group_size) == (4, 16)
+    assert q.input_activations is None  # NVFP4A16: weight-only
+    assert q.packing_factor("U8") == 2 and q.packing_factor("F8_E4M3") == 1
+
+
+def test_modelopt_prefers_hf_quant_config(variant_checkpoint: Variant) -> None:
+    d = variant_checkpoint("modelopt-nvfp4")
+    hf = json.loads((d / "hf_quant_config.json").read_text())
+    q = detect_quant(_cfg(d), hf)
+    assert (q.method, q.format, q.declared_in) == ("modelopt", "NVFP4", "hf_quant_config.json")
+    assert q.ignore_style == IGNORE_GLOB
+    # Only config.json (quant_method: modelopt) still detects ModelOpt.
+    q2 = detect_quant(_cfg(d))
+    assert (q2.method, q2.format) == ("modelopt", "NVFP4")
+
+
+def test_fine_grained_fp8_block() -> None:
+    # The shape of DeepSeek-V3 / Qwen3-*-FP8 config.json quantization_config.
+    q = detect_quant(
+        {
+            "quantization_config": {
+                "quant_method": "fp8",
+                "activation_scheme": "dynamic",
+                "fmt": "e4m3",
+                "weight_block_size": [128, 128],
+                "modules_to_not_convert": ["lm_head", "mlp.gate"],
+            }
+        }
+    )
+    assert (q.method, q.format) == ("fp8", "block")
+    assert q.weights is not None and q.weights.block_structure == (128, 128)
+    assert q.ignore_style == IGNORE_SUBSTRING
+    assert q.ignores("model.layers.3.mlp.gate") and not q.ignores("model.layers.3.mlp.experts.1")
+
+
+def test_gptq_awq_mxfp4_bnb_and_nested_text_config() -> None:
+    gptq = detect_quant(
+        {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}}
+    )
+    assert gptq.method == "gptq" and gptq.weights is not None
+    assert (gptq.weights.num_bits, gptq.weights.group_size) == (4, 128)
+    assert gptq.packing_factor("I32") == 8
+    awq = detect_quant(
+        {
+            "quantization_config": {
+                "quant_method": "awq",
+                "w_bit": 4,
+                "q_group_size": 64,
+                "version": "gemm",
+            }
+        }
+    )
+    assert awq.method == "awq" and awq.weights is not None and awq.weights.group_size == 64
+    assert awq.format == "gemm"
+    mx = detect_quant(
+        {
+            "quantization_config": {
+                "quant_method": "mxfp4",
+                "modules_to_not_convert": ["model.layers.*.self_attn"],
+            }
+        }
+    )
+    assert mx.method == "mxfp4" and mx.packing_factor("U8") == 2
+    bnb = detect_quant(
+        {
+            "quantization_config": {
+                "quant_method": "bitsandbytes",
+                "load_in_4bit": True,
+                "bnb_4bit_quant_type": "nf4",
+            }
+        }
+    )
+    assert (bnb.method, bnb.format, bnb.weight_bits) == ("bitsandbytes", "nf4", 4)
+    nested = detect_quant({"text_config": {"quantization_config": {"quant_method": "fp8"}}})
+    assert nested.method == "fp8" and nested.declared_in.endswith("text_config.quantization_config")
+    other = detect_quant({"quantization_config": {"quant_method": "hqq"}})
+    assert (other.method, other.format) == ("other", "hqq")
+
+
+def test_malformed_quantization_config_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="must be an object"):
+        detect_quant({"quantization_config": [1, 2]})
+    with pytest.raises(ConfigError, match="config_groups"):
+        detect_quant(
+            {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1]}}
+        )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "module", "style", "expected"),
+    [
+        ("lm_head", "lm_head", IGNORE_EXACT_OR_RE, True),
+        ("lm_head", "model.lm_head", IGNORE_EXACT_OR_RE, False),
+        ("re:.*mlp.gate$", "model.layers.1.mlp.gate", IGNORE_EXACT_OR_RE, True),
+        ("re:.*mlp.gate$", "model.layers.1.mlp.gate_proj", IGNORE_EXACT_OR_RE, False),
+        ("re:visual.*", "model.visual.blocks.0.attn.qkv", IGNORE_EXACT_OR_RE, False),  # re.match
+        ("re:[", "anything", IGNORE_EXACT_OR_RE, False),  # a broken regex matches nothing
+        ("*self_attn*", "model.layers.0.self_attn.q_proj", IGNORE_GLOB, True),
+        ("lm_head", "model.layers.0.self_attn.q_proj", IGNORE_GLOB, False),
+        ("mlp.gate", "model.layers.0.mlp.gate", IGNORE_SUBSTRING, True),
+    ],
+)
+def test_ignore_matching(pattern: str, module: str, style: str, expected: bool) -> None:
+    assert ignore_matches(pattern, module, style) is expected
+    assert compile_ignore([pattern], style)(module) is expected
+
+
+def test_effective_bits_of_routed_experts(variant_checkpoint: Variant) -> None:
+    # Tiny experts: gate/up [32, 64], down [64, 32] = 2048 weights each.
+    # NVFP4: packed U8 [out, in/2] = 1024 B + F8 scales [out, in/16] = 128 B + F32 global
+    # scale 4 B = 1156 B per 2048 weights -> 1156 * 8 / 2048 = 4.515625 bits.
+    nv = inspect_checkpoint(variant_checkpoint("nvfp4"))
+    assert nv.routed_expert_bits == pytest.approx(1156 * 8 / 2048)
+    # ModelOpt NVFP4 adds a F32 input_scale: 1160 B per 2048 weights.
+    mo = inspect_checkpoint(variant_checkpoint("modelopt-nvfp4"))
+    assert mo.routed_expert_bits == pytest.approx(1160 * 8 / 2048)
+    # FP8 channel: 2048 B + BF16 scale [out, 1]: gate/up 64 B, down 128 B.
+    fp8 = inspect_checkpoint(variant_checkpoint("fp8-channel"))
+    assert fp8.routed_expert_bits == pytest.approx((2112 * 2 + 2176) * 8 / (3 * 2048))
+    # FP8 block 128x128 on 32x64 weights: one F32 scale per tensor.
+    blk = inspect_checkpoint(variant_checkpoint("fp8-block"))
+    assert blk.routed_expert_bits == pytest.approx(2052 * 8 / 2048)
+    # Logical params survive packing: same as the unquantized model.
+    assert nv.total_params == fp8.total_params == blk.total_params == mo.total_params
