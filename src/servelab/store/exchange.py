@@ -8,15 +8,18 @@ Export format (``"schema": "servelab.runs/1"``)::
                 "samples": [{point, index, ttft_s, tpot_s, e2e_s, itl_*_s,
                              prompt_tokens, completion_tokens, error}] } ]}
 
-Import accepts that format, a single run object, or a ``vllm bench serve --save-result``
-file (one JSON object, or JSON lines from ``--append-result``). From a vLLM file servelab keeps
-the per-request samples when the file has them (``--save-detailed``), vLLM's summary numbers as
-metrics, and the rest of the file (minus generated texts) under ``extra["vllm_bench"]``.
+Import accepts that format, a single run object, a servelab bench result
+(``"schema": "servelab.bench/1"``, see :func:`run_from_bench_json`), or a
+``vllm bench serve --save-result`` file (one JSON object, or JSON lines from
+``--append-result``). From a vLLM file servelab keeps the per-request samples when the
+file has them (``--save-detailed``), vLLM's summary numbers as metrics, and the rest of
+the file (minus generated texts) under ``extra["vllm_bench"]``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import statistics
 from collections.abc import Iterable, Sequence
@@ -38,6 +41,7 @@ from servelab.store.model import (
     utcnow,
 )
 
+BENCH_SCHEMA = "servelab.bench/1"
 _DATETIME_FIELDS = ("started_at", "finished_at", "created_at")
 _TUPLE_FIELDS = ("engine_args", "labels")
 _RUN_FIELDS = {f.name for f in fields(RunRecord)}
@@ -158,6 +162,8 @@ def read_import_file(path: Path) -> list[RunRecord]:
 def _records_from_doc(doc: Any, source: str) -> list[RunRecord]:
     if not isinstance(doc, dict):
         raise InputError("expected a JSON object", path=source)
+    if doc.get("schema") == BENCH_SCHEMA:
+        return [run_from_bench_json(doc, source=source)]
     if "schema" in doc:
         if doc["schema"] != EXPORT_SCHEMA:
             raise InputError(
@@ -293,6 +299,135 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
         metrics=tuple(metrics),
         samples=tuple(samples),
     )
+
+
+def point_name(prompt_len: Any, concurrency: Any) -> str:
+    """The workload point label used in samples and metrics: ``p{prompt}-c{concurrency}``."""
+    return f"p{prompt_len}-c{concurrency}"
+
+
+_BENCH_METRICS = (
+    # (key in the bench point's metrics, stored name, scale, unit)
+    ("decode_tok_s", "decode_tok_s", 1.0, "tok/s"),
+    ("prefill_tok_s", "prefill_tok_s", 1.0, "tok/s"),
+    ("ttft_ms", "ttft_s", 1e-3, "s"),
+    ("tpot_ms", "tpot_s", 1e-3, "s"),
+    ("itl_ms", "itl_s", 1e-3, "s"),
+    ("e2el_ms", "e2e_s", 1e-3, "s"),
+)
+
+
+def _bench_sample(raw: Any, point: str, source: str) -> Sample | None:
+    if not isinstance(raw, dict):
+        raise InputError("bench sample is not an object", path=source)
+    if raw.get("warmup"):
+        return None
+    chunks = [int(x) for x in raw.get("chunk_ns") or []]
+    err = raw.get("error")
+    ct = raw.get("completion_tokens")
+    ttft = chunks[0] / 1e9 if chunks else None
+    latency = chunks[-1] / 1e9 if chunks else None
+    tpot = None
+    if err is None and ttft is not None and latency is not None and isinstance(ct, int) and ct > 1:
+        tpot = (latency - ttft) / (ct - 1)
+    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(chunks)]
+    detail = raw.get("error_detail")
+    return Sample(
+        point=point,
+        index=int(raw.get("index", 0)),
+        ttft_s=ttft if err is None else None,
+        tpot_s=tpot,
+        e2e_s=latency if err is None else None,
+        itl_mean_s=statistics.fmean(gaps) if gaps and err is None else None,
+        itl_p50_s=statistics.median(gaps) if gaps and err is None else None,
+        itl_p99_s=_pct(gaps, 99) if gaps and err is None else None,
+        itl_max_s=max(gaps) if gaps and err is None else None,
+        prompt_tokens=raw.get("prompt_tokens")
+        if isinstance(raw.get("prompt_tokens"), int)
+        else None,
+        completion_tokens=ct if isinstance(ct, int) else None,
+        error=None if err is None else (f"{err}: {detail}" if detail else str(err)),
+    )
+
+
+def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> RunRecord:
+    """A RunRecord from a ``servelab.bench/1`` document (``BenchResult.to_json()``).
+
+    Every measured (non-warm-up) request becomes a :class:`Sample` at point
+    ``p{prompt_len}-c{concurrency}``; each point's summaries (mean with ``ci95``) become
+    metrics; the headline decode/prefill are those of the concurrency-1 point whose prompt
+    length is nearest 2,048 tokens (else the first point). ``fields`` set or override any
+    RunRecord field (recipe, engine, hardware, ...), so the run pipeline can call this with
+    what it knows about the serving side.
+    """
+    if doc.get("schema") != BENCH_SCHEMA:
+        raise InputError(f"not a {BENCH_SCHEMA} document", path=source)
+    points = doc.get("points")
+    if not isinstance(points, list):
+        raise InputError("bench result has no 'points' list", path=source)
+    samples: list[Sample] = []
+    metrics: list[Metric] = []
+    headline: tuple[int, float | None, float | None] | None = None
+    for pt in points:
+        if not isinstance(pt, dict):
+            raise InputError("bench point is not an object", path=source)
+        name = point_name(pt.get("prompt_len"), pt.get("concurrency"))
+        for raw in pt.get("samples") or []:
+            smp = _bench_sample(raw, name, source)
+            if smp is not None:
+                samples.append(smp)
+        summaries = pt.get("metrics") or {}
+        means: dict[str, float] = {}
+        for key, stored, scale, unit in _BENCH_METRICS:
+            summ = summaries.get(key)
+            if not isinstance(summ, dict) or not isinstance(summ.get("mean"), (int, float)):
+                continue
+            ci = summ.get("ci95") if isinstance(summ.get("ci95"), list) else None
+            lo, hi = (ci[0], ci[1]) if ci and len(ci) == 2 else (None, None)
+            means[stored] = float(summ["mean"]) * scale
+            metrics.append(
+                Metric(
+                    name=stored,
+                    value=float(summ["mean"]) * scale,
+                    point=name,
+                    ci_low=float(lo) * scale if isinstance(lo, (int, float)) else None,
+                    ci_high=float(hi) * scale if isinstance(hi, (int, float)) else None,
+                    n=int(summ.get("n") or 0),
+                    unit=unit,
+                )
+            )
+        if pt.get("concurrency") == 1 and isinstance(pt.get("prompt_len"), int):
+            dist = abs(int(pt["prompt_len"]) - 2048)
+            if headline is None or dist < headline[0]:
+                headline = (dist, means.get("decode_tok_s"), means.get("prefill_tok_s"))
+    completed = sum(s.ok for s in samples)
+    started = _parse_dt(doc.get("started_at"))
+    finished = _parse_dt(doc["finished_at"]) if doc.get("finished_at") else None
+    base: dict[str, Any] = {
+        "started_at": started,
+        "finished_at": finished,
+        "status": STATUS_OK if completed else STATUS_FAILED,
+        "status_reason": None if completed else "no request completed",
+        "model_id": doc.get("model") if isinstance(doc.get("model"), str) else None,
+        "decode_tok_s": headline[1] if headline else None,
+        "prefill_tok_s": headline[2] if headline else None,
+        "workload": doc.get("workload") if isinstance(doc.get("workload"), dict) else None,
+        "extra": {
+            "bench": {k: v for k, v in doc.items() if k not in ("points", "workload")},
+            "bench_points": [
+                {k: v for k, v in p.items() if k != "samples"}
+                for p in points
+                if isinstance(p, dict)
+            ],
+        },
+        "metrics": tuple(metrics),
+        "samples": tuple(samples),
+    }
+    base.update(fields)
+    try:
+        return RunRecord(**base)
+    except TypeError as exc:
+        raise InputError(f"bad run field: {exc}", path=source) from exc
 
 
 def _vllm_date(value: Any, source: str) -> datetime:

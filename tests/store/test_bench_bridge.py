@@ -1,0 +1,65 @@
+"""A real servelab benchmark (synthetic streaming server) recorded in the store and compared.
+
+The synthetic server streams on an absolute schedule (first chunk after ttft, then one chunk
+per itl), so the decode speed the store ends up with is known: 1 / itl.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from servelab.analysis import Group, compare_groups
+from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.workload import WorkloadSpec
+from servelab.store import open_store, read_import_file, run_from_bench_json
+from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
+
+
+def _bench(itl_s: float) -> dict[str, object]:
+    with SyntheticServer(SyntheticConfig(ttft_s=0.02, itl_s=itl_s)) as srv:
+        res = run_bench(
+            BenchConfig(
+                srv.base_url,
+                WorkloadSpec(
+                    prompt_lens=(64,),
+                    output_len=24,
+                    concurrency=(1,),
+                    requests=8,
+                    max_repeats=1,
+                    warmup_requests=1,
+                ),
+            )
+        )
+    return res.to_json()
+
+
+@pytest.mark.slow
+def test_bench_result_round_trips_through_the_store(db_url: str, tmp_path: Path) -> None:
+    fast_doc = _bench(0.010)
+    slow_doc = _bench(0.0125)
+    fast = run_from_bench_json(
+        fast_doc, recipe_name="synthetic", engine_name="synthetic", labels=("fast",)
+    )
+    assert fast.started_at.tzinfo is not None and fast.started_at <= datetime.now(UTC)
+    assert len(fast.samples) == 8 and all(s.ok for s in fast.samples)  # warm-up left out
+    assert {s.point for s in fast.samples} == {"p64-c1"}
+    assert fast.decode_tok_s == pytest.approx(100.0, rel=0.15)
+    stored_metric = fast.metric("decode_tok_s", "p64-c1")
+    assert stored_metric is not None and stored_metric.n == 8
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(slow_doc))
+    (slow,) = read_import_file(path)  # `servelab runs import` reads bench files too
+    with open_store(db_url) as store:
+        fast_id = store.add_run(fast)
+        slow_id = store.add_run(slow)
+        a, b = store.get_run(fast_id), store.get_run(slow_id)
+    assert a.samples == fast.samples and a.labels == ("fast",)
+    comp = compare_groups([Group("fast", (a,)), Group("slow", (b,))], metrics=["decode_tok_s"])
+    (row,) = comp.rows
+    assert row.point == "p64-c1"
+    assert row.cells[1].verdict == "worse"
+    assert row.cells[1].rel_diff == pytest.approx(0.010 / 0.0125 - 1, abs=0.08)
