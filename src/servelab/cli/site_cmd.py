@@ -18,9 +18,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from servelab.errors import UsageError
-from servelab.site.build import build_site
-from servelab.site.collect import collect_site
-from servelab.store import display_url, open_store, resolve_url
 
 __all__ = ["app", "register"]
 
@@ -46,6 +43,11 @@ def build(
         "--json", help="Print what was built as JSON (schema in the module docstring).")] = False,
 ) -> None:
     """Build recipe pages, model indexes, experiment and run pages from every recorded run."""
+    # Imported here: matplotlib and the store cost ~1.5 s, which every other command would pay.
+    from servelab.site.build import build_site
+    from servelab.site.collect import collect_site
+    from servelab.store import display_url, open_store, resolve_url
+
     url = resolve_url(db)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])

@@ -63,6 +63,10 @@ def decode_vs_prompt(series: Mapping[str, Sequence[MeasuredRow]], *, title: str)
                 ax.plot([p[0] for p in pred], [p[1] for p in pred], linestyle="--", marker="x",
                         color=color, alpha=0.7, label=f"{label} (predicted)")
         ax.set_xscale("log", base=2)
+        ticks = sorted({r.prompt_tokens for rows in series.values() for r in rows})
+        if ticks:
+            ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+            ax.minorticks_off()
         ax.set_xlabel("prompt length (tokens)")
         ax.set_ylabel("decode (tok/s, single stream)")
         ax.set_ylim(bottom=0)
@@ -86,7 +90,7 @@ def history(series: HistorySeries, *, title: str) -> str:
                         color=_COLORS[1], fontsize=7, ha="center", va="bottom")
         ax.set_xticks(xs, [p.when[:10] for p in series.points], rotation=30, ha="right",
                       fontsize=7)
-        ax.set_ylabel(f"{series.metric} ({series.unit})")
+        ax.set_ylabel(series.unit)
         ax.set_ylim(bottom=0, top=max(ys) * 1.15 if ys and max(ys) > 0 else None)
         ax.set_title(title)
         return _to_svg(fig)
@@ -95,7 +99,7 @@ def history(series: HistorySeries, *, title: str) -> str:
 def memory_split(split: MemorySplit, *, kv_cache_gib: float | None, title: str) -> str:
     """A horizontal stacked bar: checkpoint bytes by tensor role, plus the KV pool if known."""
     with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(6.4, 1.9), layout="constrained")
+        fig = Figure(figsize=(6.4, 2.2), layout="constrained")
         ax = fig.add_subplot()
         left = 0.0
         parts = [(p.label, p.bytes / GIB) for p in split.by_role]
@@ -109,6 +113,5 @@ def memory_split(split: MemorySplit, *, kv_cache_gib: float | None, title: str) 
         ax.set_xlabel("GiB")
         ax.grid(axis="y", visible=False)
         ax.set_title(title)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3,
-                  frameon=False)
+        fig.legend(fontsize=7, loc="outside lower center", ncols=3, frameon=False)
         return _to_svg(fig)

@@ -9,13 +9,13 @@ passes :func:`~servelab.site.fmt.redact`, so secrets never reach a page.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import shlex
 import urllib.parse
 from collections.abc import Iterable
-from importlib import resources
 from typing import Any
 
 import jinja2
@@ -183,9 +183,16 @@ def curl_examples(page: RecipePage) -> tuple[str, ...]:
         })
     return tuple(
         f"curl -s {url} \\\n  -H 'Content-Type: application/json' \\\n"
-        f"  -d {shlex.quote(json.dumps(body, ensure_ascii=False))}"
+        f"  -d {shlex.quote(_json_body(body))}"
         for body in examples
     )
+
+
+def _json_body(body: dict[str, Any]) -> str:
+    """JSON with one top-level key per line, as people write request bodies by hand."""
+    items = [f"{json.dumps(k)}:{json.dumps(v, ensure_ascii=False, separators=(',', ':'))}"
+             for k, v in body.items()]
+    return "{" + ",\n       ".join(items) + "}"
 
 
 def _plot_files(page: RecipePage) -> dict[str, str]:
@@ -249,8 +256,7 @@ def _md_finalize(value: Any) -> Any:
 
 
 def _loader() -> jinja2.BaseLoader:
-    templates = resources.files("servelab.site") / "templates"
-    return jinja2.FileSystemLoader(str(templates))
+    return jinja2.PackageLoader("servelab.site", "templates")
 
 
 def _common(env: jinja2.Environment) -> None:
@@ -269,6 +275,7 @@ def _common(env: jinja2.Environment) -> None:
     )
 
 
+@functools.cache
 def html_env() -> jinja2.Environment:
     """The HTML environment: autoescape on, strict undefined, secrets redacted."""
     env = jinja2.Environment(
@@ -280,6 +287,7 @@ def html_env() -> jinja2.Environment:
     return env
 
 
+@functools.cache
 def md_env() -> jinja2.Environment:
     """The Markdown environment: every interpolated string is Markdown- and HTML-escaped."""
     env = jinja2.Environment(
