@@ -8,6 +8,9 @@ so the tests can assert that only headers (and small JSON files) cross the wire.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -263,3 +266,32 @@ def test_remote_header_cap(
         load_checkpoint(hub.add("a/b", tmp_path), endpoint=hub.url)
     assert info.value.rule == "header-too-large"
     assert isinstance(info.value, ServelabError)
+
+
+def test_endpoint_and_token_from_the_environment(
+    hub_server: Callable[..., Any], tiny_checkpoint: Callable[..., Path], tmp_path: Path
+) -> None:
+    """HF_ENDPOINT and HF_TOKEN reach the reader through huggingface_hub's own settings
+    (a fresh interpreter, since huggingface_hub reads them at import)."""
+    hub = hub_server()
+    hub.add("env/repo", tiny_checkpoint("llama"))
+    code = (
+        "from servelab.checkpoint import load_checkpoint;"
+        "s = load_checkpoint('env/repo'); print(len(s.tensors), s.commit)"
+    )
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "HF_TOKEN": "hf_from_env",
+        "HF_HOME": str(tmp_path / "hf-home"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    count, commit = out.stdout.split()
+    assert int(count) == len(load_checkpoint(tiny_checkpoint("llama")).tensors)
+    assert commit == FAKE_COMMIT
+    assert {s.authorization for s in hub.seen} == {"Bearer hf_from_env"}, [
+        (s.path, s.authorization) for s in hub.seen
+    ]

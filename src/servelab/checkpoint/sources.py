@@ -11,8 +11,9 @@
 * a Hub repo id (``org/name``), read remotely with HTTP range requests like
   ``huggingface_hub``: one ranged GET of the first 100,000 bytes of each shard and a
   second range only when the header is longer. URLs, the endpoint (``HF_ENDPOINT`` or
-  ``endpoint=``), the token (``token=``, else ``HF_TOKEN`` / ``hf auth login``) and the
-  request headers come from ``huggingface_hub``; the transport is a plain
+  ``endpoint=``) and the token (``token=``, else ``HF_TOKEN`` / ``hf auth login``) come
+  from ``huggingface_hub``; reads are pinned to the commit the first answer names
+  (``X-Repo-Commit``), so all shards come from one snapshot; the transport is a plain
   ``httpx.Client`` with redirects followed by hand (bounded, no scheme downgrade, the
   token dropped when the host changes), per-request timeouts and an overall deadline,
   and a cap on the bytes read from any response so that a server that ignores ``Range``
@@ -446,17 +447,24 @@ class _Remote:
         timeout: float,
         deadline: float,
     ) -> None:
-        from huggingface_hub import constants
-        from huggingface_hub.utils._headers import build_hf_headers
+        import huggingface_hub
+        from huggingface_hub import constants, get_token
 
         self.repo_id = repo_id
         self.revision = revision
         self.pinned = revision or constants.DEFAULT_REVISION
         self.commit: str | None = None
         self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
-        self.headers = dict(
-            build_hf_headers(token=token, library_name="servelab", library_version=__version__)
-        )
+        # huggingface_hub's own token resolution (HF_TOKEN, then `hf auth login`'s file),
+        # unless implicit tokens are disabled. Not build_hf_headers(): its user-agent
+        # code fetches a registry from the endpoint as a side effect.
+        if token is None and not constants.HF_HUB_DISABLE_IMPLICIT_TOKEN:
+            token = get_token()
+        self.headers = {
+            "user-agent": f"servelab/{__version__}; hf_hub/{huggingface_hub.__version__}"
+        }
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
         self.deadline = deadline
         self.client = httpx.Client(
             timeout=httpx.Timeout(timeout), follow_redirects=False, trust_env=True
@@ -530,7 +538,9 @@ class _Remote:
         where = self.display(file)
         if err in ("RepositoryNotFound", "RevisionNotFound"):
             raise CheckpointNotFoundError(
-                f"Hub says {err} (check the repo id and --revision)", path=where
+                f"Hub says {err}: check the repo id and --revision (a private repo also "
+                "needs a token: `hf auth login` or HF_TOKEN)",
+                path=where,
             )
         if code in (401, 403):
             raise RemoteError(
