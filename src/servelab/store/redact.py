@@ -3,18 +3,21 @@
 Three rules, applied recursively to every string, list and dict of a record:
 
 * a dict key that names a secret (``token``, ``api_key``, ``authorization``, ``password``,
-  ``secret``, ``HF_TOKEN``, ``cookie``, ...) has its value replaced by ``[REDACTED]``;
+  ``secret``, ``HF_TOKEN``, ``cookie``, ...) has its string value replaced by ``[REDACTED]``;
 * in an argument list, the value after a secret flag (``--api-key KEY``, ``--hf-token T``)
   and the value of ``--api-key=KEY`` are replaced;
 * inside free text (logs, recipe text, args), well-known token shapes are replaced:
-  ``hf_...``, ``sk-...``, ``ghp_...``/``github_pat_...``, ``Bearer ...``, ``NAME_TOKEN=...``
-  style assignments, ``key = "..."`` TOML lines for secret keys, and URL passwords
-  (``scheme://user:password@host``).
+  ``hf_...``, ``sk-...``, ``ghp_...``/``github_pat_...``, ``AKIA...``, ``xox?-...``,
+  ``Bearer ...``, ``NAME_TOKEN=...`` / ``api_key: ...`` / ``password = "..."`` assignments,
+  ``--api-key VALUE`` on command lines, and URL passwords (``scheme://user:pw@host``).
+
+Keys about token *counts* are not secrets: anything with ``tokens`` (plural) in its name
+(``prompt_tokens``, ``max_num_batched_tokens``), ``*_token_id``, ``bos_token``/``eos_token``/...
+and ``tokenizer*``. Those keep their values.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -25,77 +28,64 @@ _SECRET_WORDS = (
     r"token|api[_-]?key|apikey|secret|passwd|password|authorization|auth[_-]?header|cookie|"
     r"credential|private[_-]?key|access[_-]?key"
 )
-_SECRET_KEY_LOOSE_RE = re.compile(rf"(?i){_SECRET_WORDS}")
-
-# Keys that contain a secret word but hold counts, not secrets (e.g. "prompt_tokens").
-_NOT_SECRET_KEYS = re.compile(
-    r"(?i)(^|_)(prompt|completion|total|output|input|max|num|cached|generation|draft|accepted|"
-    r"new|min|mean|spec|special|bos|eos|pad|unk)_?tokens?(_|$)|tokens?_(per|count|total|ids|s$)|"
-    r"^tokens?$|tokenizer|^n_?tokens"
+_SECRET_WORD_RE = re.compile(rf"(?i){_SECRET_WORDS}")
+_COUNT_KEY_RE = re.compile(
+    r"(?i)tokens|tokenizer|token_ids?\b|token_id_|(^|[_-])(bos|eos|pad|unk|sep|cls|mask|special)"
+    r"[_-]?token"
 )
 
-_NUMBER_RE = re.compile(r"^[+-]?\d[\d,._]*(?:[eE][+-]?\d+)?$")
-
-_TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+_TEXT_PATTERNS: tuple[re.Pattern[str], ...] = (
     # Authorization: Bearer xyz / Basic xyz
-    (
-        re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:bearer|basic|token)?\s*[^\s'\",]+"),
-        rf"\1{REDACTED}",
-    ),
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
+    re.compile(r"(?i)\b(authorization\s*[:=]\s*)((?:bearer|basic|token)\s+)?[^\s'\",]+"),
+    re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
     # Hugging Face, OpenAI-style, GitHub, AWS, Slack tokens
-    (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), REDACTED),
-    (re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"), REDACTED),
-    (
-        re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"),
-        REDACTED,
-    ),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}"), REDACTED),
-    # ENV_TOKEN=value, HF_TOKEN: value, api_key = "value", --api-key=value
-    (
-        re.compile(
-            rf"(?i)(\b[A-Za-z0-9_.-]*(?:{_SECRET_WORDS})[A-Za-z0-9_.-]*\s*[=:]\s*)"
-            r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s,;'\"}\]]+)"
-        ),
-        rf"\1{REDACTED}",
+    re.compile(r"()\bhf_[A-Za-z0-9]{16,}"),
+    re.compile(r"()\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"),
+    re.compile(r"()\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|()\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"()\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"()\bxox[abpr]-[A-Za-z0-9-]{10,}"),
+    # NAME_TOKEN=value, HF_TOKEN: value, api_key = "value", --api-key=value
+    re.compile(
+        rf"(?i)(\b[A-Za-z0-9_.-]*(?:{_SECRET_WORDS})[A-Za-z0-9_.-]*\s*[=:]\s*)"
+        r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s,;'\"}\]]+)"
     ),
     # --api-key value, --hf-token value (command lines inside text)
-    (
-        re.compile(rf"(?i)(--[A-Za-z0-9_-]*(?:{_SECRET_WORDS})[A-Za-z0-9_-]*\s+)([^\s-][^\s]*)"),
-        rf"\1{REDACTED}",
-    ),
+    re.compile(rf"(?i)(--[A-Za-z0-9_-]*(?:{_SECRET_WORDS})[A-Za-z0-9_-]*\s+)((?!--)\S+)"),
     # scheme://user:password@host
-    (re.compile(r"([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@"), rf"\1{REDACTED}@"),
+    re.compile(r"([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+(?=@)"),
 )
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a mapping key names a secret (``HF_TOKEN``, ``api_key``, ``Authorization``)."""
-    if _NOT_SECRET_KEYS.search(key):
+    """True when a mapping key or flag names a secret (``HF_TOKEN``, ``api-key``, ...)."""
+    if not _SECRET_WORD_RE.search(key):
         return False
-    return bool(_SECRET_KEY_LOOSE_RE.search(key))
+    # "prompt_tokens", "bos_token", "tokenizer": counts and vocabulary, unless a real secret
+    # word is also present ("tokens_api_key" stays secret).
+    if _COUNT_KEY_RE.search(key):
+        rest = _COUNT_KEY_RE.sub("", key)
+        return bool(_SECRET_WORD_RE.search(rest))
+    return True
+
+
+def _replace(m: re.Match[str]) -> str:
+    prefix = m.group(1) or ""
+    key = prefix.strip().lstrip("-").rstrip("=: \t")
+    always = "://" in prefix or key.lower().startswith(("authorization", "bearer"))
+    if key and not always and not is_secret_key(key):
+        return m.group(0)
+    value = m.group(m.re.groups) if m.re.groups >= 2 else None
+    if value is not None and value.strip("\"'").startswith("[REDACTED"):
+        return m.group(0)
+    return f"{prefix}{REDACTED}"
 
 
 def redact_text(text: str) -> str:
     """Replace token-shaped substrings and secret assignments in free text."""
     out = text
-    for pattern, repl in _TEXT_PATTERNS:
-        out = pattern.sub(functools.partial(_keep_counts, repl=repl), out)
+    for pattern in _TEXT_PATTERNS:
+        out = pattern.sub(_replace, out)
     return out
-
-
-def _keep_counts(m: re.Match[str], repl: str) -> str:
-    # "prompt_tokens: 12" and "max_tokens=256" are counts, not secrets: keep them.
-    name = m.group(1) if m.re.groups >= 1 and m.group(1) else ""
-    key = name.strip().lstrip("-").rstrip("=: \t")
-    if key and _NOT_SECRET_KEYS.search(key):
-        return m.group(0)
-    if m.re.groups >= 2 and m.group(2) is not None:
-        value = m.group(2).strip("\"'")
-        if value.startswith("[REDACTED") or not value or _NUMBER_RE.match(value):
-            return m.group(0)
-    return m.expand(repl)
 
 
 def redact_args(args: Sequence[str]) -> tuple[str, ...]:
@@ -105,14 +95,14 @@ def redact_args(args: Sequence[str]) -> tuple[str, ...]:
     for arg in args:
         if hide_next:
             hide_next = False
-            if not arg.startswith("-"):
-                out.append(arg if _NUMBER_RE.match(arg) else REDACTED)
+            if not arg.startswith("--"):
+                out.append(REDACTED)
                 continue
         if arg.startswith("-"):
             flag, eq, _value = arg.partition("=")
             if is_secret_key(flag.lstrip("-")):
                 if eq:
-                    out.append(arg if _NUMBER_RE.match(_value) else f"{flag}={REDACTED}")
+                    out.append(f"{flag}={REDACTED}")
                 else:
                     out.append(arg)
                     hide_next = True
@@ -129,14 +119,15 @@ def redact(value: Any) -> Any:
         result: dict[Any, Any] = {}
         for k, v in value.items():
             secret = isinstance(k, str) and is_secret_key(k)
-            if secret and isinstance(v, str) and v and not _NUMBER_RE.match(v):
+            if secret and isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "":
                 result[k] = REDACTED
             else:
                 result[k] = redact(v)
         return result
     if isinstance(value, (list, tuple)):
-        items = [redact(v) for v in value]
         if all(isinstance(v, str) for v in value):
-            items = list(redact_args([str(v) for v in value]))
+            items: list[Any] = list(redact_args([str(v) for v in value]))
+        else:
+            items = [redact(v) for v in value]
         return items if isinstance(value, list) else tuple(items)
     return value
