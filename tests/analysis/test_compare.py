@@ -76,3 +76,15 @@ def test_groups_pool_their_runs_and_small_true_difference_is_detected_with_enoug
 def test_compare_needs_two_groups() -> None:
     with pytest.raises(UsageError):
         compare_groups([Group("a", (make_run(),))])
+
+
+def test_points_measured_by_only_some_runs_are_compared_where_present() -> None:
+    a = make_run(decode=40.0, seed=1, point="p512-c1", run_id="a")
+    b = make_run(decode=40.0, seed=2, point="p512-c1", run_id="b")
+    c = make_run(decode=30.0, seed=3, point="p8192-c1", run_id="c")
+    comp = compare_groups(
+        [Group("a", (a,)), Group("b", (b,)), Group("c", (c,))], metrics=["decode_tok_s"]
+    )
+    (row,) = comp.rows  # p8192 has only one group: nothing to compare there
+    assert row.point == "p512-c1"
+    assert [c.verdict for c in row.cells] == [BASELINE, NO_DIFFERENCE, "not measured"]

@@ -103,3 +103,17 @@ def test_detector_on_plain_numbers() -> None:
     assert change_points([308955.0] * 4 + [200000.0] * 4) == [4]
     found, tau, penalty = detect_changes([1.0, 1.0, 5.0, 5.0, 9.0, 9.0, 9.0, 9.0])
     assert [k for k, _ in found] == [2, 4] and penalty > 0 and tau >= 0
+
+
+def test_bare_short_series_makes_no_claim_but_sampled_one_does() -> None:
+    # Two summary readings (no per-request samples): their noise is unknown, so no verdict.
+    assert change_points([38.63, 38.27]) == []
+    assert change_points([76.8, 42.6]) == []
+    # The seed's FP8 rows with their requests: 52.3 -> 38.3 tok/s is far outside the noise.
+    runs = [
+        make_run(day="2026-07-06", decode=52.3, seed=1, run_id="old", driver="580.95"),
+        make_run(day="2026-07-28", decode=38.3, seed=2, run_id="new", driver="580.126"),
+    ]
+    (series,) = history("fp8", runs, metrics=["decode_tok_s"]).series
+    (change,) = series.changes
+    assert change.regression and [f.name for f in change.factors] == ["driver"]

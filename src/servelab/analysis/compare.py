@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.analysis.metrics import METRICS, PER_REQUEST, RUN_WIDE, MetricDef, common_points
+from servelab.analysis.metrics import METRICS, PER_REQUEST, RUN_WIDE, MetricDef, all_points
 from servelab.analysis.stats import bootstrap_ratio_ci, mean_ci, welch_test
 from servelab.errors import UsageError
 from servelab.store.model import RunRecord
@@ -213,7 +213,7 @@ def compare_groups(
     names = list(metrics) if metrics else [*PER_REQUEST, *RUN_WIDE]
     defs = [METRICS[n] for n in names]
     all_runs = [r for g in groups for r in g.runs]
-    points = common_points(all_runs) if all(r.samples for r in all_runs) else []
+    points = all_points(all_runs)
     rows: list[Row] = []
     for m in defs:
         if m.per_sample is None:
@@ -223,7 +223,7 @@ def compare_groups(
             continue
         for point in points or [""]:
             row = _sample_row(m, groups, point, alpha)
-            if any(c.value is not None for c in row.cells):
+            if sum(c.value is not None for c in row.cells) >= 2:
                 rows.append(row)
     return Comparison(groups=tuple(groups), alpha=alpha, rows=tuple(rows))
 

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.analysis.compare import Group
-from servelab.analysis.metrics import METRICS, MetricDef, common_points, metric_def
+from servelab.analysis.metrics import METRICS, MetricDef, all_points, metric_def
 from servelab.analysis.stats import bootstrap_ratio_ci, welch_test
 from servelab.errors import InputError, UsageError
 
@@ -224,7 +224,7 @@ def compute_deltas(
 ) -> tuple[Delta, ...]:
     """Deltas for every requested metric both sides measured."""
     runs = [*baseline.runs, *variant.runs]
-    points = common_points(runs) if all(r.samples for r in runs) else []
+    points = all_points(runs)
     out = []
     for name in metrics:
         m = METRICS[name]

@@ -169,7 +169,8 @@ def detect_changes(
 
     ``index`` is the first row after the step. ``ses`` are per-row standard errors (0 when
     unknown). ``fallback_tau`` is the run-to-run noise assumed when the series is too short
-    (< 4 rows) to estimate it (callers pass the largest within-run spread).
+    (< 4 rows) to estimate it (callers pass the largest within-run spread); a short series
+    with no noise information at all (bare readings) never reports a change.
     ``min_rel_floor`` keeps the noise above 0.1 % of the series' median so that identical
     readings (e.g. integers read from a log) do not make every wiggle "significant".
     """
@@ -185,6 +186,9 @@ def detect_changes(
     tau = robust_sigma(y) if n >= 4 else fallback_tau
     floor = min_rel_floor * abs(float(np.median(y)))
     penalty = _CHI2_1[alpha] + 3.0 * math.log(n)
+    if n < 4 and tau == 0.0 and not bool(np.any(se > 0)):
+        # Two or three bare readings carry no information about their noise: no verdict.
+        return [], 0.0, penalty
 
     def segment(tau: float) -> list[tuple[int, float]]:
         sigma2 = np.maximum(se**2 + tau**2, floor**2 if floor > 0 else 1e-300)

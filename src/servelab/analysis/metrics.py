@@ -130,6 +130,15 @@ def metric_def(name: str) -> MetricDef:
     return found
 
 
+def all_points(runs: Sequence[RunRecord]) -> list[str]:
+    """Workload points present in any run's samples, in first-seen order."""
+    seen: dict[str, None] = {}
+    for r in runs:
+        for p in r.points:
+            seen.setdefault(p, None)
+    return list(seen)
+
+
 def common_points(runs: Sequence[RunRecord]) -> list[str]:
     """Workload points present in every run's samples, in the first run's order."""
     if not runs:
