@@ -80,3 +80,21 @@ def test_hybrid_alignment_lines_equal_the_engine_log(case: str) -> None:
         assert plan.mamba_padding_pct is None
     layers = PAD_LAYERS.search(text)
     assert plan.padding_layers == (int(layers.group(1)) if layers else 0)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_check_against_the_engine_modules_log_parser(case: str) -> None:
+    from servelab.engine.logfacts import parse_log
+    from servelab.plan.check import check_kv_against_log
+
+    plan, text = _plan_for(case)
+    result = check_kv_against_log(plan, parse_log(text))
+    assert result.ok, result.mismatches()
+    wrong = plan_kv_pool(
+        json.loads((LOGS / f"{case}.config.json").read_text()),
+        kv_cache_memory_bytes=plan.kv_cache_memory_bytes // 2,
+        max_model_len=plan.max_model_len,
+        enable_prefix_caching=plan.mamba_cache_mode != "none",
+    )
+    bad = check_kv_against_log(wrong, parse_log(text))
+    assert not bad.ok and any("KV cache size" in m for m in bad.mismatches())

@@ -130,3 +130,19 @@ def test_parse_bytes() -> None:
     assert parse_bytes("1.5 GB") == 1_500_000_000
     with pytest.raises(UsageError):
         parse_bytes("6 furlongs")
+
+
+def test_plan_uses_a_measured_h200_probe(qwen36_fp8: Path) -> None:
+    # tests/hardware/data/h200_probe.json: `python -m servelab.hardware.gpu_probe` on a real
+    # H200 (2026-12-02), 10 repetitions each.
+    probe = Path(__file__).parents[1] / "hardware" / "data" / "h200_probe.json"
+    saved = json.loads(probe.read_text())
+    res = runner.invoke(app, ["plan", str(qwen36_fp8), "--hardware", "h200", "--probe",
+                              str(probe), "--max-model-len", "32768", "--json"])
+    assert res.exit_code == 0, res.output
+    speed = json.loads(res.output)["speed"]
+    assert speed["bandwidth_source"] == "measured (probe)"
+    assert speed["bandwidth"] == saved["copy_bandwidth_bytes_per_s"]["best"]
+    assert speed["compute_precision"] == "fp8"
+    assert speed["compute_rate"] == saved["matmul_flops_per_s"]["fp8"]["best"]
+    assert speed["bandwidth"] < 4.8e12  # measured below the 4.8 TB/s spec sheet
