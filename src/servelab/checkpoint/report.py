@@ -520,7 +520,7 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
             role=role.value,
             tensors=r_t[role],
             bytes=r_b[role],
-            bytes_incl_scales=r_bs[role] if role is not Role.QUANT_SCALE else r_b[role],
+            bytes_incl_scales=r_bs[role],  # 0 for quant_scale: folded into its roles
             params=r_p[role],
             dtypes=_ro(dict(r_dt[role].most_common())),
             decode_bytes=decode.get(role, 0),

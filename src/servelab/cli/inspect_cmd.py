@@ -65,42 +65,41 @@ def render(report: CheckpointReport, console: Console) -> None:
 
     dt = Table(title="By dtype", title_justify="left")
     for col in ("dtype", "tensors", "bytes", "GiB", "elements"):
-        dt.add_column(col, justify="left" if col == "dtype" else "right")
+        dt.add_column(col, justify="left" if col == "dtype" else "right", no_wrap=True)
     for d in r.dtypes:
         dt.add_row(d.dtype, f"{d.tensors:,}", f"{d.bytes:,}", _gib(d.bytes), f"{d.elements:,}")
     console.print(dt)
 
-    rt = Table(title="By role", title_justify="left")
-    for col in (
-        "role",
-        "tensors",
-        "GiB",
-        "GiB incl. scales",
-        "dtypes",
-        "bits/weight",
-        "decode GiB/token",
-    ):
-        rt.add_column(col, justify="left" if col in ("role", "dtypes") else "right")
+    rt = Table(
+        title="By role (w/ scales: scales folded in; decode: MiB read per generated token)",
+        title_justify="left",
+    )
+    for col in ("role", "tensors", "GiB", "w/ scales", "bits/w", "decode"):
+        rt.add_column(col, justify="left" if col == "role" else "right", no_wrap=True)
+    split = Table(title="By role and dtype", title_justify="left")
+    for col in ("role", "dtype", "bytes", "GiB"):
+        split.add_column(col, justify="left" if col in ("role", "dtype") else "right", no_wrap=True)
     for s in r.roles:
         if not (s.tensors or s.bytes_incl_scales):
             continue
-        dtypes = ", ".join(f"{k} {_gib(v)}" for k, v in s.dtypes.items())
         bits = f"{s.effective_bits:.2f}" if s.effective_bits else "–"
         rt.add_row(
             s.role,
             f"{s.tensors:,}",
             _gib(s.bytes, 3),
             _gib(s.bytes_incl_scales, 3),
-            dtypes,
             bits,
-            _gib(s.decode_bytes, 4),
+            f"{s.decode_bytes / (1 << 20):,.2f}",
         )
+        for dtype, nbytes in s.dtypes.items():
+            split.add_row(s.role, dtype, f"{nbytes:,}", _gib(nbytes, 3))
     console.print(rt)
+    console.print(split)
 
     if r.findings:
         ft = Table(title="Findings", title_justify="left")
-        ft.add_column("code")
-        ft.add_column("severity")
+        ft.add_column("code", no_wrap=True)
+        ft.add_column("severity", no_wrap=True)
         ft.add_column("explanation")
         for f in r.findings:
             style = _SEVERITY_STYLE.get(f.severity, "")
