@@ -1,0 +1,264 @@
+"""``servelab run RECIPE``: inspect → plan → serve → bench → stop → record → pages.
+
+``run --json`` prints::
+
+    {"run_id": str, "status": "ok"|"failed", "reason": str|null, "run_dir": str,
+     "recipe": str, "engine_version": str|null, "kv_pool_tokens": {"predicted": int|null,
+     "engine": int|null}, "summary": [SummaryRow.to_dict()...], "site": str|null}
+
+Predictions are labelled (``predicted_*``); measured values carry their 95 % CI.
+The exit status is 1 when the run failed (it is still recorded, with its reason).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from servelab.cli.output import DbOpt, JsonOpt, MarkdownOpt, Table, emit, num
+from servelab.engine.recipe import load_recipe
+from servelab.pipeline.run import RunEvent, RunOptions, RunOutcome, run_recipe
+from servelab.pipeline.summary import SummaryRow
+from servelab.site.build import build_site
+from servelab.site.collect import collect_site
+from servelab.store import open_store
+from servelab.store.db import Store
+
+err = Console(stderr=True, highlight=False)
+
+STEP_TITLES = {
+    "inspect": "inspect checkpoint",
+    "plan": "plan + predict",
+    "start": "start engine",
+    "bench": "benchmark",
+    "stop": "stop engine",
+    "record": "record run",
+}
+
+
+class RunProgress:
+    """Rich progress for the run's steps; one task per step, bench requests counted."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(bar_width=24),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self.tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> RunProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def __call__(self, ev: RunEvent) -> None:
+        task = self.tasks.get(ev.step)
+        if task is None:
+            task = self.progress.add_task(STEP_TITLES[ev.step], total=None, detail="")
+            self.tasks[ev.step] = task
+        if ev.status == "progress" and ev.bench is not None:
+            b = ev.bench
+            total = f"/{b.total}" if b.total else ""
+            self.progress.update(
+                task,
+                detail=escape(
+                    f"point {b.point_index + 1}/{b.points}: {b.point.prompt_len}-token "
+                    f"prompts, c={b.point.concurrency}, {b.phase} {b.done}{total}"
+                ),
+            )
+            return
+        if ev.status == "done":
+            self.progress.update(task, total=1, completed=1, detail=escape(ev.detail))
+        elif ev.status == "failed":
+            self.progress.update(
+                task, total=1, completed=0, detail=f"[red]failed:[/] {escape(ev.detail)}"
+            )
+        else:
+            self.progress.update(task, detail=escape(ev.detail))
+
+
+def summary_table(rows: tuple[SummaryRow, ...]) -> Table:
+    """Measured vs predicted, one row per (metric, prompt length)."""
+    out = []
+    for r in rows:
+        ci = (
+            f"{num(r.ci_low, 1)}–{num(r.ci_high, 1)}"
+            if r.ci_low is not None and r.ci_high is not None
+            else ""
+        )
+        bw = f"{r.achieved_bandwidth / 1e9:,.2f} GB/s" if r.achieved_bandwidth else ""
+        frac = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else ""
+        out.append(
+            [
+                r.kind,
+                f"{r.prompt_tokens:,}",
+                num(r.measured_tok_s, 1),
+                ci,
+                str(r.samples),
+                num(r.roofline_tok_s, 1),
+                num(r.calibrated_tok_s, 1),
+                bw,
+                frac,
+            ]
+        )
+    return Table(
+        "measured vs predicted (single stream)",
+        (
+            "metric",
+            "prompt",
+            "measured tok/s",
+            "95% CI",
+            "n",
+            "predicted roofline",
+            "predicted calibrated",
+            "achieved bandwidth",
+            "% of roofline",
+        ),
+        out,
+        caption="predicted = servelab plan before the run; measured = servelab bench",
+    )
+
+
+def rebuild_site(store: Store, outdir: Path) -> Path:
+    """Rebuild the whole static site from the store; returns the index path."""
+    built = build_site(collect_site(store), outdir)
+    return built.index
+
+
+def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
+    """The ``--json`` document (schema in the module docstring)."""
+    rec = outcome.record
+    return {
+        "run_id": outcome.run_id,
+        "status": rec.status,
+        "reason": rec.status_reason,
+        "run_dir": str(outcome.run_dir),
+        "recipe": rec.recipe_name,
+        "engine_version": rec.engine_version,
+        "kv_pool_tokens": {
+            "predicted": outcome.plan.kv.tokens if outcome.plan else None,
+            "engine": outcome.facts.kv_pool_tokens if outcome.facts else None,
+        },
+        "summary": [r.to_dict() for r in outcome.summary],
+        "site": str(site) if site else None,
+    }
+
+
+def run(
+    recipe: Annotated[Path, typer.Argument(help="Recipe file (TOML).", show_default=False)],
+    db: DbOpt = None,
+    site: Annotated[
+        Path | None,
+        typer.Option("--site", help="Rebuild the static site into this directory after recording."),
+    ] = None,
+    port: Annotated[
+        str,
+        typer.Option(
+            "--port",
+            help="Engine port: 'auto' picks a free one, 'recipe' keeps the recipe's, or a number.",
+        ),
+    ] = "auto",
+    runs_dir: Annotated[
+        Path | None,
+        typer.Option("--runs-dir", help="Parent of the run directory (engine log, facts)."),
+    ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware", help="Hardware profile for the prediction (default: the recipe's)."
+        ),
+    ] = None,
+    hardware_file: Annotated[
+        list[Path] | None,
+        typer.Option("--hardware-file", help="TOML file of user hardware profiles (repeatable)."),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="Free-form label stored with the run (repeatable)."),
+    ] = None,
+    no_calibrate: Annotated[
+        bool,
+        typer.Option("--no-calibrate", help="Predict from the roofline only (ignore stored runs)."),
+    ] = False,
+    as_json: JsonOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """Verify a recipe end to end and record the run with its prediction."""
+    rec = load_recipe(recipe)
+    chosen_port: int | str | None
+    if port == "auto":
+        chosen_port = "auto"
+    elif port == "recipe":
+        chosen_port = None
+    else:
+        try:
+            chosen_port = int(port)
+        except ValueError:
+            raise typer.BadParameter("--port takes 'auto', 'recipe' or a number") from None
+    options = RunOptions(
+        port=chosen_port,  # type: ignore[arg-type]
+        runs_parent=runs_dir,
+        hardware=hardware,
+        hardware_files=tuple(hardware_file or ()),
+        labels=tuple(label or ()),
+        calibrate=not no_calibrate,
+    )
+    with open_store(db) as store:
+        with RunProgress(err) as progress:
+            outcome = run_recipe(rec, store, options, on_event=progress)
+        index = None
+        if site is not None:
+            with err.status("rebuilding the site…", spinner="dots"):
+                index = rebuild_site(store, site)
+    doc = outcome_doc(outcome, index)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=1))
+    else:
+        head = f"run {outcome.run_id}: {outcome.record.status}" + (
+            f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
+        )
+        kv = doc["kv_pool_tokens"]
+        assert isinstance(kv, dict)
+        kv_table = Table(
+            "KV pool",
+            ("", "tokens"),
+            [
+                ["predicted (servelab plan)", num(kv["predicted"], 0)],
+                ["engine log", num(kv["engine"], 0)],
+            ],
+        )
+        emit(
+            "markdown" if as_markdown else "table",
+            doc=doc,
+            tables=[summary_table(outcome.summary), kv_table],
+        )
+        err.print(escape(head))
+        if index is not None:
+            err.print(f"site: {escape(str(index))}")
+    if not outcome.ok:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``run`` to the root app."""
+    app.command("run")(run)

@@ -1,0 +1,1 @@
+"""The end-to-end pipeline: ``servelab run`` and ``servelab demo`` compose the other packages."""

@@ -1,0 +1,381 @@
+"""``servelab run``: one recipe, verified end to end, recorded with its prediction.
+
+inspect the checkpoint → plan and predict (calibrated from the store when it can) → start
+the engine → bench the recipe's workload → stop the engine → record the run → summarize.
+Any failure after the recipe is read is recorded as a *failed* run with its reason and the
+engine's log tail; the store write is one transaction, so nothing is half-written.
+
+The caller (the CLI) renders progress through the ``on_event`` callback; this module never
+prints.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.workload import ProgressEvent, WorkloadSpec
+from servelab.checkpoint.report import CheckpointReport, build_report
+from servelab.checkpoint.sources import load_checkpoint
+from servelab.engine.command import redact_argv
+from servelab.engine.launch import (
+    check_engine_version,
+    launch,
+    new_run_dir,
+    resolve_launcher,
+    resolve_model,
+)
+from servelab.engine.logfacts import EngineFacts, Phase
+from servelab.engine.process import EngineProcess
+from servelab.engine.recipe import BenchSection, Recipe
+from servelab.errors import ServelabError, UsageError
+from servelab.hardware.profiles import HardwareProfile, get_profile
+from servelab.pipeline.calibration import measurements_from_runs
+from servelab.pipeline.summary import SummaryRow, summarize
+from servelab.plan.build import Plan, build_plan
+from servelab.plan.calibrate import fit_efficiencies, lookup
+from servelab.plan.predict import Efficiency
+from servelab.plan.weights import weights_from_report
+from servelab.store.db import Store, recipe_hash
+from servelab.store.exchange import run_from_bench_json
+from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
+from servelab.store.redact import redact_text
+
+GIB = 1024**3
+DEFAULT_HARDWARE = "host"
+
+StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Progress of a run: a step starting/ending, an engine phase, or a bench request."""
+
+    step: StepName
+    status: Literal["start", "done", "failed", "progress"]
+    detail: str = ""
+    phase: Phase | None = None
+    bench: ProgressEvent | None = None
+
+
+EventFn = Callable[[RunEvent], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a recipe (everything else comes from the recipe)."""
+
+    port: int | Literal["auto"] | None = "auto"
+    runs_parent: Path | None = None
+    hardware: str | None = None  # overrides the recipe's profile name
+    hardware_files: tuple[Path, ...] = ()
+    labels: tuple[str, ...] = ()
+    calibrate: bool = True
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What ``servelab run`` produced."""
+
+    record: RunRecord
+    run_dir: Path
+    summary: tuple[SummaryRow, ...]
+    plan: Plan | None
+    facts: EngineFacts | None
+
+    @property
+    def ok(self) -> bool:
+        """True when the run completed and was recorded as ok."""
+        return self.record.status == STATUS_OK
+
+    @property
+    def run_id(self) -> str:
+        """The stored run's id."""
+        assert self.record.run_id is not None
+        return self.record.run_id
+
+
+def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
+    """The recipe's ``[bench]`` table as a bench workload.
+
+    ``repetitions`` measured requests per batch, repeated up to ``max_repetitions`` requests
+    in all until the 95 % CI is within ``ci_target_pct``; ``warmup`` requests excluded.
+    """
+    batches = max(1, math.ceil(bench.max_repetitions / bench.repetitions))
+    return WorkloadSpec(
+        prompt_lens=tuple(bench.prompt_tokens),
+        output_len=bench.output_tokens,
+        concurrency=tuple(bench.concurrency),
+        requests=bench.repetitions,
+        max_repeats=batches,
+        ci_target=bench.ci_target_pct / 100.0,
+        warmup_requests=bench.warmup,
+    )
+
+
+def resolve_hardware(recipe: Recipe, options: RunOptions) -> HardwareProfile:
+    """The hardware profile named by the options, the recipe, or ``host``."""
+    name = options.hardware or recipe.hardware or DEFAULT_HARDWARE
+    return get_profile(name, files=options.hardware_files)
+
+
+def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
+    mine = [f"{k}={v}" for k, v in sorted(recipe.labels.items())]
+    return tuple(dict.fromkeys([*mine, *extra]))
+
+
+def calibration_for(
+    store: Store, plan_inputs: tuple[HardwareProfile, str, str]
+) -> tuple[Efficiency | None, Efficiency | None]:
+    """Decode and prefill efficiencies fitted from the store's ok runs on this hardware."""
+    hardware, engine_version, backend = plan_inputs
+    runs = store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
+    measurements = measurements_from_runs(runs)
+    if not measurements:
+        return None, None
+
+    def hardware_for(name: str) -> HardwareProfile:
+        return hardware if name == hardware.name else get_profile(name)
+
+    fits = fit_efficiencies(measurements, hardware_for)
+    common = {
+        "engine": "vllm",
+        "engine_version": engine_version,
+        "backend": backend,
+        "hardware": hardware.name,
+    }
+    return lookup(fits, kind="decode", **common), lookup(fits, kind="prefill", **common)
+
+
+def make_run_plan(
+    recipe: Recipe,
+    report: CheckpointReport,
+    config: dict[str, Any],
+    hardware: HardwareProfile,
+    *,
+    engine_version: str,
+    store: Store | None,
+) -> Plan:
+    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
+    if not config:
+        raise UsageError("the checkpoint has no config.json; plan needs its dimensions")
+    flags = recipe.engine.flags
+    weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
+    dec = pre = None
+    if store is not None:
+        backend = hardware.kernel_path(weights.scheme, moe=weights.moe).name
+        dec, pre = calibration_for(store, (hardware, engine_version, backend))
+    return build_plan(
+        config,
+        weights,
+        hardware,
+        max_model_len=flags.max_model_len,
+        kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
+        gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
+        kv_cache_dtype=flags.kv_cache_dtype or "auto",
+        engine_version=engine_version,
+        prompt_lens=tuple(recipe.bench.prompt_tokens),
+        enable_prefix_caching=flags.enable_prefix_caching is not False,
+        decode_efficiency=dec,
+        prefill_efficiency=pre,
+    )
+
+
+@dataclass
+class _RunState:
+    """What a run has gathered so far (mutable while the run is in flight)."""
+
+    started: datetime
+    fields: dict[str, Any] = field(default_factory=dict)
+    plan: Plan | None = None
+    engine: EngineProcess | None = None
+    facts: EngineFacts | None = None
+    log_tail: str | None = None
+
+
+def _engine_version_for_plan(recipe: Recipe) -> str:
+    launcher, install = resolve_launcher(recipe)
+    version = check_engine_version(recipe, install, launcher)
+    if version:
+        return version.split("+")[0]
+    want = recipe.engine.version or ""
+    if want.startswith("=="):
+        return want[2:]
+    raise UsageError(
+        "cannot tell the engine's version (no install manifest, no '==' requirement in the "
+        "recipe); plan needs it to follow the right KV arithmetic"
+    )
+
+
+def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
+    facts = engine.facts
+    state.facts = facts
+    state.fields.update(
+        engine_version=facts.version or state.fields.get("engine_version"),
+        engine_args=tuple(redact_argv(engine.spec.argv)),
+        engine_facts={**facts.to_dict(), "ready_s": engine.ready_s},
+        weights_gib=facts.weights_gib if facts.weights_gib is not None else facts.checkpoint_gib,
+        kv_pool_tokens=facts.kv_pool_tokens,
+    )
+
+
+def run_recipe(
+    recipe: Recipe,
+    store: Store,
+    options: RunOptions | None = None,
+    *,
+    on_event: EventFn | None = None,
+) -> RunOutcome:
+    """Run ``recipe`` end to end and store the run (ok or failed). Never leaves an engine."""
+    opts = options or RunOptions()
+    emit = on_event or (lambda _e: None)
+    recipe_text = recipe.source.read_text(encoding="utf-8") if recipe.source else ""
+    run_dir = new_run_dir(recipe, opts.runs_parent)
+    state = _RunState(started=utcnow())
+    state.fields.update(
+        recipe_name=recipe.name,
+        recipe_text=recipe_text or None,
+        recipe_hash=recipe_hash(recipe_text) if recipe_text else None,
+        model_id=recipe.model.repo or recipe.served_model_name(),
+        checkpoint_revision=recipe.model.revision,
+        host=socket.gethostname(),
+        engine_name=recipe.engine.name,
+        labels=_labels(recipe, opts.labels),
+    )
+    step: StepName = "inspect"
+    summary: tuple[SummaryRow, ...] = ()
+    try:
+        emit(RunEvent("inspect", "start", "reading safetensors headers"))
+        model_arg, model_dir = resolve_model(recipe)
+        source = load_checkpoint(
+            model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
+        )
+        report = build_report(source)
+        state.fields.update(
+            checkpoint_path=str(model_dir) if model_dir is not None else None,
+            checkpoint_header_hash=source.header_sha256,
+            checkpoint_report=report.to_json_dict(),
+        )
+        emit(
+            RunEvent(
+                "inspect",
+                "done",
+                f"{report.tensor_count:,} tensors, {report.total_bytes / GIB:.3f} GiB",
+            )
+        )
+
+        step = "plan"
+        emit(RunEvent("plan", "start", "predicting memory, KV pool and speed"))
+        hardware = resolve_hardware(recipe, opts)
+        engine_version = _engine_version_for_plan(recipe)
+        state.fields.update(
+            hardware=hardware.name,
+            hardware_profile=hardware.to_dict(),
+            engine_version=engine_version,
+            torch=_engine_torch(recipe),
+        )
+        state.plan = make_run_plan(
+            recipe,
+            report,
+            dict(source.config or {}),
+            hardware,
+            engine_version=engine_version,
+            store=store if opts.calibrate else None,
+        )
+        state.fields["prediction"] = state.plan.to_dict()
+        emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv.tokens:,} tokens"))
+
+        step = "start"
+        emit(RunEvent("start", "start", "starting the engine"))
+
+        def on_phase(phase: Phase, elapsed: float) -> None:
+            emit(RunEvent("start", "progress", f"{phase.name.lower()} ({elapsed:.0f} s)", phase))
+
+        engine = launch(recipe, run_dir=run_dir, port=opts.port, on_phase=on_phase)
+        state.engine = engine
+        try:
+            _fields_from_engine(state, engine)
+            emit(RunEvent("start", "done", f"ready at {engine.base_url}"))
+            step = "bench"
+            emit(RunEvent("bench", "start", "benchmarking the recipe's workload"))
+            bench = run_bench(
+                BenchConfig(
+                    base_url=engine.base_url,
+                    workload=workload_from_recipe(recipe.bench),
+                    model=engine.served_model_name,
+                    temperature=recipe.bench.temperature,
+                    ignore_eos=recipe.bench.ignore_eos,
+                    tokenizer=model_dir,
+                ),
+                on_progress=lambda ev: emit(RunEvent("bench", "progress", bench=ev)),
+            )
+            engine.check_alive()
+            emit(RunEvent("bench", "done", f"{sum(len(p.samples) for p in bench.points)} requests"))
+        finally:
+            step_before = step
+            step = "stop"
+            emit(RunEvent("stop", "start", "stopping the engine"))
+            _fields_from_engine(state, engine)
+            state.log_tail = "\n".join(engine.log_tail(40))
+            engine.stop()
+            emit(RunEvent("stop", "done", "engine stopped"))
+            step = step_before
+
+        step = "record"
+        record = run_from_bench_json(
+            bench.to_json(),
+            source=str(run_dir),
+            started_at=state.started,
+            finished_at=utcnow(),
+            **state.fields,
+        )
+        summary = summarize(
+            record.metrics, state.fields.get("prediction"), recipe.bench.prompt_tokens
+        )
+        record = replace(
+            record,
+            extra={
+                **(record.extra or {}),
+                "run_dir": str(run_dir),
+                "summary": [r.to_dict() for r in summary],
+                "platform": platform.platform(),
+            },
+        )
+    except (ServelabError, KeyboardInterrupt) as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        emit(RunEvent(step, "failed", reason))
+        tail = state.log_tail
+        if tail is None and state.engine is not None:
+            tail = "\n".join(state.engine.log_tail(40))
+        record = RunRecord(
+            started_at=state.started,
+            finished_at=utcnow(),
+            status=STATUS_FAILED,
+            status_reason=f"{step}: {redact_text(reason)}",
+            log_tail=redact_text(tail) if tail else None,
+            extra={"run_dir": str(run_dir), "failed_step": step},
+            **state.fields,
+        )
+        run_id = store.add_run(record)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return RunOutcome(replace(record, run_id=run_id), run_dir, (), state.plan, state.facts)
+    emit(RunEvent("record", "start", "recording the run"))
+    run_id = store.add_run(record)
+    emit(RunEvent("record", "done", run_id))
+    return RunOutcome(replace(record, run_id=run_id), run_dir, summary, state.plan, state.facts)
+
+
+def _engine_torch(recipe: Recipe) -> str | None:
+    try:
+        _launcher, install = resolve_launcher(recipe)
+    except ServelabError:
+        return None
+    return install.versions.get("torch") if install is not None else None

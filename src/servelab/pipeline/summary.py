@@ -1,0 +1,108 @@
+"""Measured against predicted: the rows ``servelab run`` prints after a run. Pure.
+
+Each row pairs a measured single-stream number (mean with its 95 % CI, from the stored
+metrics) with the plan's prediction for the same prompt length, and for decode the
+bandwidth the measurement implies: measured tok/s × predicted bytes read per token, as a
+fraction of the bandwidth the roofline used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.store.model import Metric
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One metric at one prompt length: measured vs predicted."""
+
+    kind: str  # "decode" | "prefill"
+    prompt_tokens: int
+    measured_tok_s: float | None
+    ci_low: float | None
+    ci_high: float | None
+    samples: int
+    roofline_tok_s: float | None
+    calibrated_tok_s: float | None
+    achieved_bandwidth: float | None  # bytes/s implied by the measurement (decode only)
+    roofline_fraction: float | None  # measured ÷ roofline
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; predictions are marked as such."""
+        return {
+            "kind": self.kind,
+            "prompt_tokens": self.prompt_tokens,
+            "measured_tok_s": self.measured_tok_s,
+            "ci95": [self.ci_low, self.ci_high],
+            "samples": self.samples,
+            "predicted_roofline_tok_s": self.roofline_tok_s,
+            "predicted_calibrated_tok_s": self.calibrated_tok_s,
+            "achieved_bandwidth_bytes_s": self.achieved_bandwidth,
+            "fraction_of_roofline": self.roofline_fraction,
+        }
+
+
+def _points(
+    prediction: Mapping[str, Any] | None, kind: str, key: str
+) -> dict[int, Mapping[str, Any]]:
+    speed = (prediction or {}).get("speed")
+    if not isinstance(speed, Mapping):
+        return {}
+    out: dict[int, Mapping[str, Any]] = {}
+    for p in speed.get(kind) or []:
+        if isinstance(p, Mapping) and isinstance(p.get(key), int):
+            out[int(p[key])] = p
+    return out
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def summarize(
+    metrics: Sequence[Metric],
+    prediction: Mapping[str, Any] | None,
+    prompt_lens: Sequence[int],
+) -> tuple[SummaryRow, ...]:
+    """Rows for every prompt length of the single-stream (concurrency 1) points."""
+    decode_pred = _points(prediction, "decode", "context_len")
+    prefill_pred = _points(prediction, "prefill", "prompt_len")
+    speed = (prediction or {}).get("speed")
+    bandwidth = _num(speed.get("bandwidth")) if isinstance(speed, Mapping) else None
+    by_key = {(m.name, m.point): m for m in metrics}
+    rows: list[SummaryRow] = []
+    for kind, metric_name, preds in (
+        ("decode", "decode_tok_s", decode_pred),
+        ("prefill", "prefill_tok_s", prefill_pred),
+    ):
+        for n in prompt_lens:
+            m = by_key.get((metric_name, f"p{n}-c1"))
+            p = preds.get(n, {})
+            roof = _num(p.get("roofline_tok_s"))
+            cal = _num(p.get("calibrated_tok_s"))
+            measured = m.value if m is not None else None
+            achieved = None
+            if kind == "decode" and measured is not None:
+                per_token = _num(p.get("bytes_per_token"))
+                achieved = measured * per_token if per_token else None
+            fraction = measured / roof if measured is not None and roof else None
+            rows.append(
+                SummaryRow(
+                    kind=kind,
+                    prompt_tokens=n,
+                    measured_tok_s=measured,
+                    ci_low=m.ci_low if m is not None else None,
+                    ci_high=m.ci_high if m is not None else None,
+                    samples=m.n if m is not None else 0,
+                    roofline_tok_s=roof,
+                    calibrated_tok_s=cal,
+                    achieved_bandwidth=achieved,
+                    roofline_fraction=fraction
+                    if fraction is not None
+                    else (achieved / bandwidth if achieved and bandwidth else None),
+                )
+            )
+    return tuple(rows)
