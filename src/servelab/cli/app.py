@@ -48,11 +48,13 @@ def _register_commands() -> None:
     from servelab.cli import (
         analysis_cmd,
         bench_cmd,
+        demo_cmd,
         engine_cmd,
         hardware_cmd,
         inspect_cmd,
         plan_cmd,
         recipe_cmd,
+        run_cmd,
         runs_cmd,
         serve_cmd,
         site_cmd,
@@ -61,11 +63,13 @@ def _register_commands() -> None:
 
     analysis_cmd.register(app)
     bench_cmd.register(app)
+    demo_cmd.register(app)
     engine_cmd.register(app)
     hardware_cmd.register(app)
     inspect_cmd.register(app)
     plan_cmd.register(app)
     recipe_cmd.register(app)
+    run_cmd.register(app)
     runs_cmd.register(app)
     serve_cmd.register(app)
     site_cmd.register(app)
