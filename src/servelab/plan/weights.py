@@ -58,7 +58,7 @@ class Weights:
         return self.decode_bytes_per_token - active_routed
 
 
-def weight_scheme(quant: QuantScheme, dtype_bytes: dict[str, int]) -> str:
+def weight_scheme(quant: QuantScheme) -> str:
     """Classify a quantization declaration into one of :data:`SCHEMES`."""
     if not quant.is_quantized:
         return "bf16"
@@ -95,7 +95,7 @@ def weights_from_report(report: CheckpointReport, *, name: str | None = None) ->
         routed_expert_bytes=int(routed),
         active_params=report.active_params,
         total_params=report.total_params,
-        scheme=weight_scheme(report.quant, {}),
+        scheme=weight_scheme(report.quant),
         quant_label=report.quant.label,
         num_experts=report.num_experts or 0,
         experts_per_token=report.experts_per_token or 0,
