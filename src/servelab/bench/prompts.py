@@ -27,6 +27,9 @@ _WORDS = (
     "world city made used then between three later many part year state during under known"
 ).split()
 
+#: Short units appended after the filler words to reach an exact token count.
+_PAD_UNITS = ("\n", " .", " ,", " !", " ?", " ;", ".", " 1")
+
 
 class TokenCounter(Protocol):
     """Counts prompt tokens the way the server will."""
@@ -140,7 +143,7 @@ class PromptBuilder:
         self._rng = random.Random(seed)
         self._tag = run_tag or uuid.uuid4().hex[:8]
         self._serial = 0
-        self._words_for: dict[int, int] = {}
+        self._words_for: dict[int, tuple[int, str]] = {}
         self._filler = [self._rng.choice(_WORDS) for _ in range(200_000)]
 
     def _text(self, prefix: str, words: int) -> str:
@@ -158,29 +161,49 @@ class PromptBuilder:
         prefix = f"{self._tag}-{self._serial:06d}:"
         guess = self._words_for.get(n_tokens)
         if guess is not None:
-            c = self.counter.count(self._text(prefix, guess))
+            text = self._text(prefix, guess[0]) + guess[1]
+            c = self.counter.count(text)
             if c == n_tokens:
-                return Prompt(self._text(prefix, guess), n_tokens, c)
-        words, c = self._search(prefix, n_tokens)
-        self._words_for[n_tokens] = words
-        return Prompt(self._text(prefix, words), n_tokens, c)
+                return Prompt(text, n_tokens, c)
+        words, pad, c = self._search(prefix, n_tokens)
+        self._words_for[n_tokens] = (words, pad)
+        return Prompt(self._text(prefix, words) + pad, n_tokens, c)
 
-    def _search(self, prefix: str, n: int) -> tuple[int, int]:
+    def _pad(self, text: str, have: int, n: int) -> str | None:
+        """A suffix of short units that brings ``text`` (``have`` tokens) to exactly ``n``.
+
+        Filler words can be several tokens each (small vocabularies), so the word count
+        alone may step over ``n``; the units close that gap one token at a time.
+        """
+        for unit in _PAD_UNITS:
+            pad, c = "", have
+            for _ in range(n - have + 2):
+                pad += unit
+                c = self.counter.count(text + pad)
+                if c == n:
+                    return pad
+                if c > n:
+                    break
+        return None
+
+    def _search(self, prefix: str, n: int) -> tuple[int, str, int]:
         base = self.counter.count(self._text(prefix, 0))
         if base > n:
             raise BenchError(f"cannot build a {n}-token prompt: the unique prefix and template "
                              f"alone take {base} tokens")
         if base == n:
-            return 0, base
+            return 0, "", base
         lo, hi = 0, None  # lo: words known to give < n tokens
+        lo_count = base
         w = n - base
         for _ in range(40):
             w = min(max(w, 1), len(self._filler))
             c = self.counter.count(self._text(prefix, w))
             if c == n:
-                return w, c
+                return w, "", c
             if c < n:
-                lo = max(lo, w)
+                if w >= lo:
+                    lo, lo_count = w, c
                 nxt = w + (n - c)
             else:
                 hi = w if hi is None else min(hi, w)
@@ -190,6 +213,9 @@ class PromptBuilder:
             if hi is not None and hi - lo <= 1:
                 break
             w = nxt
+        pad = self._pad(self._text(prefix, lo), lo_count, n)
+        if pad is not None:
+            return lo, pad, n
         raise BenchError(f"cannot build a prompt of exactly {n} tokens with "
                          f"{self.counter.source} (closest word counts {lo}..{hi})")
 
