@@ -16,7 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servelab.checkpoint import DTYPE_BITS, parse_header
-from servelab.checkpoint.safetensors_format import MAX_JSON_DEPTH, JsonProblem, loads_strict_json
+from servelab.checkpoint.safetensors_format import (
+    MAX_JSON_DEPTH,
+    JsonProblem,
+    _no_duplicate_keys_in,
+    _py_depth,
+    json_shape,
+    loads_strict_json,
+)
 from servelab.errors import HeaderError
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,6 +148,9 @@ json_trees = st.recursive(
 def test_duplicate_keys_found_exactly(tree: Any) -> None:
     """The fast no-duplicates proof agrees with a per-object check on every input."""
     text = _render(tree).encode()
+    assert json_shape(text).depth == _py_depth(text.decode()) == _depth(tree)
+    if _depth(tree) <= MAX_JSON_DEPTH and _no_duplicate_keys_in(json.loads(text), json_shape(text)):
+        assert not _has_duplicates(tree)  # the large-input proof is sound
     if _depth(tree) > MAX_JSON_DEPTH:
         with pytest.raises(JsonProblem) as info:
             loads_strict_json(text)

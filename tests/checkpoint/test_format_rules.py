@@ -298,3 +298,18 @@ def test_62546_tensor_header(tmp_path: Path, write_safetensors: Any) -> None:
     with pytest.raises(HeaderError) as info:
         load_checkpoint(path)
     assert info.value.rule == "size-mismatch" and last in str(info.value)
+
+
+def test_duplicate_in_a_large_header(tmp_path: Path) -> None:
+    """Large headers prove "no duplicates" from counts; a repeat must still be caught."""
+    parts = [
+        f'"t{i}": {{"dtype": "F32", "shape": [1], "data_offsets": [{4 * i}, {4 * i + 4}]}}'
+        for i in range(2000)
+    ]
+    parts.append('"t7": {"dtype": "F32", "shape": [1], "data_offsets": [8000, 8004]}')
+    body = ("{" + ", ".join(parts) + "}").encode()
+    assert len(body) > 65_536
+    path = raw_file(tmp_path / "dup.safetensors", frame(body, b"\0" * 8004))
+    with pytest.raises(HeaderError) as info:
+        load_checkpoint(path)
+    assert info.value.rule == "duplicate-key" and "'t7'" in str(info.value)

@@ -40,10 +40,11 @@ import hashlib
 import json
 import math
 import operator
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -224,6 +225,19 @@ def _no_duplicate_keys_in(doc: Any, shape: JsonShape) -> bool:
     return objects == shape.objects and keys == shape.colons
 
 
+_SMALL_JSON: Final = 65_536
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _py_depth(text: str) -> int:
+    """Nesting depth of small JSON text, outside strings (pure Python)."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    if not brackets:
+        return 0
+    return max(0, max(accumulate(1 if c in "[{" else -1 for c in brackets)))
+
+
 def loads_strict_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Decode UTF-8 JSON bytes, rejecting duplicate keys and nesting beyond ``max_depth``.
 
@@ -234,13 +248,18 @@ def loads_strict_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JsonProblem("utf8", f"not valid UTF-8 at byte {exc.start}") from None
-    shape = json_shape(raw)
-    if shape.depth > max_depth:
-        raise JsonProblem("json-too-deep", f"JSON nests {shape.depth} deep (limit {max_depth})")
+    small = len(raw) <= _SMALL_JSON
+    shape = None if small else json_shape(raw)
+    depth = _py_depth(text) if shape is None else shape.depth
+    if depth > max_depth:
+        raise JsonProblem("json-too-deep", f"JSON nests {depth} deep (limit {max_depth})")
     try:
-        doc = json.loads(text)
-        if not _no_duplicate_keys_in(doc, shape):
+        if shape is None:  # small: a per-object hook costs less than numpy's set-up
             doc = json.loads(text, object_pairs_hook=_no_duplicates)
+        else:
+            doc = json.loads(text)
+            if not _no_duplicate_keys_in(doc, shape):
+                doc = json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise JsonProblem("json", f"invalid JSON: {exc.msg} at char {exc.pos}") from None
     except RecursionError:  # unreachable after the depth check; kept as a last guard
@@ -399,13 +418,12 @@ def _entries_fast(
         return None
     if list(map(operator.sub, ends, begins)) != list(map((3).__rrshift__, total_bits)):
         return None  # covers end < begin and size mismatches
-    tensors = tuple(
-        map(TensorEntry, names, dtypes, map(tuple, shapes), begins, ends, repeat(file))
-    )
+    tensors = tuple(map(TensorEntry, names, dtypes, map(tuple, shapes), begins, ends, repeat(file)))
     return tensors, begins, ends
 
 
-def _entries(    doc: dict[str, Any], file: str
+def _entries(
+    doc: dict[str, Any], file: str
 ) -> tuple[tuple[TensorEntry, ...], list[int], list[int]]:
     bits_of = DTYPE_BITS
     entry_keys = _ENTRY_KEYS
