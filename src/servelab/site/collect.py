@@ -49,6 +49,7 @@ from servelab.site.model import (
     MemoryPart,
     MemorySplit,
     ModelIndexPage,
+    PlanCheck,
     Predicted,
     RecipePage,
     RunPage,
@@ -162,7 +163,7 @@ def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
     out: dict[tuple[str, int], Predicted] = {}
     for kind, key in (("decode", "context_len"), ("prefill", "prompt_len")):
         points = doc.get(kind)
-        if not isinstance(points, list):
+        if not isinstance(points, list | tuple):  # tuple before a JSON round trip
             continue
         for p in points:
             if not isinstance(p, Mapping) or not isinstance(p.get(key), int):
@@ -236,6 +237,32 @@ def observation(run: RunRecord) -> EngineObservation:
         fallback_line=fallback,
         profiling_skipped_line=_warning(f, "kv-profiling-skipped"),
     )
+
+
+def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
+    """The run's plan (``servelab.plan/1``) against what its engine reported."""
+    plan = run.prediction or {}
+    if not isinstance(plan.get("kv_pool"), Mapping):
+        return ()
+    kv: Mapping[str, Any] = plan["kv_pool"]
+    obs = observation(run)
+    rule = f"vLLM {kv.get('engine_version', '?')} KV arithmetic ({kv.get('rule', '?')})"
+    out: list[PlanCheck] = []
+    if isinstance(kv.get("tokens"), int) and obs.kv_tokens is not None:
+        out.append(PlanCheck("KV pool", Predicted(float(kv["tokens"]), "tokens", rule,
+                                                  run.run_id), obs.kv_tokens))
+    if isinstance(kv.get("max_concurrency"), int | float) and obs.max_concurrency is not None:
+        out.append(PlanCheck("max concurrency at full context",
+                             Predicted(float(kv["max_concurrency"]), "x", rule, run.run_id),
+                             obs.max_concurrency))
+    weights = plan.get("weights")
+    if isinstance(weights, Mapping) and isinstance(weights.get("resident_bytes"), int) and (
+            obs.weights is not None):
+        out.append(PlanCheck("weights resident", Predicted(
+            weights["resident_bytes"] / GIB, "GiB",
+            f"checkpoint bytes from the safetensors headers ({weights.get('source', 'inspect')})",
+            run.run_id), obs.weights))
+    return tuple(out)
 
 
 def memory_split(run: RunRecord) -> MemorySplit | None:
@@ -414,6 +441,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         verifications=tuple(_verification(r) for r in sorted(
             runs, key=lambda r: (r.started_at, _rid(r)))),
         memory=memory_split(latest),
+        plan_checks=plan_checks(latest),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
         mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
             mtp.get("declared_layers"), int) else None,
@@ -505,7 +533,7 @@ def experiment_page(exp: ExperimentRecord, runs: Mapping[str, RunRecord],
     report = exp.report or {}
     alpha = float(report.get("alpha") or 0.05)
     metrics: list[ExperimentMetric] = []
-    for d in report.get("deltas") or ():
+    for d in report.get("deltas") or ():  # list after JSON, tuple before
         if not isinstance(d, Mapping):
             continue
         unit = str(d.get("unit") or "")
@@ -582,12 +610,12 @@ __all__ = [
     "build_row",
     "collect_site",
     "experiment_page",
-    "format_value",
     "key_params",
     "mean_ci",
     "memory_split",
     "observation",
     "parse_point",
+    "plan_checks",
     "predictions",
     "recipe_page",
     "site_from_records",

@@ -33,6 +33,7 @@ __all__ = [
     "MemorySplit",
     "ModelIndexPage",
     "Number",
+    "PlanCheck",
     "Predicted",
     "RecipePage",
     "RunPage",
@@ -91,6 +92,15 @@ class MeasuredRow:
     prompt_tokens: int
     measured: Measured
     predicted: Predicted | None = None
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """One planned quantity next to what the engine then reported (e.g. the KV pool)."""
+
+    label: str
+    predicted: Predicted
+    measured: Measured
 
 
 @dataclass(frozen=True)
@@ -268,6 +278,7 @@ class RecipePage:
     experiments: tuple[ExperimentPage, ...] = ()
     siblings: tuple[SiblingBuild, ...] = ()
     reference_prompt_tokens: int | None = None
+    plan_checks: tuple[PlanCheck, ...] = ()
     port: int = 8000
     thinking_kwarg: bool = True
 
