@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,3 +176,84 @@ def test_effective_bits_of_routed_experts(variant_checkpoint: Variant) -> None:
     assert blk.routed_expert_bits == pytest.approx(2052 * 8 / 2048)
     # Logical params survive packing: same as the unquantized model.
     assert nv.total_params == fp8.total_params == blk.total_params == mo.total_params
+
+
+def _entries(specs: list[tuple[str, str, list[int]]]) -> dict[str, Any]:
+    bits = {"U8": 8, "I32": 32, "F16": 16, "BF16": 16, "F32": 32}
+    header: dict[str, Any] = {}
+    off = 0
+    for name, dtype, shape in specs:
+        n = 1
+        for s in shape:
+            n *= s
+        size = n * bits[dtype] // 8
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + size]}
+        off += size
+    return header
+
+
+def test_gpt_oss_mxfp4_fused_experts(tmp_path: Path, write_safetensors: Callable[..., Any]) -> None:
+    # gpt-oss layout: fused experts as *_blocks U8 [E, out, in/32, 16] (two FP4 per byte) and
+    # *_scales U8 [E, out, in/32] (one E8M0 exponent per 32) -> 4 + 8/32 = 4.25 bits/weight.
+    e, h, i = 4, 64, 64
+    p = "model.layers.0.mlp.experts"
+    header = _entries(
+        [
+            (f"{p}.gate_up_proj_blocks", "U8", [e, 2 * i, h // 32, 16]),
+            (f"{p}.gate_up_proj_scales", "U8", [e, 2 * i, h // 32]),
+            (f"{p}.down_proj_blocks", "U8", [e, h, i // 32, 16]),
+            (f"{p}.down_proj_scales", "U8", [e, h, i // 32]),
+            ("model.layers.0.mlp.router.weight", "BF16", [e, h]),
+        ]
+    )
+    write_safetensors(tmp_path / "model.safetensors", header)
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gpt_oss",
+                "num_hidden_layers": 1,
+                "num_local_experts": e,
+                "num_experts_per_tok": 2,
+                "quantization_config": {
+                    "quant_method": "mxfp4",
+                    "modules_to_not_convert": ["model.layers.*.self_attn"],
+                },
+            }
+        )
+    )
+    r = inspect_checkpoint(tmp_path)
+    assert (r.expert_layout, r.num_experts, r.quant.method) == ("fused", e, "mxfp4")
+    assert r.routed_expert_bits == pytest.approx(4.25)
+    assert r.params_by_role["routed_expert"] == e * (2 * i * h + h * i)
+
+
+def test_gptq_int4_group_128(tmp_path: Path, write_safetensors: Callable[..., Any]) -> None:
+    # GPTQ: qweight I32 [in/8, out], scales F16 [in/128, out], qzeros I32 [in/128, out/8],
+    # g_idx I32 [in]. For 2048x2048: (2,097,152 + 65,536 + 16,384 + 8,192) B x 8 / 4,194,304
+    # weights = 4.171875 bits per weight.
+    n = 2048
+    p = "model.layers.0.mlp.experts.0.down_proj"
+    header = _entries(
+        [
+            (f"{p}.qweight", "I32", [n // 8, n]),
+            (f"{p}.scales", "F16", [n // 128, n]),
+            (f"{p}.qzeros", "I32", [n // 128, n // 8]),
+            (f"{p}.g_idx", "I32", [n]),
+        ]
+    )
+    write_safetensors(tmp_path / "model.safetensors", header)
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen3_moe",
+                "num_hidden_layers": 1,
+                "num_experts": 1,
+                "num_experts_per_tok": 1,
+                "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128},
+            }
+        )
+    )
+    r = inspect_checkpoint(tmp_path)
+    assert r.params_by_role["routed_expert"] == n * n
+    assert r.routed_expert_bits == pytest.approx(4.171875)
+    assert r.role("quant_scale").tensors == 3

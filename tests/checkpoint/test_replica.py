@@ -153,6 +153,8 @@ def test_seed_qwen3_6_35b_a3b_fp8(tmp_path: Path) -> None:
     assert r.layer_types.count("full_attention") == 10
     assert r.layer_types == r.layer_types_from_tensors
     assert r.mtp_tensors == 0 and r.mtp_declared_layers == 1
+    assert (r.vision_tensors, r.vision_bytes) == (333, 893_142_496)
+    assert "vision" not in r.decode_bytes_by_role  # text decode never reads the vision tower
     assert {f.code for f in r.findings} == {"mtp-declared-missing", "quant-ignored"}
     # "routed experts are 86% of the checkpoint"
     assert round(r.bytes_by_role_incl_scales["routed_expert"] / r.total_bytes, 2) == 0.86

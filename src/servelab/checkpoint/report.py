@@ -420,7 +420,7 @@ def _experts_from_tensors(
             continue
         if r.expert is not None:
             per_expert.add(r.expert)
-        elif len(t.shape) == 3:
+        elif len(t.shape) >= 3:  # [E, 2I, H]; gpt-oss blocks [E, out, in/32, 16]
             fused = max(fused, t.shape[0])
     if per_expert and fused:
         return max(len(per_expert), fused), "mixed"
