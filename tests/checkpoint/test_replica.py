@@ -200,3 +200,23 @@ def test_replica_headers_pass_validation_and_index_is_consistent(tmp_path: Path)
     # 4 bits + F8 scale per 16 (0.5 bit) + one F32 global and one input scale per matrix.
     assert r.routed_expert_bits == pytest.approx(4.5 + 64 / (512 * 2048), abs=1e-9)
     assert r.quant.format == "nvfp4-pack-quantized"
+
+
+def test_text_only_fp8_dynamic_matches_a_published_llm_compressor_export() -> None:
+    # xega-ai/Qwen3.5-35B-A3B-FP8-Dynamic (llm-compressor FP8_DYNAMIC, text only, linear
+    # attention / routers / lm_head ignored) publishes "FP8 tensors: 30,880 (32.61 GB);
+    # BF16 tensors: 31,333 (4.16 GB)": the seed layout minus the 333-tensor vision tower.
+    cfg = {k: v for k, v in QWEN3_6_35B_A3B.items() if k != "vision_config"}
+    plan = replica_tensors(cfg, QuantLayout("fp8-channel", EXPERTS_AND_ATTENTION))
+    f8 = [t for t in plan.tensors if t.dtype == "F8_E4M3"]
+    bf16 = [t for t in plan.tensors if t.dtype == "BF16"]
+    assert (len(f8), round(sum(t.nbytes for t in f8) / 1e9, 2)) == (30_880, 32.61)
+    assert (len(bf16), round(sum(t.nbytes for t in bf16) / 1e9, 2)) == (31_333, 4.16)
+
+
+def test_per_expert_mtp_head_has_785_tensors() -> None:
+    # Third-party exports that keep Qwen3.5's MTP head per expert list 785 mtp.* keys:
+    # 256 experts x 3 + fc, 2 pre-fc norms, final norm, 2 layer norms, 6 attention,
+    # router, 3 shared-expert weights, shared-expert gate = 768 + 17.
+    plan = replica_tensors(QWEN3_6_35B_A3B, mtp="per-expert")
+    assert sum(t.name.startswith("mtp.") for t in plan.tensors) == 785
