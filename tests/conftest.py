@@ -32,14 +32,16 @@ DEFAULT_ENGINE_FLAGS: dict[str, Any] = {
     "kv_cache_memory_bytes": 256 * 2**20,
 }
 
-# vLLM's CPU kernels need head sizes that are multiples of 32 (attention: 32, 64, 80, ...;
-# the gated-delta-rule linear attention of hybrids: multiples of 32); the generator's
-# defaults are 16, which start fine but fail on the first request.
+# vLLM's CPU kernels reject the generator's head size 16 — not at startup but on the first
+# request: CPU attention takes 32, 64, 80, ...; the gated-delta-rule kernel of the hybrids
+# rejects 16 ("multiples of 32") and 32 ("Unexpected head dim size"), so the linear heads
+# get the real Qwen3-Next size, 128.
+_HYBRID = {"head_dim": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128}
 CPU_SAFE_OVERRIDES: dict[str, dict[str, Any]] = {
     "llama": {"head_dim": 32},
     "qwen3_moe": {"head_dim": 32},
-    "qwen3_next": {"head_dim": 32, "linear_key_head_dim": 32, "linear_value_head_dim": 32},
-    "qwen3_5_moe_text": {"head_dim": 32, "linear_key_head_dim": 32, "linear_value_head_dim": 32},
+    "qwen3_next": dict(_HYBRID),
+    "qwen3_5_moe_text": dict(_HYBRID),
 }
 
 EngineFactory = Callable[..., RunningEngine]

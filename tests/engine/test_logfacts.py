@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,13 +74,11 @@ def test_request_time_engine_error_is_surfaced() -> None:
     assert any("Unsupported CPU attention configuration: head_dim=16" in e.text for e in f.errors)
 
 
-def test_kv_too_small_real_log() -> None:
-    path = LOGS / "vllm-0.32.0-cpu-kv-too-small.log"
-    if not path.exists():
-        pytest.fail("corpus file missing: " + path.name)
-    f = parse_log(path.read_text(encoding="utf-8"))
+def test_kv_budget_below_one_block_real_log() -> None:
+    f = _facts("vllm-0.32.0-cpu-kv-no-blocks.log")
     assert f.kv_pool_tokens is None
-    assert any("larger than the available KV cache memory" in e.text for e in f.errors)
+    assert f.kv_available_gib == 0.0
+    assert f.errors[0].text.startswith("ValueError: No available memory for the cache blocks.")
 
 
 def test_cpu_qwen3_next_real_log() -> None:
@@ -166,3 +163,19 @@ def test_to_dict_is_json_ready() -> None:
 @given(st.text(max_size=400))
 def test_any_text_parses_without_error(text: str) -> None:
     parse_log(text)
+
+
+def test_secret_args_are_masked() -> None:
+    f = parse_log(
+        "INFO 01-01 00:00:00 [a.py:1] non-default args: {'api_key': ['sk-1'], 'hf_token': 'hf_x', "
+        "'port': 1}"
+    )
+    assert f.non_default_args == {"api_key": "***", "hf_token": "***", "port": 1}
+
+
+def test_qwen3_next_request_time_gdn_error() -> None:
+    f = _facts("vllm-0.32.0-cpu-qwen3_next-gdn-head-dim-16-error.log")
+    assert f.mamba_padding_pct == 573.68
+    assert f.scheduler_block_size == 128
+    assert (f.kv_pool_tokens, f.max_concurrency) == (883_011, 215.58)
+    assert any("chunk_gated_delta_rule_cpu" in e.text for e in f.errors)

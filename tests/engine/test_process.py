@@ -86,3 +86,31 @@ def test_missing_executable(tmp_path: Path) -> None:
 def test_pick_free_port_in_range() -> None:
     port = pick_free_port(start=18390, end=18399)
     assert 18390 <= port <= 18399 and port_is_free("127.0.0.1", port)
+
+
+def test_secrets_never_reach_the_log_or_the_error(tmp_path: Path) -> None:
+    script = (
+        "import os, sys; print('args', sys.argv, flush=True);"
+        "print('token', os.environ['HF_TOKEN'], flush=True); sys.exit(1)"
+    )
+    spec = LaunchSpec(
+        argv=(
+            sys.executable,
+            "-c",
+            script,
+            "--api-key",
+            "sk-very-secret-1",
+            "--hf-token=hf_abcdef12",
+        ),
+        host="127.0.0.1",
+        port=pick_free_port(),
+        log_path=tmp_path / "engine.log",
+        served_model_name="m",
+        env={"HF_TOKEN": "hf_env_secret_99"},
+    )
+    with pytest.raises(EngineStartupError) as info:
+        start_engine(spec)
+    log = (tmp_path / "engine.log").read_text()
+    for secret in ("sk-very-secret-1", "hf_abcdef12", "hf_env_secret_99"):
+        assert secret not in log and secret not in str(info.value)
+    assert "***" in log

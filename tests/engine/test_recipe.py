@@ -165,3 +165,18 @@ def test_any_text_is_a_recipe_or_a_recipe_error(text: str) -> None:
         parse_recipe(text)
     except ServelabError as exc:
         assert isinstance(exc, RecipeError)
+
+
+def test_recipe_name_cannot_escape_the_runs_dir(tmp_path: Path) -> None:
+    msg = _err('name = "../../etc"\n[model]\nrepo = "a/b"\n', tmp_path)
+    assert "line 1: name:" in msg
+
+
+def test_redaction_in_displayed_commands() -> None:
+    from servelab.engine.command import display_command, redact_argv
+
+    assert redact_argv(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == [
+        "x", "--api-key", "***", "--api-key=***", "--port", "1",
+    ]  # fmt: skip
+    shown = display_command(["vllm"], {"HF_TOKEN": "hf_secret", "OMP_NUM_THREADS": "2"})
+    assert "hf_secret" not in shown and "OMP_NUM_THREADS=2" in shown

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.engine.command import build_argv, display_command
+from servelab.engine.command import build_argv, display_command, redact_argv, redact_env
 from servelab.engine.launch import display_launcher, resolve_model
 from servelab.engine.recipe import load_recipe, parse_recipe
 from servelab.errors import UsageError
@@ -130,9 +130,9 @@ def check(
             "served_model_name": rec.served_model_name(),
             "hardware": rec.hardware,
             "engine_installed": installed,
-            "argv": argv,
+            "argv": redact_argv(argv),
             "command": command,
-            "env": dict(rec.engine.env),
+            "env": redact_env(dict(rec.engine.env)),
             "recipe": rec.model_dump(mode="json"),
         }
         out.print_json(json.dumps(payload))

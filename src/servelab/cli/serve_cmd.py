@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.engine.attach import ServerInfo, attach
+from servelab.engine.command import redact_argv
 from servelab.engine.launch import launch, new_run_dir
 from servelab.engine.logfacts import EngineFacts, Phase
 from servelab.engine.process import EngineProcess
@@ -53,6 +54,7 @@ _FACT_ROWS: tuple[tuple[str, str, str], ...] = (
     ("kv_pool_tokens", "KV pool", "tokens"),
     ("max_concurrency", "max concurrency", "x"),
     ("attention_block_size", "attention block size", "tokens"),
+    ("scheduler_block_size", "KV block size (lcm)", "tokens"),
     ("mamba_padding_pct", "mamba page padding", "%"),
     ("padding_layers", "padding layers", ""),
     ("graph_capture_s", "graph capture", "s"),
@@ -133,7 +135,7 @@ def _ready_payload(engine: EngineProcess, run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "log_path": str(engine.log_path),
         "ready_s": engine.ready_s,
-        "argv": list(engine.spec.argv),
+        "argv": redact_argv(engine.spec.argv),
         "facts": engine.facts.to_dict(),
     }
 

@@ -19,6 +19,7 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from servelab.engine.command import build_argv, redact_argv
 from servelab.engine.home import runs_dir, synth_models_dir
 from servelab.engine.install import EngineInstall, engine_root, find_engine, probe_versions
 from servelab.engine.process import (
@@ -162,7 +163,6 @@ def prepare_launch(
     build_model: bool = True,
 ) -> LaunchSpec:
     """Resolve everything a launch needs; ``port`` overrides the recipe's (``"auto"``: free)."""
-    from servelab.engine.command import build_argv
 
     launcher, _install = resolve_launcher(recipe)
     model_arg, model_dir = resolve_model(recipe, build=build_model)
@@ -217,7 +217,7 @@ def write_facts(engine: EngineProcess, path: Path) -> None:
     data = {
         "base_url": engine.base_url,
         "served_model_name": engine.served_model_name,
-        "argv": list(engine.spec.argv),
+        "argv": redact_argv(engine.spec.argv),
         "ready_s": engine.ready_s,
         "facts": engine.facts.to_dict(),
     }

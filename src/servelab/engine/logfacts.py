@@ -105,6 +105,7 @@ class EngineFacts:
     max_concurrency: float | None = None
     concurrency_at_tokens: int | None = None
     attention_block_size: int | None = None
+    scheduler_block_size: int | None = None
     mamba_padding_pct: float | None = None
     padding_layers: int | None = None
     graph_capture_s: float | None = None
@@ -167,6 +168,7 @@ _RE_KV_CPU = re.compile(rf"Explicitly set \({_NUM}/{_NUM}\) GiB for KV cache")
 _RE_KV_SIZE = re.compile(rf"(GPU|CPU|XPU|TPU)? ?KV cache size: {_NUM} tokens")
 _RE_CONCURRENCY = re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x")
 _RE_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
+_RE_LCM_BLOCK = re.compile(r"kv lcm block sizes (\d+)")
 _RE_MAMBA_PAD = re.compile(rf"Padding mamba page size by {_NUM}%")
 _RE_PAD_LAYERS = re.compile(r"Add (\d+) padding layers")
 _RE_GRAPH = re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB")
@@ -183,6 +185,7 @@ _WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cpu-memory-low", re.compile(r"less than desired CPU memory utilization")),
     ("kv-cache-low", re.compile(r"less than requested memory for kv")),
 )
+_SECRET_ARG = re.compile(r"api_key|token|secret|password", re.IGNORECASE)
 _OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 
 _PHASE_MARKERS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
@@ -296,7 +299,7 @@ class LogParser:
         if m := _RE_NONDEFAULT.search(msg):
             parsed = _literal_dict(m.group(1))
             if parsed is not None:
-                self._args = parsed
+                self._args = {k: ("***" if _SECRET_ARG.search(k) else v) for k, v in parsed.items()}
                 if isinstance(parsed.get("model"), str):
                     self._set_once("model", parsed["model"])
         if m := _RE_ARCH.search(msg):
@@ -335,6 +338,8 @@ class LogParser:
             f["max_concurrency"] = _num(m.group(2))
         if m := _RE_BLOCK.search(msg):
             f["attention_block_size"] = int(m.group(1))
+        if m := _RE_LCM_BLOCK.search(msg):
+            f["scheduler_block_size"] = int(m.group(1))
         if m := _RE_MAMBA_PAD.search(msg):
             f["mamba_padding_pct"] = _num(m.group(1))
         if m := _RE_PAD_LAYERS.search(msg):

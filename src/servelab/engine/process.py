@@ -129,6 +129,25 @@ def _check_executable(argv0: str) -> None:
         raise EngineNotFoundError(f"engine executable {argv0!r} is not on PATH")
 
 
+def secret_values(spec: LaunchSpec) -> tuple[str, ...]:
+    """Values that must never reach a log or record: API keys, tokens (argv and env)."""
+    from servelab.engine.command import SECRET_FLAGS, redact_env
+
+    found: list[str] = []
+    argv = list(spec.argv)
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in SECRET_FLAGS:
+            if eq:
+                found.append(value)
+            elif i + 1 < len(argv):
+                found.append(argv[i + 1])
+    env = dict(spec.env)
+    found += [env[k] for k, v in redact_env(env).items() if v != env[k]]
+    # Very short values would mask ordinary text; they are not real secrets anyway.
+    return tuple(sorted({v for v in found if len(v) >= 6}, key=len, reverse=True))
+
+
 class EngineProcess:
     """A started engine. Use :func:`start_engine`; stop with :meth:`stop` or ``with``."""
 
@@ -138,6 +157,7 @@ class EngineProcess:
         self.pgid = proc.pid  # leader of its own session: pgid == pid
         self._log_fh = log_fh
         self._parser = LogParser()
+        self._secrets = secret_values(spec)
         self._lock = threading.Lock()
         self._tail: deque[str] = deque(maxlen=400)
         self._phases: deque[Phase] = deque()
@@ -154,6 +174,8 @@ class EngineProcess:
         assert self._proc.stdout is not None
         for raw in iter(self._proc.stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace")
+            for secret in self._secrets:
+                line = line.replace(secret, "***")
             with self._lock:
                 self._log_fh.write(line)
                 self._log_fh.flush()
