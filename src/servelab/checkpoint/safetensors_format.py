@@ -226,7 +226,7 @@ def _no_duplicate_keys_in(doc: Any, shape: JsonShape) -> bool:
 
 
 _SMALL_JSON: Final = 65_536
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
