@@ -19,6 +19,8 @@ from servelab.bench.transport import StreamFault, StreamingTransport, Timeouts
 
 EndpointKind = Literal["completions", "chat"]
 
+_raw_decode = json.JSONDecoder().raw_decode
+
 _PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -81,7 +83,10 @@ class _Collector:
             self.done = True
             return True
         try:
-            obj = json.loads(payload)
+            raw = payload.decode("utf-8")
+            obj, end = _raw_decode(raw)
+            if end != len(raw):
+                raise ValueError("trailing data")
         except ValueError:
             detail = f"invalid JSON in event: {payload[:80]!r}"
             raise StreamFault(ErrorKind.BAD_SSE, detail) from None

@@ -308,6 +308,15 @@ class _Conn(asyncio.Protocol):
             self._json_body += data
             return
         sse = self._sse
+        if not sse and data.startswith(b"data:") and data.find(b"\n") == len(data) - 2 \
+                and data.endswith(b"\n\n"):
+            # Fast path: exactly one single-line event (vLLM sends one per HTTP chunk).
+            try:
+                if ex.on_data(data[5:-2].strip(), t):
+                    ex.end_ns = t
+            except StreamFault as fault:
+                self._fail(fault.kind, fault.detail, t)
+            return
         sse += data
         if b"\r" in data:
             sse[:] = sse.replace(b"\r\n", b"\n")

@@ -135,46 +135,91 @@ def _frame(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+_RENDER_FAULTS = (FaultKind.MISSING_USAGE, FaultKind.USAGE_MISMATCH)
+
+
+def _render(model: str, chat: bool, prompt_tokens: int, n_tokens: int, per_chunk: int,
+            include_usage: bool, continuous: bool, mismatch: bool
+            ) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """All HTTP chunk frames of one response and the cumulative tokens after each frame.
+
+    The last frame also carries the usage chunk, ``[DONE]`` and the terminal chunk.
+    """
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    prefix = (f'{{"id":"cmpl-synthetic","object":"{kind}","created":{int(time.time())},'
+              f'"model":{json.dumps(model)},"choices":[').encode()
+
+    def usage(completion: int) -> bytes:
+        return b'"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+            prompt_tokens, completion, prompt_tokens + completion)
+
+    frames: list[bytes] = []
+    cum: list[int] = []
+    sent = 0
+    while sent < n_tokens:
+        ntok = min(1 if not frames else per_chunk, n_tokens - sent)
+        sent += ntok
+        last = sent >= n_tokens
+        text = (" tok" * ntok).encode()
+        fr = b'"length"' if last else b"null"
+        if chat:
+            choice = b'{"index":0,"delta":{"content":"%s"},"logprobs":null,"finish_reason":%s}' % (
+                text, fr)
+        else:
+            choice = b'{"index":0,"text":"%s","logprobs":null,"finish_reason":%s}' % (text, fr)
+        body = prefix + choice + b"]" + ((b"," + usage(sent)) if continuous else b"") + b"}"
+        frame = _frame(b"data: " + body + b"\n\n")
+        if last:
+            if include_usage:
+                reported = (1 if sent > 1 else sent + 5) if mismatch else sent
+                frame += _frame(b"data: " + prefix + b"]," + usage(reported) + b"}\n\n")
+            frame += _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        frames.append(frame)
+        cum.append(sent)
+    return tuple(frames), tuple(cum)
+
+
 class _Stream:
     """One streaming response, advanced by timer callbacks on the server loop."""
 
-    __slots__ = ("chat", "conn", "continuous", "fault", "handle", "idx", "include_usage",
-                 "n_tokens", "prefix", "prompt_tokens", "sent_tokens", "server", "t_first")
+    __slots__ = ("conn", "cum", "fault", "frames", "handle", "idx", "prompt_tokens", "server",
+                 "t_first")
 
     def __init__(self, conn: _ServerConn, server: _Core, body: dict[str, Any], chat: bool,
-                 fault: Fault | None, rid: int) -> None:
+                 fault: Fault | None) -> None:
         self.conn = conn
         self.server = server
-        self.chat = chat
         self.fault = fault
         self.prompt_tokens = count_prompt_tokens(body)
         mt = body.get("max_tokens", body.get("max_completion_tokens"))
-        self.n_tokens = max(1, int(mt)) if isinstance(mt, int) else server.cfg.default_max_tokens
+        n_tokens = max(1, int(mt)) if isinstance(mt, int) else server.cfg.default_max_tokens
         so = body.get("stream_options") or {}
-        self.include_usage = bool(so.get("include_usage"))
-        self.continuous = bool(so.get("continuous_usage_stats"))
-        if fault is not None and fault.kind in (FaultKind.MISSING_USAGE,):
-            self.include_usage = self.continuous = False
-        model = json.dumps(str(body.get("model", server.cfg.model)))
-        kind = "chat.completion.chunk" if chat else "text_completion"
-        self.prefix = (f'{{"id":"cmpl-{rid}","object":"{kind}","created":{int(time.time())},'
-                       f'"model":{model},"choices":[').encode()
-        self.sent_tokens = 0
+        include_usage = bool(so.get("include_usage"))
+        continuous = bool(so.get("continuous_usage_stats"))
+        if fault is not None and fault.kind is FaultKind.MISSING_USAGE:
+            include_usage = continuous = False
+        mismatch = fault is not None and fault.kind is FaultKind.USAGE_MISMATCH
+        key = (str(body.get("model", server.cfg.model)), chat, self.prompt_tokens, n_tokens,
+               server.cfg.tokens_per_chunk, include_usage, continuous, mismatch)
+        cached = server.render_cache.get(key)
+        if cached is None:
+            if len(server.render_cache) > 4096:
+                server.render_cache.clear()
+            cached = server.render_cache[key] = _render(*key)
+        self.frames, self.cum = cached
         self.idx = 0
         self.handle: asyncio.TimerHandle | None = None
         self.t_first = 0.0
 
-    def _choice(self, ntok: int, finish: bool) -> bytes:
-        text = " tok" * ntok
-        fr = b'"length"' if finish else b"null"
-        if self.chat:
-            return b'{"index":0,"delta":{"content":"%s"},"logprobs":null,"finish_reason":%s}' % (
-                text.encode(), fr)
-        return b'{"index":0,"text":"%s","logprobs":null,"finish_reason":%s}' % (text.encode(), fr)
+    @property
+    def n_tokens(self) -> int:
+        """Tokens this response generates."""
+        return self.cum[-1]
 
-    def _usage(self, completion: int) -> bytes:
-        return b'"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
-            self.prompt_tokens, completion, self.prompt_tokens + completion)
+    @property
+    def sent_tokens(self) -> int:
+        """Tokens sent so far."""
+        return self.cum[self.idx - 1] if self.idx else 0
 
     def start(self, t_recv: float) -> None:
         cfg = self.server.cfg
@@ -185,72 +230,51 @@ class _Stream:
     def tick(self) -> None:
         conn = self.conn
         if conn.closed:
-            self.finish(counted=False)
+            self.finish()
             return
         cfg = self.server.cfg
-        out: list[bytes] = []
+        i = self.idx
+        end = len(self.frames)
         now = self.server.loop.time()
-        for _ in range(cfg.max_chunks_per_write):
-            state = self._one(out)
-            if state != "more" or self.t_first + self.idx * cfg.itl_s > now:
-                break
-        if out:
-            conn.write(b"".join(out))
-        if state == "more":
-            self.handle = self.server.loop.call_at(self.t_first + self.idx * cfg.itl_s, self.tick)
-        elif state == "done":
-            self.finish(counted=True)
-            conn.response_done()
-        elif state == "reset":
-            conn.reset()
-            self.finish(counted=False)
-        # "stall": never send another byte; the client must give up.
-
-    def _one(self, out: list[bytes]) -> str:
-        """Append the next chunk to ``out``; returns more | done | stall | reset."""
-        cfg = self.server.cfg
+        j = i + 1
+        while j < end and j - i < cfg.max_chunks_per_write and self.t_first + j * cfg.itl_s <= now:
+            j += 1
         fault = self.fault
-        if fault is not None and self.idx == fault.after_chunks:
-            if fault.kind is FaultKind.STALL:
-                return "stall"
-            if fault.kind is FaultKind.RESET:
-                return "reset"
-            if fault.kind is FaultKind.BAD_JSON:
-                out.append(_frame(b'data: {"choices": [{"text": "tok", \n\n'))
-        k = 1 if self.idx == 0 else cfg.tokens_per_chunk
-        ntok = min(k, self.n_tokens - self.sent_tokens)
-        self.sent_tokens += ntok
-        last = self.sent_tokens >= self.n_tokens
-        c = self.server.counters
-        if self.idx > 0 and cfg.tokens_per_chunk > 1:
-            c.spec_drafts += 1
-            c.spec_draft_tokens += cfg.tokens_per_chunk - 1
-            c.spec_accepted += ntok - 1
-        parts = [self.prefix, self._choice(ntok, last), b"]"]
-        if self.continuous:
-            parts += [b",", self._usage(self.sent_tokens)]
-        parts.append(b"}")
-        out.append(_frame(b"data: " + b"".join(parts) + b"\n\n"))
-        self.idx += 1
-        if not last:
-            return "more"
-        if self.include_usage:
-            reported = self.sent_tokens
-            if fault is not None and fault.kind is FaultKind.USAGE_MISMATCH:
-                reported = 1 if self.sent_tokens > 1 else self.sent_tokens + 5
-            out.append(_frame(b"data: " + self.prefix + b"]," + self._usage(reported)
-                              + b"}\n\n"))
-        out.append(_frame(b"data: [DONE]\n\n"))
-        out.append(b"0\r\n\r\n")
-        return "done"
+        action = ""
+        if fault is not None and i <= fault.after_chunks < j and fault.kind in (
+                FaultKind.STALL, FaultKind.RESET, FaultKind.BAD_JSON):
+            j = fault.after_chunks
+            action = fault.kind.value
+        if j > i:
+            conn.write(b"".join(self.frames[i:j]))
+        self.idx = j
+        if action == FaultKind.BAD_JSON:
+            conn.write(_frame(b'data: {"choices": [{"text": "tok", \n\n'))
+            self.fault = None  # the client should give up; if not, the stream goes on
+        elif action == FaultKind.STALL:
+            return  # never send another byte; the client must give up
+        elif action == FaultKind.RESET:
+            conn.reset()
+            self.finish()
+            return
+        if self.idx >= end:
+            self.finish()
+            conn.response_done()
+            return
+        self.handle = self.server.loop.call_at(self.t_first + self.idx * cfg.itl_s, self.tick)
 
-    def finish(self, *, counted: bool) -> None:
+    def finish(self) -> None:
         c = self.server.counters
         c.running -= 1
-        c.generation_tokens += self.sent_tokens
+        sent = self.sent_tokens
+        c.generation_tokens += sent
+        if self.server.cfg.tokens_per_chunk > 1 and self.idx > 1:
+            drafts = self.idx - 1
+            c.spec_drafts += drafts
+            c.spec_draft_tokens += drafts * (self.server.cfg.tokens_per_chunk - 1)
+            c.spec_accepted += sent - self.idx
         if self.conn.stream is self:
             self.conn.stream = None
-        _ = counted
 
 
 class _ServerConn(asyncio.Protocol):
@@ -276,7 +300,7 @@ class _ServerConn(asyncio.Protocol):
         if s is not None:
             if s.handle is not None:
                 s.handle.cancel()
-            s.finish(counted=False)
+            s.finish()
 
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.closed and not self.transport.is_closing():
@@ -333,6 +357,7 @@ class _Core:
         self.cfg = cfg
         self.loop = loop
         self.counters = _Counters()
+        self.render_cache: dict[tuple[Any, ...], tuple[tuple[bytes, ...], tuple[int, ...]]] = {}
 
     def _reply(self, conn: _ServerConn, status: int, obj: Any, extra: bytes = b"") -> None:
         conn.write(_response(status, json.dumps(obj).encode(), extra=extra))
@@ -397,10 +422,10 @@ class _Core:
         t_recv = self.loop.time()
         if fault is not None and fault.kind is FaultKind.SLOW_FIRST_BYTE:
             t_recv += fault.delay_s
-        stream = _Stream(conn, self, body, chat, fault, rid)
+        stream = _Stream(conn, self, body, chat, fault)
         conn.stream = stream
         if not body.get("stream"):
-            self._non_streaming(conn, stream, t_recv)
+            self._non_streaming(conn, stream, t_recv, chat)
             return
         head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                 b"transfer-encoding: chunked\r\n\r\n")
@@ -410,7 +435,7 @@ class _Core:
             conn.write(head)
         stream.start(t_recv)
 
-    def _non_streaming(self, conn: _ServerConn, s: _Stream, t_recv: float) -> None:
+    def _non_streaming(self, conn: _ServerConn, s: _Stream, t_recv: float, chat: bool) -> None:
         cfg = self.cfg
         n = s.n_tokens
         chunks = 1 + -(-(n - 1) // cfg.tokens_per_chunk)
@@ -418,11 +443,11 @@ class _Core:
             chunks - 1) * cfg.itl_s
         text = " tok" * n
         choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
-        if s.chat:
+        if chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        obj = {"id": "cmpl-x", "object": "chat.completion" if s.chat else "text_completion",
+        obj = {"id": "cmpl-x", "object": "chat.completion" if chat else "text_completion",
                "model": cfg.model, "choices": [choice],
                "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": n,
                          "total_tokens": s.prompt_tokens + n}}
