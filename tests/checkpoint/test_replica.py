@@ -76,6 +76,11 @@ def test_replica_equals_real_multimodal_qwen3_5_moe(tmp_path: Path) -> None:
     model.save_pretrained(str(tmp_path))
     config = json.loads((tmp_path / "config.json").read_text())
     assert _plan_map(config) == _header(tmp_path / "model.safetensors")
+    # inspect reads the multimodal layout: text under model.language_model, vision apart.
+    r = inspect_checkpoint(tmp_path)
+    assert r.vision_tensors == 3 + 2 * 12 + 6
+    assert "vision" not in r.decode_bytes_by_role and r.findings == ()
+    assert (r.num_layers, r.num_experts, r.model_type) == (4, 8, "qwen3_5_moe")
 
 
 @pytest.mark.parametrize(

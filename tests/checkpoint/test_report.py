@@ -182,6 +182,10 @@ def test_build_report_is_pure_over_a_loaded_source(tiny_checkpoint: Callable[...
         ),
         ({"num_hidden_layers": 2}, ("full_attention",) * 2),
         ({}, ()),
+        (
+            {"num_hidden_layers": 3, "hybrid_override_pattern": "M-*"},
+            ("mamba", "mlp", "full_attention"),
+        ),
     ],
 )
 def test_config_layer_types(cfg: dict[str, Any], expected: tuple[str, ...]) -> None:

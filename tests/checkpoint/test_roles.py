@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from servelab.checkpoint.roles import Role, classify_tensor, is_fused_expert_name, is_scale_name
+from servelab.checkpoint.roles import (
+    Role,
+    RoleClassifier,
+    classify_tensor,
+    is_fused_expert_name,
+    is_scale_name,
+)
 
 R = Role
 
@@ -156,3 +164,20 @@ def test_scale_names_and_fused_experts() -> None:
     assert not is_scale_name("x.norm.scale")  # a norm parameter called "scale" is a weight
     assert is_fused_expert_name("model.layers.0.mlp.experts.gate_up_proj")
     assert not is_fused_expert_name("model.layers.0.mlp.experts.0.gate_proj.weight")
+
+
+@given(
+    st.lists(
+        st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", max_size=12),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_any_dotted_name_classifies_consistently(parts: list[str]) -> None:
+    name = ".".join(parts)
+    one = classify_tensor(name, num_hidden_layers=4)
+    shared = RoleClassifier(4)
+    shared("model.layers.0.mlp.experts.0.up_proj.weight")  # warm a shared module cache
+    assert shared(name) == one
+    assert one.role in Role and one.base in Role
+    assert one.is_scale == (one.role is Role.QUANT_SCALE)

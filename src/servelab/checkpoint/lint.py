@@ -349,7 +349,7 @@ def _attn_kind(layer_type: str) -> str:
     """Collapse sliding/chunked/full attention into one kind; keep linear separate."""
     if layer_type in ("linear_attention", "mamba", "linear"):
         return "linear"
-    if layer_type == "none":
+    if layer_type in ("none", "mlp", "moe"):
         return "none"
     return "attention"
 

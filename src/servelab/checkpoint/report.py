@@ -378,6 +378,10 @@ def config_layer_types(text_cfg: Mapping[str, Any]) -> tuple[str, ...]:
     types = text_cfg.get("layer_types")
     if isinstance(types, list) and all(isinstance(t, str) for t in types):
         return tuple(types)
+    pattern = text_cfg.get("hybrid_override_pattern")  # Nemotron-H: M mamba, * attention
+    if isinstance(pattern, str) and pattern and set(pattern) <= set("M*-E"):
+        kinds = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
+        return tuple(kinds[c] for c in pattern)
     interval = _cfg_int(text_cfg, "full_attention_interval")
     if n is not None and interval:
         return tuple(
