@@ -42,7 +42,8 @@ def _header_bytes(path: Path) -> int:
     """What a range reader must fetch: 100,001 bytes (or the whole small file), plus the
     rest of the header when it is longer than that."""
     size = path.stat().st_size
-    n = int.from_bytes(path.read_bytes()[:8], "little")
+    with path.open("rb") as f:
+        n = int.from_bytes(f.read(8), "little")
     return max(min(FIRST_RANGE_BYTES, size), 8 + n)
 
 
@@ -82,12 +83,12 @@ def test_sharded_repo(hub_server: Callable[..., Any], tiny_checkpoint: Callable[
     assert src.bytes_fetched < total_weights
 
 
-def test_long_header_takes_a_second_range_and_no_data(
-    hub_server: Callable[..., Any], write_safetensors: Callable[..., Path], tmp_path: Path
-) -> None:
+@pytest.fixture
+def long_header_repo(write_safetensors: Callable[..., Path], tmp_path: Path) -> Path:
+    """One file: ~250 kB of header (3,000 tensors), 1.5 GB of sparse data."""
     header: dict[str, Any] = {}
     off = 0
-    for i in range(3000):  # ~250 kB of header, 1.5 GB of (sparse) data
+    for i in range(3000):
         nbytes = 512 * 1024
         header[f"model.layers.{i // 100}.mlp.experts.{i % 100}.down_proj.weight"] = {
             "dtype": "BF16",
@@ -95,15 +96,38 @@ def test_long_header_takes_a_second_range_and_no_data(
             "data_offsets": [off, off + nbytes],
         }
         off += nbytes
-    path = write_safetensors(tmp_path / "repo" / "model.safetensors", header)
-    n = int.from_bytes(path.read_bytes()[:8], "little")
+    write_safetensors(tmp_path / "repo" / "model.safetensors", header)
+    return tmp_path / "repo"
+
+
+def _n(path: Path) -> int:
+    with path.open("rb") as f:
+        return int.from_bytes(f.read(8), "little")
+
+
+def test_long_header_takes_a_second_range_and_no_data(
+    hub_server: Callable[..., Any], long_header_repo: Path
+) -> None:
+    n = _n(long_header_repo / "model.safetensors")
     assert n > FIRST_RANGE_BYTES
     hub = hub_server()
-    src = load_checkpoint(hub.add("big/header", tmp_path / "repo"), endpoint=hub.url)
+    src = load_checkpoint(hub.add("big/header", long_header_repo), endpoint=hub.url)
     assert len(src.tensors) == 3000
     ranges = [s.range for s in hub.seen if s.path.endswith("model.safetensors")]
     assert ranges == ["bytes=0-100000", f"bytes=100001-{n + 7}"]
     assert src.bytes_fetched == hub.body_bytes == n + 8
+
+
+def test_long_header_from_a_server_without_range_support(
+    hub_server: Callable[..., Any], long_header_repo: Path
+) -> None:
+    hub = hub_server()
+    hub.ignore_range = True
+    src = load_checkpoint(hub.add("big/header", long_header_repo), endpoint=hub.url)
+    assert len(src.tensors) == 3000
+    assert src.shards[0].file_size == (long_header_repo / "model.safetensors").stat().st_size
+    n = _n(long_header_repo / "model.safetensors")
+    assert src.bytes_fetched < FIRST_RANGE_BYTES + n + 8 + 2**20  # never the 1.5 GB
 
 
 def test_token_is_sent(

@@ -429,6 +429,8 @@ def check_index(
 class _Fetched:
     data: bytes
     total: int | None
+    ranged: bool = True
+    """False when the server ignored ``Range`` and answered 200 with the whole file."""
 
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -645,7 +647,7 @@ class _Remote:
                     f"got {len(data):,}",
                     path=self.display(file),
                 )
-        return _Fetched(data, total)
+        return _Fetched(data, total, ranged=resp.status_code == 206)
 
     def _total_from_range(self, value: str | None) -> int | None:
         m = re.match(r"^bytes \*/(\d+)$", (value or "").strip())
@@ -672,9 +674,14 @@ class _Remote:
             raw = first.data
             need = HEADER_LEN_BYTES + n
             if len(raw) < need and (first.total is None or first.total >= need):
-                more = self.get(file, start=len(raw), length=need - len(raw), limit=need)
-                assert more is not None
-                raw = raw + more.data
+                if first.ranged:
+                    more = self.get(file, start=len(raw), length=need - len(raw), limit=need)
+                    assert more is not None
+                    raw = raw + more.data
+                else:  # no Range support: read the header's length from the start again
+                    again = self.get(file, start=0, length=need, limit=need)
+                    assert again is not None
+                    raw = again.data
             return parse_header(raw, file=file, file_size=first.total, max_header=MAX_HEADER_REMOTE)
         except HeaderError as exc:
             raise HeaderError(exc.message, path=where, rule=exc.rule) from None
