@@ -81,3 +81,24 @@ def test_concurrent_writers_lose_no_rows(db_url: str) -> None:
             runs = store.list_runs(RunFilter(label=f"w{i}"), samples=True)
             assert [r.run_id for r in runs] == [f"w{i}-{k:04d}" for k in range(per_writer)]
             assert all(len(r.samples) == 30 for r in runs)
+
+
+@pytest.mark.slow
+def test_writers_racing_on_a_fresh_database_migrate_it_once(db_url: str) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WRITER), db_url, "many", "3", f"fresh{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    for p in procs:
+        with p:
+            _out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    with open_store(db_url) as store, store.engine.connect() as conn:
+        versions = conn.exec_driver_sql("SELECT version FROM servelab_migrations").scalars().all()
+        assert sorted(versions) == [1, 2]
+        assert store.count_runs() == 12
