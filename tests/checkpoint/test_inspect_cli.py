@@ -96,6 +96,8 @@ def test_remote_repo_through_endpoint(
     assert doc["source"]["bytes_fetched"] < weights // 4  # headers and configs only
     for key in ("tensor_count", "total_bytes", "roles", "decode", "layers", "findings"):
         assert doc[key] == local[key], key
+    rc, out, _ = _run(["inspect", repo, "--endpoint", hub.url], capsys)
+    assert rc == 0 and "headers and configs only" in out
 
 
 def test_console_script_and_help() -> None:

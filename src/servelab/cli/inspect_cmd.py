@@ -30,6 +30,8 @@ def render(report: CheckpointReport, console: Console) -> None:
     summary.add_row("model", f"{r.model_type or '?'} {' '.join(r.architectures)}".strip())
     summary.add_row("tensors", f"{r.tensor_count:,} in {r.source.shards} file(s)")
     summary.add_row("total", f"{r.total_bytes:,} bytes = {_gib(r.total_bytes)} GiB")
+    if r.source.kind == "hub":
+        summary.add_row("fetched", f"{r.source.bytes_fetched:,} bytes (headers and configs only)")
     summary.add_row(
         "params",
         f"{r.total_params / 1e9:,.3f} B total, {r.active_params / 1e9:,.3f} B active per token",
