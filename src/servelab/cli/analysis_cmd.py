@@ -221,6 +221,30 @@ def history_tables(h: History) -> tuple[list[Table], list[str]]:
     return tables, notes
 
 
+def history_long_table(h: History) -> Table:
+    """Every series in one long table (the ``--csv`` form of ``history``)."""
+    rows = []
+    for s in h.series:
+        steps = {c.index: c for c in s.changes}
+        for i, r in enumerate(s.rows):
+            c = steps.get(i)
+            rows.append(
+                (
+                    s.metric,
+                    s.point,
+                    r.started_at.isoformat(),
+                    r.run_id,
+                    repr(r.value),
+                    repr(r.se),
+                    str(r.n),
+                    "" if c is None else ("regression" if c.regression else "improvement"),
+                )
+            )
+    return Table(
+        "history", ("metric", "point", "started_at", "run_id", "value", "se", "n", "step"), rows
+    )
+
+
 def history_cmd(
     subject: Annotated[str, typer.Argument(help="Recipe name (or recipe file) or model id.")],
     metric: MetricOpt = None,
@@ -252,6 +276,8 @@ def history_cmd(
         raise RunNotFoundError(f"no stored runs of recipe or model {name!r}")
     h = history(name, runs, metrics=_metric_names(metric))
     tables, notes = history_tables(h)
+    if fmt == "csv":
+        tables = [history_long_table(h)]
     emit(fmt, doc=h.to_json_dict(), tables=tables, notes=notes)
     if fail_on_regression and h.regressions:
         raise typer.Exit(3)
