@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -70,6 +72,12 @@ def test_history_flags_the_seed_drop(capsys: pytest.CaptureFixture[str], db: str
     assert code == 0
     assert "REGRESSION" in out and "driver 580.95 → 580.126 (consistent)" in out
     assert "2026-07-21" in out and "2026-07-27" in out
+    code, out, _ = run_cli(
+        capsys, "history", "qwen3.6-35b-a3b-nvfp4", "--db", db, "--csv", "-m", "decode"
+    )
+    rows = list(csv.reader(io.StringIO(out)))
+    assert rows[0] == ["metric", "point", "started_at", "run_id", "value", "se", "n", "step"]
+    assert [r[3] for r in rows if r[7] == "regression"] == ["bad-0"]
     code, _, _ = run_cli(
         capsys, "history", "qwen3.6-35b-a3b-nvfp4", "--db", db, "--fail-on-regression"
     )
