@@ -252,7 +252,7 @@ def run(
             doc=doc,
             tables=[summary_table(outcome.summary), kv_table],
         )
-        err.print(escape(head))
+        err.print(escape(head), soft_wrap=True)
         if index is not None:
             err.print(f"site: {escape(str(index))}")
     if not outcome.ok:

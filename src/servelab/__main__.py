@@ -1,0 +1,5 @@
+"""``python -m servelab``: the same as the ``servelab`` command."""
+
+from servelab.cli.app import main
+
+main()

