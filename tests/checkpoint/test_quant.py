@@ -257,3 +257,50 @@ def test_gptq_int4_group_128(tmp_path: Path, write_safetensors: Callable[..., An
     assert r.params_by_role["routed_expert"] == n * n
     assert r.routed_expert_bits == pytest.approx(4.171875)
     assert r.role("quant_scale").tensors == 3
+
+
+def _rel_err(a: Any, b: Any) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.mark.parametrize("variant", ["fp8-channel", "nvfp4", "fp8-block", "modelopt-nvfp4"])
+def test_quantized_values_dequantize_to_the_original_weights(
+    variant: str, variant_checkpoint: Variant, tiny_checkpoint: Callable[..., Path]
+) -> None:
+    """The variants hold real quantizations: dequantized (by compressed-tensors itself for
+    its formats) they give back the tiny model's BF16 weights within FP8/FP4 error."""
+    import torch
+    from compressed_tensors.compressors.base import BaseCompressor
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+    from compressed_tensors.quantization import QuantizationScheme
+    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+    from safetensors.torch import load_file
+
+    orig = load_file(str(tiny_checkpoint("qwen3_5_moe_text") / "model.safetensors"))
+    q = load_file(str(variant_checkpoint(variant) / "model.safetensors"))
+    mod = "model.layers.0.mlp.experts.3.down_proj"
+    w = orig[f"{mod}.weight"]
+    local = {k[len(mod) + 1 :]: v for k, v in q.items() if k.startswith(mod + ".")}
+    if variant in ("fp8-channel", "nvfp4"):
+        preset, fmt = (
+            ("FP8_DYNAMIC", "float-quantized")
+            if variant == "fp8-channel"
+            else ("NVFP4A16", "nvfp4-pack-quantized")
+        )
+        scheme = QuantizationScheme(targets=["Linear"], **PRESET_SCHEMES[preset])
+        back = BaseCompressor.get_value_from_registry(fmt).decompress(local, scheme)["weight"]
+    elif variant == "fp8-block":
+        s = local["weight_scale_inv"]
+        back = (
+            local["weight"].float()
+            * s.repeat_interleave(128, 0).repeat_interleave(128, 1)[: w.shape[0], : w.shape[1]]
+        )
+    else:
+        vals = unpack_fp4_from_uint8(local["weight"], w.shape[0], w.shape[1]).float()
+        scale = local["weight_scale"].float().repeat_interleave(16, 1) * local["weight_scale_2"]
+        back = vals * scale
+    err = _rel_err(back, w)
+    # E4M3 keeps 3 mantissa bits (~3% rms); E2M1 with per-16 FP8 scales ~10-15%.
+    assert err < (0.06 if "fp8" in variant else 0.2), err
+    assert err > 0  # they really are quantized
+    assert torch.isfinite(back).all()
