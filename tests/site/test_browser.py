@@ -55,6 +55,9 @@ def test_every_page_renders_without_errors_and_runs_no_script(
     for rel in pages:
         with browser.page(base + rel) as page:
             _clean(page.result.errors)
+            # nothing but the site itself is fetched: no CDN, no fonts, no network
+            foreign = [u for u in page.result.statuses if not u.startswith((base, "data:"))]
+            assert foreign == [], foreign
             assert page.result.dialogs == [], f"a script ran on {rel}"
             assert page.js("document.scripts.length") == 0, rel
             assert page.js("document.querySelectorAll('[onerror],[onload]').length") == 0, rel

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -9,10 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from site_records import HOSTILE_LINE, HOSTILE_MODEL, SECRET, populate
+from site_records import HOSTILE_LINE, HOSTILE_MODEL, SECRET, populate, record
 
 from servelab.site import prose
-from servelab.site.collect import PointId, collect_site, key_params, parse_point
+from servelab.site.collect import (
+    PointId,
+    collect_site,
+    key_params,
+    parse_point,
+    site_from_records,
+)
 from servelab.site.model import Derived, Measured, Site
 from servelab.site.render import render_site
 from servelab.store import open_store
@@ -121,6 +128,17 @@ def test_runs_pages_and_secrets(stored: tuple[str, list[str], list[str], Site]) 
         if name.endswith(".html"):
             assert "<script" not in content, name
             assert "<img src=x" not in content, name
+
+
+def test_a_recipe_whose_runs_all_failed_gets_a_page() -> None:
+    failed = dataclasses.replace(record(0, "broken", "BF16", "0.32.0", 0.0, ok=False),
+                                 run_id="x1")
+    site = site_from_records([failed])
+    [page] = site.recipes
+    assert page.decode == () and [v.status for v in page.verifications] == ["failed"]
+    files = render_site(site)
+    assert "has no successful run yet" in files["recipes/broken.html"]
+    assert "&lt;img src=x" in files["recipes/broken.html"]
 
 
 def test_point_names_and_params() -> None:

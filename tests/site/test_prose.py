@@ -46,7 +46,10 @@ def test_troubleshooting_from_findings(site_factory: Callable[..., Site]) -> Non
     page = _page(site_factory)
     entries = {e.kind: e for e in prose.troubleshooting(page)}
     assert set(entries) == {"missing-mtp", "kernel-fallback", "profiling-skipped",
-                            "version-drift", "regression"}
+                            "version-drift", "regression", "failed-run", "which-build"}
+    assert entries["failed-run"].evidence == ("engine exited",)
+    which = entries["which-build"]
+    assert "NVFP4" in _plain(which.answer) and 42.57 in _numbers(which.answer)
     assert entries["kernel-fallback"].evidence == (page.engine[0].fallback_line,)
     assert "MARLIN" in entries["kernel-fallback"].question
     assert entries["profiling-skipped"].evidence == (page.engine[1].profiling_skipped_line,)
@@ -61,10 +64,24 @@ def test_troubleshooting_from_findings(site_factory: Callable[..., Site]) -> Non
 
 
 def test_no_findings_no_entries(site_factory: Callable[..., Site]) -> None:
-    page = dataclasses.replace(_page(site_factory), engine=(), history=(), mtp_tensors=19,
-                               decode=tuple(r for r in _page(site_factory).decode
+    base = _page(site_factory)
+    page = dataclasses.replace(base, engine=(), history=(), mtp_tensors=19, siblings=(),
+                               verifications=base.verifications[:2],
+                               decode=tuple(r for r in base.decode
                                             if r.engine_version == "0.32.0"))
     assert prose.troubleshooting(page) == ()
+
+
+def test_a_recipe_that_never_succeeded(site_factory: Callable[..., Site]) -> None:
+    base = _page(site_factory)
+    page = dataclasses.replace(base, decode=(), prefill=(), engine=(), history=(), siblings=(),
+                               memory=None, mtp_declared_layers=None,
+                               verifications=base.verifications[2:])
+    plain = _plain(prose.headline(page))
+    assert plain == ("FP8 of Tiny-MoE 1B has no successful run yet: the latest attempt, on "
+                     "2026-07-30 on spark-1 (run r3), failed: engine exited.")
+    assert [e.kind for e in prose.troubleshooting(page)] == ["failed-run"]
+    assert prose.key_facts(page) == (("1 × DGX Spark (spark-1)",),)
 
 
 def test_version_drift_beyond_tolerance_says_which_to_pin(

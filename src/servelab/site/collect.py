@@ -410,11 +410,12 @@ def _verification(run: RunRecord) -> Verification:
 
 
 def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
-    """The recipe page of one recipe's runs (None when no run succeeded)."""
+    """The recipe page of one recipe's runs (measurements from the successful ones)."""
     ok = [r for r in runs if r.status == STATUS_OK]
-    if not ok:
+    if not runs:
         return None
-    latest = max(ok, key=lambda r: (r.started_at, _rid(r)))
+    # A recipe whose every run failed still gets a page: its failures are the news.
+    latest = max(ok or runs, key=lambda r: (r.started_at, _rid(r)))
     by_version = _latest_per_version(ok)
     decode = _rows(by_version, "decode_tok_s", "decode", single_stream=True)
     prefill = _rows(by_version, "prefill_tok_s", "prefill", single_stream=True)
@@ -437,7 +438,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
                           driver=latest.driver),
         command=args, key_params=key_params(args[1:] if args else ()),
         decode=decode, prefill=prefill,
-        engine=tuple(observation(r) for r in by_version.values()),
+        engine=tuple(observation(r) for r in by_version.values()) or (
+            (observation(latest),) if latest.engine_facts else ()),
         verifications=tuple(_verification(r) for r in sorted(
             runs, key=lambda r: (r.started_at, _rid(r)))),
         memory=memory_split(latest),

@@ -110,8 +110,19 @@ def _listing(rows: list[MeasuredRow]) -> Text:
     return tuple(out)
 
 
+def latest_attempt(page: RecipePage) -> Verification | None:
+    """The most recent run of the recipe, successful or not."""
+    return max(page.verifications, key=lambda v: (v.date, v.run_id)) if page.verifications else None
+
+
 def headline(page: RecipePage) -> Text:
     """The headline paragraph, generated from the page's facts."""
+    if not page.decode and not page.prefill:
+        last = latest_attempt(page)
+        if last is not None and last.status != "ok":
+            return (f"{page.build_name} of {page.model_name} has no successful run yet: the "
+                    f"latest attempt, on {last.date} on {last.host} (run {last.run_id}), "
+                    f"failed: {last.note or 'no reason recorded'}.",)
     version = primary_version(page)
     prompt = reference_prompt(page)
     obs = _observation(page, version)
@@ -250,6 +261,14 @@ def troubleshooting(page: RecipePage) -> tuple[TroubleshootingEntry, ...]:
     """Troubleshooting entries generated from the page's findings."""
     entries: list[TroubleshootingEntry] = []
     eng = page.software.engine_name
+    last = latest_attempt(page)
+    if last is not None and last.status != "ok":
+        entries.append(TroubleshootingEntry(
+            "failed-run", f"The latest run ({last.date}) failed",
+            (f"Run {last.run_id} on {last.host} with {eng} {last.engine_version} failed. Its "
+             "reason and engine log excerpt are on the run's page; earlier measurements on this "
+             "page stay as they were, dated.",),
+            (last.note,) if last.note else ()))
     if page.mtp_declared_layers and page.mtp_tensors == 0:
         count: Text = ()
         if page.memory is not None:
@@ -325,6 +344,18 @@ def troubleshooting(page: RecipePage) -> tuple[TroubleshootingEntry, ...]:
             ))
     version = primary_version(page)
     row = row_at(page.decode, reference_prompt(page), version)
+    quicker = [s for s in page.siblings if s.decode is not None and row is not None
+               and s.decode.value > row.measured.value]
+    if row is not None and quicker:
+        best = max(quicker, key=lambda s: s.decode.value if s.decode else 0.0)
+        assert best.decode is not None
+        entries.append(TroubleshootingEntry(
+            "which-build", f"Which build of {page.model_name} should I use?",
+            (f"For decode speed, {best.build_name}: ", best.decode, " against ", row.measured,
+             f" for {page.build_name} at a {row.prompt_tokens:,}-token prompt (",
+             relative_change(best.decode, row.measured), "). Weigh that against memory and "
+             "quality; the model's index compares every build."),
+        ))
     if row is not None and row.predicted is not None:
         gap = vs_prediction(row.measured, row.predicted)
         if gap.value <= FAR_BELOW_PREDICTION_PCT:
