@@ -194,16 +194,40 @@ class RoleClassifier:
 
     def __init__(self, num_hidden_layers: int | None = None) -> None:
         self.num_hidden_layers = num_hidden_layers
-        self._modules: dict[str, tuple[str, int | None, int | None]] = {}
+        # module path -> (template, layer, expert, last path component)
+        self._modules: dict[str, tuple[str, int | None, int | None, str]] = {}
+
+    def _module(self, module: str) -> tuple[str, int | None, int | None, str]:
+        """Template and indices of a module path, built from its (cached) parent path so
+        that each new module costs one path component, not a scan of the whole name."""
+        got = self._modules.get(module)
+        if got is not None:
+            return got
+        parent, _, part = module.rpartition(".")
+        if parent:
+            p_template, layer, expert, prev = self._module(parent)
+        else:
+            p_template, layer, expert, prev = "", None, None, ""
+        if part.isdigit():
+            if prev == "experts":
+                if expert is None:
+                    expert = int(part)
+            elif prev in _LAYER_WORDS and layer is None:
+                layer = int(part)
+            comp = "#"
+        else:
+            comp = part
+        got = (f"{p_template}.{comp}" if parent else comp, layer, expert, part)
+        self._modules[module] = got
+        return got
 
     def __call__(self, name: str) -> TensorRole:
         """The role of tensor ``name``."""
         module, _, leaf = name.rpartition(".")
-        info = self._modules.get(module)
-        if info is None:
-            info = self._modules[module] = _split_module(module)
-        template, layer, expert = info
-        return self._make(f"{template}.{leaf}" if module else leaf, layer, expert)
+        if not module:
+            return self._make(leaf, None, None)
+        template, layer, expert, _ = self._module(module)
+        return self._make(f"{template}.{leaf}", layer, expert)
 
     def _make(self, template: str, layer: int | None, expert: int | None) -> TensorRole:
         base, scale = _classify_template(template)
