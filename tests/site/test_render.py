@@ -6,7 +6,8 @@ import re
 from collections.abc import Callable
 from html.parser import HTMLParser
 
-from site_samples import HOSTILE, HOSTILE_LOG, SECRET
+import pytest
+from site_samples import HOSTILE, HOSTILE_LOG, SECRET, build_site
 
 from servelab.site.fmt import redact, redact_argv, slugify
 from servelab.site.model import Site
@@ -33,8 +34,20 @@ def _parse(html: str) -> _Tags:
     return p
 
 
-def test_hostile_text_is_escaped_in_html(site_factory: Callable[..., Site]) -> None:
-    files = render_site(site_factory(model_name=HOSTILE, log_line=HOSTILE_LOG))
+@pytest.fixture(scope="module")
+def hostile_files() -> dict[str, str]:
+    """The sample site with a hostile model name and log line, rendered once per module."""
+    return render_site(build_site(model_name=HOSTILE, log_line=HOSTILE_LOG))
+
+
+@pytest.fixture(scope="module")
+def plain_files() -> dict[str, str]:
+    """The sample site rendered once per module."""
+    return render_site(build_site())
+
+
+def test_hostile_text_is_escaped_in_html(hostile_files: dict[str, str]) -> None:
+    files = hostile_files
     htmls = {k: v for k, v in files.items() if k.endswith(".html")}
     assert len(htmls) >= 8
     for name, html in htmls.items():
@@ -51,8 +64,8 @@ def test_hostile_text_is_escaped_in_html(site_factory: Callable[..., Site]) -> N
     assert HOSTILE_LOG in "".join(_parse(recipe).text)
 
 
-def test_hostile_text_is_escaped_in_markdown(site_factory: Callable[..., Site]) -> None:
-    files = render_site(site_factory(model_name=HOSTILE, log_line=HOSTILE_LOG))
+def test_hostile_text_is_escaped_in_markdown(hostile_files: dict[str, str]) -> None:
+    files = hostile_files
     mds = {k: v for k, v in files.items() if k.endswith(".md")}
     assert "recipes/tiny-fp8.md" in mds and "index.md" in mds
     for name, md in mds.items():
@@ -67,8 +80,8 @@ def test_hostile_text_is_escaped_in_markdown(site_factory: Callable[..., Site]) 
     assert fenced.startswith("````\n") and fenced.endswith("\n````")
 
 
-def test_secrets_are_never_rendered(site_factory: Callable[..., Site]) -> None:
-    files = render_site(site_factory())
+def test_secrets_are_never_rendered(plain_files: dict[str, str]) -> None:
+    files = plain_files
     for name, content in files.items():
         assert SECRET not in content, name
         assert SECRET[:12] not in content, name
@@ -88,9 +101,8 @@ def test_redaction_rules() -> None:
         "vllm", "--api-key", "[redacted]", "--port", "8000")
 
 
-def test_every_measured_number_names_its_run(site_factory: Callable[..., Site]) -> None:
-    site = site_factory()
-    files = render_site(site)
+def test_every_measured_number_names_its_run(plain_files: dict[str, str]) -> None:
+    files = plain_files
     recipe = files["recipes/tiny-fp8.html"]
     parsed = _parse(recipe)
     measured = [a for t, a in parsed.tags if t == "a" and "measured" in (a.get("class") or "")]
@@ -125,9 +137,8 @@ def test_tables_hold_the_page_values(site_factory: Callable[..., Site]) -> None:
         assert f"| {md_escape(part.label)} | {part.bytes:,} |" in md
 
 
-def test_pages_and_links(site_factory: Callable[..., Site]) -> None:
-    site = site_factory(model_name=HOSTILE)
-    files = render_site(site)
+def test_pages_and_links(hostile_files: dict[str, str]) -> None:
+    files = hostile_files
     for rel, content in files.items():
         if not rel.endswith(".html"):
             continue
@@ -154,5 +165,5 @@ def test_slugify_and_run_file() -> None:
     assert odd.startswith("run-") and "/" not in odd and odd != run_file("../../etc/passwdx")
 
 
-def test_rendering_is_reproducible(site_factory: Callable[..., Site]) -> None:
-    assert render_site(site_factory()) == render_site(site_factory())
+def test_rendering_is_reproducible(plain_files: dict[str, str]) -> None:
+    assert render_site(build_site()) == plain_files
