@@ -304,3 +304,65 @@ def test_quantized_values_dequantize_to_the_original_weights(
     assert err < (0.06 if "fp8" in variant else 0.2), err
     assert err > 0  # they really are quantized
     assert torch.isfinite(back).all()
+
+
+def test_mixed_config_groups_nvfp4_experts_fp8_attention() -> None:
+    # llm-compressor recipes with two groups (e.g. NVFP4 experts + FP8 attention/shared).
+    q = detect_quant(
+        {
+            "quantization_config": {
+                "quant_method": "compressed-tensors",
+                "format": "mixed-precision",
+                "config_groups": {
+                    "group_0": {
+                        "targets": ["re:.*mlp.experts.*"],
+                        "format": "nvfp4-pack-quantized",
+                        "weights": {
+                            "num_bits": 4,
+                            "type": "float",
+                            "strategy": "tensor_group",
+                            "group_size": 16,
+                        },
+                    },
+                    "group_1": {
+                        "targets": ["re:.*self_attn.*"],
+                        "format": "float-quantized",
+                        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                        "input_activations": {
+                            "num_bits": 8,
+                            "type": "float",
+                            "strategy": "token",
+                            "dynamic": True,
+                        },
+                    },
+                },
+                "ignore": ["lm_head"],
+            }
+        }
+    )
+    assert q.weight_bits == 4
+    assert q.packing_factor("U8") == 2 and q.packing_factor("F8_E4M3") == 1
+    assert {"U8", "F8_E4M3"} <= q.expected_weight_dtypes()
+    assert "W 4-bit float tensor_group g16, A16" in q.label
+    assert "W 8-bit float channel, A 8-bit float token dynamic" in q.label
+
+
+@pytest.mark.parametrize("variant", ["fp8-channel", "nvfp4"])
+def test_replica_config_reads_like_the_librarys(variant: str, variant_checkpoint: Variant) -> None:
+    # The replica writes compressed-tensors configs by hand; servelab must read them exactly
+    # as it reads the ones compressed-tensors itself writes.
+    from servelab.synth.replica import (
+        EXPERTS_AND_ATTENTION,
+        QuantLayout,
+        quantization_config,
+        replica_tensors,
+    )
+
+    d = variant_checkpoint(variant)
+    lib_cfg = _cfg(d)
+    layout = QuantLayout(variant, EXPERTS_AND_ATTENTION, fp4_activations=False)
+    mine = quantization_config(layout, replica_tensors(lib_cfg, layout))
+    a = detect_quant(lib_cfg)
+    b = detect_quant({"quantization_config": mine})
+    assert (a.method, a.format, a.label) == (b.method, b.format, b.label)
+    assert set(a.ignore) == set(b.ignore)
