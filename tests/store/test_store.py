@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tests.store.records import make_run
 
-from servelab.errors import InputError, RunNotFoundError
+from servelab.errors import InputError, RunNotFoundError, StoreError, UsageError
 from servelab.store import (
     REDACTED,
     ExperimentRecord,
@@ -265,3 +265,18 @@ def test_import_a_real_vllm_bench_serve_file(db_url: str) -> None:
     assert (
         got.extra is not None and got.extra["vllm_bench"]["median_ttft_ms"] == raw["median_ttft_ms"]
     )
+
+
+def test_duplicate_run_id_is_a_clear_error(db_url: str) -> None:
+    with open_store(db_url) as store:
+        store.add_run(make_run(run_id="same"))
+        with pytest.raises(StoreError, match="run same is already stored"):
+            store.add_run(make_run(run_id="same", seed=4))
+        assert len(store.get_run("same").samples) == 20
+
+
+def test_unknown_driver_url_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="no driver"):
+        open_store("postgresql+nosuchdriver://u@localhost/db")
+    with pytest.raises(UsageError, match="unsupported database 'mysql'"):
+        open_store("mysql://u@localhost/db")

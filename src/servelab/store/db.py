@@ -112,7 +112,12 @@ def _make_engine(url: str) -> Engine:
         _sqlite_events(engine)
         return engine
     if backend == "postgresql":
-        return sa.create_engine(url, pool_pre_ping=True)
+        try:
+            return sa.create_engine(url, pool_pre_ping=True)
+        except (ImportError, sa.exc.NoSuchModuleError) as exc:
+            raise UsageError(
+                f"no driver for {display_url(url)} ({exc}); use postgresql:// (psycopg 3)"
+            ) from exc
     raise UsageError(f"unsupported database {backend!r} (use a SQLite path or postgresql:// URL)")
 
 
@@ -307,8 +312,13 @@ class Store:
         """Store one run (secrets redacted) in one transaction; returns its id."""
         run_id = record.run_id or new_id(record.started_at)
         row = self._run_row(replace(record, run_id=run_id))
-        with self._write() as conn:
-            self._insert_run(conn, row, record)
+        try:
+            with self._write() as conn:
+                self._insert_run(conn, row, record)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, sa.exc.IntegrityError) and self.has_run(run_id):
+                raise StoreError(f"run {run_id} is already stored") from exc
+            raise
         return run_id
 
     def _run_row(self, record: RunRecord) -> dict[str, Any]:
