@@ -90,6 +90,13 @@ def record(i: int, recipe: str, build: str, version: str, decode: float, *, ok: 
 def populate(db: Path) -> tuple[str, list[str], list[str]]:
     """A store with two builds of one model; returns (url, bf16 run ids, kv run ids)."""
     url = f"sqlite:///{db}"
+    with open_store(url) as store:
+        bf16_ids, kv_ids = populate_store(store)
+    return url, bf16_ids, kv_ids
+
+
+def populate_store(store: Store) -> tuple[list[str], list[str]]:
+    """Add the two builds' runs and one experiment; returns (bf16 run ids, kv run ids)."""
     bf16 = [record(0, "tiny-bf16", "BF16", "0.31.0", 50.0, marlin=True),
             record(1, "tiny-bf16", "BF16", "0.31.0", 50.2, marlin=True),
             record(2, "tiny-bf16", "BF16", "0.31.0", 49.9, marlin=True),
@@ -100,11 +107,10 @@ def populate(db: Path) -> tuple[str, list[str], list[str]]:
             record(6, "tiny-bf16", "BF16", "0.32.0", 0.0, ok=False)]
     kv = [record(7, "tiny-kv", "KV 512 MiB", "0.32.0", 44.0),
           record(8, "tiny-kv", "KV 512 MiB", "0.32.0", 44.2)]
-    with open_store(url) as store:
-        bf16_ids = [store.add_run(r) for r in bf16]
-        kv_ids = [store.add_run(r) for r in kv]
-        add_experiment(store, bf16_ids[3:6], kv_ids)
-    return url, bf16_ids, kv_ids
+    bf16_ids = [store.add_run(r) for r in bf16]
+    kv_ids = [store.add_run(r) for r in kv]
+    add_experiment(store, bf16_ids[3:6], kv_ids)
+    return bf16_ids, kv_ids
 
 
 def add_experiment(store: Store, base_ids: list[str], var_ids: list[str]) -> str:
