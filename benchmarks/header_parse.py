@@ -24,7 +24,8 @@ dtype, shape and offsets, plus ``__metadata__``):
 
 servelab runs :func:`servelab.checkpoint.load_checkpoint`, i.e. read + every validation
 rule + frozen dataclasses. Runs are interleaved, the median of ``--repeats`` is reported,
-and the ratio is ``peer median / servelab median`` (> 1: servelab is faster).
+and the ratio is ``peer median / servelab median`` of wall time (> 1: servelab is
+faster). CPU time is printed too: on a shared, loaded machine it is the steadier figure.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import shutil
 import statistics
 import struct
@@ -178,19 +180,21 @@ PEERS: dict[str, Callable[[Path], int]] = {
 }
 
 
-def measure(path: Path, repeats: int) -> dict[str, float]:
-    """Median wall seconds per peer, runs interleaved; checks all peers count alike."""
-    times: dict[str, list[float]] = {k: [] for k in PEERS}
+def measure(path: Path, repeats: int) -> dict[str, tuple[float, float]]:
+    """Median (wall s, CPU s) per peer, runs interleaved; checks all peers count alike."""
+    wall: dict[str, list[float]] = {k: [] for k in PEERS}
+    cpu: dict[str, list[float]] = {k: [] for k in PEERS}
     counts = {k: fn(path) for k, fn in PEERS.items()}  # warm-up + agreement check
     if len(set(counts.values())) != 1:
         raise SystemExit(f"peers disagree on {path}: {counts}")
     for _ in range(repeats):
         for name, fn in PEERS.items():
             gc.collect()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn(path)
-            times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in PEERS}
 
 
 def main() -> None:
@@ -203,29 +207,28 @@ def main() -> None:
 
     print(
         f"python {sys.version.split()[0]}, huggingface_hub {huggingface_hub.__version__}, "
-        f"safetensors {safetensors.__version__}, repeats {args.repeats}",
+        f"safetensors {safetensors.__version__}, repeats {args.repeats}, "
+        f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.1f}",
     )
     with tempfile.TemporaryDirectory() as tmp:
         cases = build_cases(Path(tmp))
-        rows = []
-        for case, path in cases.items():
-            med = measure(path, args.repeats)
-            rows.append((case, med))
+        rows = [(case, measure(path, args.repeats)) for case, path in cases.items()]
     names = list(PEERS)
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
     if args.markdown:
-        print("| case | " + " | ".join(f"{n} (ms)" for n in names) + " | hf / servelab "
-              "| safetensors / servelab |")  # fmt: skip
+        head = " | ".join(f"{n} ms wall (CPU)" for n in names)
+        print(f"| case | {head} | hf / servelab | safetensors / servelab |")
         print("|---" * (len(names) + 3) + "|")
-        for case, med in rows:
-            cells = " | ".join(f"{med[n] * 1e3:.2f}" for n in names)
-            r_hf = med["huggingface_hub"] / med["servelab"]
-            r_st = med["safetensors (Rust)"] / med["servelab"]
+    for case, med in rows:
+        r_hf = med["huggingface_hub"][0] / med["servelab"][0]
+        r_st = med["safetensors (Rust)"][0] / med["servelab"][0]
+        if args.markdown:
+            cells = " | ".join(f"{med[n][0] * 1e3:.2f} ({med[n][1] * 1e3:.2f})" for n in names)
             print(f"| {case} | {cells} | {r_hf:.2f}× | {r_st:.2f}× |")
-    else:
-        for case, med in rows:
-            parts = ", ".join(f"{n} {med[n] * 1e3:.2f} ms" for n in names)
-            r_hf = med["huggingface_hub"] / med["servelab"]
-            r_st = med["safetensors (Rust)"] / med["servelab"]
+        else:
+            parts = ", ".join(
+                f"{n} {med[n][0] * 1e3:.2f} ms (CPU {med[n][1] * 1e3:.2f})" for n in names
+            )
             print(f"{case}: {parts}; hf/servelab {r_hf:.2f}x, safetensors/servelab {r_st:.2f}x")
 
 
