@@ -143,8 +143,9 @@ def test_missing_repo_revision_and_weights(
 ) -> None:
     hub = hub_server()
     hub.add("a/b", tiny_checkpoint("llama"))
-    with pytest.raises(CheckpointNotFoundError, match="RepositoryNotFound"):
+    with pytest.raises(CheckpointNotFoundError, match="RepositoryNotFound") as info:
         load_checkpoint("a/nope", endpoint=hub.url)
+    assert "no local path 'a/nope' exists" in str(info.value)
     with pytest.raises(CheckpointNotFoundError, match="RevisionNotFound"):
         load_checkpoint("a/b", endpoint=hub.url, revision="v9")
     (tmp_path / "config.json").write_text("{}")

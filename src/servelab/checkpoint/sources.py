@@ -151,7 +151,14 @@ def load_checkpoint(
             deadline=deadline,
         )
         with remote:
-            return remote.load()
+            try:
+                return remote.load()
+            except (CheckpointNotFoundError, RemoteError) as exc:
+                if remote.received or remote.commit:
+                    raise
+                # Nothing was read at all: maybe the user meant a local path.
+                note = f" (no local path {text!r} exists, so it was read as a Hub repo id)"
+                raise type(exc)(exc.message + note, path=exc.path) from None
     raise CheckpointNotFoundError("no such file or directory (nor a Hub repo id)", path=text)
 
 
