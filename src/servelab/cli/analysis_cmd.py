@@ -122,7 +122,8 @@ def compare_tables(comp: Comparison) -> list[Table]:
         rows.append(tuple(row))
     runs = "; ".join(f"{g.name} = {', '.join(r.run_id or '' for r in g.runs)}" for g in comp.groups)
     caption = (
-        f"Welch t-test on per-request samples, alpha {comp.alpha}; [95% bootstrap CI of "
+        f"value ± half-width of its 95% CI; Welch t-test on per-request samples, alpha "
+        f"{comp.alpha}; [95% bootstrap CI of "
         f"the ratio]. Runs: {runs}"
     )
     return [Table("compare", tuple(cols), rows, caption)]

@@ -9,6 +9,7 @@ object (samples included with ``--samples``). ``runs export`` writes the export 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -297,8 +298,6 @@ def import_cmd(
     for f in files:  # read and validate everything before writing anything
         records.extend(read_import_file(f))
     if label:
-        from dataclasses import replace
-
         records = [replace(r, labels=tuple(dict.fromkeys([*r.labels, *label]))) for r in records]
     with open_store(db) as store:
         result = import_runs(store, records)
