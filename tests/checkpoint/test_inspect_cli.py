@@ -141,3 +141,23 @@ def test_synth_commands_write_what_inspect_reads(
         ["synth", "quantize", str(src), str(tmp_path / "q"), "--variant", "int3"], capsys
     )
     assert rc == 2 and "unknown variant" in err
+
+
+def test_every_inspect_and_synth_command_and_option_has_help() -> None:
+    import typer
+
+    from servelab.cli.app import app
+
+    # Typer builds click-compatible groups (its own vendored click classes).
+    root: Any = typer.main.get_command(app)
+    ctx = root.context_class(root)
+    synth = root.get_command(ctx, "synth")
+    assert synth is not None and synth.help
+    commands = [root.get_command(ctx, "inspect")] + [
+        synth.get_command(ctx, n) for n in synth.list_commands(ctx)
+    ]
+    assert len(commands) == 5
+    for cmd in commands:
+        assert cmd is not None and cmd.help, cmd
+        for p in cmd.params:
+            assert getattr(p, "help", None), f"{cmd.name} {p.name}"
