@@ -82,3 +82,17 @@ def test_engine_facts_from_a_real_vllm_log_fill_the_run(db_url: str, tmp_path: P
         got = store.get_run(store.add_run(rec))
     assert got.engine_facts is not None and got.engine_facts["max_concurrency"] == 256.0
     assert got.kv_pool_tokens == 1_048_576
+
+
+def test_headline_skips_a_point_without_a_decode_figure() -> None:
+    # A point where every answer came in one chunk has TTFT but no per-token timing: the
+    # headline decode must come from the nearest point that has one, not be lost.
+    doc = _bench(0.010)
+    (point,) = doc["points"]  # type: ignore[misc]
+    untimed = json.loads(json.dumps(point))
+    untimed["prompt_len"] = 2048
+    untimed["metrics"].pop("decode_tok_s")
+    doc["points"] = [point, untimed]
+    rec = run_from_bench_json(doc)
+    assert rec.decode_tok_s == pytest.approx(100.0, rel=0.15)
+    assert rec.metric("decode_tok_s", "p2048-c1") is None

@@ -355,8 +355,8 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
 
     Every measured (non-warm-up) request becomes a :class:`Sample` at point
     ``p{prompt_len}-c{concurrency}``; each point's summaries (mean with ``ci95``) become
-    metrics; the headline decode/prefill are those of the concurrency-1 point whose prompt
-    length is nearest 2,048 tokens (else the first point). ``fields`` set or override any
+    metrics; the headline decode/prefill are those of the concurrency-1 point (with a decode
+    figure) whose prompt length is nearest 2,048 tokens. ``fields`` set or override any
     RunRecord field (recipe, engine, hardware, ...), so the run pipeline can call this with
     what it knows about the serving side.
     """
@@ -398,7 +398,11 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
             )
         if pt.get("concurrency") == 1 and isinstance(pt.get("prompt_len"), int):
             dist = abs(int(pt["prompt_len"]) - 2048)
-            if headline is None or dist < headline[0]:
+            # a point where no request could be timed per token (whole answer in one
+            # chunk) has no decode figure: the nearest point that has one is the headline
+            if means.get("decode_tok_s") is not None and (
+                headline is None or dist < headline[0]
+            ):
                 headline = (dist, means.get("decode_tok_s"), means.get("prefill_tok_s"))
     completed = sum(s.ok for s in samples)
     started = _parse_dt(doc.get("started_at"))
