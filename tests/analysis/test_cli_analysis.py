@@ -157,3 +157,8 @@ def test_experiment_verdict_is_stored_against_the_recipe(
         capsys, "experiment", "fp8-024", "fp8-026", "--db", db, "--criteria", "decode is faster"
     )
     assert code == 2 and "cannot parse criterion" in err
+
+
+def test_experiment_runs_needs_recipe_files(capsys: pytest.CaptureFixture[str], db: str) -> None:
+    code, _, err = run_cli(capsys, "experiment", "fp8-024", "fp8-026", "--runs", "--db", db)
+    assert code == 2 and "--runs needs two recipe files; 'fp8-024' is not a file" in err

@@ -36,7 +36,7 @@ from servelab.cli.output import (
     num,
     pick_format,
 )
-from servelab.errors import RunNotFoundError, UsageError
+from servelab.errors import RunNotFoundError, ServelabError, UsageError
 from servelab.store import ExperimentRecord, RunFilter, RunRecord, Store, open_store
 
 DEFAULT_CRITERIA = "decode >= +5% and memory not worse"
@@ -90,6 +90,25 @@ def resolve_side(store: Store, arg: str, count: int = 1) -> Group:
         if not runs:
             raise RunNotFoundError(f"no run id, recipe or model matches {arg!r}") from exc
         return Group(arg, tuple(runs))
+
+
+def run_side(store: Store, recipe_file: Path) -> Group:
+    """Run a recipe now through the ``servelab run`` pipeline; its stored run as a group."""
+    from rich.console import Console
+
+    from servelab.cli.run_cmd import RunProgress
+    from servelab.engine.recipe import load_recipe
+    from servelab.pipeline.run import RunOptions, run_recipe
+
+    recipe = load_recipe(recipe_file)
+    with RunProgress(Console(stderr=True, highlight=False)) as progress:
+        outcome = run_recipe(recipe, store, RunOptions(labels=("experiment",)), on_event=progress)
+    if not outcome.ok:
+        raise ServelabError(
+            f"run {outcome.run_id} of {recipe_file} failed ({outcome.record.status_reason}); "
+            "it is recorded, but there is no experiment without it"
+        )
+    return Group(recipe.name, (store.get_run(outcome.run_id),))
 
 
 # ---------------------------------------------------------------------------- compare
@@ -346,7 +365,9 @@ def experiment_cmd(
     ] = 1,
     runs: Annotated[
         bool,
-        typer.Option("--runs", help="Run both recipes first (needs the `servelab run` pipeline)."),
+        typer.Option(
+            "--runs", help="Run both recipe files now (as `servelab run` does), then compare."
+        ),
     ] = False,
     save: Annotated[
         bool,
@@ -368,13 +389,16 @@ def experiment_cmd(
     text = criteria_from_toml(criteria_file) if criteria_file else (criteria or DEFAULT_CRITERIA)
     parse_criteria(text)  # fail on bad criteria before touching the database
     if runs:
-        raise UsageError(
-            "--runs needs the `servelab run` pipeline, which this build does not have yet; "
-            "run both recipes, then pass their run ids or recipe names"
-        )
+        for arg in (baseline, variant):
+            if not Path(arg).is_file():
+                raise UsageError(f"--runs needs two recipe files; {arg!r} is not a file")
     with open_store(db) as store:
-        base = resolve_side(store, baseline, last)
-        var = resolve_side(store, variant, last)
+        if runs:
+            base = run_side(store, Path(baseline))
+            var = run_side(store, Path(variant))
+        else:
+            base = resolve_side(store, baseline, last)
+            var = resolve_side(store, variant, last)
         res = run_experiment(base, var, text, alpha=alpha)
         doc = res.to_json_dict()
         if save:
