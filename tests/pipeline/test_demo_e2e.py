@@ -80,7 +80,7 @@ def test_prompt_lengths_are_exact_and_every_request_is_kept(demo: dict[str, Any]
         by_point: dict[str, list[int]] = {}
         for s in run.samples:
             assert s.error is None, s
-            assert s.completion_tokens == 32
+            assert s.completion_tokens == 64
             by_point.setdefault(s.point, []).append(s.prompt_tokens or -1)
         assert set(by_point) == {f"p{n}-c{c}" for n in (128, 512, 2048) for c in (1, 4)}
         for point, lens in by_point.items():

@@ -49,7 +49,7 @@ kv_cache_memory_bytes = "256MiB"
 
 [bench]
 prompt_tokens = [128, 512, 2048]
-output_tokens = 32
+output_tokens = 64
 concurrency = [1, 4]
 repetitions = 3
 max_repetitions = 6
