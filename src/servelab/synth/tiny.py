@@ -135,7 +135,7 @@ def build_tokenizer(out_dir: Path) -> None:
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
@@ -192,7 +192,7 @@ def make_tiny_model(
     torch.manual_seed(seed)
     config = AutoConfig.for_model(model_type, **cfg_dict)
     config.dtype = dtype
-    model = AutoModelForCausalLM.from_config(config)
+    model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
     model = model.to(torch_dtype[dtype])
     kwargs: dict[str, Any] = {}
     if max_shard_size:
