@@ -162,3 +162,25 @@ def test_experiment_verdict_is_stored_against_the_recipe(
 def test_experiment_runs_needs_recipe_files(capsys: pytest.CaptureFixture[str], db: str) -> None:
     code, _, err = run_cli(capsys, "experiment", "fp8-024", "fp8-026", "--runs", "--db", db)
     assert code == 2 and "--runs needs two recipe files; 'fp8-024' is not a file" in err
+
+
+def test_experiment_runs_a_failing_recipe_records_it_and_stops(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The real pipeline runs the recipe; its checkpoint is missing, so it fails at inspect,
+    # before any engine starts. The failed run is recorded and no experiment is made.
+    recipes = []
+    for name in ("e-missing-a", "e-missing-b"):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(
+            f'name = "{name}"\nhardware = "cpu"\n\n[model]\npath = "{tmp_path / "none"}"\n'
+            'served_name = "x"\n\n[engine]\nbuild = "vllm-cpu"\n'
+        )
+        recipes.append(str(path))
+    db = str(tmp_path / "r.db")
+    code, _, err = run_cli(capsys, "experiment", *recipes, "--runs", "--db", db)
+    assert code == 1 and "it is recorded, but there is no experiment without it" in err
+    with open_store(db) as store:
+        (run,) = store.list_runs()
+        assert run.status == "failed" and run.recipe_name == "e-missing-a"
+        assert store.list_experiments() == []
