@@ -141,6 +141,21 @@ def test_a_recipe_whose_runs_all_failed_gets_a_page() -> None:
     assert "&lt;img src=x" in files["recipes/broken.html"]
 
 
+def test_recipe_title_description_and_port_come_from_the_recipe_text() -> None:
+    text = ('name = "tiny-bf16"\ntitle = "Tiny <i>BF16</i>"\ndescription = "Two layers."\n'
+            '[engine]\nport = 8123\n')
+    run = dataclasses.replace(record(0, "tiny-bf16", "BF16", "0.32.0", 50.0), run_id="a1",
+                              recipe_text=text)
+    [page] = site_from_records([run]).recipes
+    assert (page.title, page.description, page.port) == ("Tiny <i>BF16</i>", "Two layers.", 8123)
+    html = render_site(site_from_records([run]))["recipes/tiny-bf16.html"]
+    assert "<h1>Tiny &lt;i&gt;BF16&lt;/i&gt;</h1>" in html
+    assert "http://127.0.0.1:8123/v1/chat/completions" in html
+    broken = dataclasses.replace(run, recipe_text="title = [unclosed")
+    [page] = site_from_records([broken]).recipes
+    assert (page.title, page.port) == ("", 8000)
+
+
 def test_point_names_and_params() -> None:
     assert parse_point("p2048-c1") == PointId(2048, 1)
     assert parse_point("vllm-p512-o128-c4") == PointId(512, 4)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -321,6 +322,22 @@ def _build_name(run: RunRecord) -> str:
     return str(build) if isinstance(build, str) and build else _recipe_key(run)
 
 
+def recipe_meta(run: RunRecord) -> dict[str, Any]:
+    """``title`` / ``description`` / ``port`` of the run's recipe text (TOML), when readable."""
+    if not run.recipe_text:
+        return {}
+    try:
+        doc = tomllib.loads(run.recipe_text)
+    except tomllib.TOMLDecodeError:
+        return {}
+    out: dict[str, Any] = {k: doc[k] for k in ("title", "description")
+                           if isinstance(doc.get(k), str)}
+    engine = doc.get("engine")
+    if isinstance(engine, dict) and isinstance(engine.get("port"), int):
+        out["port"] = engine["port"]
+    return out
+
+
 def _latest_per_version(runs: Sequence[RunRecord]) -> dict[str, RunRecord]:
     out: dict[str, RunRecord] = {}
     for run in sorted(runs, key=lambda r: (r.started_at, _rid(r))):
@@ -428,6 +445,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     model = latest.model_id or key
     served = _arg_value(args, "--served-model-name") or str(facts.get("model") or model)
     versions = tuple(sorted(by_version, key=prose.version_key))
+    meta = recipe_meta(latest)
     page = RecipePage(
         slug=slugify(key), model_name=model, model_slug=slugify(model),
         build_name=_build_name(latest),
@@ -444,6 +462,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
             runs, key=lambda r: (r.started_at, _rid(r)))),
         memory=memory_split(latest),
         plan_checks=plan_checks(latest),
+        title=str(meta.get("title", "")), description=str(meta.get("description", "")),
+        port=int(meta.get("port", 8000)),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
         mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
             mtp.get("declared_layers"), int) else None,
@@ -619,6 +639,7 @@ __all__ = [
     "parse_point",
     "plan_checks",
     "predictions",
+    "recipe_meta",
     "recipe_page",
     "site_from_records",
 ]

@@ -279,6 +279,8 @@ class RecipePage:
     siblings: tuple[SiblingBuild, ...] = ()
     reference_prompt_tokens: int | None = None
     plan_checks: tuple[PlanCheck, ...] = ()
+    title: str = ""  # the recipe's own title, when it has one
+    description: str = ""
     port: int = 8000
     thinking_kwarg: bool = True
 
