@@ -216,12 +216,9 @@ def _no_duplicate_keys_in(doc: Any, shape: JsonShape) -> bool:
     """
     if type(doc) is not dict:
         return shape.objects == 0
-    objects = 1
-    keys = len(doc)
-    for v in doc.values():
-        if type(v) is dict:
-            objects += 1
-            keys += len(v)
+    children = [v for v in doc.values() if type(v) is dict]
+    objects = 1 + len(children)
+    keys = len(doc) + sum(map(len, children))
     return objects == shape.objects and keys == shape.colons
 
 
@@ -373,6 +370,7 @@ def _parse_body(body: bytes, n: int, *, file: str, file_size: int | None) -> Sha
     )
 
 
+_ENTRY_FIELDS: Final = operator.itemgetter("dtype", "shape", "data_offsets")
 _INT: Final = frozenset((int,))
 _LIST: Final = frozenset((list,))
 _DICT: Final = frozenset((dict,))
@@ -394,9 +392,7 @@ def _entries_fast(
     if set(map(type, entries)) != _DICT:
         return None
     try:
-        dtypes = [e["dtype"] for e in entries]
-        shapes = [e["shape"] for e in entries]
-        offsets = [e["data_offsets"] for e in entries]
+        dtypes, shapes, offsets = zip(*map(_ENTRY_FIELDS, entries), strict=True)
     except KeyError:
         return None
     if set(map(type, dtypes)) != _STR or not set(dtypes) <= DTYPE_BITS.keys():
