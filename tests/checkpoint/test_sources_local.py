@@ -173,6 +173,8 @@ def test_index_with_unsafe_shard_name(sharded: Path, bad: str) -> None:
     [
         ('{"metadata": {}}', "index-bad-weight-map"),
         ('{"weight_map": {"a": 3}}', "index-bad-weight-map"),
+        (json.dumps({"weight_map": {f"t{i}": f"s{i}.safetensors" for i in range(5000)}}),
+         "index-too-many-shards"),
         ('{"weight_map": {"a": "model-00001-of-00004.safetensors"}, "metadata": 1}',
          "index-bad-metadata"),
     ],

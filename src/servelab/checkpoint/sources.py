@@ -73,6 +73,8 @@ MAX_REDIRECTS: Final = 5
 DEFAULT_TIMEOUT_S: Final = 10.0
 DEFAULT_DEADLINE_S: Final = 120.0
 MAX_PARALLEL_SHARDS: Final = 8
+#: Real checkpoints have at most a few hundred shards; an index naming more is hostile.
+MAX_SHARDS: Final = 4096
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9_.\-]+$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -347,6 +349,13 @@ def parse_index(
                 path=file,
                 rule="index-unsafe-shard-name",
             )
+    shards = len(set(wm.values()))
+    if shards > MAX_SHARDS:
+        raise ShardIndexError(
+            f"index names {shards:,} shard files (limit {MAX_SHARDS:,})",
+            path=file,
+            rule="index-too-many-shards",
+        )
     meta = index.get("metadata")
     if meta is not None and not isinstance(meta, dict):
         raise ShardIndexError("'metadata' must be an object", path=file, rule="index-bad-metadata")
