@@ -168,7 +168,7 @@ def _builtin() -> dict[str, HardwareProfile]:
         HardwareProfile(
             name="h200",
             description="NVIDIA H200 141 GB (Hopper, sm_90)",
-            memory_bytes=141 * GIB,
+            memory_bytes=143771 << 20,
             unified=False,
             bandwidth=4.8 * TERA,
             compute={"bf16": 989 * TERA, "fp8": 1979 * TERA},
@@ -181,8 +181,10 @@ def _builtin() -> dict[str, HardwareProfile]:
                 "fp8": _FP8_W8A8,
             },
             sources={
-                "memory": _SPEC + ": 141 GB HBM3e",
-                "bandwidth": _SPEC + ": 4.8 TB/s (facts.md: ~4.3 TB/s measured copy)",
+                "memory": _SPEC + ": 141 GB HBM3e; nvidia-smi on a real H200 reports "
+                "143,771 MiB (used here)",
+                "bandwidth": _SPEC + ": 4.8 TB/s (servelab's GPU probe on a real H200: 4.27 TB/s "
+                "copy, tests/hardware/data/h200_probe.json)",
                 "compute": _SPEC + ": same tensor cores as H100 SXM (BF16 989, FP8 1,979 "
                 "TFLOP/s dense)",
                 "kernel_paths": "Hopper has no FP4 tensor cores: FP4 weights run W4A16",

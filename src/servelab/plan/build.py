@@ -130,6 +130,12 @@ def build_plan(
         draft_attention_layers=dims.mtp_layers if draft_tokens and weights.mtp_tensors else 0,
     )
     kv = plan_kv_pool_dims(dims, mem.kv_pool_bytes, opts)
+    if opts.draft_attention_layers:
+        notes.append(
+            f"{opts.draft_attention_layers} MTP draft attention layer(s) and "
+            f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part of "
+            "the arithmetic is not yet checked against an engine log)"
+        )
     longest = largest_context(dims, mem.kv_pool_bytes, opts, limit=dims.max_position_embeddings)
     if not kv.verified_rule:
         notes.append(

@@ -12,7 +12,7 @@ Decode, one sequence, context ``c``::
 
 Prefill, a prompt of ``P`` tokens::
 
-    FLOPs = 2 x active params x P                         (matmuls)
+    FLOPs = 2 x (active params - lm_head) x P + 2 x lm_head (logits of the last token only)
           + 2 x P² x q_heads x head_dim per full-attention layer (causal QKᵀ and AV)
           + 4 x P x v_heads x k_dim x v_dim per linear-attention layer
     time  = max(FLOPs / compute rate of the kernel path's precision,
@@ -152,7 +152,8 @@ def roofline_decode_tok_s(bytes_per_token: float, bandwidth: float) -> float:
 def prefill_flops(weights: Weights, dims: ModelDims, prompt_len: int) -> float:
     """FLOPs of prefilling ``prompt_len`` tokens (matmuls + attention + linear attention)."""
     p = prompt_len
-    flops = 2.0 * weights.active_params * p
+    body = weights.active_params - weights.lm_head_params
+    flops = 2.0 * body * p + 2.0 * weights.lm_head_params  # vLLM computes last-token logits
     flops += dims.num_full_attention_layers * 2.0 * p * p * dims.num_attention_heads * dims.head_dim
     if dims.linear is not None:
         lin = dims.linear

@@ -41,6 +41,7 @@ class Weights:
     mtp_bytes: int
     vision_bytes: int
     source: str
+    lm_head_params: int = 0
 
     @property
     def moe(self) -> bool:
@@ -104,4 +105,5 @@ def weights_from_report(report: CheckpointReport, *, name: str | None = None) ->
         mtp_bytes=report.mtp_bytes,
         vision_bytes=report.vision_bytes,
         source="checkpoint headers (servelab inspect)",
+        lm_head_params=int(report.params_by_role.get("lm_head", 0)),
     )
