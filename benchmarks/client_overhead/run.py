@@ -9,7 +9,11 @@ process with the same request count and output length:
   configured values (error = measured / configured - 1);
 - throughput: the server streams as fast as the client reads (itl 0, up to 16 chunks
   per write); each tool's sustained output tokens/s (completed output tokens over its
-  own benchmark duration) is the client's ceiling.
+  own benchmark duration), and its CPU per streamed token: the CPU time of the tool's
+  process for the same requests at 256 minus at 2 output tokens, over the extra tokens
+  (start-up and per-request costs cancel). On a shared machine the wall rate is bounded
+  by whatever else runs; CPU per token is the client's own cost, and 1e6 / (µs/token)
+  is the rate one client core could sustain.
 
 Usage (prints a Markdown table, writes JSON with --out):
 
@@ -67,14 +71,6 @@ class Measured:
     baseline_cpu_s: float
     """The same tool's CPU seconds for a 1-request, 2-token run: start-up cost."""
     command: list[str]
-
-    @property
-    def cpu_us_per_token(self) -> float | None:
-        """Marginal client CPU per streamed output token."""
-        tokens = self.output_tokens
-        if not tokens:
-            return None
-        return max(self.cpu_s - self.baseline_cpu_s, 0.0) / tokens * 1e6
 
     output_tokens: int = 0
 
@@ -238,6 +234,7 @@ def main() -> None:
         n = max(10, 2 * c)
         for scenario, ttft, itl, out_len in (
                 ("timing", args.ttft_ms, args.itl_ms, args.timing_output_len),
+                ("short", 0.0, 0.0, 2),
                 ("throughput", 0.0, 0.0, args.throughput_output_len)):
             for name, fn in tools.items():
                 srv = Server(port, ttft, itl)
@@ -259,8 +256,27 @@ def main() -> None:
         args.out.write_text(json.dumps({
             "config": vars(args) | {"out": str(args.out)}, "loadavg_before": load0,
             "loadavg_after": load1, "cpus": os.cpu_count(),
-            "rows": [r.__dict__ | {"cpu_us_per_token": r.cpu_us_per_token} for r in rows]},
+            "rows": [r.__dict__ for r in rows]},
             indent=1, default=str))
+
+
+def streaming_cpu_us(long: Measured, short: Measured) -> float | None:
+    """Client CPU per streamed token: the same requests at 256 vs 2 output tokens.
+
+    Subtracting the 2-token run removes start-up and every per-request cost (prompt
+    preparation, connections, request/response), leaving the cost of streaming.
+    """
+    extra = long.output_tokens - short.output_tokens
+    if extra <= 0:
+        return None
+    return max(long.cpu_s - short.cpu_s, 0.0) / extra * 1e6
+
+
+def request_cpu_us(short: Measured) -> float | None:
+    """Client CPU per request (prompt, connection, 2 tokens) above the tool's start-up."""
+    if not short.completed:
+        return None
+    return max(short.cpu_s - short.baseline_cpu_s, 0.0) / short.completed * 1e6
 
 
 def render(rows: list[Measured], args: argparse.Namespace, load0: tuple[float, ...],
@@ -269,34 +285,39 @@ def render(rows: list[Measured], args: argparse.Namespace, load0: tuple[float, .
              f"{args.timing_output_len} tokens; throughput: ITL 0, "
              f"{args.throughput_output_len} tokens. {os.cpu_count()} CPUs, load average "
              f"{load0[0]:.1f} before / {load1[0]:.1f} after.", "",
-             "| concurrency | tool | streamed tok/s (wall) | client CPU µs/token | "
-             "tok/s per client core | × best peer | TTFT error | ITL error | ok/failed |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| concurrency | tool | streamed tok/s (wall) | × best peer (wall) | "
+             "client CPU µs/token | tok/s per client core | × best peer (CPU) | "
+             "client CPU µs/request | TTFT error | ITL error | ok/failed |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def pct(x: float | None, ref: float) -> str:
+        return f"{(x / ref - 1):+.2%}" if x is not None else "–"
+
     for c in sorted({r.concurrency for r in rows}):
-        thr = {r.tool: r for r in rows if r.concurrency == c and r.scenario == "throughput"}
-        tim = {r.tool: r for r in rows if r.concurrency == c and r.scenario == "timing"}
-
-        def per_core(r: Measured) -> float | None:
-            us = r.cpu_us_per_token
-            return 1e6 / us if us else None
-
-        peers = [v for t, r in thr.items() if t != "servelab" and (v := per_core(r))]
-        best = max(peers) if peers else None
-        for tool, tr in thr.items():
-            ti = tim.get(tool)
-            pc = per_core(tr)
-            ratio = f"{pc / best:.2f}×" if best and pc else "–"
-            te = (f"{(ti.mean_ttft_ms / args.ttft_ms - 1):+.2%}"
-                  if ti and ti.mean_ttft_ms is not None else "–")
-            ie = (f"{(ti.mean_itl_ms / args.itl_ms - 1):+.2%}"
-                  if ti and ti.mean_itl_ms is not None else "–")
-            cf = f"{tr.completed}/{tr.failed}" + (f", {ti.completed}/{ti.failed}" if ti else "")
-            us = tr.cpu_us_per_token
-            lines.append(f"| {c} | {tool} | {tr.output_tok_s:,.0f} | "
-                         f"{us:.1f} | {pc:,.0f} | {ratio} | {te} | {ie} | {cf} |"
-                         if us and pc else
-                         f"| {c} | {tool} | {tr.output_tok_s:,.0f} | – | – | – | {te} | {ie} | "
-                         f"{cf} |")
+        by = {(r.tool, r.scenario): r for r in rows if r.concurrency == c}
+        tools = [t for (t, sc) in by if sc == "throughput"]
+        cpu = {t: streaming_cpu_us(by[(t, "throughput")], by[(t, "short")])
+               for t in tools if (t, "short") in by}
+        peers_cpu = [1e6 / v for t, v in cpu.items() if t != "servelab" and v]
+        peers_wall = [by[(t, "throughput")].output_tok_s for t in tools if t != "servelab"]
+        best_cpu = max(peers_cpu) if peers_cpu else None
+        best_wall = max(peers_wall) if peers_wall else None
+        for t in tools:
+            tr, ti, sh = by[(t, "throughput")], by.get((t, "timing")), by.get((t, "short"))
+            us = cpu.get(t)
+            core = 1e6 / us if us else None
+            rq = request_cpu_us(sh) if sh else None
+            cells = [
+                str(c), t, f"{tr.output_tok_s:,.0f}",
+                f"{tr.output_tok_s / best_wall:.2f}×" if best_wall else "–",
+                f"{us:.1f}" if us else "–", f"{core:,.0f}" if core else "–",
+                f"{core / best_cpu:.2f}×" if core and best_cpu else "–",
+                f"{rq:,.0f}" if rq is not None else "–",
+                pct(ti.mean_ttft_ms, args.ttft_ms) if ti else "–",
+                pct(ti.mean_itl_ms, args.itl_ms) if ti else "–",
+                f"{tr.completed}/{tr.failed}" + (f", {ti.completed}/{ti.failed}" if ti else ""),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -45,7 +45,8 @@ def test_fault_is_counted_and_completed_samples_are_kept(fault: Fault, kind: Err
     m = pr.metrics
     assert injected == {fault.kind.value: 3}
     assert len(pr.samples) == 6  # nothing lost
-    assert m.failed == 3 and m.failures == {kind.value: 3}
+    detail = [(s.error, s.error_detail) for s in pr.samples]
+    assert m.failed == 3 and m.failures == {kind.value: 3}, detail
     assert m.completed == 3
     ok = [s for s in pr.samples if s.ok]
     assert all(s.completion_tokens == 8 and len(s.chunk_ns) == 8 for s in ok)

@@ -19,7 +19,7 @@ def test_ttft_tpot_itl_match_the_server_schedule() -> None:
     m = pr.metrics
     assert m.completed == 4 and m.failed == 0
     assert m.ttft_ms is not None and m.tpot_ms is not None and m.itl_ms is not None
-    assert 80.0 <= m.ttft_ms.median < 86.0
+    assert 80.0 <= m.ttft_ms.median < 90.0
     assert m.tpot_ms.median == pytest.approx(20.0, rel=0.05)
     assert m.itl_ms.median == pytest.approx(20.0, abs=2.0)
     assert m.decode_tok_s is not None and m.decode_tok_s.median == pytest.approx(50.0, rel=0.05)
