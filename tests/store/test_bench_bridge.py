@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from servelab.store import (
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 
-def _bench(itl_s: float) -> dict[str, object]:
+def _bench(itl_s: float) -> dict[str, Any]:
     with SyntheticServer(SyntheticConfig(ttft_s=0.02, itl_s=itl_s)) as srv:
         res = run_bench(
             BenchConfig(
@@ -88,7 +89,7 @@ def test_headline_skips_a_point_without_a_decode_figure() -> None:
     # A point where every answer came in one chunk has TTFT but no per-token timing: the
     # headline decode must come from the nearest point that has one, not be lost.
     doc = _bench(0.010)
-    (point,) = doc["points"]  # type: ignore[misc]
+    (point,) = doc["points"]
     untimed = json.loads(json.dumps(point))
     untimed["prompt_len"] = 2048
     untimed["metrics"].pop("decode_tok_s")
