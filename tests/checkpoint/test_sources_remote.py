@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -262,7 +263,10 @@ def test_redirect_to_other_schemes_refused(hub_server: Callable[..., Any], targe
 
 def test_redirect_to_dead_host(hub_server: Callable[..., Any]) -> None:
     hub = hub_server()
-    hub.redirect_to = "http://127.0.0.1:9"  # discard port: nothing listens
+    with socket.socket() as s:  # a port that was just free: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hub.redirect_to = f"http://127.0.0.1:{port}"
     with pytest.raises(RemoteError, match="request failed"):
         load_checkpoint("a/b", endpoint=hub.url, timeout=2)
 
