@@ -96,3 +96,17 @@ def test_bench_import_rejects_a_foreign_file(tmp_path: Path) -> None:
     p.write_text('{"hello": 1}')
     r = _servelab("bench-import", str(p))
     assert r.returncode == 2 and str(p) in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_run_where_nothing_completes_exits_1_after_writing(tmp_path: Path) -> None:
+    from servelab.testing.synthetic_server import Fault, FaultKind
+
+    out = tmp_path / "r.json"
+    fault = Fault(FaultKind.HTTP_500, every=1)
+    with SyntheticServer(SyntheticConfig(ttft_s=0.01, itl_s=0.002, fault=fault)) as srv:
+        r = _servelab("bench", srv.base_url, "--prompt-lens", "8", "--output-len", "4",
+                      "--requests", "3", "--out", str(out))
+    assert r.returncode == 1
+    assert "no request completed" in r.stderr and "http_5xx" in r.stderr
+    assert load(out).points[0].metrics.failures == {"http_5xx": 3}

@@ -22,7 +22,7 @@ from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.transport import Timeouts
 from servelab.bench.workload import DEFAULT_OUTPUT_LEN, ProgressEvent, WorkloadSpec
-from servelab.errors import UsageError
+from servelab.errors import BenchError, UsageError
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -189,6 +189,11 @@ def bench(
         _emit(json.dumps(result.to_json(), indent=1) + "\n", out)
     if not (as_json or as_csv or as_markdown):
         render_table(result, Console(highlight=False))
+    dead = [pr for pr in result.points if pr.metrics.completed == 0]
+    if dead:  # the result is written and shown; the exit status says it is unusable
+        pr = dead[0]
+        why = "; ".join(pr.notes) or "no samples"
+        raise BenchError(f"{result.base_url}: {pr.point.label}: no request completed ({why})")
 
 
 def bench_import(
