@@ -671,9 +671,10 @@ class _Remote:
 
     def _note_commit(self, resp: httpx.Response) -> None:
         commit = resp.headers.get("x-repo-commit", "")
-        if self.commit is None and _COMMIT.match(commit):
-            self.commit = commit
-            self.pinned = commit  # every later read sees the same snapshot
+        with self._lock:  # shards are read in threads; the first commit named wins
+            if self.commit is None and _COMMIT.match(commit):
+                self.commit = commit
+                self.pinned = commit  # every later read sees the same snapshot
 
     # -- checkpoint pieces
 
