@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# The steps servelab's H200 validation runs ON THE DEVICE, as phases named on the command line
+# (run in the order given), e.g.
+#
+#   bash benchmarks/gpu/device_steps.sh env gen-bg          # 1st call (carry .gpu-carry/c01)
+#   bash benchmarks/gpu/device_steps.sh status              # calls 2..N (carry c02 ... cNN)
+#   bash benchmarks/gpu/device_steps.sh install wait-gen run-bg wait:480 collect
+#   bash benchmarks/gpu/device_steps.sh wait:540 collect    # only if the run was still going
+#
+# Phases
+#   env      GPU, driver, python, disk, memory; the image's pip freeze -> $OUT
+#   gen-bg   start gen_checkpoint.py in its own session (it outlives the call; the lease
+#            keeps running while the next carry calls upload) -> $WORK/ckpt, log $WORK/gen.log
+#   gen      the same in the foreground
+#   status   tail of the generator's and the run's logs
+#   verify   reassemble split wheels from the carried folders and check SHA256SUMS only
+#   install  reassemble split wheels from every carried folder .gpu-carry/c*, check each
+#            against SHA256SUMS, pip install --no-index --no-deps --target /tmp/site, then
+#            import vLLM's API server and list unmet requirements of what was installed
+#   wait-gen wait for the generator to finish (fails if it failed)
+#   run-bg   probe, inspect, plan (h200 profile; h200 + probe ceilings), then
+#            `servelab run RECIPE` in its own session -> $WORK/run.log
+#   wait:S   wait up to S seconds for the run to finish
+#   collect  export the run (JSON), build the site, copy engine log + facts + reports to $OUT
+#
+# State lives outside the repository in $WORK (default /var/tmp/servelab-gpu), so it survives
+# between calls on the same warm machine. PYTHONUNBUFFERED is set; every phase logs to stdout.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+WORK="${WORK:-/var/tmp/servelab-gpu}"
+OUT="${OUT:-$WORK/out}"
+RECIPE="${RECIPE:-$here/qwen3-30b-a3b-fp8-h200.toml}"
+CKPT="${CKPT:-$WORK/qwen3-30b-a3b-fp8}"
+GEN_ARGS=(${GEN_ARGS:---layout fp8-block})
+export PYTHONUNBUFFERED=1
+export SERVELAB_HOME="$WORK/home"
+export PYTHONPATH="$repo/src:/tmp/site"
+mkdir -p "$WORK" "$OUT" "$SERVELAB_HOME"
+py="${PY:-$(command -v python3)}"
+servelab() { "$py" -m servelab "$@"; }
+say() { printf '\n=== %s  [%s]\n' "$*" "$(date -u +%H:%M:%S)"; }
+
+phase_env() {
+  say env
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  "$py" -c 'import sys, torch; print(sys.version.split()[0], sys.executable, torch.__version__,
+    torch.version.cuda, torch.cuda.get_device_name(0))'
+  uname -r; nproc; free -g | head -2; df -h / /tmp /var/tmp "$WORK" 2>/dev/null
+  "$py" -m pip list --format=freeze >"$OUT/pip-freeze.txt" 2>/dev/null
+  echo "pip freeze: $(wc -l <"$OUT/pip-freeze.txt") packages -> pip-freeze.txt"
+}
+
+phase_gen() {
+  say "gen ${GEN_ARGS[*]} -> $CKPT"
+  rm -rf "$CKPT" "$WORK/gen.done" "$WORK/gen.failed"
+  if "$py" "$here/gen_checkpoint.py" --out "$CKPT" "${GEN_ARGS[@]}"; then
+    touch "$WORK/gen.done"
+  else
+    touch "$WORK/gen.failed"
+    return 1
+  fi
+}
+
+phase_gen_bg() {
+  say "gen-bg (log $WORK/gen.log)"
+  rm -f "$WORK/gen.done" "$WORK/gen.failed"
+  setsid nohup bash "$0" gen >"$WORK/gen.log" 2>&1 </dev/null &
+  sleep 15
+  tail -5 "$WORK/gen.log"
+}
+
+phase_status() {
+  say status
+  ls "$repo"/.gpu-carry 2>/dev/null | tr '\n' ' '; echo
+  for f in gen.log run.log; do
+    [[ -f "$WORK/$f" ]] && { echo "--- $f"; tail -8 "$WORK/$f"; }
+  done
+  ls "$WORK" | tr '\n' ' '; echo
+  df -h "$WORK" | tail -1
+}
+
+phase_verify() {
+  say verify
+  local stage="$WORK/wheels"
+  rm -rf "$stage" && mkdir -p "$stage"
+  local sums
+  sums="$(ls "$repo"/.gpu-carry/c*/SHA256SUMS | head -1)"
+  for d in "$repo"/.gpu-carry/c*/; do
+    for f in "$d"*.whl; do [[ -e "$f" ]] && { ln -f "$f" "$stage/" 2>/dev/null || cp "$f" "$stage/"; }; done
+  done
+  for first in "$repo"/.gpu-carry/c*/*.part-00; do
+    [[ -e "$first" ]] || continue
+    local name
+    name="$(basename "$first" .part-00)"
+    ls "$repo"/.gpu-carry/c*/"$name".part-* | awk -F/ '{print $NF"\t"$0}' | sort |
+      cut -f2 | xargs cat >"$stage/$name"
+  done
+  (cd "$stage" && sha256sum --quiet -c "$sums") || { echo "checksum mismatch"; return 1; }
+  echo "$(ls "$stage" | wc -l) wheels verified"
+}
+
+phase_install() {
+  phase_verify || return 1
+  say install
+  local stage="$WORK/wheels"
+  rm -rf /tmp/site
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    "$stage"/*.whl || return 1
+  "$py" - <<'EOF'
+import importlib.metadata as md, sys
+from packaging.requirements import Requirement
+env = {"extra": ""}
+site = [d for d in md.distributions(path=["/tmp/site"])]
+have = {}
+for d in md.distributions():
+    have.setdefault(d.metadata["Name"].lower().replace("_", "-"), d.version)
+unmet = []
+for d in site:
+    for r in d.requires or []:
+        req = Requirement(r)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        v = have.get(req.name.lower().replace("_", "-"))
+        if v is None or (req.specifier and not req.specifier.contains(v, prereleases=True)):
+            unmet.append(f"{d.metadata['Name']} needs {req} (found {v})")
+print(f"{len(site)} distributions in /tmp/site; unmet requirements ({len(unmet)}):")
+print("\n".join(sorted(set(unmet))))
+EOF
+  PYTHONPATH=/tmp/site "$py" -c 'import time; t = time.time(); import vllm
+import vllm.entrypoints.openai.api_server
+print("vllm", vllm.__version__, "imports in %.1f s" % (time.time() - t))' || return 1
+}
+
+phase_wait_gen() {
+  say wait-gen
+  while [[ ! -f "$WORK/gen.done" && ! -f "$WORK/gen.failed" ]]; do sleep 3; done
+  tail -3 "$WORK/gen.log"
+  [[ -f "$WORK/gen.done" ]]
+}
+
+recipe_here() {
+  # The committed recipe names the image's python and $WORK's checkpoint; adapt a copy if
+  # this machine differs.
+  local r="$WORK/recipe.toml"
+  sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
+    "$RECIPE" >"$r"
+  echo "$r"
+}
+
+phase_run_bg() {
+  say "probe / inspect / plan"
+  servelab hardware probe -o "$WORK/probe.json" -- "$py" -m servelab.hardware.gpu_probe
+  servelab inspect "$CKPT"
+  servelab inspect "$CKPT" --json >"$WORK/inspect.json"
+  local flags=(--engine-version 0.26.0 --max-model-len 40960 --kv-cache-memory-bytes 32GiB)
+  servelab plan "$CKPT" -H h200 "${flags[@]}"
+  servelab plan "$CKPT" -H h200 "${flags[@]}" --json >"$WORK/plan-h200.json"
+  servelab plan "$CKPT" -H h200 --probe "$WORK/probe.json" "${flags[@]}" --json \
+    >"$WORK/plan-h200-probe.json"
+  servelab plan "$CKPT" -H h200 --probe "$WORK/probe.json" "${flags[@]}" | tail -25
+  local r
+  r="$(recipe_here)"
+  say "servelab run $r (log $WORK/run.log)"
+  rm -f "$WORK/run.done"
+  setsid nohup bash -c "\"$py\" -m servelab run \"$r\" --runs-dir \"$WORK/runs\" \
+    --label device=lent-h200 >\"$WORK/run.log\" 2>&1; echo \$? >\"$WORK/run.done\"" \
+    </dev/null >/dev/null 2>&1 &
+  sleep 5
+}
+
+phase_wait() {
+  local limit="$1" t0=$SECONDS
+  say "wait up to $limit s for the run"
+  while [[ ! -f "$WORK/run.done" ]] && ((SECONDS - t0 < limit)); do
+    sleep 10
+    local run_dir
+    run_dir="$(ls -d "$WORK"/runs/*/ 2>/dev/null | tail -1)"
+    [[ -n "$run_dir" && -f "$run_dir/engine.log" ]] &&
+      echo "[$((SECONDS - t0)) s] $(tail -1 "$run_dir/engine.log" | cut -c1-160)"
+  done
+  if [[ -f "$WORK/run.done" ]]; then
+    echo "run finished, exit $(cat "$WORK/run.done")"
+  else
+    echo "run still going after $limit s"
+  fi
+  tail -40 "$WORK/run.log"
+}
+
+phase_collect() {
+  say collect
+  local run_dir
+  run_dir="$(ls -d "$WORK"/runs/*/ 2>/dev/null | tail -1)"
+  [[ -n "$run_dir" ]] && cp "$run_dir/engine.log" "$OUT/engine.log" 2>/dev/null
+  servelab runs list
+  servelab runs export -o "$OUT/runs.json"
+  servelab site build "$WORK/site" >/dev/null && tar -C "$WORK" -czf "$OUT/site.tgz" site
+  local extra=()
+  for f in probe.json inspect.json plan-h200.json plan-h200-probe.json run.log gen.log \
+    recipe.toml "${CKPT#"$WORK"/}/servelab-gen.json" "${CKPT#"$WORK"/}/config.json"; do
+    [[ -f "$WORK/$f" ]] && extra+=("$f")
+  done
+  [[ -n "$run_dir" ]] && cp "$run_dir"/engine-facts.json "$WORK/" 2>/dev/null &&
+    extra+=(engine-facts.json)
+  tar -C "$WORK" -czf "$OUT/reports.tgz" "${extra[@]}"
+  ls -la "$OUT"
+}
+
+rc=0
+for ph in "$@"; do
+  if ((rc != 0)) && [[ "$ph" != collect ]]; then
+    echo "skipping $ph (an earlier phase failed)"
+    continue
+  fi
+  case "$ph" in
+    verify) phase_verify ;;
+    env) phase_env ;;
+    gen) phase_gen ;;
+    gen-bg) phase_gen_bg ;;
+    status) phase_status ;;
+    install) phase_install ;;
+    wait-gen) phase_wait_gen ;;
+    run-bg) phase_run_bg ;;
+    wait:*) phase_wait "${ph#wait:}" ;;
+    collect) phase_collect ;;
+    *) echo "unknown phase $ph"; exit 2 ;;
+  esac || { rc=$?; echo "phase $ph failed ($rc)"; }
+done
+exit "$rc"
