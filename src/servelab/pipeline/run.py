@@ -41,8 +41,9 @@ from servelab.pipeline.calibration import measurements_from_runs
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.calibrate import fit_efficiencies, lookup
+from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
 from servelab.plan.predict import Efficiency
-from servelab.plan.weights import weights_from_report
+from servelab.plan.weights import Weights, weights_from_report
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import run_from_bench_json
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
@@ -154,6 +155,38 @@ def calibration_for(
     return lookup(fits, kind="decode", **common), lookup(fits, kind="prefill", **common)
 
 
+def apply_dtype_flag(
+    config: dict[str, Any], weights: Weights, dtype: str | None
+) -> tuple[dict[str, Any], Weights]:
+    """What ``--dtype`` does to an unquantized checkpoint: the engine casts the weights, and
+    the KV cache ("auto") follows the model dtype. Quantized weights keep their bytes."""
+    if dtype is None or dtype == "auto":
+        return config, weights
+    if dtype not in DTYPE_BYTES:
+        raise UsageError(f"engine.flags.dtype {dtype!r} is not a dtype servelab knows")
+    old = model_dims(config).dtype_bytes
+    config = {**config, "dtype": dtype}
+    inner = config.get("text_config")
+    if isinstance(inner, dict):
+        config["text_config"] = {**inner, "dtype": dtype}
+    new = DTYPE_BYTES[dtype]
+    if weights.scheme != "bf16" or new == old:
+        return config, weights
+
+    def scale(n: int) -> int:
+        return n * new // old
+
+    return config, replace(
+        weights,
+        resident_bytes=scale(weights.resident_bytes),
+        decode_bytes_per_token=scale(weights.decode_bytes_per_token),
+        routed_expert_bytes=scale(weights.routed_expert_bytes),
+        mtp_bytes=scale(weights.mtp_bytes),
+        vision_bytes=scale(weights.vision_bytes),
+        source=f"{weights.source}; cast to {dtype} by the engine's --dtype",
+    )
+
+
 def make_run_plan(
     recipe: Recipe,
     report: CheckpointReport,
@@ -168,6 +201,7 @@ def make_run_plan(
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions")
     flags = recipe.engine.flags
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
+    config, weights = apply_dtype_flag(config, weights, flags.dtype)
     dec = pre = None
     if store is not None:
         backend = hardware.kernel_path(weights.scheme, moe=weights.moe).name
