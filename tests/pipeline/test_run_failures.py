@@ -123,7 +123,7 @@ repetitions = 3
     assert killed, "the test did not find the engine to kill"
     assert stored.status == STATUS_FAILED
     assert stored.status_reason and stored.status_reason.startswith("bench:")
-    assert stored.log_tail and "KV cache size" in stored.log_tail
+    assert stored.log_tail and "POST /v1/completions" in stored.log_tail
     assert stored.engine_facts and stored.engine_facts["kv_pool_tokens"]
     deadline = time.monotonic() + 30
     while _pids_with_cwd(outcome.run_dir) and time.monotonic() < deadline:
