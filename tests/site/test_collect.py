@@ -22,7 +22,7 @@ from servelab.site.collect import (
 )
 from servelab.site.model import Derived, Measured, Site
 from servelab.site.render import render_site
-from servelab.store import open_store
+from servelab.store import Sample, open_store
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +154,23 @@ def test_recipe_title_description_and_port_come_from_the_recipe_text() -> None:
     broken = dataclasses.replace(run, recipe_text="title = [unclosed")
     [page] = site_from_records([broken]).recipes
     assert (page.title, page.port) == ("", 8000)
+
+
+def test_points_with_several_streams_get_their_own_table() -> None:
+    base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)
+    c4 = tuple(Sample(point="p512-c4", index=i, ttft_s=t, tpot_s=1 / d, prompt_tokens=512,
+                      completion_tokens=32)
+               for i, (t, d) in enumerate(((0.10, 20.0), (0.12, 22.0), (0.14, 24.0))))
+    run = dataclasses.replace(base, run_id="c4run", samples=base.samples + c4)
+    [page] = site_from_records([run]).recipes
+    [row] = page.concurrent
+    assert (row.engine_version, row.prompt_tokens, row.concurrency) == ("0.32.0", 512, 4)
+    assert row.decode.value == pytest.approx(22.0) and row.decode.samples == 3
+    assert row.ttft is not None and row.ttft.unit == "ms"
+    assert row.ttft.value == pytest.approx(120.0)
+    assert all(r.prompt_tokens != 512 or r.measured.value != 22.0 for r in page.decode)
+    html = render_site(site_from_records([run]))["recipes/tiny-bf16.html"]
+    assert 'id="concurrent-table"' in html and "120.0 ms" in html
 
 
 def test_point_names_and_params() -> None:

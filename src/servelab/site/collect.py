@@ -35,10 +35,18 @@ from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.site import prose
-from servelab.site.fmt import GIB, format_value, redact, redact_argv, slugify
+from servelab.site.fmt import (
+    GIB,
+    engine_display_name,
+    format_value,
+    redact,
+    redact_argv,
+    slugify,
+)
 from servelab.site.model import (
     BuildRow,
     ChangePoint,
+    ConcurrentRow,
     Derived,
     EngineObservation,
     ExperimentMetric,
@@ -125,6 +133,26 @@ def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
             out[pid] = Measured(m.value, m.unit or "tok/s", _rid(run), m.ci_low, m.ci_high,
                                 m.n or None)
     return out
+
+
+def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[ConcurrentRow, ...]:
+    """Points run with more than one stream, per engine version (newest run of each)."""
+    rows: list[ConcurrentRow] = []
+    for version, run in runs_by_version.items():
+        decode = point_values(run, "decode_tok_s")
+        for point in run.points:
+            pid = parse_point(point)
+            if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
+                continue
+            ttft_s = METRICS["ttft_s"].sample_values(run, point)
+            ttft = None
+            if ttft_s:
+                mean, low, high = mean_ci([v * 1000 for v in ttft_s])
+                ttft = Measured(mean, "ms", _rid(run), low, high, len(ttft_s))
+            rows.append(ConcurrentRow(version, pid.prompt_tokens, pid.concurrency, decode[pid],
+                                      ttft))
+    return tuple(sorted(rows, key=lambda r: (prose.version_key(r.engine_version),
+                                             r.prompt_tokens, r.concurrency)))
 
 
 def _single_stream(points: Mapping[PointId, Measured]) -> dict[int, Measured]:
@@ -258,7 +286,9 @@ def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
                              obs.max_concurrency))
     weights = plan.get("weights")
     if isinstance(weights, Mapping) and isinstance(weights.get("resident_bytes"), int) and (
-            obs.weights is not None):
+            obs.weights is not None) and (
+            # the engine prints GiB with two decimals: below that there is nothing to compare
+            obs.weights.value > 0 or weights["resident_bytes"] >= 0.005 * GIB):
         out.append(PlanCheck("weights resident", Predicted(
             weights["resident_bytes"] / GIB, "GiB",
             f"checkpoint bytes from the safetensors headers ({weights.get('source', 'inspect')})",
@@ -452,7 +482,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         checkpoint=latest.checkpoint_path or model, served_model_name=served,
         hardware=latest.hardware or "unknown hardware", host=latest.host or "unknown host",
         context_tokens=int(ctx),
-        software=Software(latest.engine_name or "vLLM", versions, torch=latest.torch,
+        software=Software(engine_display_name(latest.engine_name), versions, torch=latest.torch,
                           driver=latest.driver),
         command=args, key_params=key_params(args[1:] if args else ()),
         decode=decode, prefill=prefill,
@@ -462,6 +492,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
             runs, key=lambda r: (r.started_at, _rid(r)))),
         memory=memory_split(latest),
         plan_checks=plan_checks(latest),
+        concurrent=concurrent_rows(by_version),
         title=str(meta.get("title", "")), description=str(meta.get("description", "")),
         port=int(meta.get("port", 8000)),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
@@ -631,6 +662,7 @@ __all__ = [
     "PointId",
     "build_row",
     "collect_site",
+    "concurrent_rows",
     "experiment_page",
     "key_params",
     "mean_ci",

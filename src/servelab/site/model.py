@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "BuildRow",
     "ChangePoint",
+    "ConcurrentRow",
     "Derived",
     "EngineObservation",
     "ExperimentMetric",
@@ -92,6 +93,17 @@ class MeasuredRow:
     prompt_tokens: int
     measured: Measured
     predicted: Predicted | None = None
+
+
+@dataclass(frozen=True)
+class ConcurrentRow:
+    """A workload point with several streams at once: per-stream decode and time to first token."""
+
+    engine_version: str
+    prompt_tokens: int
+    concurrency: int
+    decode: Measured  # per-stream tok/s (1 / TPOT, mean over requests)
+    ttft: Measured | None = None  # ms
 
 
 @dataclass(frozen=True)
@@ -279,6 +291,7 @@ class RecipePage:
     siblings: tuple[SiblingBuild, ...] = ()
     reference_prompt_tokens: int | None = None
     plan_checks: tuple[PlanCheck, ...] = ()
+    concurrent: tuple[ConcurrentRow, ...] = ()
     title: str = ""  # the recipe's own title, when it has one
     description: str = ""
     port: int = 8000

@@ -105,12 +105,14 @@ def memory_split(split: MemorySplit, *, kv_cache_gib: float | None, title: str) 
         parts = [(p.label, p.bytes / GIB) for p in split.by_role]
         if kv_cache_gib is not None:
             parts.append(("KV cache (engine)", kv_cache_gib))
+        total = sum(gib for _, gib in parts)
+        unit, scale = ("GiB", 1.0) if total >= 0.5 else ("MiB", 1024.0)
         for i, (label, gib) in enumerate(parts):
-            ax.barh([0], [gib], left=left, color=_COLORS[i % len(_COLORS)],
-                    label=f"{label}: {gib:.2f} GiB")
-            left += gib
+            ax.barh([0], [gib * scale], left=left, color=_COLORS[i % len(_COLORS)],
+                    label=f"{label}: {gib * scale:.2f} {unit}")
+            left += gib * scale
         ax.set_yticks([])
-        ax.set_xlabel("GiB")
+        ax.set_xlabel(unit)
         ax.grid(axis="y", visible=False)
         ax.set_title(title)
         fig.legend(fontsize=7, loc="outside lower center", ncols=3, frameon=False)

@@ -130,7 +130,7 @@ def headline(page: RecipePage) -> Text:
         f"{page.build_name} of {page.model_name} serves a {page.context_tokens:,}-token context "
         f"on one {page.hardware}"
     ]
-    if obs is not None and obs.weights is not None:
+    if obs is not None and obs.weights is not None and obs.weights.value >= 0.01:
         out += [" with ", obs.weights, " of weights resident"]
     out.append(".")
     if obs is not None and obs.moe_backend:
