@@ -32,8 +32,6 @@ from servelab.cli.output import DbOpt, JsonOpt, MarkdownOpt, Table, emit, num
 from servelab.engine.recipe import load_recipe
 from servelab.pipeline.run import RunEvent, RunOptions, RunOutcome, run_recipe
 from servelab.pipeline.summary import SummaryRow
-from servelab.site.build import build_site
-from servelab.site.collect import collect_site
 from servelab.store import open_store
 from servelab.store.db import Store
 
@@ -141,6 +139,9 @@ def summary_table(rows: tuple[SummaryRow, ...]) -> Table:
 
 def rebuild_site(store: Store, outdir: Path) -> Path:
     """Rebuild the whole static site from the store; returns the index path."""
+    from servelab.site.build import build_site  # matplotlib: only when a site is built
+    from servelab.site.collect import collect_site
+
     built = build_site(collect_site(store), outdir)
     return built.index
 
