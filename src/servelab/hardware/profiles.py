@@ -113,7 +113,6 @@ _FP8_MARLIN = KernelPath(
 _NVFP4_NATIVE = KernelPath("CUTLASS NVFP4", "fp4", "native FP4 tensor cores")
 
 _SPEC = "NVIDIA spec sheet"
-_FACTS = "servelab facts.md (published figures)"
 
 
 def _builtin() -> dict[str, HardwareProfile]:
@@ -135,8 +134,8 @@ def _builtin() -> dict[str, HardwareProfile]:
                 "fp8a16": _FP8_MARLIN,
             },
             sources={
-                "memory": "NVIDIA DGX Spark: 128 GB unified LPDDR5X (" + _FACTS + ")",
-                "bandwidth": "NVIDIA DGX Spark: 273 GB/s (" + _FACTS + ")",
+                "memory": "NVIDIA DGX Spark: 128 GB unified LPDDR5X; as listed in facts.md",
+                "bandwidth": "NVIDIA DGX Spark: 273 GB/s; as listed in facts.md",
                 "compute": "derived: 1 PFLOP FP4 with sparsity (NVIDIA) / 2 for dense, "
                 "/ 2 per precision step",
                 "kernel_paths": "facts.md: SM12x NVFP4 MoE -> Marlin W4A16; seed recipe: "
@@ -228,7 +227,7 @@ def _builtin() -> dict[str, HardwareProfile]:
             },
             sources={
                 "memory": _SPEC + ": 96 GB GDDR7",
-                "bandwidth": _SPEC + ": 1.79 TB/s (" + _FACTS + ")",
+                "bandwidth": _SPEC + ": 1.79 TB/s; as listed in facts.md",
                 "compute": "derived: 4,000 AI TOPS FP4 with sparsity / 2 for dense, / 2 per "
                 "precision step",
                 "kernel_paths": "SM12x like the Spark: NVFP4 MoE -> Marlin W4A16",
@@ -251,7 +250,7 @@ def _builtin() -> dict[str, HardwareProfile]:
             },
             sources={
                 "memory": "NVIDIA: 32 GB GDDR7",
-                "bandwidth": "NVIDIA: 1.79 TB/s (" + _FACTS + ")",
+                "bandwidth": "NVIDIA: 1.79 TB/s; as listed in facts.md",
                 "compute": "derived: 3,352 AI TOPS FP4 with sparsity / 2 dense, / 2 per "
                 "precision step, BF16 at GeForce's FP32-accumulate half rate",
                 "kernel_paths": "SM12x like the Spark: NVFP4 MoE -> Marlin W4A16",
@@ -269,7 +268,7 @@ def _builtin() -> dict[str, HardwareProfile]:
             kernel_paths={},
             sources={
                 "memory": "Apple: up to 128 GB unified memory",
-                "bandwidth": "Apple: 546 GB/s (" + _FACTS + ")",
+                "bandwidth": "Apple: 546 GB/s; as listed in facts.md",
                 "compute": "derived: 40 GPU cores x 128 ALUs x 2 FLOP x ~1.8 GHz; no FP8/FP4 "
                 "units (quantized weights dequantize to 16-bit)",
             },
