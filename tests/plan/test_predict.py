@@ -105,3 +105,14 @@ def test_fp8_build_plan_on_spark(qwen36_fp8: Path) -> None:
     assert any("ships no mtp" in n for n in d["notes"])
     # Pure roofline is an upper bound on the seed's measured 38.27 tok/s at 2,048.
     assert plan.speed.decode[1].roofline_tok_s > 38.27
+
+
+def test_a_35_gib_build_does_not_fit_a_32_gb_card(qwen36_fp8: Path) -> None:
+    config, weights = planning_inputs(qwen36_fp8)
+    plan = build_plan(config, weights, BUILTIN["rtx-5090"], max_model_len=32768)
+    assert plan.memory.kv_pool_bytes == 0 and not plan.memory.fits
+    assert plan.memory.headroom_bytes < 0
+    assert plan.largest_context_c1 == 0 and plan.kv.tokens == 0
+    assert plan.to_dict()["fits"]["fits"] is False
+    roomy = build_plan(config, weights, BUILTIN["rtx-pro-6000"], max_model_len=262_144)
+    assert roomy.memory.fits and roomy.largest_context_c1 == 262_144
