@@ -45,7 +45,7 @@ from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
 from servelab.plan.predict import Efficiency
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.store.db import Store, recipe_hash
-from servelab.store.exchange import run_from_bench_json
+from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
 from servelab.store.redact import redact_text
 
@@ -251,13 +251,8 @@ def _engine_version_for_plan(recipe: Recipe) -> str:
 def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
     facts = engine.facts
     state.facts = facts
-    state.fields.update(
-        engine_version=facts.version or state.fields.get("engine_version"),
-        engine_args=tuple(redact_argv(engine.spec.argv)),
-        engine_facts={**facts.to_dict(), "ready_s": engine.ready_s},
-        weights_gib=facts.weights_gib if facts.weights_gib is not None else facts.checkpoint_gib,
-        kv_pool_tokens=facts.kv_pool_tokens,
-    )
+    state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s}))
+    state.fields["engine_args"] = tuple(redact_argv(engine.spec.argv))
 
 
 def run_recipe(
