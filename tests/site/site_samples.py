@@ -40,7 +40,8 @@ def _dec(run: str, version: str, prompt: int, value: float, pred: float | None) 
     return MeasuredRow(version, prompt, m, p)
 
 
-def build_site(model_name: str = "Tiny-MoE 1B", log_line: str | None = None) -> Site:
+def build_site(model_name: str = "Tiny-MoE 1B", log_line: str | None = None,
+               hardware: str = "DGX Spark") -> Site:
     """A complete site in which every section of a recipe page has something to show."""
     fallback = log_line or "Using MARLIN Fp8 MoE backend: weight-only FP8 via Marlin"
     bf16_decode = (
@@ -100,7 +101,7 @@ def build_site(model_name: str = "Tiny-MoE 1B", log_line: str | None = None) -> 
     )
     fp8 = RecipePage(
         slug="tiny-fp8", model_name=model_name, model_slug="tiny-moe", build_name="FP8",
-        checkpoint="org/Tiny-MoE-FP8", served_model_name=model_name, hardware="DGX Spark",
+        checkpoint="org/Tiny-MoE-FP8", served_model_name=model_name, hardware=hardware,
         host="spark-1", context_tokens=262144,
         software=Software("vLLM", ("0.31.0", "0.32.0"), torch="2.11.0+cu130", driver="580.1"),
         command=("vllm", "serve", "org/Tiny-MoE-FP8", "--max-model-len", "262144",
@@ -115,7 +116,7 @@ def build_site(model_name: str = "Tiny-MoE 1B", log_line: str | None = None) -> 
     )
     nvfp4 = RecipePage(
         slug="tiny-nvfp4", model_name=model_name, model_slug="tiny-moe", build_name="NVFP4",
-        checkpoint="org/Tiny-MoE-NVFP4", served_model_name="tiny-nvfp4", hardware="DGX Spark",
+        checkpoint="org/Tiny-MoE-NVFP4", served_model_name="tiny-nvfp4", hardware=hardware,
         host="spark-1", context_tokens=262144, software=Software("vLLM", ("0.32.0",)),
         command=("vllm", "serve", "org/Tiny-MoE-NVFP4"), key_params=(),
         decode=(MeasuredRow("0.32.0", 2048, sibling_decode),), prefill=(), engine=(),
@@ -123,11 +124,11 @@ def build_site(model_name: str = "Tiny-MoE 1B", log_line: str | None = None) -> 
         siblings=(SiblingBuild("tiny-fp8", "FP8", bf16_decode[4].measured),),
     )
     builds = (
-        BuildRow("tiny-fp8", "FP8", "FP8", "DGX Spark", ("0.31.0", "0.32.0"),
+        BuildRow("tiny-fp8", "FP8", "FP8", hardware, ("0.31.0", "0.32.0"),
                  ((512, bf16_decode[3].measured), (2048, bf16_decode[4].measured)),
                  ((2048, prefill[0].measured),), Measured(35.28, "GiB", "r2"),
                  memory.total_bytes, verifications[1]),
-        BuildRow("tiny-nvfp4", "NVFP4", None, "DGX Spark", ("0.32.0",),
+        BuildRow("tiny-nvfp4", "NVFP4", None, hardware, ("0.32.0",),
                  ((2048, sibling_decode),), (), None, None, None),
     )
     ok_runs = [
