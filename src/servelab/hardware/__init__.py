@@ -1,0 +1,1 @@
+"""Hardware profiles (published figures with sources, user TOML) and probes (host, GPU)."""
