@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from servelab.site.fmt import format_bytes_gib, format_value, relative_change
+from servelab.site.fmt import GIB, format_value, relative_change
 from servelab.site.model import (
     Derived,
     EngineObservation,
@@ -205,9 +205,14 @@ def key_facts(page: RecipePage) -> tuple[Text, ...]:
                         "tensors — no speculative decode",))
     if page.memory is not None:
         mem = page.memory
-        split = " + ".join(f"{format_bytes_gib(p.bytes)} {p.label}" for p in mem.by_dtype)
-        bullets.append((f"Byte-accurate checkpoint split: {format_bytes_gib(mem.total_bytes)} in "
-                        f"{mem.tensor_count:,} tensors = {split}",))
+        gib = float(GIB)
+        split: list[Segment] = ["Byte-accurate checkpoint split: ",
+                                Measured(mem.total_bytes / gib, "GiB", mem.run_id), " in ",
+                                Measured(mem.tensor_count, "count", mem.run_id), " tensors = "]
+        for i, part in enumerate(mem.by_dtype):
+            split += [" + " if i else "", Measured(part.bytes / gib, "GiB", mem.run_id),
+                      f" {part.label}"]
+        bullets.append(tuple(split))
     pre = rows_for(page.prefill, version)
     if pre:
         bullets.append(("Prefill ", *_listing(pre)))
@@ -228,11 +233,12 @@ def software_requirements(page: RecipePage) -> tuple[Text, ...]:
     out: list[Text] = [(f"1 × {page.hardware}{driver}",), (f"{sw.engine_name} {versions}{torch}",)]
     if sw.python:
         out.append((f"Python {sw.python}",))
-    ckpt = f"Checkpoint {page.checkpoint}"
+    ckpt: list[Segment] = [f"Checkpoint {page.checkpoint}"]
     if page.memory is not None:
-        ckpt += (f" ({format_bytes_gib(page.memory.total_bytes)} in "
-                 f"{page.memory.tensor_count:,} tensors)")
-    out.append((ckpt,))
+        mem = page.memory
+        ckpt += [" (", Measured(mem.total_bytes / float(GIB), "GiB", mem.run_id), " in ",
+                 Measured(mem.tensor_count, "count", mem.run_id), " tensors)"]
+    out.append(tuple(ckpt))
     latest = latest_verification(page)
     if latest is not None:
         out.append((f"Last verified {latest.date} on {latest.host} "
