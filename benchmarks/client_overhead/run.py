@@ -10,10 +10,11 @@ process with the same request count and output length:
 - throughput: the server streams as fast as the client reads (itl 0, up to 16 chunks
   per write); each tool's sustained output tokens/s (completed output tokens over its
   own benchmark duration), and its CPU per streamed token: the CPU time of the tool's
-  process for the same requests at 256 minus at 2 output tokens, over the extra tokens
-  (start-up and per-request costs cancel). On a shared machine the wall rate is bounded
-  by whatever else runs; CPU per token is the client's own cost, and 1e6 / (µs/token)
-  is the rate one client core could sustain.
+  process tree (from /proc) between the first request reaching the server and the last
+  response ending (the script polls the server every 10 ms), over the tokens streamed.
+  Start-up and prompt preparation fall outside that window. On a shared machine the
+  wall rate is bounded by whatever else runs; CPU per token is the client's own cost,
+  and 1e6 / (µs/token) is the rate one client core could sustain.
 
 Usage (prints a Markdown table, writes JSON with --out):
 
@@ -34,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -68,8 +70,8 @@ class Measured:
     wall_s: float
     cpu_s: float
     """CPU seconds of the tool's process (and its children), start-up included."""
-    baseline_cpu_s: float
-    """The same tool's CPU seconds for a 1-request, 2-token run: start-up cost."""
+    stream_cpu_s: float | None
+    """CPU seconds of the tool's process tree while the server was streaming to it."""
     command: list[str]
 
     output_tokens: int = 0
@@ -85,6 +87,7 @@ class Server:
              "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--model", "synthetic"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.url = f"http://127.0.0.1:{port}"
+        SERVER_URL.append(self.url)
         for _ in range(200):
             try:
                 urllib.request.urlopen(self.url + "/health", timeout=1).read()
@@ -106,17 +109,89 @@ class Server:
 
 CPU_USED: list[float] = []
 """CPU seconds (user + system) of the last tool process, appended by _run."""
+STREAM_CPU: list[float | None] = []
+"""CPU seconds the last tool's process tree used while the server was streaming to it."""
+SERVER_URL: list[str] = []
+
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _run(cmd: list[str], timeout: float) -> float:
+def _tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and its live descendants (plus reaped children)."""
+    stats: dict[int, tuple[int, float, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        f = raw[raw.rindex(")") + 2:].split()
+        # fields after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        stats[int(entry)] = (int(f[1]), (int(f[11]) + int(f[12])) / _TICK,
+                             (int(f[13]) + int(f[14])) / _TICK)
+    total = 0.0
+    for pid, (_, own, reaped) in stats.items():
+        p, seen = pid, 0
+        while p in stats and p != root and seen < 64:
+            p, seen = stats[p][0], seen + 1
+        if p == root:
+            total += own + (reaped if pid == root else 0.0)
+    return total
+
+
+def _server_state(url: str) -> tuple[float, float]:
+    text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+    vals = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, v = line.rpartition(" ")
+            vals[name.split("{")[0]] = float(v)
+    return vals["synthetic:generation_requests_total"], vals["vllm:num_requests_running"]
+
+
+def _run(cmd: list[str], timeout: float, expect: int | None = None) -> float:
+    """Run a tool; with ``expect`` requests, also measure its CPU during streaming.
+
+    A monitor polls the synthetic server every 10 ms: the streaming window opens when
+    the first generation request arrives and closes when ``expect`` have arrived and
+    none is running; the tool's process-tree CPU is read at both edges.
+    """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    window: dict[str, float] = {}
+    done = threading.Event()
+
+    def monitor() -> None:
+        url = SERVER_URL[-1]
+        while not done.is_set():
+            try:
+                n, running = _server_state(url)
+            except OSError:
+                n, running = 0.0, 0.0
+            if "start" not in window and n >= 1:
+                window["start"] = _tree_cpu(proc.pid)
+            if "start" in window and expect is not None and n >= expect and running == 0:
+                window["end"] = _tree_cpu(proc.pid)
+                return
+            time.sleep(0.01)
+
+    mon = threading.Thread(target=monitor, daemon=True)
+    if expect is not None:
+        mon.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        done.set()
+    if expect is not None:
+        mon.join(5)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if r.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed ({r.returncode}):\n{r.stdout[-2000:]}\n"
-                           f"{r.stderr[-3000:]}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}):\n{out[-2000:]}\n"
+                           f"{err[-3000:]}")
     CPU_USED.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    STREAM_CPU.append(window["end"] - window["start"] if "end" in window else None)
     return time.monotonic() - t
 
 
@@ -126,7 +201,7 @@ def run_servelab(url: str, c: int, n: int, out_len: int, tmp: Path) -> tuple[dic
     cmd = [str(SERVELAB), "bench", url, "--model", "synthetic", "--prompt-lens", "16",
            "--output-len", str(out_len), "--concurrency", str(c), "--requests", str(n),
            "--max-repeats", "1", "--warmup", "0", "--json", "--out", str(out)]
-    _run(cmd, 600)
+    _run(cmd, 600, expect=n)
     m = json.loads(out.read_text())["points"][0]["metrics"]
     return {"completed": m["completed"], "failed": m["failed"],
             "output_tok_s": m["output_throughput"],
@@ -147,7 +222,7 @@ def run_vllm(vllm_py: str, tok: Path) -> Callable[[str, int, int, int, Path],
                "--num-warmups", "0", "--ready-check-timeout-sec", "0", "--disable-tqdm",
                "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result",
                "--result-dir", str(tmp), "--result-filename", name]
-        _run(cmd, 900)
+        _run(cmd, 900, expect=n)
         d = json.loads((tmp / name).read_text())
         return {"completed": d["completed"], "failed": d.get("failed", 0),
                 "output_tok_s": d["output_throughput"], "mean_ttft_ms": d["mean_ttft_ms"],
@@ -168,7 +243,7 @@ def run_guidellm(guidellm: str, tok: Path) -> Callable[[str, int, int, int, Path
                "--data", f"kind=synthetic_text,prompt_tokens=16,output_tokens={out_len}",
                "--tokenizer", f"kind=huggingface_auto,model={tok}",
                "--output", f"kind=json,path={out}", "--disable-console-interactive"]
-        _run(cmd, 900)
+        _run(cmd, 900, expect=n)
         return parse_guidellm(json.loads(out.read_text())), cmd
     return go
 
@@ -199,7 +274,8 @@ def main() -> None:
     ap.add_argument("--ttft-ms", type=float, default=200.0)
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--timing-output-len", type=int, default=32)
-    ap.add_argument("--throughput-output-len", type=int, default=256)
+    ap.add_argument("--throughput-output-len", type=int, default=1024)
+    ap.add_argument("--throughput-requests-per-stream", type=int, default=4)
     ap.add_argument("--port", type=int, default=18410)
     ap.add_argument("--tools", default="servelab,vllm,guidellm")
     ap.add_argument("--out", type=Path)
@@ -221,21 +297,11 @@ def main() -> None:
     rows: list[Measured] = []
     port = args.port
     load0 = os.getloadavg()
-    baseline: dict[str, float] = {}
-    for name, fn in tools.items():  # start-up CPU of each tool: 1 request, 2 tokens
-        srv = Server(port, 0.0, 0.0)
-        try:
-            fn(srv.url, 1, 1, 2, tmp)
-        finally:
-            srv.stop()
-        baseline[name] = CPU_USED[-1]
-        print(f"{name:18s} start-up CPU {baseline[name]:.2f} s", file=sys.stderr, flush=True)
     for c in (int(x) for x in args.concurrency.split(",")):
-        n = max(10, 2 * c)
-        for scenario, ttft, itl, out_len in (
-                ("timing", args.ttft_ms, args.itl_ms, args.timing_output_len),
-                ("short", 0.0, 0.0, 2),
-                ("throughput", 0.0, 0.0, args.throughput_output_len)):
+        for scenario, ttft, itl, out_len, n in (
+                ("timing", args.ttft_ms, args.itl_ms, args.timing_output_len, max(10, 2 * c)),
+                ("throughput", 0.0, 0.0, args.throughput_output_len,
+                 max(50, args.throughput_requests_per_stream * c))):
             for name, fn in tools.items():
                 srv = Server(port, ttft, itl)
                 try:
@@ -246,10 +312,10 @@ def main() -> None:
                     srv.stop()
                 rows.append(Measured(name, scenario, c, r["completed"], r["failed"],
                                      float(r["output_tok_s"] or 0.0), r["mean_ttft_ms"],
-                                     r["mean_itl_ms"], wall, CPU_USED[-1], baseline[name],
+                                     r["mean_itl_ms"], wall, CPU_USED[-1], STREAM_CPU[-1],
                                      cmd, output_tokens=r["completed"] * out_len))
-                print(f"{name:18s} {scenario:10s} c={c:<4d} cpu {CPU_USED[-1]:.2f}s {r}",
-                      file=sys.stderr, flush=True)
+                print(f"{name:18s} {scenario:10s} c={c:<4d} cpu {CPU_USED[-1]:.2f}s "
+                      f"streaming cpu {STREAM_CPU[-1]} {r}", file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     print(render(rows, args, load0, load1))
     if args.out:
@@ -260,35 +326,25 @@ def main() -> None:
             indent=1, default=str))
 
 
-def streaming_cpu_us(long: Measured, short: Measured) -> float | None:
-    """Client CPU per streamed token: the same requests at 256 vs 2 output tokens.
-
-    Subtracting the 2-token run removes start-up and every per-request cost (prompt
-    preparation, connections, request/response), leaving the cost of streaming.
-    """
-    extra = long.output_tokens - short.output_tokens
-    if extra <= 0:
+def streaming_cpu_us(r: Measured) -> float | None:
+    """Client CPU per streamed token during the streaming window."""
+    if r.stream_cpu_s is None or not r.output_tokens:
         return None
-    return max(long.cpu_s - short.cpu_s, 0.0) / extra * 1e6
-
-
-def request_cpu_us(short: Measured) -> float | None:
-    """Client CPU per request (prompt, connection, 2 tokens) above the tool's start-up."""
-    if not short.completed:
-        return None
-    return max(short.cpu_s - short.baseline_cpu_s, 0.0) / short.completed * 1e6
+    return r.stream_cpu_s / r.output_tokens * 1e6
 
 
 def render(rows: list[Measured], args: argparse.Namespace, load0: tuple[float, ...],
            load1: tuple[float, ...]) -> str:
     lines = [f"Synthetic server: timing TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, "
              f"{args.timing_output_len} tokens; throughput: ITL 0, "
-             f"{args.throughput_output_len} tokens. {os.cpu_count()} CPUs, load average "
+             f"{args.throughput_output_len} tokens × max(50, "
+             f"{args.throughput_requests_per_stream} × concurrency) requests. "
+             f"{os.cpu_count()} CPUs, load average "
              f"{load0[0]:.1f} before / {load1[0]:.1f} after.", "",
              "| concurrency | tool | streamed tok/s (wall) | × best peer (wall) | "
              "client CPU µs/token | tok/s per client core | × best peer (CPU) | "
-             "client CPU µs/request | TTFT error | ITL error | ok/failed |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "TTFT error | ITL error | ok/failed |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def pct(x: float | None, ref: float) -> str:
         return f"{(x / ref - 1):+.2%}" if x is not None else "–"
@@ -296,23 +352,20 @@ def render(rows: list[Measured], args: argparse.Namespace, load0: tuple[float, .
     for c in sorted({r.concurrency for r in rows}):
         by = {(r.tool, r.scenario): r for r in rows if r.concurrency == c}
         tools = [t for (t, sc) in by if sc == "throughput"]
-        cpu = {t: streaming_cpu_us(by[(t, "throughput")], by[(t, "short")])
-               for t in tools if (t, "short") in by}
+        cpu = {t: streaming_cpu_us(by[(t, "throughput")]) for t in tools}
         peers_cpu = [1e6 / v for t, v in cpu.items() if t != "servelab" and v]
         peers_wall = [by[(t, "throughput")].output_tok_s for t in tools if t != "servelab"]
         best_cpu = max(peers_cpu) if peers_cpu else None
         best_wall = max(peers_wall) if peers_wall else None
         for t in tools:
-            tr, ti, sh = by[(t, "throughput")], by.get((t, "timing")), by.get((t, "short"))
+            tr, ti = by[(t, "throughput")], by.get((t, "timing"))
             us = cpu.get(t)
             core = 1e6 / us if us else None
-            rq = request_cpu_us(sh) if sh else None
             cells = [
                 str(c), t, f"{tr.output_tok_s:,.0f}",
                 f"{tr.output_tok_s / best_wall:.2f}×" if best_wall else "–",
                 f"{us:.1f}" if us else "–", f"{core:,.0f}" if core else "–",
                 f"{core / best_cpu:.2f}×" if core and best_cpu else "–",
-                f"{rq:,.0f}" if rq is not None else "–",
                 pct(ti.mean_ttft_ms, args.ttft_ms) if ti else "–",
                 pct(ti.mean_itl_ms, args.itl_ms) if ti else "–",
                 f"{tr.completed}/{tr.failed}" + (f", {ti.completed}/{ti.failed}" if ti else ""),

@@ -469,6 +469,8 @@ class _Core:
             f'vllm:generation_tokens_total{{model_name="{m}"}} {float(c.generation_tokens)}',
             "# TYPE vllm:num_requests_running gauge",
             f'vllm:num_requests_running{{model_name="{m}"}} {float(c.running)}',
+            "# TYPE synthetic:generation_requests_total counter",
+            f"synthetic:generation_requests_total {float(c.generation_requests)}",
         ]
         if self.cfg.tokens_per_chunk > 1:
             lines += [
