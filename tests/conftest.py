@@ -52,7 +52,7 @@ def tiny_recipe(arch: str = "qwen3_moe", **flags: Any) -> Recipe:
     merged = {**DEFAULT_ENGINE_FLAGS, **flags}
     return Recipe(
         name=f"test-{arch}",
-        hardware="cpu",
+        hardware="host",
         model=ModelSection(
             synth=arch,
             synth_overrides=dict(CPU_SAFE_OVERRIDES.get(arch, {})),
