@@ -107,6 +107,15 @@ def test_qwen3_moe_facts_completion_and_attach(vllm_engine) -> None:  # type: ig
     assert info.models[0].max_model_len == 4096
     assert (info.metric("vllm:generation_tokens_total") or 0) >= 8
     assert (eng.log_path.parent / "engine-facts.json").exists()
+    # The same through the CLI: `servelab serve --url` attaches instead of starting.
+    res = subprocess.run(
+        [*SERVELAB, "serve", "--url", eng.base_url, "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    attached = json.loads(res.stdout)
+    assert attached["version"] == "0.32.0"
+    assert attached["models"][0]["id"] == eng.served_model_name
 
 
 def test_qwen3_next_hybrid_facts_and_completion(vllm_engine) -> None:  # type: ignore[no-untyped-def]
