@@ -34,7 +34,7 @@ from servelab.engine.process import (
 from servelab.errors import EngineError, EngineStartupError, PortInUseError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import tiny_recipe
+from tests.engines import tiny_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.engine
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "qwen3_next"])
 def test_live_engine_pool_equals_the_plan(vllm_engine: Callable[..., Any], arch: str) -> None:
-    from tests.conftest import DEFAULT_ENGINE_FLAGS
+    from tests.engines import DEFAULT_ENGINE_FLAGS
 
     eng = vllm_engine(arch)
     config = json.loads((eng.model_dir / "config.json").read_text())

