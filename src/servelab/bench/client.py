@@ -14,12 +14,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.transport import StreamFault, StreamingTransport, Timeouts
 
 EndpointKind = Literal["completions", "chat"]
 
-_raw_decode = json.JSONDecoder().raw_decode
+_loads = orjson.loads  # strict (no trailing data, valid UTF-8); ~4x faster than json
 
 _PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -83,54 +85,49 @@ class _Collector:
             self.done = True
             return True
         try:
-            raw = payload.decode("utf-8")
-            obj, end = _raw_decode(raw)
-            if end != len(raw):
-                raise ValueError("trailing data")
+            obj = _loads(payload)
         except ValueError:
             detail = f"invalid JSON in event: {payload[:80]!r}"
             raise StreamFault(ErrorKind.BAD_SSE, detail) from None
-        if not isinstance(obj, dict):
-            raise StreamFault(ErrorKind.BAD_SSE, f"event is not an object: {payload[:80]!r}")
-        usage = obj.get("usage")
-        choices = obj.get("choices")
-        if choices:
-            c0 = choices[0] if isinstance(choices, list) else None
-            if not isinstance(c0, dict):
-                raise StreamFault(ErrorKind.BAD_SSE, "choices[0] is not an object")
-            self.chunk_ns.append(t - self.send)
-            if self.chat:
-                delta = c0.get("delta") or c0.get("message") or {}
-                text = (
-                    delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    if isinstance(delta, dict)
-                    else None
-                )
-            else:
-                text = c0.get("text")
-            if text:
-                self.text_chunks += 1
-            fr = c0.get("finish_reason")
-            if fr:
-                self.finish_reason = str(fr)
-            if self.chunk_tokens is not None:
-                ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
-                if isinstance(ct, int):
-                    self.chunk_tokens.append(ct - self.last_ct)
-                    self.last_ct = ct
+        try:
+            usage = obj.get("usage")
+            choices = obj.get("choices")
+            if choices:
+                c0 = choices[0]
+                self.chunk_ns.append(t - self.send)
+                if self.chat:
+                    delta = c0.get("delta") or c0.get("message") or {}
+                    text = (delta.get("content") or delta.get("reasoning_content")
+                            or delta.get("reasoning"))
                 else:
-                    self.chunk_tokens = None
-        elif "error" in obj and not usage:
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            raise StreamFault(ErrorKind.SERVER_ERROR_EVENT, f"server error in stream: {msg!s:.200}")
-        if isinstance(usage, dict):
-            pt = usage.get("prompt_tokens")
-            ct = usage.get("completion_tokens")
-            if isinstance(pt, int):
-                self.prompt_tokens = pt
-            if isinstance(ct, int):
-                self.completion_tokens = ct
+                    text = c0.get("text")
+                if text:
+                    self.text_chunks += 1
+                fr = c0.get("finish_reason")
+                if fr:
+                    self.finish_reason = str(fr)
+                if self.chunk_tokens is not None:
+                    ct = usage.get("completion_tokens") if usage else None
+                    if type(ct) is int:
+                        self.chunk_tokens.append(ct - self.last_ct)
+                        self.last_ct = ct
+                    else:
+                        self.chunk_tokens = None
+            elif "error" in obj and not usage:
+                err = obj["error"]
+                msg = err.get("message") if isinstance(err, dict) else err
+                raise StreamFault(ErrorKind.SERVER_ERROR_EVENT,
+                                  f"server error in stream: {msg!s:.200}")
+            if usage:
+                pt = usage.get("prompt_tokens")
+                ct = usage.get("completion_tokens")
+                if type(pt) is int:
+                    self.prompt_tokens = pt
+                if type(ct) is int:
+                    self.completion_tokens = ct
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            detail = f"unexpected event shape ({type(exc).__name__}): {payload[:80]!r}"
+            raise StreamFault(ErrorKind.BAD_SSE, detail) from None
         return False
 
 

@@ -265,7 +265,8 @@ class _Conn(asyncio.Protocol):
                             self._fail(ErrorKind.PROTOCOL, "bad chunk size line", t)
                         break
                     try:
-                        size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
+                        line = buf[pos:eol]
+                        size = int(line if b";" not in line else line.split(b";", 1)[0], 16)
                     except ValueError:
                         self._fail(ErrorKind.PROTOCOL, "bad chunk size line", t)
                         break
