@@ -2,10 +2,11 @@
 
 Same synthetic server (its own process, streaming as fast as the client reads), same
 workload, same per-event work (servelab's collector parses every event); only the
-HTTP layer differs. Needs an interpreter with aiohttp and httpx installed, and
-servelab importable (PYTHONPATH=src):
+HTTP layer differs. aiohttp is not a servelab dependency; install it next to servelab
+for this script only:
 
-    PYTHONPATH=src /work/scratch/vllm-venv/bin/python benchmarks/client_overhead/transports.py
+    .venv/bin/pip install aiohttp
+    .venv/bin/python benchmarks/client_overhead/transports.py --rounds 3
 
 Prints client CPU µs per chunk and wall chunks/s per transport (median of --rounds).
 """
