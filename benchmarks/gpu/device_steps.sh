@@ -2,16 +2,21 @@
 # The steps servelab's H200 validation runs ON THE DEVICE, as phases named on the command line
 # (run in the order given), e.g.
 #
-#   bash benchmarks/gpu/device_steps.sh env gen-bg          # 1st call (carry .gpu-carry/c01)
-#   bash benchmarks/gpu/device_steps.sh status              # calls 2..N (carry c02 ... cNN)
+#   bash benchmarks/gpu/device_steps.sh env stash gen-bg    # 1st call (carry .gpu-carry/c01)
+#   bash benchmarks/gpu/device_steps.sh stash status        # calls 2..N (carry c02 ... cNN)
 #   bash benchmarks/gpu/device_steps.sh install wait-gen run-bg wait:480 collect
 #   bash benchmarks/gpu/device_steps.sh wait:540 collect    # only if the run was still going
+#
+# Seen on the device (2026-12-02): a carried folder does NOT survive the next call inside the
+# repository (each call's .gpu-carry holds only that call's folder), so `stash` copies it to
+# $WORK/carry at once; $WORK (/var/tmp) does survive between calls on the warm machine.
 #
 # Phases
 #   env      GPU, driver, python, disk, memory; the image's pip freeze -> $OUT
 #   gen-bg   start gen_checkpoint.py in its own session (it outlives the call; the lease
 #            keeps running while the next carry calls upload) -> $WORK/ckpt, log $WORK/gen.log
 #   gen      the same in the foreground
+#   stash    copy the carried .gpu-carry/c* folder(s) to $WORK/carry (outside the repo)
 #   status   tail of the generator's and the run's logs
 #   verify   reassemble split wheels from the carried folders and check SHA256SUMS only
 #   install  reassemble split wheels from every carried folder .gpu-carry/c*, check each
@@ -71,9 +76,18 @@ phase_gen_bg() {
   tail -5 "$WORK/gen.log"
 }
 
+phase_stash() {
+  say stash
+  mkdir -p "$WORK/carry"
+  for d in "$repo"/.gpu-carry/c[0-9][0-9]; do
+    [[ -d "$d" ]] && cp -r "$d" "$WORK/carry/"
+  done
+  ls "$WORK/carry" | tr '\n' ' '; echo
+}
+
 phase_status() {
   say status
-  ls "$repo"/.gpu-carry 2>/dev/null | tr '\n' ' '; echo
+  ls "$WORK/carry" 2>/dev/null | tr '\n' ' '; echo
   for f in gen.log run.log; do
     [[ -f "$WORK/$f" ]] && { echo "--- $f"; tail -8 "$WORK/$f"; }
   done
@@ -86,15 +100,16 @@ phase_verify() {
   local stage="$WORK/wheels"
   rm -rf "$stage" && mkdir -p "$stage"
   local sums
-  sums="$(ls "$repo"/.gpu-carry/c*/SHA256SUMS | head -1)"
-  for d in "$repo"/.gpu-carry/c*/; do
+  local carried="$WORK/carry"
+  sums="$(ls "$carried"/c*/SHA256SUMS | head -1)"
+  for d in "$carried"/c*/; do
     for f in "$d"*.whl; do [[ -e "$f" ]] && { ln -f "$f" "$stage/" 2>/dev/null || cp "$f" "$stage/"; }; done
   done
-  for first in "$repo"/.gpu-carry/c*/*.part-00; do
+  for first in "$carried"/c*/*.part-00; do
     [[ -e "$first" ]] || continue
     local name
     name="$(basename "$first" .part-00)"
-    ls "$repo"/.gpu-carry/c*/"$name".part-* | awk -F/ '{print $NF"\t"$0}' | sort |
+    ls "$carried"/c*/"$name".part-* | awk -F/ '{print $NF"\t"$0}' | sort |
       cut -f2 | xargs cat >"$stage/$name"
   done
   (cd "$stage" && sha256sum --quiet -c "$sums") || { echo "checksum mismatch"; return 1; }
@@ -193,6 +208,9 @@ phase_collect() {
   local run_dir
   run_dir="$(ls -d "$WORK"/runs/*/ 2>/dev/null | tail -1)"
   [[ -n "$run_dir" ]] && cp "$run_dir/engine.log" "$OUT/engine.log" 2>/dev/null
+  # The database itself too: if servelab cannot start here (a dependency the image lacks),
+  # export and site build can be done at home from it.
+  cp "$SERVELAB_HOME/results.db" "$OUT/" 2>/dev/null
   servelab runs list
   servelab runs export -o "$OUT/runs.json"
   servelab site build "$WORK/site" >/dev/null && tar -C "$WORK" -czf "$OUT/site.tgz" site
@@ -215,6 +233,7 @@ for ph in "$@"; do
   fi
   case "$ph" in
     verify) phase_verify ;;
+    stash) phase_stash ;;
     env) phase_env ;;
     gen) phase_gen ;;
     gen-bg) phase_gen_bg ;;
