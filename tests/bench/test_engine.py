@@ -19,7 +19,7 @@ def test_exact_prompt_lengths_and_engine_counters(vllm_engine: Any, endpoint: st
     eng = vllm_engine("qwen3_moe")
     kwargs = {"enable_thinking": False} if endpoint == "chat" else None
     res = run_bench(BenchConfig(
-        eng.base_url, WorkloadSpec(prompt_lens=(64, 256), output_len=48, requests=2,
+        eng.base_url, WorkloadSpec(prompt_lens=(64, 256), output_len=128, requests=2,
                                    max_repeats=1, warmup_requests=1),
         model=eng.served_model_name, endpoint="chat" if endpoint == "chat" else "completions",
         chat_template_kwargs=kwargs))
@@ -29,8 +29,8 @@ def test_exact_prompt_lengths_and_engine_counters(vllm_engine: Any, endpoint: st
     for s in samples:
         assert s.ok, (s.error, s.error_detail)
         assert s.prompt_tokens == s.prompt_len  # exact length, verified by usage
-        assert s.completion_tokens == 48
-        assert s.chunk_tokens is not None and sum(s.chunk_tokens) == 48
+        assert s.completion_tokens == 128
+        assert s.chunk_tokens is not None and sum(s.chunk_tokens) == 128
     for pr in res.points:
         m = pr.metrics
         assert m.prompt_len_mismatches == 0 and m.failed == 0
@@ -42,9 +42,6 @@ def test_exact_prompt_lengths_and_engine_counters(vllm_engine: Any, endpoint: st
             assert m.tpot_ms is not None and m.decode_tok_s.min > 0
             assert m.decode_tok_s.max == pytest.approx(1000 / m.tpot_ms.min, rel=1e-9)
     assert any(pr.metrics.decode_tok_s is not None for pr in res.points)
-    for s in samples:
-        if len(s.chunk_ns) > 1:
-            assert s.chunk_ns[-1] > s.chunk_ns[0]
     # The engine's own counters over the run agree with usage, token for token.
     sc = res.server_counters
     assert sc is not None
