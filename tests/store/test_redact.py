@@ -70,3 +70,16 @@ def test_urls_lose_only_their_password() -> None:
     assert redact_text("db postgresql://bench:hunter22@db.lan:5432/results ok") == (
         f"db postgresql://bench:{REDACTED}@db.lan:5432/results ok"
     )
+
+
+def test_per_token_units_and_rates_are_kept() -> None:
+    # A stored plan carries bytes_per_token; bench results carry total_token_throughput.
+    # Blanking them broke calibration from stored runs (found on the H200 run).
+    doc = {"speed": {"decode": [{"context_len": 512, "bytes_per_token": 3_221_225_472}]},
+           "total_token_throughput": 1234.5, "flops_per_token": 6.0e9, "hf_token": "abc123"}
+    out = redact(doc)
+    assert out["speed"] == doc["speed"]
+    assert out["total_token_throughput"] == 1234.5 and out["flops_per_token"] == 6.0e9
+    assert out["hf_token"] == "[REDACTED]"
+    assert redact_text("bytes_per_token=3221225472 HF_TOKEN=abc") == (
+        "bytes_per_token=3221225472 HF_TOKEN=[REDACTED]")

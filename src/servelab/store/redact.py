@@ -12,8 +12,9 @@ Three rules, applied recursively to every string, list and dict of a record:
   ``--api-key VALUE`` on command lines, and URL passwords (``scheme://user:pw@host``).
 
 Keys about token *counts* are not secrets: anything with ``tokens`` (plural) in its name
-(``prompt_tokens``, ``max_num_batched_tokens``), ``*_token_id``, ``bos_token``/``eos_token``/...
-and ``tokenizer*``. Those keep their values.
+(``prompt_tokens``, ``max_num_batched_tokens``), ``*_token_id``, ``bos_token``/``eos_token``/...,
+``tokenizer*`` and units or rates per token (``bytes_per_token``,
+``total_token_throughput``). Those keep their values.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _SECRET_WORDS = (
 _SECRET_WORD_RE = re.compile(rf"(?i){_SECRET_WORDS}")
 _COUNT_KEY_RE = re.compile(
     r"(?i)tokens|tokenizer|token_ids?\b|token_id_|(^|[_-])(bos|eos|pad|unk|sep|cls|mask|special)"
-    r"[_-]?token"
+    r"[_-]?token|per[_-]?token|token[_-]?(throughput|count|rate|len)"
 )
 
 _TEXT_PATTERNS: tuple[re.Pattern[str], ...] = (
