@@ -45,6 +45,11 @@ def test_h200_fp8_block_qwen3_moe_startup() -> None:
     assert f.server_url == "http://127.0.0.1:44665"
     assert [w.kind for w in f.warnings] == ["kv-profiling-skipped"]
     assert f.errors == ()
+    # "reserved 32.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes"
+    assert f.kv_available_gib == 32.0
+    assert f.linear_kernel == "DeepGemmFp8BlockScaledMMKernel (Fp8LinearMethod)"
+    assert f.flash_attn_version == 3
+    assert f.compile_s == 61.25
 
 
 def test_h200_kv_pool_is_what_plan_predicted() -> None:

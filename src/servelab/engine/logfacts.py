@@ -112,6 +112,9 @@ class EngineFacts:
     graph_capture_s: float | None = None
     graph_capture_gib: float | None = None
     init_engine_s: float | None = None
+    linear_kernel: str | None = None
+    flash_attn_version: int | None = None
+    compile_s: float | None = None
     startup_s: float | None = None
     server_url: str | None = None
     warnings: tuple[LogNotice, ...] = ()
@@ -179,6 +182,10 @@ _RE_WEIGHTS_TOOK = re.compile(rf"Loading weights took {_NUM} seconds")
 _RE_CHECKPOINT = re.compile(rf"Checkpoint size: {_NUM} GiB")
 _RE_KV_AVAIL = re.compile(rf"Available KV cache memory: {_NUM} GiB")
 _RE_KV_CPU = re.compile(rf"Explicitly set \({_NUM}/{_NUM}\) GiB for KV cache")
+_RE_KV_RESERVED = re.compile(rf"reserved {_NUM} GiB memory for KV Cache")
+_RE_LINEAR_KERNEL = re.compile(r"Selected (\w+) for (\w+LinearMethod)")
+_RE_FA_VERSION = re.compile(r"Using FlashAttention version (\d+)")
+_RE_COMPILE = re.compile(rf"torch\.compile took {_NUM} s in total")
 _RE_KV_SIZE = re.compile(rf"(GPU|CPU|XPU|TPU)? ?KV cache size: {_NUM} tokens")
 _RE_CONCURRENCY = re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x")
 _RE_BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
@@ -345,8 +352,18 @@ class LogParser:
             f["weights_load_s"] = _num(m.group(1))
         if m := _RE_CHECKPOINT.search(msg):
             f["checkpoint_gib"] = _num(m.group(1))
-        if (m := _RE_KV_AVAIL.search(msg)) or (m := _RE_KV_CPU.search(msg)):
+        if (
+            (m := _RE_KV_AVAIL.search(msg))
+            or (m := _RE_KV_CPU.search(msg))
+            or (m := _RE_KV_RESERVED.search(msg))
+        ):
             f["kv_available_gib"] = _num(m.group(1))
+        if m := _RE_LINEAR_KERNEL.search(msg):
+            f["linear_kernel"] = f"{m.group(1)} ({m.group(2)})"
+        if m := _RE_FA_VERSION.search(msg):
+            f["flash_attn_version"] = int(m.group(1))
+        if m := _RE_COMPILE.search(msg):
+            f["compile_s"] = _num(m.group(1))
         if m := _RE_KV_SIZE.search(msg):
             f["kv_pool_tokens"] = _int(m.group(2))
             if m.group(1):
