@@ -38,6 +38,7 @@ from servelab.engine.recipe import BenchSection, Recipe
 from servelab.errors import ServelabError, UsageError
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.calibration import measurements_from_runs
+from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.calibrate import fit_efficiencies, lookup
@@ -308,8 +309,9 @@ def run_recipe(
             hardware=hardware.name,
             hardware_profile=hardware.to_dict(),
             engine_version=engine_version,
-            torch=_engine_torch(recipe),
         )
+        env = engine_environment(recipe)
+        state.fields.update(torch=env.torch, cuda=env.cuda, driver=env.driver)
         state.plan = make_run_plan(
             recipe,
             report,
@@ -400,11 +402,3 @@ def run_recipe(
     run_id = store.add_run(record)
     emit(RunEvent("record", "done", run_id))
     return RunOutcome(replace(record, run_id=run_id), run_dir, summary, state.plan, state.facts)
-
-
-def _engine_torch(recipe: Recipe) -> str | None:
-    try:
-        _launcher, install = resolve_launcher(recipe)
-    except ServelabError:
-        return None
-    return install.versions.get("torch") if install is not None else None
