@@ -113,6 +113,18 @@ def max_concurrency(samples: Iterable[RequestSample]) -> int:
     return best
 
 
+def buffered(s: RequestSample) -> bool:
+    """True when the server held most of the answer back and sent it in bulk.
+
+    If the first chunk already carries more than half of the completion tokens, the time to
+    it is not a time to first token and the gaps after it are not per-token times: the
+    sample keeps its TTFT and E2E as the client saw them, but gives no TPOT, decode or
+    prefill figure (a loaded server's output coalescing does this).
+    """
+    ct = s.completion_tokens or 0
+    return bool(s.ok and s.chunk_tokens and ct > 2 and 2 * s.chunk_tokens[0] > ct)
+
+
 def per_request(s: RequestSample, min_latency_ms: float | None = None) -> dict[str, float]:
     """Derived values of one completed sample: ttft/tpot/e2el in ms, decode/prefill tok/s."""
     out: dict[str, float] = {}
@@ -122,6 +134,8 @@ def per_request(s: RequestSample, min_latency_ms: float | None = None) -> dict[s
     out["ttft_ms"] = ttft_ms
     out["e2el_ms"] = s.latency_ns / 1e6
     ct = s.completion_tokens or 0
+    if buffered(s):
+        return out  # the answer was held back and sent in bulk: no per-token timing
     if ct > 1 and s.latency_ns > s.ttft_ns:
         tpot_ms = (s.latency_ns - s.ttft_ns) / 1e6 / (ct - 1)
         out["tpot_ms"] = tpot_ms

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servelab.bench.client import BenchClient, RequestSpec
-from servelab.bench.metrics import Metrics, compute, per_request
+from servelab.bench.metrics import Metrics, buffered, compute, per_request
 from servelab.bench.prompts import PromptBuilder
 from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.stats import Drift, drift
@@ -177,6 +177,10 @@ def notes_for(metrics: Metrics, samples: Sequence[RequestSample]) -> tuple[str, 
     ra = [s.retry_after_s for s in samples if s.retry_after_s is not None]
     if ra:
         out.append(f"server asked to retry after up to {max(ra):g} s (Retry-After)")
+    held = sum(1 for smp in samples if not smp.warmup and buffered(smp))
+    if held:
+        out.append(f"{held} completed requests arrived mostly in one chunk (server output "
+                   "buffered): no per-token timing taken from them")
     if metrics.prompt_len_mismatches:
         out.append(f"{metrics.prompt_len_mismatches} completed requests: usage.prompt_tokens "
                    "differs from the built prompt length")
