@@ -104,7 +104,7 @@ def summary_table(rows: tuple[SummaryRow, ...]) -> Table:
             if r.ci_low is not None and r.ci_high is not None
             else ""
         )
-        bw = f"{r.achieved_bandwidth / 1e9:,.2f} GB/s" if r.achieved_bandwidth else ""
+        bw = f"{r.achieved_bandwidth / 1e9:,.2f}GB/s" if r.achieved_bandwidth else ""
         frac = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else ""
         out.append(
             [
@@ -121,19 +121,11 @@ def summary_table(rows: tuple[SummaryRow, ...]) -> Table:
         )
     return Table(
         "measured vs predicted (single stream)",
-        (
-            "metric",
-            "prompt",
-            "measured tok/s",
-            "95% CI",
-            "n",
-            "predicted roofline",
-            "predicted calibrated",
-            "achieved bandwidth",
-            "% of roofline",
-        ),
+        ("metric", "prompt", "tok/s", "95% CI", "n", "roofline*", "calibr.*", "achieved BW",
+         "% roof"),
         out,
-        caption="predicted = servelab plan before the run; measured = servelab bench",
+        caption="tok/s measured by servelab bench; * predicted by servelab plan before the "
+        "run; achieved BW = measured decode × predicted bytes per token",
     )
 
 
