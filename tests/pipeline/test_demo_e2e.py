@@ -56,6 +56,7 @@ def test_both_builds_ran_and_were_recorded(demo: dict[str, Any]) -> None:
         assert run.engine_version == "0.32.0"
         assert run.recipe_text and "[engine.flags]" in run.recipe_text
         assert run.checkpoint_header_hash and run.checkpoint_report
+        assert run.extra and (Path(run.extra["run_dir"]) / "bench.json").is_file()
         assert run.prediction and run.prediction["predicted"] is True
         assert run.decode_tok_s and run.decode_tok_s > 0
         assert run.prefill_tok_s and run.prefill_tok_s > 0

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from servelab.bench.result import write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
@@ -347,6 +348,7 @@ def run_recipe(
                 ),
                 on_progress=lambda ev: emit(RunEvent("bench", "progress", bench=ev)),
             )
+            write_json_atomic(run_dir / "bench.json", bench.to_json())
             engine.check_alive()
             emit(RunEvent("bench", "done", f"{sum(len(p.samples) for p in bench.points)} requests"))
         finally:
