@@ -115,6 +115,16 @@ _NVFP4_NATIVE = KernelPath("CUTLASS NVFP4", "fp4", "native FP4 tensor cores")
 _SPEC = "NVIDIA spec sheet"
 
 
+# Kernel paths vLLM takes on SM12x (Spark, RTX PRO 6000, RTX 5090): FP4 MoE falls back to
+# Marlin W4A16, FP8 gets a W8A8 path.
+_SM12X_KERNEL_PATHS: dict[str, KernelPath] = {
+    "nvfp4_moe": _SM12X_FP4_MOE,
+    "nvfp4a16": _MARLIN_W4,
+    "int4": _MARLIN_W4,
+    "fp8": _FP8_W8A8,
+}
+
+
 def _builtin() -> dict[str, HardwareProfile]:
     p: list[HardwareProfile] = [
         HardwareProfile(
@@ -126,13 +136,7 @@ def _builtin() -> dict[str, HardwareProfile]:
             compute={"bf16": 125 * TERA, "fp8": 250 * TERA, "fp4": 500 * TERA},
             arch="sm_121",
             platform="cuda",
-            kernel_paths={
-                "nvfp4_moe": _SM12X_FP4_MOE,
-                "nvfp4a16": _MARLIN_W4,
-                "int4": _MARLIN_W4,
-                "fp8": _FP8_W8A8,
-                "fp8a16": _FP8_MARLIN,
-            },
+            kernel_paths={**_SM12X_KERNEL_PATHS, "fp8a16": _FP8_MARLIN},
             sources={
                 "memory": "NVIDIA DGX Spark: 128 GB unified LPDDR5X; as listed in facts.md",
                 "bandwidth": "NVIDIA DGX Spark: 273 GB/s; as listed in facts.md",
@@ -219,12 +223,7 @@ def _builtin() -> dict[str, HardwareProfile]:
             compute={"bf16": 500 * TERA, "fp8": 1000 * TERA, "fp4": 2000 * TERA},
             arch="sm_120",
             platform="cuda",
-            kernel_paths={
-                "nvfp4_moe": _SM12X_FP4_MOE,
-                "nvfp4a16": _MARLIN_W4,
-                "int4": _MARLIN_W4,
-                "fp8": _FP8_W8A8,
-            },
+            kernel_paths=dict(_SM12X_KERNEL_PATHS),
             sources={
                 "memory": _SPEC + ": 96 GB GDDR7",
                 "bandwidth": _SPEC + ": 1.79 TB/s; as listed in facts.md",
@@ -242,12 +241,7 @@ def _builtin() -> dict[str, HardwareProfile]:
             compute={"bf16": 209.5 * TERA, "fp8": 419 * TERA, "fp4": 838 * TERA},
             arch="sm_120",
             platform="cuda",
-            kernel_paths={
-                "nvfp4_moe": _SM12X_FP4_MOE,
-                "nvfp4a16": _MARLIN_W4,
-                "int4": _MARLIN_W4,
-                "fp8": _FP8_W8A8,
-            },
+            kernel_paths=dict(_SM12X_KERNEL_PATHS),
             sources={
                 "memory": "NVIDIA: 32 GB GDDR7",
                 "bandwidth": "NVIDIA: 1.79 TB/s; as listed in facts.md",
