@@ -174,3 +174,20 @@ def test_ctrl_c_during_the_benchmark_records_an_interrupted_run(tmp_path: Path) 
         (run,) = store.list_runs(RunFilter())
     assert run.status == STATUS_FAILED
     assert run.status_reason == "bench: interrupted"
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_engine_that_fails_to_start_is_recorded_with_its_log_tail(tmp_path: Path) -> None:
+    recipe = _tiny_recipe(tmp_path, "small-kv", "output_tokens = 16\n")
+    recipe.write_text(recipe.read_text().replace('"128MiB"', '"1MiB"'))
+    with open_store(str(tmp_path / "results.db")) as store:
+        outcome = run_recipe(load_recipe(recipe), store,
+                             RunOptions(runs_parent=tmp_path / "runs"))
+        stored = store.get_run(outcome.run_id)
+    assert stored.status == STATUS_FAILED
+    assert stored.status_reason and stored.status_reason.startswith("start:")
+    too_small = ("larger than the available KV cache memory", "No available memory for the cache")
+    assert any(t in stored.status_reason for t in too_small), stored.status_reason
+    # the engine's own last words (its traceback) are kept from the log file it left
+    assert stored.log_tail and "build_async_engine_client" in stored.log_tail

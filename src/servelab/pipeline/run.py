@@ -27,6 +27,7 @@ from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engine.command import redact_argv
 from servelab.engine.launch import (
+    LOG_NAME,
     check_engine_version,
     launch,
     new_run_dir,
@@ -231,7 +232,6 @@ class _RunState:
     started: datetime
     fields: dict[str, Any] = field(default_factory=dict)
     plan: Plan | None = None
-    engine: EngineProcess | None = None
     facts: EngineFacts | None = None
     log_tail: str | None = None
 
@@ -255,6 +255,14 @@ def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
     state.facts = facts
     state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s}))
     state.fields["engine_args"] = tuple(redact_argv(engine.spec.argv))
+
+
+def _log_file_tail(run_dir: Path, lines: int = 40) -> str | None:
+    """The end of the engine log in ``run_dir`` (an engine that failed to start left one)."""
+    log = run_dir / LOG_NAME
+    if not log.is_file():
+        return None
+    return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
 
 def run_recipe(
@@ -331,7 +339,6 @@ def run_recipe(
             emit(RunEvent("start", "progress", f"{phase.name.lower()} ({elapsed:.0f} s)", phase))
 
         engine = launch(recipe, run_dir=run_dir, port=opts.port, on_phase=on_phase)
-        state.engine = engine
         try:
             _fields_from_engine(state, engine)
             emit(RunEvent("start", "done", f"ready at {engine.base_url}"))
@@ -348,22 +355,20 @@ def run_recipe(
                 ),
                 on_progress=lambda ev: emit(RunEvent("bench", "progress", bench=ev)),
             )
-            write_json_atomic(run_dir / "bench.json", bench.to_json())
+            bench_doc = bench.to_json()
+            write_json_atomic(run_dir / "bench.json", bench_doc)
             engine.check_alive()
             emit(RunEvent("bench", "done", f"{sum(len(p.samples) for p in bench.points)} requests"))
         finally:
-            step_before = step
-            step = "stop"
             emit(RunEvent("stop", "start", "stopping the engine"))
             _fields_from_engine(state, engine)
             state.log_tail = "\n".join(engine.log_tail(40))
             engine.stop()
             emit(RunEvent("stop", "done", "engine stopped"))
-            step = step_before
 
         step = "record"
         record = run_from_bench_json(
-            bench.to_json(),
+            bench_doc,
             source=str(run_dir),
             started_at=state.started,
             finished_at=utcnow(),
@@ -384,9 +389,7 @@ def run_recipe(
     except (ServelabError, KeyboardInterrupt) as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
         emit(RunEvent(step, "failed", reason))
-        tail = state.log_tail
-        if tail is None and state.engine is not None:
-            tail = "\n".join(state.engine.log_tail(40))
+        tail = state.log_tail if state.log_tail is not None else _log_file_tail(run_dir)
         record = RunRecord(
             started_at=state.started,
             finished_at=utcnow(),
