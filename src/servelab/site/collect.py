@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import re
 import statistics
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
-from servelab.site import prose
+from servelab.site import prose, share
 from servelab.site.fmt import (
     GIB,
     engine_display_name,
@@ -227,10 +226,10 @@ def _facts(run: RunRecord) -> Mapping[str, Any]:
     return run.engine_facts or {}
 
 
-def _warning(facts: Mapping[str, Any], kind: str) -> str | None:
+def _warning(facts: Mapping[str, Any], kind: str, paths: Sequence[str] = ()) -> str | None:
     for w in facts.get("warnings") or ():
         if isinstance(w, Mapping) and w.get("kind") == kind and isinstance(w.get("text"), str):
-            return redact(w["text"])
+            return share.scrub_paths(redact(w["text"]), paths)
     return None
 
 
@@ -243,6 +242,7 @@ def observation(run: RunRecord) -> EngineObservation:
     """What the run's engine log said, as an :class:`EngineObservation`."""
     f = _facts(run)
     rid = _rid(run)
+    paths = local_paths(run)
 
     def measured(value: float | None, unit: str) -> Measured | None:
         return Measured(value, unit, rid) if value is not None else None
@@ -250,7 +250,7 @@ def observation(run: RunRecord) -> EngineObservation:
     weights = _num(f, "weights_gib") or run.weights_gib or _num(f, "checkpoint_gib")
     kv_tokens = _num(f, "kv_pool_tokens") or (
         float(run.kv_pool_tokens) if run.kv_pool_tokens is not None else None)
-    fallback = _warning(f, "marlin-weight-only")
+    fallback = _warning(f, "marlin-weight-only", paths)
     if fallback is None and f.get("marlin_fallback"):
         fallback = "engine log: weight-only Marlin fallback"
     moe = f.get("moe_backend") or f.get("moe_experts_kernel")
@@ -264,7 +264,7 @@ def observation(run: RunRecord) -> EngineObservation:
         kv_tokens=measured(kv_tokens, "tokens"),
         max_concurrency=measured(_num(f, "max_concurrency"), "x"),
         fallback_line=fallback,
-        profiling_skipped_line=_warning(f, "kv-profiling-skipped"),
+        profiling_skipped_line=_warning(f, "kv-profiling-skipped", paths),
     )
 
 
@@ -354,18 +354,21 @@ def _build_name(run: RunRecord) -> str:
 
 def recipe_meta(run: RunRecord) -> dict[str, Any]:
     """``title`` / ``description`` / ``port`` of the run's recipe text (TOML), when readable."""
-    if not run.recipe_text:
-        return {}
-    try:
-        doc = tomllib.loads(run.recipe_text)
-    except tomllib.TOMLDecodeError:
+    doc = share.recipe_doc(run.recipe_text)
+    if not doc:
         return {}
     out: dict[str, Any] = {k: doc[k] for k in ("title", "description")
                            if isinstance(doc.get(k), str)}
-    engine = doc.get("engine")
-    if isinstance(engine, dict) and isinstance(engine.get("port"), int):
-        out["port"] = engine["port"]
+    out["port"] = share.recipe_port(doc)
     return out
+
+
+def local_paths(run: RunRecord) -> tuple[str, ...]:
+    """This machine's paths a run recorded: checkpoint, run directory, engine launcher."""
+    extra = run.extra or {}
+    paths = [run.checkpoint_path, extra.get("run_dir") if isinstance(extra, Mapping) else None]
+    paths += [a for a in run.engine_args if share.is_local_path(a)]
+    return tuple(p for p in paths if isinstance(p, str) and p)
 
 
 def _latest_per_version(runs: Sequence[RunRecord]) -> dict[str, RunRecord]:
@@ -451,7 +454,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
 def _verification(run: RunRecord) -> Verification:
     note = ""
     if run.status != STATUS_OK:
-        note = redact(run.status_reason or "failed")
+        note = share.scrub_paths(redact(run.status_reason or "failed"), local_paths(run))
     return Verification(_rid(run), run.started_at.date().isoformat(), run.host or "unknown host",
                         run.engine_version or "unknown", run.status, note)
 
@@ -466,7 +469,10 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     by_version = _latest_per_version(ok)
     decode = _rows(by_version, "decode_tok_s", "decode", single_stream=True)
     prefill = _rows(by_version, "prefill_tok_s", "prefill", single_stream=True)
-    args = redact_argv(tuple(latest.engine_args))
+    doc = share.recipe_doc(latest.recipe_text)
+    port = share.recipe_port(doc)
+    ref = share.model_ref(doc, latest.model_id or key)
+    args = share.shareable_argv(redact_argv(tuple(latest.engine_args)), model=ref.id, port=port)
     facts = _facts(latest)
     ctx = facts.get("max_model_len") or _arg_value(args, "--max-model-len") or 0
     rep = latest.checkpoint_report or {}
@@ -474,12 +480,14 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     quant = rep.get("quant") if isinstance(rep.get("quant"), Mapping) else {}
     model = latest.model_id or key
     served = _arg_value(args, "--served-model-name") or str(facts.get("model") or model)
+    if share.is_local_path(served):  # an engine without a served name logs its model path
+        served = ref.id
     versions = tuple(sorted(by_version, key=prose.version_key))
-    meta = recipe_meta(latest)
+    recipe_text = share.shareable_recipe(redact(latest.recipe_text or "")) if doc else ""
     page = RecipePage(
         slug=slugify(key), model_name=model, model_slug=slugify(model),
         build_name=_build_name(latest),
-        checkpoint=latest.checkpoint_path or model, served_model_name=served,
+        checkpoint=ref.display, served_model_name=served,
         hardware=latest.hardware or "unknown hardware", host=latest.host or "unknown host",
         context_tokens=int(ctx),
         software=Software(engine_display_name(latest.engine_name), versions, torch=latest.torch,
@@ -493,8 +501,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         memory=memory_split(latest),
         plan_checks=plan_checks(latest),
         concurrent=concurrent_rows(by_version),
-        title=str(meta.get("title", "")), description=str(meta.get("description", "")),
-        port=int(meta.get("port", 8000)),
+        title=str(doc.get("title") or ""), description=str(doc.get("description") or ""),
+        port=port, model_note=ref.note, recipe_text=recipe_text,
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
         mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
             mtp.get("declared_layers"), int) else None,
@@ -558,6 +566,7 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
     preds = sorted(predictions(run).items())
     log = tuple(redact(line) for line in (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:])
     key = _recipe_key(run)
+    extra = run.extra or {}
     return RunPage(
         run_id=_rid(run), recipe_slug=recipe_slugs.get(key), recipe_name=key, status=run.status,
         started=_started(run), host=run.host or "unknown host", engine_version=run.engine_version,
@@ -565,6 +574,9 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
         metrics=tuple(metrics),
         predictions=tuple((f"{k} @ {n:,} tokens", p) for (k, n), p in preds),
         log_excerpt=log,
+        command=redact_argv(tuple(run.engine_args)),
+        checkpoint_path=run.checkpoint_path,
+        run_dir=str(extra["run_dir"]) if isinstance(extra.get("run_dir"), str) else None,
     )
 
 

@@ -163,6 +163,11 @@ def engine_command(page: RecipePage) -> str:
     return " \\\n  ".join(" ".join(line) for line in lines)
 
 
+def reproduce_command(page: RecipePage) -> str:
+    """The command a reader runs to reproduce the page: ``servelab run`` on its recipe."""
+    return f"servelab run {shlex.quote(page.slug + '.toml')}"
+
+
 def curl_examples(page: RecipePage) -> tuple[str, ...]:
     """curl examples for the served model name, with and (if it applies) without thinking."""
     url = f"http://127.0.0.1:{page.port}/v1/chat/completions"
@@ -270,6 +275,7 @@ def _common(env: jinja2.Environment) -> None:
         run_file=run_file,
         GIB=GIB,
         engine_command=engine_command,
+        reproduce_command=reproduce_command,
         curl_examples=curl_examples,
         decode_lengths=decode_lengths,
     )
@@ -326,6 +332,8 @@ def render_recipe(page: RecipePage, site: Site) -> dict[str, str]:
     out = {f"recipes/{name}": svg for name, svg in plots_.items()}
     out[f"recipes/{page.slug}.html"] = _render(html_env(), "recipe.html.j2", **ctx)
     out[f"recipes/{page.slug}.md"] = _render(md_env(), "recipe.md.j2", **ctx)
+    if page.recipe_text:
+        out[f"recipes/{page.slug}.toml"] = page.recipe_text
     return out
 
 
