@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from servelab.cli.output import JsonOpt, emit
-from servelab.cli.run_cmd import RunProgress, rebuild_site, summary_table
+from servelab.cli.run_cmd import RunProgress, rebuild_site, summary_tables
 from servelab.engine.install import install_engine
 from servelab.engine.recipe import Recipe
 from servelab.pipeline.demo import run_demo
@@ -83,7 +83,7 @@ def demo(
     else:
         for o in outcome.runs:
             err.rule(escape(f"{o.record.recipe_name}: run {o.run_id} ({o.record.status})"))
-            emit("table", doc=doc, tables=[summary_table(o.summary)])
+            emit("table", doc=doc, tables=summary_tables(o.summary))
         if outcome.experiment is not None:
             err.print(
                 escape(
