@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from servelab.cli.recipe_cmd import STARTER_RECIPE
 from servelab.engine.command import build_argv
+from servelab.cli.plan_cmd import parse_bytes
 from servelab.engine.recipe import key_lines, load_recipe, parse_recipe, parse_size
 from servelab.errors import RecipeError, ServelabError
 
@@ -97,9 +98,20 @@ def test_sizes() -> None:
     assert parse_size("512 MiB") == 512 * 2**20
     assert parse_size("1.5GB") == 1_500_000_000
     assert parse_size(42) == 42
-    for bad in ("six", "-1GiB", "0", 0):
+    for bad in ("six", "-1GiB", "6 furlongs", -1, True):
         with pytest.raises(ValueError):
             parse_size(bad)
+
+
+def test_recipe_sizes_read_like_plan_options() -> None:
+    """One size parser: "6G" means in a recipe what it means to ``plan``."""
+    base = 'name = "x"\n[model]\nrepo = "a/b"\n[engine]\n[engine.flags]\n'
+    for text in ("6G", "6GiB", "1.5GB", "268435456"):
+        r = parse_recipe(base + f'kv_cache_memory_bytes = "{text}"\n')
+        assert r.engine.flags.kv_cache_memory_bytes == parse_bytes(text)
+    for bad in ('"0"', "0", '"six"'):
+        with pytest.raises(RecipeError, match="kv_cache_memory_bytes"):
+            parse_recipe(base + f"kv_cache_memory_bytes = {bad}\n")
 
 
 def test_shipped_recipes_validate() -> None:

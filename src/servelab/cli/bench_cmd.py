@@ -22,17 +22,16 @@ from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.transport import Timeouts
 from servelab.bench.workload import DEFAULT_OUTPUT_LEN, ProgressEvent, WorkloadSpec
+from servelab.defaults import prompt_lens_text
 from servelab.errors import BenchError, UsageError
+from servelab.units import parse_int_list
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
-        vals = tuple(int(x.replace("_", "")) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise UsageError(f"{what}: no values in {text!r}")
-    return vals
+        return tuple(parse_int_list(text, what))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _emit(text: str, out: Path | None) -> None:
@@ -79,7 +78,7 @@ def bench(
                                      "first one /v1/models lists)."),
     endpoint: str = typer.Option("completions", "--endpoint",
                                  help="API to drive: completions or chat."),
-    prompt_lens: str = typer.Option("512,2048,8192", "--prompt-lens",
+    prompt_lens: str = typer.Option(prompt_lens_text(), "--prompt-lens",
                                     help="Comma-separated prompt lengths in tokens."),
     output_len: int = typer.Option(DEFAULT_OUTPUT_LEN, "--output-len",
                                    help="Tokens to generate per request (ignore_eos)."),

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.defaults import PROMPT_LENS
 from servelab.engine.command import build_argv, display_command, redact_argv, redact_env
 from servelab.engine.launch import display_launcher, resolve_model
 from servelab.engine.recipe import load_recipe, parse_recipe
@@ -68,15 +69,15 @@ gpu_memory_utilization = 0.85
 # pipeline_parallel_size = 1
 # max_num_seqs = 16
 # enable_prefix_caching = true
-# speculative_config = { method = "mtp", num_speculative_tokens = 3 }
-# chat_template_kwargs = { enable_thinking = false }
+# speculative_config = {{ method = "mtp", num_speculative_tokens = 3 }}
+# chat_template_kwargs = {{ enable_thinking = false }}
 extra = []                          # any further flags, one argument per item
 
 [engine.env]
 # VLLM_LOGGING_LEVEL = "INFO"
 
 [bench]                             # workload defaults for `servelab bench`
-prompt_tokens = [512, 2048, 8192]
+prompt_tokens = [{PROMPT_LENS}]
 output_tokens = 256
 concurrency = [1]
 repetitions = 3
@@ -85,7 +86,7 @@ ci_target_pct = 5.0                 # stop repeating once the 95% CI is within Â
 
 [labels]
 # owner = "me"
-"""
+""".format(PROMPT_LENS=", ".join(str(n) for n in PROMPT_LENS))
 
 
 @app.command("new")

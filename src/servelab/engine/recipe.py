@@ -30,7 +30,9 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from servelab.defaults import PROMPT_LENS
 from servelab.errors import RecipeError
+from servelab.units import parse_size
 
 __all__ = [
     "SYNTH_ARCHS",
@@ -48,37 +50,6 @@ SYNTH_ARCHS = ("llama", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text")
 # Flags servelab itself sets from the recipe; repeating them in ``extra`` is an error.
 MANAGED_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--revision")
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {
-    None: 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from an int or a string such as ``"6GiB"``, ``"512 MiB"``, ``"1.5GB"``."""
-    if isinstance(value, bool):
-        raise ValueError('expected a byte count such as 6442450944 or "6GiB"')
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("must be positive")
-        return value
-    m = _SIZE.match(value)
-    if not m:
-        raise ValueError(f'not a size: {value!r} (use bytes or e.g. "6GiB", "512MiB")')
-    unit = m.group(2).lower() if m.group(2) else None
-    size = int(float(m.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise ValueError("must be positive")
-    return size
 
 
 class _Strict(BaseModel):
@@ -157,7 +128,10 @@ class EngineFlags(_Strict):
     @classmethod
     def _size(cls, v: Any) -> Any:
         if isinstance(v, int | str) and not isinstance(v, bool):
-            return parse_size(v)
+            size = parse_size(v)
+            if size <= 0:
+                raise ValueError("must be positive")
+            return size
         return v
 
     @field_validator("extra")
@@ -226,7 +200,7 @@ class EngineSection(_Strict):
 class BenchSection(_Strict):
     """Workload defaults for ``servelab bench`` (consumed by servelab.bench)."""
 
-    prompt_tokens: tuple[int, ...] = Field(default=(512, 2048, 8192), min_length=1)
+    prompt_tokens: tuple[int, ...] = Field(default=PROMPT_LENS, min_length=1)
     output_tokens: int = Field(default=256, ge=1)
     concurrency: tuple[int, ...] = Field(default=(1,), min_length=1)
     repetitions: int = Field(default=3, ge=1)

@@ -51,6 +51,7 @@ from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
 from servelab.store.redact import redact_text
+from servelab.units import format_bytes
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
@@ -306,7 +307,7 @@ def run_recipe(
             RunEvent(
                 "inspect",
                 "done",
-                f"{report.tensor_count:,} tensors, {report.total_bytes / GIB:.3f} GiB",
+                f"{report.tensor_count:,} tensors, {format_bytes(report.total_bytes)}",
             )
         )
 
