@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servelab.cli.plan_cmd import parse_bytes
 from servelab.cli.recipe_cmd import STARTER_RECIPE
 from servelab.engine.command import build_argv
-from servelab.cli.plan_cmd import parse_bytes
 from servelab.engine.recipe import key_lines, load_recipe, parse_recipe, parse_size
 from servelab.errors import RecipeError, ServelabError
 
@@ -185,10 +185,11 @@ def test_recipe_name_cannot_escape_the_runs_dir(tmp_path: Path) -> None:
 
 
 def test_redaction_in_displayed_commands() -> None:
-    from servelab.engine.command import display_command, redact_argv
+    from servelab.engine.command import display_command
+    from servelab.redact import REDACTED, redact_args
 
-    assert redact_argv(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == [
-        "x", "--api-key", "***", "--api-key=***", "--port", "1",
-    ]  # fmt: skip
+    assert redact_args(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == (
+        "x", "--api-key", REDACTED, f"--api-key={REDACTED}", "--port", "1",
+    )  # fmt: skip
     shown = display_command(["vllm"], {"HF_TOKEN": "hf_secret", "OMP_NUM_THREADS": "2"})
     assert "hf_secret" not in shown and "OMP_NUM_THREADS=2" in shown

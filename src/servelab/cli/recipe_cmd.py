@@ -21,10 +21,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.defaults import PROMPT_LENS
-from servelab.engine.command import build_argv, display_command, redact_argv, redact_env
+from servelab.engine.command import build_argv, display_command
 from servelab.engine.launch import display_launcher, resolve_model
 from servelab.engine.recipe import load_recipe, parse_recipe
 from servelab.errors import UsageError
+from servelab.redact import redact_args, redact_env
 
 __all__ = ["STARTER_RECIPE", "app", "register"]
 
@@ -131,7 +132,7 @@ def check(
             "served_model_name": rec.served_model_name(),
             "hardware": rec.hardware,
             "engine_installed": installed,
-            "argv": redact_argv(argv),
+            "argv": redact_args(argv),
             "command": command,
             "env": redact_env(dict(rec.engine.env)),
             "recipe": rec.model_dump(mode="json"),

@@ -27,12 +27,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.engine.attach import ServerInfo, attach
-from servelab.engine.command import redact_argv
 from servelab.engine.launch import launch, new_run_dir
 from servelab.engine.logfacts import EngineFacts, Phase
 from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import load_recipe
 from servelab.errors import UsageError
+from servelab.redact import redact_args
 
 __all__ = ["facts_table", "register", "serve"]
 
@@ -135,7 +135,7 @@ def _ready_payload(engine: EngineProcess, run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "log_path": str(engine.log_path),
         "ready_s": engine.ready_s,
-        "argv": redact_argv(engine.spec.argv),
+        "argv": redact_args(engine.spec.argv),
         "facts": engine.facts.to_dict(),
     }
 

@@ -2,7 +2,8 @@
 
 :func:`build_argv` is pure: it takes the recipe and the already-resolved launcher,
 model reference and port, and returns the argument vector ``subprocess`` runs.
-:func:`display_command` renders it for humans (shell-quoted, for copy and paste only).
+:func:`display_command` renders it for humans (shell-quoted, for copy and paste only), secrets
+masked by :mod:`servelab.redact`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from servelab.engine.recipe import EngineFlags, Recipe
+from servelab.redact import redact_args, redact_env
 
 __all__ = [
     "API_SERVER_MODULE",
     "build_argv",
     "display_command",
     "flag_args",
-    "redact_argv",
-    "redact_env",
 ]
 
-SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
-_SECRET_ENV = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-REDACTED = "***"
 
 # The CPU build's `vllm` console script is broken; the module entry point works on all builds.
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -95,37 +92,9 @@ def build_argv(
     return argv
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The argument list with secret values (``--api-key X``, ``--api-key=X``) masked."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        name, eq, _value = arg.partition("=")
-        if name in SECRET_FLAGS:
-            if eq:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Environment with the values of token/key/secret/password variables masked."""
-    return {
-        k: (REDACTED if any(w in k.upper() for w in _SECRET_ENV) else v) for k, v in env.items()
-    }
-
-
 def display_command(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     """Shell-quoted rendering of an argument list, secrets masked (display only)."""
     safe_env = redact_env(env or {})
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(safe_env.items()))
-    cmd = shlex.join(redact_argv(argv))
+    cmd = shlex.join(redact_args(argv))
     return f"{prefix} {cmd}" if prefix else cmd

@@ -19,7 +19,7 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from servelab.engine.command import build_argv, redact_argv
+from servelab.engine.command import build_argv
 from servelab.engine.home import runs_dir, synth_models_dir
 from servelab.engine.install import EngineInstall, engine_root, find_engine, probe_versions
 from servelab.engine.process import (
@@ -31,6 +31,7 @@ from servelab.engine.process import (
 )
 from servelab.engine.recipe import Recipe
 from servelab.errors import CheckpointNotFoundError, EngineError, EngineNotFoundError
+from servelab.redact import redact_args
 
 __all__ = [
     "ensure_synth_model",
@@ -217,7 +218,7 @@ def write_facts(engine: EngineProcess, path: Path) -> None:
     data = {
         "base_url": engine.base_url,
         "served_model_name": engine.served_model_name,
-        "argv": redact_argv(engine.spec.argv),
+        "argv": redact_args(engine.spec.argv),
         "ready_s": engine.ready_s,
         "facts": engine.facts.to_dict(),
     }

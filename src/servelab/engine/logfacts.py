@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from servelab.redact import REDACTED, is_secret_key
+
 __all__ = [
     "TRACEBACK_LINE",
     "EngineFacts",
@@ -210,7 +212,6 @@ _GENERIC_ERROR = re.compile(
     r"root cause above|check the stack trace above|EngineDeadError|"
     r"Engine core initialization failed|Worker failed with error",
 )
-_SECRET_ARG = re.compile(r"api_key|token|secret|password", re.IGNORECASE)
 _OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 
 _PHASE_MARKERS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
@@ -324,7 +325,7 @@ class LogParser:
         if m := _RE_NONDEFAULT.search(msg):
             parsed = _literal_dict(m.group(1))
             if parsed is not None:
-                self._args = {k: ("***" if _SECRET_ARG.search(k) else v) for k, v in parsed.items()}
+                self._args = {k: (REDACTED if is_secret_key(k) else v) for k, v in parsed.items()}
                 if isinstance(parsed.get("model"), str):
                     self._set_once("model", parsed["model"])
         if m := _RE_ARCH.search(msg):

@@ -33,13 +33,12 @@ from typing import Any
 from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
 from servelab.site.fmt import (
     GIB,
     engine_display_name,
     format_value,
-    redact,
-    redact_argv,
     slugify,
 )
 from servelab.site.model import (
@@ -229,7 +228,7 @@ def _facts(run: RunRecord) -> Mapping[str, Any]:
 def _warning(facts: Mapping[str, Any], kind: str, paths: Sequence[str] = ()) -> str | None:
     for w in facts.get("warnings") or ():
         if isinstance(w, Mapping) and w.get("kind") == kind and isinstance(w.get("text"), str):
-            return share.scrub_paths(redact(w["text"]), paths)
+            return share.scrub_paths(redact_text(w["text"]), paths)
     return None
 
 
@@ -454,7 +453,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
 def _verification(run: RunRecord) -> Verification:
     note = ""
     if run.status != STATUS_OK:
-        note = share.scrub_paths(redact(run.status_reason or "failed"), local_paths(run))
+        note = share.scrub_paths(redact_text(run.status_reason or "failed"), local_paths(run))
     return Verification(_rid(run), run.started_at.date().isoformat(), run.host or "unknown host",
                         run.engine_version or "unknown", run.status, note)
 
@@ -472,7 +471,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     doc = share.recipe_doc(latest.recipe_text)
     port = share.recipe_port(doc)
     ref = share.model_ref(doc, latest.model_id or key)
-    args = share.shareable_argv(redact_argv(tuple(latest.engine_args)), model=ref.id, port=port)
+    args = share.shareable_argv(redact_args(tuple(latest.engine_args)), model=ref.id, port=port)
     facts = _facts(latest)
     ctx = facts.get("max_model_len") or _arg_value(args, "--max-model-len") or 0
     rep = latest.checkpoint_report or {}
@@ -483,7 +482,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     if share.is_local_path(served):  # an engine without a served name logs its model path
         served = ref.id
     versions = tuple(sorted(by_version, key=prose.version_key))
-    recipe_text = share.shareable_recipe(redact(latest.recipe_text or "")) if doc else ""
+    recipe_text = share.shareable_recipe(redact_text(latest.recipe_text or "")) if doc else ""
     page = RecipePage(
         slug=slugify(key), model_name=model, model_slug=slugify(model),
         build_name=_build_name(latest),
@@ -564,17 +563,18 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
         if value is not None:
             metrics.append((label, value))
     preds = sorted(predictions(run).items())
-    log = tuple(redact(line) for line in (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:])
+    tail = (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:]
+    log = tuple(redact_text(line) for line in tail)
     key = _recipe_key(run)
     extra = run.extra or {}
     return RunPage(
         run_id=_rid(run), recipe_slug=recipe_slugs.get(key), recipe_name=key, status=run.status,
         started=_started(run), host=run.host or "unknown host", engine_version=run.engine_version,
-        failure=redact(run.status_reason) if run.status_reason else None,
+        failure=redact_text(run.status_reason) if run.status_reason else None,
         metrics=tuple(metrics),
         predictions=tuple((f"{k} @ {n:,} tokens", p) for (k, n), p in preds),
         log_excerpt=log,
-        command=redact_argv(tuple(run.engine_args)),
+        command=redact_args(tuple(run.engine_args)),
         checkpoint_path=run.checkpoint_path,
         run_dir=str(extra["run_dir"]) if isinstance(extra.get("run_dir"), str) else None,
     )
