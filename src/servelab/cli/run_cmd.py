@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -29,11 +29,11 @@ from rich.progress import (
 )
 
 from servelab.cli.output import DbOpt, JsonOpt, MarkdownOpt, Table, emit, num
-from servelab.engine.recipe import load_recipe
-from servelab.pipeline.run import RunEvent, RunOptions, RunOutcome, run_recipe
-from servelab.pipeline.summary import SummaryRow
-from servelab.store import open_store
-from servelab.store.db import Store
+
+if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
+    from servelab.pipeline.run import RunEvent, RunOutcome
+    from servelab.pipeline.summary import SummaryRow
+    from servelab.store.db import Store
 
 err = Console(stderr=True, highlight=False)
 
@@ -132,11 +132,9 @@ def summary_tables(rows: tuple[SummaryRow, ...]) -> list[Table]:
 
 def rebuild_site(store: Store, outdir: Path) -> Path:
     """Rebuild the whole static site from the store; returns the index path."""
-    from servelab.site.build import build_site  # matplotlib: only when a site is built
-    from servelab.site.collect import collect_site
+    from servelab.site.build import publish  # matplotlib: only when a site is built
 
-    built = build_site(collect_site(store), outdir)
-    return built.index
+    return publish(store, outdir).index
 
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
@@ -198,6 +196,10 @@ def run(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Verify a recipe end to end and record the run with its prediction."""
+    from servelab.engine.recipe import load_recipe
+    from servelab.pipeline.run import RunOptions, run_recipe
+    from servelab.store import open_store
+
     rec = load_recipe(recipe)
     chosen_port: int | str | None
     if port == "auto":
