@@ -119,14 +119,16 @@ def check(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Validate a recipe and print the exact engine command line it would run."""
-    from servelab.engine.command import build_argv, display_command
+    from servelab.engine.command import display_command
     from servelab.engine.launch import display_launcher, resolve_model
     from servelab.engine.recipe import load_recipe
+    from servelab.engines import get_engine
 
     rec = load_recipe(file)
     launcher, installed = display_launcher(rec)
     model_arg, _ = resolve_model(rec, build=False)
-    argv = build_argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
+    engine = get_engine(rec.engine.name)
+    argv = engine.argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
     command = display_command(argv, dict(rec.engine.env))
     if json_out:
         payload = {

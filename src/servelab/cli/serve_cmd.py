@@ -31,7 +31,7 @@ from servelab.redact import redact_args
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.engine.attach import ServerInfo
-    from servelab.engine.logfacts import EngineFacts
+    from servelab.engine.facts import EngineFacts
     from servelab.engine.process import EngineProcess
 
 __all__ = ["facts_table", "register", "serve"]
@@ -172,8 +172,8 @@ def serve(
 ) -> None:
     """Serve a recipe on a real engine until Ctrl-C, printing what the engine's log says."""
     from servelab.engine.attach import attach
+    from servelab.engine.facts import Phase
     from servelab.engine.launch import launch, new_run_dir
-    from servelab.engine.logfacts import Phase
     from servelab.engine.recipe import load_recipe
 
     if url is not None:
