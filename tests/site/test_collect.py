@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 from site_records import HOSTILE_LINE, HOSTILE_MODEL, SECRET, populate, record
 
+from servelab.points import PointKey
 from servelab.site import prose
 from servelab.site.collect import (
-    PointId,
     collect_site,
     key_params,
-    parse_point,
     site_from_records,
 )
 from servelab.site.model import Derived, Measured, Site
@@ -174,11 +173,13 @@ def test_points_with_several_streams_get_their_own_table() -> None:
 
 
 def test_point_names_and_params() -> None:
-    assert parse_point("p2048-c1") == PointId(2048, 1)
-    assert parse_point("vllm-p512-o128-c4") == PointId(512, 4)
-    assert parse_point("p100-cmax") == PointId(100, None)
-    assert parse_point("warm", [100, 300, 200]) == PointId(200, None)
-    assert parse_point("warm") is None
+    assert PointKey.parse("p2048-c1") == PointKey(2048, 1)
+    assert PointKey.parse("vllm-p512-o128-c4") == PointKey(512, 4)
+    assert PointKey.parse("p100-cmax") == PointKey(100, None)
+    assert PointKey.parse("warm", [100, 300, 200]) == PointKey(200, None)
+    assert PointKey.parse("warm") is None
+    for key in (PointKey(2048, 1), PointKey(100, None), PointKey(8192, 16)):
+        assert PointKey.parse(key.label) == key  # one key: written and read back the same
     assert key_params(("--a", "1", "--flag", "--b=2")) == (("a", "1"), ("flag", "true"),
                                                             ("b", "2"))
 

@@ -23,16 +23,15 @@ How records map to pages:
 
 from __future__ import annotations
 
-import math
-import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
+from servelab.points import PointKey
 from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
 from servelab.site.fmt import (
@@ -68,35 +67,6 @@ from servelab.site.model import (
 from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
 
 LOG_EXCERPT_LINES = 40
-_PROMPT = re.compile(r"(?:^|[-_])p(\d+)(?=$|[-_])")
-_CONC = re.compile(r"(?:^|[-_])c(\d+|max)(?=$|[-_])")
-
-
-@dataclass(frozen=True)
-class PointId:
-    """Where a workload point sits: prompt length and concurrency (None: unknown)."""
-
-    prompt_tokens: int
-    concurrency: int | None
-
-
-def parse_point(point: str, prompt_tokens: Iterable[int | None] = ()) -> PointId | None:
-    """Read a point name like ``p2048-c1`` (or ``vllm-p2048-o128-c1``).
-
-    When the name has no prompt length, the median of the samples' prompt tokens is used;
-    ``None`` when neither says.
-    """
-    m = _PROMPT.search(point)
-    c = _CONC.search(point)
-    conc = int(c.group(1)) if c and c.group(1).isdigit() else None
-    if m:
-        return PointId(int(m.group(1)), conc)
-    counts = [n for n in prompt_tokens if n]
-    if counts:
-        return PointId(int(statistics.median(counts)), conc)
-    return None
-
-
 def mean_ci(values: Sequence[float]) -> tuple[float, float | None, float | None]:
     """Mean and 95 % Student-t interval of the mean (no bounds for a single value)."""
     mean, low, high = stats.mean_ci(values)
@@ -111,12 +81,12 @@ def _rid(run: RunRecord) -> str:
     return run.run_id or "unrecorded"
 
 
-def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
+def point_values(run: RunRecord, metric: str) -> dict[PointKey, Measured]:
     """``decode_tok_s`` / ``prefill_tok_s`` of a run at each of its workload points."""
-    out: dict[PointId, Measured] = {}
+    out: dict[PointKey, Measured] = {}
     for point in run.points:
         samples = run.samples_at(point)
-        pid = parse_point(point, (s.prompt_tokens for s in samples))
+        pid = PointKey.parse(point, (s.prompt_tokens for s in samples))
         if pid is None:
             continue
         values = METRICS[metric].sample_values(run, point)
@@ -126,7 +96,7 @@ def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
     for m in run.metrics:
         if m.name != metric or not m.point:
             continue
-        pid = parse_point(m.point)
+        pid = PointKey.parse(m.point)
         if pid is not None and pid not in out:
             out[pid] = Measured(m.value, m.unit or "tok/s", _rid(run), m.ci_low, m.ci_high,
                                 m.n or None)
@@ -139,7 +109,7 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
     for version, run in runs_by_version.items():
         decode = point_values(run, "decode_tok_s")
         for point in run.points:
-            pid = parse_point(point)
+            pid = PointKey.parse(point)
             if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
                 continue
             ttft_s = METRICS["ttft_s"].sample_values(run, point)
@@ -153,56 +123,42 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
                                              r.prompt_tokens, r.concurrency)))
 
 
-def _single_stream(points: Mapping[PointId, Measured]) -> dict[int, Measured]:
+def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
     return {p.prompt_tokens: v for p, v in points.items() if p.concurrency in (1, None)}
 
 
 # --- predictions ------------------------------------------------------------------------------
 
 
-def _speed_doc(run: RunRecord) -> Mapping[str, Any]:
-    doc = run.prediction or {}
-    inner = doc.get("speed")
-    return inner if isinstance(inner, Mapping) else doc
-
-
-def _basis(doc: Mapping[str, Any], point: Mapping[str, Any], calibrated: bool, kind: str) -> str:
-    bw = doc.get("bandwidth")
-    bw_text = f"{bw / 1e9:,.0f} GB/s ({doc.get('bandwidth_source', 'profile')})" if isinstance(
-        bw, int | float) else "profile bandwidth"
-    if kind == "decode":
-        per_token = point.get("bytes_per_token")
-        read = f" over {per_token / GIB:.3f} GiB read per token" if isinstance(
-            per_token, int | float) else ""
-        text = f"roofline {bw_text}{read}"
+def _basis(plan: PlanDocument, point: PredictedSpeed) -> str:
+    """How a prediction was made, in words (roofline inputs, calibration when applied)."""
+    bw = (f"{plan.bandwidth / 1e9:,.0f} GB/s ({plan.bandwidth_source or 'profile'})"
+          if plan.bandwidth is not None else "profile bandwidth")
+    if point.kind == "decode":
+        read = (f" over {point.bytes_per_token / GIB:.3f} GiB read per token"
+                if point.bytes_per_token is not None else "")
+        text = f"roofline {bw}{read}"
     else:
-        text = f"roofline, {point.get('bound', 'compute')}-bound ({doc.get('compute_source', '')})"
-    eff = doc.get(f"{kind}_efficiency")
-    if calibrated and isinstance(eff, Mapping):
+        text = f"roofline, {point.bound or 'compute'}-bound ({plan.compute_source or ''})"
+    eff = plan.efficiency(point.kind)
+    if point.calibrated and eff is not None:
         text += (f" × calibrated efficiency {float(eff.get('median', 0)):.2f} "
                  f"({eff.get('key', '?')}, n={eff.get('n', '?')})")
     return text
 
 
+def prediction_of(point: PredictedSpeed, plan: PlanDocument, run_id: str | None) -> Predicted:
+    """How the site shows one predicted point (value, unit, basis): one place to extend."""
+    value = point.best_tok_s
+    assert value is not None
+    return Predicted(value, "tok/s", _basis(plan, point), run_id)
+
+
 def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
-    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's prediction document."""
-    doc = _speed_doc(run)
-    out: dict[tuple[str, int], Predicted] = {}
-    for kind, key in (("decode", "context_len"), ("prefill", "prompt_len")):
-        points = doc.get(kind)
-        if not isinstance(points, list | tuple):  # tuple before a JSON round trip
-            continue
-        for p in points:
-            if not isinstance(p, Mapping) or not isinstance(p.get(key), int):
-                continue
-            cal = p.get("calibrated_tok_s")
-            value = cal if isinstance(cal, int | float) else p.get("roofline_tok_s")
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                continue
-            out[(kind, int(p[key]))] = Predicted(
-                float(value), "tok/s", _basis(doc, p, isinstance(cal, int | float), kind),
-                run.run_id)
-    return out
+    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's stored plan."""
+    plan = read_plan(run.prediction)
+    return {(p.kind, p.tokens): prediction_of(p, plan, run.run_id)
+            for p in (*plan.decode, *plan.prefill) if p.best_tok_s is not None}
 
 
 def _predicted_at(preds: Mapping[tuple[str, int], Predicted], kind: str,
@@ -269,28 +225,26 @@ def observation(run: RunRecord) -> EngineObservation:
 
 def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
     """The run's plan (``servelab.plan/1``) against what its engine reported."""
-    plan = run.prediction or {}
-    if not isinstance(plan.get("kv_pool"), Mapping):
+    plan = read_plan(run.prediction)
+    if not isinstance((run.prediction or {}).get("kv_pool"), Mapping):
         return ()
-    kv: Mapping[str, Any] = plan["kv_pool"]
     obs = observation(run)
-    rule = f"vLLM {kv.get('engine_version', '?')} KV arithmetic ({kv.get('rule', '?')})"
+    rule = f"vLLM {plan.kv_engine_version or '?'} KV arithmetic ({plan.kv_rule or '?'})"
     out: list[PlanCheck] = []
-    if isinstance(kv.get("tokens"), int) and obs.kv_tokens is not None:
-        out.append(PlanCheck("KV pool", Predicted(float(kv["tokens"]), "tokens", rule,
+    if plan.kv_tokens is not None and obs.kv_tokens is not None:
+        out.append(PlanCheck("KV pool", Predicted(float(plan.kv_tokens), "tokens", rule,
                                                   run.run_id), obs.kv_tokens))
-    if isinstance(kv.get("max_concurrency"), int | float) and obs.max_concurrency is not None:
+    if plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
         out.append(PlanCheck("max concurrency at full context",
-                             Predicted(float(kv["max_concurrency"]), "x", rule, run.run_id),
+                             Predicted(plan.kv_max_concurrency, "x", rule, run.run_id),
                              obs.max_concurrency))
-    weights = plan.get("weights")
-    if isinstance(weights, Mapping) and isinstance(weights.get("resident_bytes"), int) and (
-            obs.weights is not None) and (
+    resident = plan.weights_resident_bytes
+    if resident is not None and obs.weights is not None and (
             # the engine prints GiB with two decimals: below that there is nothing to compare
-            obs.weights.value > 0 or weights["resident_bytes"] >= 0.005 * GIB):
+            obs.weights.value > 0 or resident >= 0.005 * GIB):
         out.append(PlanCheck("weights resident", Predicted(
-            weights["resident_bytes"] / GIB, "GiB",
-            f"checkpoint bytes from the safetensors headers ({weights.get('source', 'inspect')})",
+            resident / GIB, "GiB",
+            f"checkpoint bytes from the safetensors headers ({plan.weights_source or 'inspect'})",
             run.run_id), obs.weights))
     return tuple(out)
 
@@ -414,7 +368,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
             for point in r.points:
                 seen.setdefault(point, None)
         for point in seen:
-            pid = parse_point(point)
+            pid = PointKey.parse(point)
             if pid is None or pid.concurrency not in (1, None):
                 continue
             series = analyse_series(runs, metric, point)
@@ -616,7 +570,7 @@ def experiment_page(exp: ExperimentRecord, runs: Mapping[str, RunRecord],
         change = Derived(rel * 100.0, "%", f"variant / baseline − 1{ci}{pv}",
                          (*exp.baseline_run_ids, *exp.variant_run_ids))
         significant = isinstance(p, int | float) and p < alpha
-        pid = parse_point(str(d.get("point") or ""))
+        pid = PointKey.parse(str(d.get("point") or ""))
         at = f" @ {pid.prompt_tokens:,}" if pid else ""
         metrics.append(ExperimentMetric(f"{d.get('label') or d.get('metric')}{at}", unit, b, c,
                                         change, significant))
@@ -671,7 +625,7 @@ def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:
 
 
 __all__ = [
-    "PointId",
+    "PointKey",
     "build_row",
     "collect_site",
     "concurrent_rows",
@@ -680,8 +634,8 @@ __all__ = [
     "mean_ci",
     "memory_split",
     "observation",
-    "parse_point",
     "plan_checks",
+    "prediction_of",
     "predictions",
     "recipe_meta",
     "recipe_page",
