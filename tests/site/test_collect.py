@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from site_records import HOSTILE_LINE, HOSTILE_MODEL, SECRET, populate, record
+from site_records import (
+    HOSTILE_LINE,
+    HOSTILE_MODEL,
+    PREDICTION_SOURCE,
+    SECRET,
+    populate,
+    record,
+)
 
 from servelab.site import prose
 from servelab.site.collect import (
@@ -59,8 +66,11 @@ def test_recipe_pages_hold_the_stored_measurements(
     # the prediction stored with the run, labelled with its basis
     row = prose.row_at(page.decode, 2048, "0.32.0")
     assert row is not None and row.predicted is not None
-    assert row.predicted.value == pytest.approx(4e9 / 40_000_000)
-    assert row.predicted.basis.startswith("roofline 4 GB/s (probe)")
+    assert row.predicted.value == pytest.approx(4e9 / 40_000_000 * 0.9)
+    assert row.predicted.low is not None and row.predicted.high is not None
+    assert row.predicted.low < row.predicted.value < row.predicted.high
+    assert row.predicted.basis.startswith(PREDICTION_SOURCE)
+    assert "roofline bound 100 tok/s" in row.predicted.basis
     assert prose.row_at(page.decode, 512, "0.32.0").predicted is None  # type: ignore[union-attr]
     # prefill = prompt tokens / TTFT
     pre = prose.row_at(page.prefill, 2048, "0.32.0")

@@ -39,13 +39,11 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.errors import ServelabError, UsageError
 from servelab.hardware.profiles import HardwareProfile, get_profile
-from servelab.pipeline.calibration import measurements_from_runs
+from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan, build_plan
-from servelab.plan.calibrate import fit_efficiencies, lookup
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
-from servelab.plan.predict import Efficiency
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
@@ -135,29 +133,6 @@ def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*mine, *extra]))
 
 
-def calibration_for(
-    store: Store, plan_inputs: tuple[HardwareProfile, str, str]
-) -> tuple[Efficiency | None, Efficiency | None]:
-    """Decode and prefill efficiencies fitted from the store's ok runs on this hardware."""
-    hardware, engine_version, backend = plan_inputs
-    runs = store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
-    measurements = measurements_from_runs(runs)
-    if not measurements:
-        return None, None
-
-    def hardware_for(name: str) -> HardwareProfile:
-        return hardware if name == hardware.name else get_profile(name)
-
-    fits = fit_efficiencies(measurements, hardware_for)
-    common = {
-        "engine": "vllm",
-        "engine_version": engine_version,
-        "backend": backend,
-        "hardware": hardware.name,
-    }
-    return lookup(fits, kind="decode", **common), lookup(fits, kind="prefill", **common)
-
-
 def apply_dtype_flag(
     config: dict[str, Any], weights: Weights, dtype: str | None
 ) -> tuple[dict[str, Any], Weights]:
@@ -205,10 +180,12 @@ def make_run_plan(
     flags = recipe.engine.flags
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     config, weights = apply_dtype_flag(config, weights, flags.dtype)
-    dec = pre = None
-    if store is not None:
-        backend = hardware.kernel_path(weights.scheme, moe=weights.moe).name
-        dec, pre = calibration_for(store, (hardware, engine_version, backend))
+    runs = (
+        store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
+        if store is not None
+        else []
+    )
+    calibration = calibration_for(runs, hardware, weights)
     return build_plan(
         config,
         weights,
@@ -220,8 +197,7 @@ def make_run_plan(
         engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
-        decode_efficiency=dec,
-        prefill_efficiency=pre,
+        calibration=calibration,
     )
 
 

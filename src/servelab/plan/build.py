@@ -7,11 +7,13 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
      "hardware": {...profile...}, "engine": {"name": "vllm", "version", "platform"},
      "weights": {"resident_bytes", "decode_bytes_per_token", "routed_expert_bytes",
                  "active_params", "scheme", "quant_label", "source"},
+     "dims": {"num_layers", "full_attention_layers", "linear_attention_layers", "mtp_layers"},
      "kv_pool": {...KvPoolPlan: tokens, max_concurrency, block_size, groups, rule,
                  evidence, log_lines, ...},
      "memory": {...MemoryPlan...},
      "fits": {"fits", "headroom_bytes", "largest_context_at_concurrency_1"},
-     "speed": {...SpeedPrediction: decode/prefill/mtp points, each "predicted": true},
+     "speed": {...SpeedPrediction: decode/prefill/mtp points (roofline bound, prediction
+               with interval), decode_fit/prefill_fit (source, ±), each "predicted": true},
      "notes": [str]}
 """
 
@@ -25,7 +27,8 @@ from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
 from servelab.plan.memory import MemoryPlan, plan_memory
 from servelab.plan.modelcfg import ModelDims, model_dims
-from servelab.plan.predict import DEFAULT_PROMPT_LENS, Efficiency, SpeedPrediction, predict_speed
+from servelab.plan.predict import DEFAULT_PROMPT_LENS, SpeedPrediction, predict_speed
+from servelab.plan.speedmodel import Calibration
 from servelab.plan.weights import Weights
 
 SCHEMA = "servelab.plan/1"
@@ -67,6 +70,12 @@ class Plan:
                 "mtp_tensors": w.mtp_tensors,
                 "source": w.source,
             },
+            "dims": {
+                "num_layers": self.dims.num_layers,
+                "full_attention_layers": self.dims.num_full_attention_layers,
+                "linear_attention_layers": self.dims.num_linear_layers,
+                "mtp_layers": self.dims.mtp_layers,
+            },
             "kv_pool": self.kv.to_dict(),
             "memory": self.memory.to_dict(),
             "fits": {
@@ -102,8 +111,7 @@ def build_plan(
     enable_prefix_caching: bool = True,
     block_size: int | None = None,
     overhead_bytes: int | None = None,
-    decode_efficiency: Efficiency | None = None,
-    prefill_efficiency: Efficiency | None = None,
+    calibration: Calibration | None = None,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
 ) -> Plan:
@@ -154,8 +162,7 @@ def build_plan(
         prompt_lens=prompt_lens,
         kv_dtype_bytes=kv.kv_dtype_bytes,
         ssm_dtype=kv.mamba_ssm_dtype or "float32",
-        decode_efficiency=decode_efficiency,
-        prefill_efficiency=prefill_efficiency,
+        calibration=calibration,
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
     )

@@ -42,6 +42,7 @@ class Weights:
     vision_bytes: int
     source: str
     lm_head_params: int = 0
+    lm_head_bytes: int = 0
 
     @property
     def moe(self) -> bool:
@@ -106,4 +107,5 @@ def weights_from_report(report: CheckpointReport, *, name: str | None = None) ->
         vision_bytes=report.vision_bytes,
         source="checkpoint headers (servelab inspect)",
         lm_head_params=int(report.params_by_role.get("lm_head", 0)),
+        lm_head_bytes=int(report.bytes_by_role_incl_scales.get("lm_head", 0)),
     )

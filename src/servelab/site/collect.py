@@ -168,26 +168,18 @@ def _speed_doc(run: RunRecord) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else doc
 
 
-def _basis(doc: Mapping[str, Any], point: Mapping[str, Any], calibrated: bool, kind: str) -> str:
-    bw = doc.get("bandwidth")
-    bw_text = f"{bw / 1e9:,.0f} GB/s ({doc.get('bandwidth_source', 'profile')})" if isinstance(
-        bw, int | float) else "profile bandwidth"
-    if kind == "decode":
-        per_token = point.get("bytes_per_token")
-        read = f" over {per_token / GIB:.3f} GiB read per token" if isinstance(
-            per_token, int | float) else ""
-        text = f"roofline {bw_text}{read}"
-    else:
-        text = f"roofline, {point.get('bound', 'compute')}-bound ({doc.get('compute_source', '')})"
-    eff = doc.get(f"{kind}_efficiency")
-    if calibrated and isinstance(eff, Mapping):
-        text += (f" × calibrated efficiency {float(eff.get('median', 0)):.2f} "
-                 f"({eff.get('key', '?')}, n={eff.get('n', '?')})")
-    return text
+def _basis(doc: Mapping[str, Any], point: Mapping[str, Any], kind: str) -> str:
+    fit = doc.get(f"{kind}_fit")
+    label = fit.get("label") if isinstance(fit, Mapping) else None
+    roof = point.get("roofline_tok_s")
+    bound = f"; roofline bound {roof:,.0f} tok/s" if isinstance(roof, int | float) else ""
+    return f"{label or 'calibrated speed model'}{bound}"
 
 
 def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
-    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's prediction document."""
+    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's prediction document:
+    only points with a calibrated prediction and its interval (a roofline alone is a bound,
+    not a prediction, and is not shown as one)."""
     doc = _speed_doc(run)
     out: dict[tuple[str, int], Predicted] = {}
     for kind, key in (("decode", "context_len"), ("prefill", "prompt_len")):
@@ -197,13 +189,15 @@ def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
         for p in points:
             if not isinstance(p, Mapping) or not isinstance(p.get(key), int):
                 continue
-            cal = p.get("calibrated_tok_s")
-            value = cal if isinstance(cal, int | float) else p.get("roofline_tok_s")
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            value, low, high = (p.get(k) for k in ("predicted_tok_s", "predicted_low",
+                                                   "predicted_high"))
+            nums = (value, low, high)
+            if not all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in nums):
                 continue
+            assert isinstance(value, int | float) and isinstance(low, int | float)
+            assert isinstance(high, int | float)
             out[(kind, int(p[key]))] = Predicted(
-                float(value), "tok/s", _basis(doc, p, isinstance(cal, int | float), kind),
-                run.run_id)
+                float(value), "tok/s", _basis(doc, p, kind), run.run_id, float(low), float(high))
     return out
 
 

@@ -62,12 +62,15 @@ class Measured:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A value servelab predicted (never measured); ``basis`` says how."""
+    """A value servelab predicted (never measured); ``basis`` says how, ``low``..``high`` is
+    its interval (speed predictions always carry one; KV arithmetic is exact)."""
 
     value: float
     unit: str
     basis: str
     run_id: str | None = None
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
