@@ -60,11 +60,10 @@ def report(
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
     from servelab.hardware.profiles import get_profile
-    from servelab.pipeline.calibration import samples_from_runs
+    from servelab.pipeline.calibration import Coefficients, ledger_for_runs
     from servelab.plan.ledger import ledger, summarize
     from servelab.plan.predict import lower_bounds, roofline_coefficients
     from servelab.plan.priors import load_priors
-    from servelab.plan.speedmodel import Sample
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
 
@@ -72,34 +71,31 @@ def report(
     table = load_priors(priors)
     if priors_only:
         stored = [s for s in table.samples if hardware is None or s.hardware == hardware]
-        prior_samples: list[Sample] = []
+        if not stored:
+            raise UsageError(f"the priors table has no measurement on {hardware}")
+
+        @functools.cache
+        def coefficients(hw: str, compute: str) -> tuple[Coefficients, Coefficients]:
+            profile = get_profile(hw)
+            return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
+
+        rows = ledger(
+            stored,
+            [],
+            lambda kind, s: coefficients(s.hardware, s.compute)[0][kind],
+            origin="shipped priors",
+            lower=lambda kind, s: coefficients(s.hardware, s.compute)[1][kind],
+        )
     else:
         with open_store(db) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
-        stored = samples_from_runs(runs)
-        prior_samples = list(table.samples)
-    if not stored:
-        raise UsageError(
-            "no measured single-stream points to check"
-            + (f" on {hardware}" if hardware else "")
-            + " (run `servelab run RECIPE` first, or use --priors-only)"
-        )
-
-    @functools.cache
-    def coefficients(hw: str, compute: str) -> dict[str, tuple[float, ...]]:
-        return roofline_coefficients(get_profile(hw), compute)
-
-    @functools.cache
-    def bounds(hw: str, compute: str) -> dict[str, tuple[float, ...]]:
-        return lower_bounds(get_profile(hw), compute)
-
-    rows = ledger(
-        stored,
-        prior_samples,
-        lambda kind, s: coefficients(s.hardware, s.compute)[kind],
-        origin="shipped priors" if priors_only else "stored runs",
-        lower=lambda kind, s: bounds(s.hardware, s.compute)[kind],
-    )
+        rows = ledger_for_runs(runs, table)
+        if not rows:
+            raise UsageError(
+                "no measured single-stream points to check"
+                + (f" on {hardware}" if hardware else "")
+                + " (run `servelab run RECIPE` first, or use --priors-only)"
+            )
     summary = summarize(rows)
     cells = [
         [

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from servelab.hardware.profiles import HardwareProfile
+from servelab.plan.ledger import LedgerRow, ledger
 from servelab.plan.predict import lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
 from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate
@@ -131,3 +132,47 @@ def calibration_for(
         note = f"shipped priors table {table.version} ({table.origin})"
         return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
     return cal
+
+
+Coefficients = dict[str, tuple[float, ...]]
+
+
+def roofline_of_run(run: RunRecord) -> tuple[Coefficients, Coefficients] | None:
+    """(roofline coefficients, lower bounds) of the ceilings a run's own plan used: its
+    bandwidth and its kernel path's compute rate (``None`` when the plan lacks them)."""
+    speed = (run.prediction or {}).get("speed")
+    if not isinstance(speed, Mapping):
+        return None
+    bw, rate = _num(speed.get("bandwidth")), _num(speed.get("compute_rate"))
+    if not bw:
+        return None
+    per_flop = 1.0 / rate if rate else 0.0
+    roof = {"decode": (1.0 / bw, 0.0, 0.0), "prefill": (per_flop, 1.0 / bw, 0.0, 0.0)}
+    hw = (run.prediction or {}).get("hardware")
+    cpu = isinstance(hw, Mapping) and hw.get("platform") == "cpu"
+    low = {**roof, "prefill": (0.0, 1.0 / bw, 0.0, 0.0)} if cpu else roof
+    return roof, low
+
+
+def ledger_for_runs(
+    runs: Iterable[RunRecord], priors: PriorTable | None = None
+) -> tuple[LedgerRow, ...]:
+    """The leave-one-model-out ledger over ``runs`` (each build predicted as if never run),
+    with each run's own ceilings as the roofline. Pure."""
+    stored: list[Sample] = []
+    ceilings: dict[str, tuple[Coefficients, Coefficients]] = {}
+    for run in runs:
+        got = samples_from_run(run)
+        bounds = roofline_of_run(run)
+        if not got or bounds is None:
+            continue
+        stored.extend(got)
+        for s in got:
+            ceilings.setdefault(s.model, bounds)
+    table = priors or load_priors()
+    return ledger(
+        stored,
+        table.samples,
+        lambda kind, s: ceilings[s.model][0][kind],
+        lower=lambda kind, s: ceilings[s.model][1][kind],
+    )

@@ -43,6 +43,7 @@ from servelab.site.fmt import (
     redact_argv,
     slugify,
 )
+from servelab.pipeline.calibration import ledger_for_runs
 from servelab.site.model import (
     BuildRow,
     ChangePoint,
@@ -644,7 +645,8 @@ def site_from_records(runs: Sequence[RunRecord], experiments: Sequence[Experimen
                     for slug, ps in sorted(models.items()))
     run_pages = tuple(_run_page(r, slugs) for r in sorted(
         runs, key=lambda r: (r.started_at, _rid(r)), reverse=True))
-    return Site(title, tuple(pages), indexes, tuple(exp_pages), run_pages)
+    ok = [r for r in runs if r.status == STATUS_OK]
+    return Site(title, tuple(pages), indexes, tuple(exp_pages), run_pages, ledger_for_runs(ok))
 
 
 def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:

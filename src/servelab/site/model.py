@@ -16,6 +16,8 @@ Every number is one of three kinds, so that a page can always say where it came 
 
 from __future__ import annotations
 
+from servelab.plan.ledger import LedgerRow
+
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -352,3 +354,4 @@ class Site:
     models: tuple[ModelIndexPage, ...]
     experiments: tuple[ExperimentPage, ...]
     runs: tuple[RunPage, ...]
+    ledger: tuple[LedgerRow, ...] = ()
