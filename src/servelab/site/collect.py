@@ -34,6 +34,7 @@ from typing import Any
 from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.pipeline.calibration import ledger_for_runs
 from servelab.site import prose
 from servelab.site.fmt import (
     GIB,
@@ -43,7 +44,6 @@ from servelab.site.fmt import (
     redact_argv,
     slugify,
 )
-from servelab.pipeline.calibration import ledger_for_runs
 from servelab.site.model import (
     BuildRow,
     ChangePoint,

@@ -16,9 +16,9 @@ Every number is one of three kinds, so that a page can always say where it came 
 
 from __future__ import annotations
 
-from servelab.plan.ledger import LedgerRow
-
 from dataclasses import dataclass, field
+
+from servelab.plan.ledger import LedgerRow
 
 __all__ = [
     "BuildRow",
