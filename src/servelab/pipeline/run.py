@@ -38,6 +38,7 @@ from servelab.engine.logfacts import EngineFacts, Phase
 from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.errors import ServelabError, UsageError
+from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.calibration import measurements_from_runs
 from servelab.pipeline.environment import engine_environment
@@ -222,6 +223,8 @@ def make_run_plan(
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         decode_efficiency=dec,
         prefill_efficiency=pre,
+        layout=flags.layout(),
+        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
 
 
