@@ -223,6 +223,8 @@ def test_plan_cli_fits_per_gpu(tiny_next: Path, tmp_path: Path) -> None:
     assert full.exit_code == 0, full.output
     assert "communication term" in full.output and "TP all-reduce" in full.output
     assert "stage 1" in full.output
+    md = runner.invoke(app, [*common, "-tp", "2", "-pp", "2", "--markdown"])
+    assert md.exit_code == 0 and "## Parallel layout TP2 x PP2 x DP1 (4 GPUs" in md.output
     js = json.loads(runner.invoke(app, [*common, "-tp", "2", "--json"]).output)
     assert js["parallel"]["layout"]["tensor"] == 2
     assert js["kv_pool"]["layout"]["world_size"] == 2
