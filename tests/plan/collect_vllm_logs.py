@@ -31,7 +31,7 @@ KEEP = re.compile(
     r"Setting attention block size|Padding mamba page|Add \d+ padding layers|"
     r"KV cache size|Maximum concurrency|Using \S+ KV cache layout|for KV cache on node|"
     r"SSM state storage|DP group leader|world_size=\d+ rank=|communicator|"
-    r"unevenly partitioned"
+    r"unevenly partitioned|Expert parallelism is enabled|is assigned as DP rank"
 )
 LAYERS8 = [
     "linear_attention",
@@ -112,6 +112,27 @@ CASES: dict[str, dict[str, Any]] = {
         "kv": 100_000_000,
         "mml": 4096,
         "extra": ["--tensor-parallel-size", "2"],
+        "env": BIND2,
+    },
+    "llama_dp2_100m_4096": {
+        "arch": "llama",
+        "kv": 100_000_000,
+        "mml": 4096,
+        "extra": ["--data-parallel-size", "2"],
+        "env": BIND2,
+    },
+    "qwen3_moe_tp2_ep_50m_2048": {
+        "arch": "qwen3_moe",
+        "kv": 50_000_000,
+        "mml": 2048,
+        "extra": ["--tensor-parallel-size", "2", "--enable-expert-parallel"],
+        "env": BIND2,
+    },
+    "qwen3_next_pp2_256m_4096": {
+        "arch": "qwen3_next",
+        "kv": 268_435_456,
+        "mml": 4096,
+        "extra": ["--pipeline-parallel-size", "2"],
         "env": BIND2,
     },
     "llama_pp2_100m_4096": {

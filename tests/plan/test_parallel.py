@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,23 @@ def test_multi_rank_log_facts_from_real_vllm_cpu_starts() -> None:
     assert tp.dist_backend == "gloo" and tp.comm_transport is not None
     pp = parse_log((LOGS / "llama_pp2_100m_4096.log").read_text())
     assert pp.pipeline_parallel_size == 2 and pp.ranks == ("Worker_PP0", "Worker_PP1")
+    dp = parse_log((LOGS / "llama_dp2_100m_4096.log").read_text())
+    assert dp.data_parallel_size == 2 and dp.ranks == ("EngineCore_DP0", "EngineCore_DP1")
+    # Each DP replica logs its own pool; the plan's is one replica's, twice over in all.
+    config = json.loads((LOGS / "llama_dp2_100m_4096.config.json").read_text())
+    plan = plan_kv_pool(config, kv_cache_memory_bytes=100_000_000, max_model_len=4096,
+                        layout=ParallelLayout(data=2))  # fmt: skip
+    assert plan.tokens == dp.kv_pool_tokens and plan.tokens_all_replicas == 2 * plan.tokens
+    ep = parse_log((LOGS / "qwen3_moe_tp2_ep_50m_2048.log").read_text())
+    assert (ep.expert_parallel_size, ep.experts_per_rank) == (2, 4)
+    assert "Worker_TP0_EP0" in ep.ranks
+    text = (LOGS / "qwen3_moe_tp2_ep_50m_2048.log").read_text()
+    command = next(ln for ln in text.splitlines() if ln.startswith("# command: "))
+    layout = layout_from_argv(shlex.split(command.removeprefix("# command: ")))
+    assert layout.expert and layout.moe_group == 2
+    config = json.loads((LOGS / "qwen3_moe_tp2_ep_50m_2048.config.json").read_text())
+    # The plan splits routed experts over TP x DP ranks, as the engine placed them.
+    assert config["num_local_experts"] // layout.moe_group == ep.experts_per_rank
 
 
 def test_gpu_and_ray_rank_lines() -> None:

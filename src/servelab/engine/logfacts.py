@@ -127,6 +127,8 @@ class EngineFacts:
     comm_transport: str | None = None
     executor: str | None = None
     ray_nodes: tuple[str, ...] = ()
+    expert_parallel_size: int | None = None
+    experts_per_rank: int | None = None
     warnings: tuple[LogNotice, ...] = ()
     errors: tuple[LogNotice, ...] = ()
 
@@ -221,7 +223,11 @@ _RE_RAY = re.compile(
     r"Ray is already initialized|placement group|RayWorkerWrapper|Ray distributed executor"
     r"|Connecting to existing Ray cluster"
 )
-_RE_RANK_PROC = re.compile(r"^(?:Worker|RayWorkerWrapper)_?\w*$")
+_RE_EP = re.compile(
+    r"\[EP Rank \d+/(\d+)\] Expert parallelism is enabled.*"
+    r"Local/global number of experts: (\d+)/\d+"
+)
+_RE_RANK_PROC = re.compile(r"^(?:(?:Worker|RayWorkerWrapper)_?\w*|EngineCore_DP\d+)$")
 _RE_EXC = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
 
 _WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -371,6 +377,9 @@ class LogParser:
             f["comm_transport"] = "torch.distributed (gloo); CPU shared-memory communicator off"
         if _RE_RAY.search(msg):
             f["executor"] = "ray"
+        if m := _RE_EP.search(msg):
+            f["expert_parallel_size"] = int(m.group(1))
+            f["experts_per_rank"] = int(m.group(2))
 
     def _facts_from(self, msg: str, level: str) -> None:
         f = self._f
