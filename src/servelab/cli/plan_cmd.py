@@ -318,7 +318,7 @@ def _render_parallel(plan: Plan, console: Console) -> None:
     for c in ("context", "memory term", "communication term", "tok/s", "tok/s per GPU"):
         dt.add_column(c, justify="right")
     for d in plan.parallel_decode:
-        comm = "; ".join(f"{c.kind} {c.seconds * 1e3:.3f} ms ({c.link})" for c in d.comm) or "-"
+        comm = d.comm_label()
         dt.add_row(
             f"{d.context_len:,}",
             f"{d.memory_s * 1e3:.3f} ms",

@@ -19,6 +19,14 @@ DeltaNet (mamba-style) layers:
    ``max_concurrency = num_blocks / sum(blocks per group)`` and, depending on the version,
    ``tokens = int(max_concurrency x max_model_len)``.
 
+6. Parallel layouts (:class:`~servelab.plan.layout.ParallelLayout`): pages are one TP
+   rank's (its ``max(1, kv_heads // TP)`` KV heads, ``1/TP`` of the GDN state); with PP
+   the groups stay the whole model's, each stage's block holds its own layers' pages, and
+   every stage takes the smallest stage's block count (``get_kv_cache_configs``). "Maximum
+   concurrency" is that one rank's ``num_blocks / blocks_per_request``
+   (``get_max_concurrency_for_kv_cache_config``): no factor of TP or PP appears. DP
+   replicas each build (and log) their own pool.
+
 Pure: takes a config mapping and numbers, returns a frozen :class:`KvPoolPlan`.
 """
 

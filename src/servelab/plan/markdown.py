@@ -35,7 +35,7 @@ def _parallel_markdown(plan: Plan) -> list[str]:
         "|---:|---:|---|---:|---:|",
     ]
     for d in plan.parallel_decode:
-        comm = "; ".join(f"{c.kind} {c.seconds * 1e3:.3f} ms ({c.link})" for c in d.comm) or "-"
+        comm = d.comm_label()
         out.append(
             f"| {d.context_len:,} | {d.memory_s * 1e3:.3f} ms | {comm} | {d.tok_s:,.1f} | "
             f"{d.tok_s_per_gpu:,.1f} |"

@@ -207,6 +207,10 @@ class ParallelDecode:
         """Seconds per token spent communicating (all terms)."""
         return sum(c.seconds for c in self.comm)
 
+    def comm_label(self) -> str:
+        """``TP all-reduce 0.130 ms (nvlink4); PP send/recv ...`` or ``-`` (for tables)."""
+        return "; ".join(f"{c.kind} {c.seconds * 1e3:.3f} ms ({c.link})" for c in self.comm) or "-"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {
