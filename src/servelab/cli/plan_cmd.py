@@ -295,7 +295,8 @@ def _render_parallel(plan: Plan, console: Console) -> None:
     t = Table(title=f"Parallel layout {lay.label()}", title_justify="left", show_header=False)
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("GPUs", f"{lay.world_size} ({lay.gpus_per_replica} per replica, {lay.data} replicas)")
+    replicas = f"{lay.data} replica{'s' if lay.data != 1 else ''}"
+    t.add_row("GPUs", f"{lay.world_size} ({lay.gpus_per_replica} per replica, {replicas})")
     for i, ((lo, hi), w) in enumerate(
         zip(kv.stage_layers, plan.gpu_weights.per_stage, strict=True)
     ):
