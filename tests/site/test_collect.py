@@ -183,6 +183,23 @@ def test_points_with_several_streams_get_their_own_table() -> None:
     assert 'id="concurrent-table"' in html and "120.0 ms" in html
 
 
+
+def test_tokens_per_gpu_follow_the_runs_parallel_layout() -> None:
+    base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)
+    c4 = tuple(Sample(point="p512-c4", index=i, ttft_s=0.1, tpot_s=1 / d, prompt_tokens=512,
+                      completion_tokens=32) for i, d in enumerate((20.0, 22.0, 24.0)))
+    args = (*base.engine_args, "--tensor-parallel-size", "2")
+    run = dataclasses.replace(base, run_id="tp2run", samples=base.samples + c4, engine_args=args)
+    [page] = site_from_records([run]).recipes
+    assert (page.gpus, page.layout) == (2, "TP2 x PP1 x DP1")
+    [row] = page.concurrent
+    assert row.gpus == 2 and row.per_gpu.value == pytest.approx(22.0 * 4 / 2)
+    html = render_site(site_from_records([run]))["recipes/tiny-bf16.html"]
+    assert "Output per GPU" in html and "Served on 2 GPUs (TP2 x PP1 x DP1)" in html
+    single = site_from_records([dataclasses.replace(run, engine_args=base.engine_args)])
+    assert single.recipes[0].gpus == 1 and single.recipes[0].layout == ""
+
+
 def test_point_names_and_params() -> None:
     assert parse_point("p2048-c1") == PointId(2048, 1)
     assert parse_point("vllm-p512-o128-c4") == PointId(512, 4)

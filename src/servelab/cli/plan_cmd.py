@@ -16,11 +16,14 @@ from rich.table import Table
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.errors import UsageError
+from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.probe import load_probe
 from servelab.hardware.profiles import HardwareProfile, get_profile, with_probe
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.explain import explain as explain_builds
+from servelab.plan.layout import ParallelLayout
 from servelab.plan.markdown import explain_markdown, interval_text, plan_markdown
+from servelab.plan.parallel import LINKS, Topology, topology_for
 from servelab.plan.speedmodel import Fit
 from servelab.plan.weights import weights_from_report
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
@@ -114,6 +117,8 @@ def make_plan(
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
     overhead_bytes: int | None = None,
+    layout: ParallelLayout | None = None,
+    topology: Topology | None = None,
 ) -> Plan:
     """Read the checkpoint's headers and plan it (the CLI's library call)."""
     source = load_checkpoint(checkpoint, revision=revision)
@@ -144,6 +149,9 @@ def make_plan(
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
         overhead_bytes=overhead_bytes,
+        layout=layout,
+        topology=topology,
+        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
 
 
@@ -174,10 +182,17 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         f"vLLM {plan.engine_version}, {plan.platform} rules"
     )
     fit = mem.fits and kv.fits_one_request
-    mt = Table(title="Memory", title_justify="left")
+    lay = plan.layout
+    per_gpu = "" if lay.is_single else f" per GPU ({lay.label()}, {lay.world_size} GPUs)"
+    mt = Table(title="Memory" + per_gpu, title_justify="left")
     for c in ("item", "size", "source"):
         mt.add_column(c, justify="right" if c == "size" else "left")
-    mt.add_row("weights (resident)", human_bytes(mem.weights_bytes), plan.weights.source)
+    mt.add_row(
+        "weights (resident)",
+        human_bytes(mem.weights_bytes),
+        plan.weights.source
+        + ("" if lay.is_single else f"; fullest GPU of {human_bytes(plan.weights.resident_bytes)}"),
+    )
     mt.add_row("KV pool", _gib(mem.kv_pool_bytes), mem.kv_pool_source)
     mt.add_row("overhead", _gib(mem.overhead_bytes), mem.overhead_source)
     mt.add_row(
@@ -188,11 +203,14 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
     )
     console.print(mt)
     console.print(
-        f"fits: [bold]{'yes' if fit else 'NO'}[/], headroom {_gib(mem.headroom_bytes)}; "
+        f"fits{' per GPU' if not lay.is_single else ''}: [bold]{'yes' if fit else 'NO'}[/], "
+        f"headroom {_gib(mem.headroom_bytes)}; "
         f"largest context at concurrency 1: {plan.largest_context_c1:,} tokens"
     )
     if fits_only:
         return
+    if not lay.is_single:
+        _render_parallel(plan, console)
     kt = Table(title="KV pool (vLLM arithmetic)", title_justify="left", show_header=False)
     kt.add_column(style="bold")
     kt.add_column()
@@ -270,6 +288,52 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         console.print(st)
     for n in (*plan.notes, *sp.notes):
         console.print(f"[yellow]note:[/] {n}")
+
+
+def _render_parallel(plan: Plan, console: Console) -> None:
+    """Per-stage weights, KV heads per rank, and decode with its communication term."""
+    kv, lay = plan.kv, plan.layout
+    t = Table(title=f"Parallel layout {lay.label()}", title_justify="left", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    replicas = f"{lay.data} replica{'s' if lay.data != 1 else ''}"
+    t.add_row("GPUs", f"{lay.world_size} ({lay.gpus_per_replica} per replica, {replicas})")
+    for i, ((lo, hi), w) in enumerate(
+        zip(kv.stage_layers, plan.gpu_weights.per_stage, strict=True)
+    ):
+        t.add_row(f"stage {i}", f"layers {lo}-{hi - 1}: {human_bytes(w)} weights per GPU")
+    if kv.kv_heads_per_rank:
+        t.add_row(
+            "KV heads per rank",
+            f"{kv.kv_heads_per_rank}"
+            + (" (replicated: TP exceeds the KV head count)" if kv.kv_heads_replicated else ""),
+        )
+    t.add_row("KV tokens, all replicas", f"{kv.tokens_all_replicas:,}")
+    topo = plan.topology
+    t.add_row(
+        "links (estimate)",
+        f"{topo.intra_node.description} within a node of {topo.gpus_per_node}, "
+        f"{topo.inter_node.description} between nodes",
+    )
+    console.print(t)
+    dt = Table(title="Decode, single stream, one replica (predicted)", title_justify="left")
+    for c in ("context", "memory term", "communication term", "tok/s", "tok/s per GPU"):
+        dt.add_column(c, justify="right")
+    for d in plan.parallel_decode:
+        comm = d.comm_label()
+        dt.add_row(
+            f"{d.context_len:,}",
+            f"{d.memory_s * 1e3:.3f} ms",
+            comm,
+            f"{d.tok_s:,.1f}",
+            f"{d.tok_s_per_gpu:,.1f}",
+        )
+    console.print(dt)
+
+
+def layout_options(tp: int, pp: int, dp: int, ep: bool) -> ParallelLayout:
+    """The CLI's parallel options as the one layout value plan and recipes share."""
+    return ParallelLayout(tensor=tp, pipeline=pp, data=dp, expert=ep)
 
 
 def plan(
@@ -353,8 +417,33 @@ def plan(
         False, "--json", help="Print the plan as JSON (schema servelab.plan/1)."
     ),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
+    tensor_parallel: int = typer.Option(
+        1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size (GPUs per stage)."
+    ),
+    pipeline_parallel: int = typer.Option(
+        1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size (stages)."
+    ),
+    data_parallel: int = typer.Option(
+        1, "--data-parallel-size", "-dp", help="vLLM --data-parallel-size (replicas)."
+    ),
+    expert_parallel: bool = typer.Option(
+        False, "--enable-expert-parallel", help="vLLM's EP: routed experts split over TP x DP."
+    ),
+    gpus_per_node: int | None = typer.Option(
+        None, "--gpus-per-node", help="GPUs joined by the fast link (default by hardware)."
+    ),
+    interconnect: str | None = typer.Option(
+        None, "--interconnect", help=f"Link within a node: {', '.join(LINKS)}."
+    ),
+    network: str | None = typer.Option(
+        None, "--network", help=f"Link between nodes: {', '.join(LINKS)}."
+    ),
 ) -> None:
-    """Plan memory, the vLLM KV pool and predicted speed for CHECKPOINT on a hardware profile."""
+    """Plan memory, the vLLM KV pool and predicted speed for CHECKPOINT on a hardware profile.
+
+    With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
+    each rank's KV pool, and decode with its communication term.
+    """
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)
@@ -377,6 +466,10 @@ def plan(
         else (),
         draft_tokens=draft_tokens,
         overhead_bytes=parse_bytes(overhead) if overhead else None,
+        layout=layout_options(tensor_parallel, pipeline_parallel, data_parallel, expert_parallel),
+        topology=topology_for(
+            hw.name, intra_node=interconnect, inter_node=network, gpus_per_node=gpus_per_node
+        ),
     )
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))

@@ -39,6 +39,7 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
+from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.environment import engine_environment
@@ -199,6 +200,8 @@ def make_run_plan(
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         calibration=calibration,
+        layout=flags.layout,
+        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
 
 

@@ -12,6 +12,37 @@ def _gib(n: float) -> str:
     return f"{n / GIB:,.2f} GiB"
 
 
+def _parallel_markdown(plan: Plan) -> list[str]:
+    """Layout, per-stage weights and decode with its communication term (multi-GPU only)."""
+    lay = plan.layout
+    if lay.is_single:
+        return []
+    out = [
+        "",
+        f"## Parallel layout {lay.label()} ({lay.world_size} GPUs; memory above is per GPU)",
+        "",
+    ]
+    for i, ((lo, hi), w) in enumerate(
+        zip(plan.kv.stage_layers, plan.gpu_weights.per_stage, strict=True)
+    ):
+        out.append(f"- stage {i}: layers {lo}-{hi - 1}, {_gib(w)} of weights per GPU")
+    if plan.kv.kv_heads_per_rank:
+        rep = " (replicated)" if plan.kv.kv_heads_replicated else ""
+        out.append(f"- KV heads per rank: {plan.kv.kv_heads_per_rank}{rep}")
+    out += [
+        "",
+        "| context | memory term | communication term (predicted) | tok/s | tok/s per GPU |",
+        "|---:|---:|---|---:|---:|",
+    ]
+    for d in plan.parallel_decode:
+        comm = d.comm_label()
+        out.append(
+            f"| {d.context_len:,} | {d.memory_s * 1e3:.3f} ms | {comm} | {d.tok_s:,.1f} | "
+            f"{d.tok_s_per_gpu:,.1f} |"
+        )
+    return out
+
+
 def plan_markdown(plan: Plan) -> str:
     """The plan as Markdown; every speed is marked *predicted*."""
     kv, mem, sp = plan.kv, plan.memory, plan.speed
@@ -53,6 +84,7 @@ def plan_markdown(plan: Plan) -> str:
             f"| {d.context_len:,} | {d.bytes_per_token / GIB:.3f} GiB | "
             f"{d.roofline_tok_s:,.1f} | {cal} |"
         )
+    out += _parallel_markdown(plan)
     if sp.prefill:
         out += [
             "",

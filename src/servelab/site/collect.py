@@ -34,7 +34,9 @@ from typing import Any
 from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.errors import UsageError
 from servelab.pipeline.calibration import ledger_for_runs
+from servelab.plan.layout import ParallelLayout, layout_from_argv
 from servelab.site import prose
 from servelab.site.fmt import (
     GIB,
@@ -136,11 +138,20 @@ def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
     return out
 
 
+def run_layout(run: RunRecord) -> ParallelLayout:
+    """The parallel layout a run's engine command line asked for (one GPU if unreadable)."""
+    try:
+        return layout_from_argv(run.engine_args)
+    except UsageError:
+        return ParallelLayout()
+
+
 def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[ConcurrentRow, ...]:
     """Points run with more than one stream, per engine version (newest run of each)."""
     rows: list[ConcurrentRow] = []
     for version, run in runs_by_version.items():
         decode = point_values(run, "decode_tok_s")
+        gpus = run_layout(run).world_size
         for point in run.points:
             pid = parse_point(point)
             if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
@@ -151,7 +162,7 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
                 mean, low, high = mean_ci([v * 1000 for v in ttft_s])
                 ttft = Measured(mean, "ms", _rid(run), low, high, len(ttft_s))
             rows.append(ConcurrentRow(version, pid.prompt_tokens, pid.concurrency, decode[pid],
-                                      ttft))
+                                      ttft, gpus))
     return tuple(sorted(rows, key=lambda r: (prose.version_key(r.engine_version),
                                              r.prompt_tokens, r.concurrency)))
 
@@ -490,6 +501,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         concurrent=concurrent_rows(by_version),
         title=str(meta.get("title", "")), description=str(meta.get("description", "")),
         port=int(meta.get("port", 8000)),
+        gpus=run_layout(latest).world_size,
+        layout="" if run_layout(latest).is_single else run_layout(latest).label(),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
         mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
             mtp.get("declared_layers"), int) else None,
