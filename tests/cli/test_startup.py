@@ -12,7 +12,7 @@ import pytest
 HEAVY = ("sqlalchemy", "numpy", "matplotlib", "jinja2", "httpx", "orjson",
          "huggingface_hub", "safetensors", "torch", "transformers", "psycopg",
          "servelab.store", "servelab.pipeline", "servelab.site", "servelab.analysis",
-         "servelab.bench", "servelab.plan", "servelab.checkpoint")
+         "servelab.bench", "servelab.checkpoint")
 
 _CODE = """
 import sys

@@ -11,10 +11,11 @@ from servelab.cli.run_cmd import summary_tables
 from servelab.pipeline.summary import SummaryRow
 
 
-def _row(kind: str, prompt: int, measured: float, roof: float, cal: float | None) -> SummaryRow:
+def _row(kind: str, prompt: int, measured: float, roof: float, pred: float | None) -> SummaryRow:
     return SummaryRow(
         kind=kind, prompt_tokens=prompt, measured_tok_s=measured, ci_low=measured * 0.97,
-        ci_high=measured * 1.03, samples=120, roofline_tok_s=roof, calibrated_tok_s=cal,
+        ci_high=measured * 1.03, samples=120, roofline_tok_s=roof, predicted_tok_s=pred,
+        predicted_low=pred * 0.8 if pred else None, predicted_high=pred * 1.25 if pred else None,
         achieved_bandwidth=measured * 3.2e9 if kind == "decode" else None,
         roofline_fraction=measured / roof,
     )
@@ -35,4 +36,4 @@ def test_summary_fits_80_columns_with_every_value_whole() -> None:
         for cells in table.rows:
             for cell in cells:
                 assert cell in text, cell  # on one line, not folded
-    assert "374.6–397.8" in text and "1,234" in text and "131,072" in text
+    assert "374.6–397.8" in text and "337.5–527.4" in text and "131,072" in text

@@ -24,7 +24,8 @@ def test_a_real_plan_reads_back_after_a_json_round_trip(qwen36_fp8: Path) -> Non
     for got, want in zip(doc.decode, plan.speed.decode, strict=True):
         assert got.roofline_tok_s == want.roofline_tok_s
         assert got.bytes_per_token == want.bytes_per_token
-        assert got.best_tok_s == want.roofline_tok_s and not got.calibrated
+        assert (got.predicted_tok_s, got.predicted_low, got.predicted_high) == (
+            want.predicted_tok_s, want.predicted_low, want.predicted_high)
         assert got.raw["context_len"] == want.context_len  # fields added later stay readable
     assert doc.bandwidth == plan.speed.bandwidth
     assert doc.kv_tokens == plan.kv.tokens
@@ -42,8 +43,11 @@ def test_missing_or_malformed_parts_read_as_absent() -> None:
     doc = read_plan({"speed": {"decode": [{"context_len": "x"}, 3, {"context_len": 512,
                                                                      "roofline_tok_s": True,
                                                                      "calibrated_tok_s": 40.0}],
+                               "prefill": [{"prompt_len": 512, "predicted_tok_s": 900.0,
+                                            "predicted_low": 700.0, "predicted_high": 1e3}],
                                "bandwidth": float("nan")},
                      "kv_pool": {"tokens": 1.5}, "weights": []})
-    [p] = doc.decode
-    assert (p.tokens, p.roofline_tok_s, p.best_tok_s, p.calibrated) == (512, None, 40.0, True)
+    [p] = doc.decode  # an older document: calibrated_tok_s, no interval
+    assert (p.tokens, p.roofline_tok_s, p.predicted_tok_s, p.interval) == (512, None, 40.0, None)
+    assert doc.prefill[0].interval == (900.0, 700.0, 1000.0)
     assert doc.bandwidth is None and doc.kv_tokens is None and doc.weights_resident_bytes is None

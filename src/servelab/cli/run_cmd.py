@@ -108,11 +108,19 @@ def summary_tables(rows: tuple[SummaryRow, ...]) -> list[Table]:
             if r.ci_low is not None and r.ci_high is not None
             else ""
         )
-        bw = f"{r.achieved_bandwidth / 1e9:,.2f} GB/s" if r.achieved_bandwidth else ""
+        interval = (
+            f"{num(r.predicted_low, 1)}–{num(r.predicted_high, 1)}"
+            if r.predicted_low is not None and r.predicted_high is not None
+            else ""
+        )
+        err = f"{r.error:+.0%}" if r.error is not None else ""
+        inside = {True: "yes", False: "NO", None: ""}[r.inside_interval]
         frac = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else ""
         key = [r.kind, f"{r.prompt_tokens:,}"]
         measured.append([*key, num(r.measured_tok_s, 1), ci, str(r.samples)])
-        predicted.append([*key, num(r.roofline_tok_s, 1), num(r.calibrated_tok_s, 1), bw, frac])
+        predicted.append(
+            [*key, num(r.predicted_tok_s, 1) or "-", interval, err, inside, frac]
+        )
     return [
         Table(
             "measured (single stream)",
@@ -122,10 +130,10 @@ def summary_tables(rows: tuple[SummaryRow, ...]) -> list[Table]:
         ),
         Table(
             "predicted before the run",
-            ("metric", "prompt", "roofline", "calibrated", "achieved BW", "of roofline"),
+            ("metric", "prompt", "tok/s", "interval", "error", "inside", "% roof"),
             predicted,
-            caption="tok/s predicted by servelab plan; achieved BW = measured decode tok/s × "
-            "predicted bytes per token",
+            caption="predicted by servelab plan (interval from leave-one-model-out errors); "
+            "error = measured / predicted − 1; % roof = measured / roofline bound",
         ),
     ]
 

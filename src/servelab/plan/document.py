@@ -43,28 +43,33 @@ def _map(value: Any) -> Mapping[str, Any] | None:
 
 @dataclass(frozen=True)
 class PredictedSpeed:
-    """One predicted decode (at a context length) or prefill (of a prompt length) point."""
+    """One predicted decode (at a context length) or prefill (of a prompt length) point.
+
+    ``roofline_tok_s`` is a bound; ``predicted_tok_s`` with ``predicted_low`` /
+    ``predicted_high`` is the calibrated prediction and its interval (``None`` when no fit
+    applied). Documents older than the interval model stored ``calibrated_tok_s`` instead;
+    it reads as ``predicted_tok_s`` without an interval.
+    """
 
     kind: SpeedKind
     tokens: int  # context length (decode) or prompt length (prefill)
     roofline_tok_s: float | None
-    calibrated_tok_s: float | None
+    predicted_tok_s: float | None = None
+    predicted_low: float | None = None
+    predicted_high: float | None = None
     bytes_per_token: float | None = None  # decode: bytes read per generated token
     bound: str | None = None  # prefill: "compute" or "bandwidth"
     raw: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def best_tok_s(self) -> float | None:
-        """The calibrated prediction when there is one, else the roofline (positive only)."""
-        for value in (self.calibrated_tok_s, self.roofline_tok_s):
-            if value is not None and value > 0:
-                return value
-        return None
-
-    @property
-    def calibrated(self) -> bool:
-        """True when :attr:`best_tok_s` is the calibrated figure."""
-        return self.calibrated_tok_s is not None and self.calibrated_tok_s > 0
+    def interval(self) -> tuple[float, float, float] | None:
+        """``(predicted, low, high)`` when all three are positive, else ``None``."""
+        nums = (self.predicted_tok_s, self.predicted_low, self.predicted_high)
+        if any(v is None or v <= 0 for v in nums):
+            return None
+        value, low, high = nums
+        assert value is not None and low is not None and high is not None
+        return value, low, high
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,8 @@ class PlanDocument:
     bandwidth: float | None = None  # bytes/s the roofline used
     bandwidth_source: str | None = None
     compute_source: str | None = None
-    decode_efficiency: Mapping[str, Any] | None = None
-    prefill_efficiency: Mapping[str, Any] | None = None
+    decode_fit: Mapping[str, Any] | None = None  # the calibration fit used (label, ...)
+    prefill_fit: Mapping[str, Any] | None = None
     kv_tokens: int | None = None
     kv_max_concurrency: float | None = None
     kv_engine_version: str | None = None
@@ -94,9 +99,9 @@ class PlanDocument:
         """The point predicted for exactly ``tokens``, if any."""
         return next((p for p in self.speeds(kind) if p.tokens == tokens), None)
 
-    def efficiency(self, kind: SpeedKind) -> Mapping[str, Any] | None:
-        """The calibrated efficiency document used for ``kind`` (median, key, n), if any."""
-        return self.decode_efficiency if kind == "decode" else self.prefill_efficiency
+    def fit(self, kind: SpeedKind) -> Mapping[str, Any] | None:
+        """The calibration fit document used for ``kind`` (its ``label`` names it), if any."""
+        return self.decode_fit if kind == "decode" else self.prefill_fit
 
 
 def _points(speed: Mapping[str, Any], kind: SpeedKind) -> tuple[PredictedSpeed, ...]:
@@ -107,9 +112,13 @@ def _points(speed: Mapping[str, Any], kind: SpeedKind) -> tuple[PredictedSpeed, 
     for p in points:
         if not isinstance(p, Mapping) or (tokens := _int(p.get(_LENGTH_KEY[kind]))) is None:
             continue
+        predicted = _num(p.get("predicted_tok_s"))
         out.append(PredictedSpeed(
             kind=kind, tokens=tokens, roofline_tok_s=_num(p.get("roofline_tok_s")),
-            calibrated_tok_s=_num(p.get("calibrated_tok_s")),
+            predicted_tok_s=predicted if predicted is not None else _num(
+                p.get("calibrated_tok_s")),
+            predicted_low=_num(p.get("predicted_low")),
+            predicted_high=_num(p.get("predicted_high")),
             bytes_per_token=_num(p.get("bytes_per_token")), bound=_str(p.get("bound")), raw=p,
         ))
     return tuple(out)
@@ -128,8 +137,8 @@ def read_plan(doc: Mapping[str, Any] | None) -> PlanDocument:
         bandwidth=_num(speed.get("bandwidth")),
         bandwidth_source=_str(speed.get("bandwidth_source")),
         compute_source=_str(speed.get("compute_source")),
-        decode_efficiency=_map(speed.get("decode_efficiency")),
-        prefill_efficiency=_map(speed.get("prefill_efficiency")),
+        decode_fit=_map(speed.get("decode_fit")),
+        prefill_fit=_map(speed.get("prefill_fit")),
         kv_tokens=_int(kv.get("tokens")),
         kv_max_concurrency=_num(kv.get("max_concurrency")),
         kv_engine_version=_str(kv.get("engine_version")),

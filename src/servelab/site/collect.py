@@ -30,7 +30,10 @@ from typing import Any
 from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.errors import UsageError
+from servelab.pipeline.calibration import ledger_for_runs
 from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
+from servelab.plan.layout import ParallelLayout, layout_from_argv
 from servelab.points import PointKey
 from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
@@ -103,11 +106,20 @@ def point_values(run: RunRecord, metric: str) -> dict[PointKey, Measured]:
     return out
 
 
+def run_layout(run: RunRecord) -> ParallelLayout:
+    """The parallel layout a run's engine command line asked for (one GPU if unreadable)."""
+    try:
+        return layout_from_argv(run.engine_args)
+    except UsageError:
+        return ParallelLayout()
+
+
 def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[ConcurrentRow, ...]:
     """Points run with more than one stream, per engine version (newest run of each)."""
     rows: list[ConcurrentRow] = []
     for version, run in runs_by_version.items():
         decode = point_values(run, "decode_tok_s")
+        gpus = run_layout(run).world_size
         for point in run.points:
             pid = PointKey.parse(point)
             if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
@@ -118,7 +130,7 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
                 mean, low, high = mean_ci([v * 1000 for v in ttft_s])
                 ttft = Measured(mean, "ms", _rid(run), low, high, len(ttft_s))
             rows.append(ConcurrentRow(version, pid.prompt_tokens, pid.concurrency, decode[pid],
-                                      ttft))
+                                      ttft, gpus))
     return tuple(sorted(rows, key=lambda r: (prose.version_key(r.engine_version),
                                              r.prompt_tokens, r.concurrency)))
 
@@ -131,34 +143,36 @@ def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
 
 
 def _basis(plan: PlanDocument, point: PredictedSpeed) -> str:
-    """How a prediction was made, in words (roofline inputs, calibration when applied)."""
-    bw = (f"{plan.bandwidth / 1e9:,.0f} GB/s ({plan.bandwidth_source or 'profile'})"
-          if plan.bandwidth is not None else "profile bandwidth")
-    if point.kind == "decode":
-        read = (f" over {point.bytes_per_token / GIB:.3f} GiB read per token"
-                if point.bytes_per_token is not None else "")
-        text = f"roofline {bw}{read}"
-    else:
-        text = f"roofline, {point.bound or 'compute'}-bound ({plan.compute_source or ''})"
-    eff = plan.efficiency(point.kind)
-    if point.calibrated and eff is not None:
-        text += (f" × calibrated efficiency {float(eff.get('median', 0)):.2f} "
-                 f"({eff.get('key', '?')}, n={eff.get('n', '?')})")
-    return text
+    """How a prediction was made: the calibration fit's label and the roofline bound."""
+    fit = plan.fit(point.kind)
+    label = fit.get("label") if fit is not None else None
+    roof = point.roofline_tok_s
+    bound = f"; roofline bound {roof:,.0f} tok/s" if roof is not None else ""
+    return f"{label or 'calibrated speed model'}{bound}"
 
 
-def prediction_of(point: PredictedSpeed, plan: PlanDocument, run_id: str | None) -> Predicted:
-    """How the site shows one predicted point (value, unit, basis): one place to extend."""
-    value = point.best_tok_s
-    assert value is not None
-    return Predicted(value, "tok/s", _basis(plan, point), run_id)
+def prediction_of(point: PredictedSpeed, plan: PlanDocument,
+                  run_id: str | None) -> Predicted | None:
+    """How the site shows one predicted point (value, interval, basis); ``None`` when it has
+    no calibrated prediction with an interval. The one place to extend the display."""
+    interval = point.interval
+    if interval is None:
+        return None
+    value, low, high = interval
+    return Predicted(value, "tok/s", _basis(plan, point), run_id, low, high)
 
 
 def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
-    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's stored plan."""
+    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's stored plan: only
+    points with a calibrated prediction and its interval (a roofline alone is a bound, not a
+    prediction, and is not shown as one)."""
     plan = read_plan(run.prediction)
-    return {(p.kind, p.tokens): prediction_of(p, plan, run.run_id)
-            for p in (*plan.decode, *plan.prefill) if p.best_tok_s is not None}
+    out: dict[tuple[str, int], Predicted] = {}
+    for point in (*plan.decode, *plan.prefill):
+        shown = prediction_of(point, plan, run.run_id)
+        if shown is not None:
+            out[(point.kind, point.tokens)] = shown
+    return out
 
 
 def _predicted_at(preds: Mapping[tuple[str, int], Predicted], kind: str,
@@ -456,6 +470,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         concurrent=concurrent_rows(by_version),
         title=str(doc.get("title") or ""), description=str(doc.get("description") or ""),
         port=port, model_note=ref.note, recipe_text=recipe_text,
+        gpus=run_layout(latest).world_size,
+        layout="" if run_layout(latest).is_single else run_layout(latest).label(),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
         mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
             mtp.get("declared_layers"), int) else None,
@@ -616,7 +632,8 @@ def site_from_records(runs: Sequence[RunRecord], experiments: Sequence[Experimen
                     for slug, ps in sorted(models.items()))
     run_pages = tuple(_run_page(r, slugs) for r in sorted(
         runs, key=lambda r: (r.started_at, _rid(r)), reverse=True))
-    return Site(title, tuple(pages), indexes, tuple(exp_pages), run_pages)
+    ok = [r for r in runs if r.status == STATUS_OK]
+    return Site(title, tuple(pages), indexes, tuple(exp_pages), run_pages, ledger_for_runs(ok))
 
 
 def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:
