@@ -38,12 +38,11 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
-from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile, get_profile
-from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.environment import engine_environment
+from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.summary import SummaryRow, summarize
-from servelab.plan.build import Plan, build_plan
+from servelab.plan.build import Plan
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
@@ -177,21 +176,20 @@ def make_run_plan(
     store: Store | None,
 ) -> Plan:
     """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
-    if not config:
-        raise UsageError("the checkpoint has no config.json; plan needs its dimensions")
     flags = get_engine(recipe.engine.name).plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
-    config, weights = apply_dtype_flag(config, weights, flags.dtype)
+    if config:
+        config, weights = apply_dtype_flag(config, weights, flags.dtype)
     runs = (
         store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
         if store is not None
         else []
     )
-    calibration = calibration_for(runs, hardware, weights)
-    return build_plan(
+    return calibrated_plan(
         config,
         weights,
         hardware,
+        runs,
         max_model_len=flags.max_model_len,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
@@ -199,9 +197,7 @@ def make_run_plan(
         engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
-        calibration=calibration,
         layout=flags.layout,
-        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
 
 
