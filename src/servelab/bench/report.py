@@ -17,7 +17,8 @@ COLUMNS = (
     ("ttft_ms_median", "TTFT ms (median)"), ("ttft_ms_p99", "TTFT ms (p99)"),
     ("tpot_ms_median", "TPOT ms (median)"), ("itl_ms_median", "ITL ms/chunk (median)"),
     ("tokens_per_chunk_mean", "tok/chunk"), ("output_throughput", "output tok/s"),
-    ("total_token_throughput", "total tok/s"), ("repeats", "batches"),
+    ("total_token_throughput", "total tok/s"), ("dispatch_lag_ms_p99", "send lag ms (p99)"),
+    ("repeats", "batches"),
     ("converged", "CI met"),
 )
 
@@ -45,6 +46,7 @@ def summary_rows(result: BenchResult) -> list[dict[str, Any]]:
             "tokens_per_chunk_mean": m.tokens_per_chunk.mean if m.tokens_per_chunk else None,
             "output_throughput": m.output_throughput,
             "total_token_throughput": m.total_token_throughput,
+            "dispatch_lag_ms_p99": m.dispatch_lag_ms.p99 if m.dispatch_lag_ms else None,
             "repeats": pr.repeats, "converged": pr.converged,
         })
     return rows

@@ -18,8 +18,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from servelab.bench import report, vllm_compat
+from servelab.bench.profiles import PROFILES, load_trace
 from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.slo import Slo, SloResult, evaluate, parse_slo
 from servelab.bench.transport import Timeouts
 from servelab.bench.workload import DEFAULT_OUTPUT_LEN, ProgressEvent, WorkloadSpec
 from servelab.errors import BenchError, UsageError
@@ -73,6 +75,21 @@ def render_table(result: BenchResult, console: Console) -> None:
             console.print(f"• {escape(pr.point.label)}: {escape(note)}")
 
 
+def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
+               console: Console) -> None:
+    """One row per point: each term's percentile with its 95% CI, verdict and goodput."""
+    table = Table(title=f"SLO {escape(slo.label)}", title_justify="left")
+    for title in ("point", *(t.label for t in slo.terms), "verdict", "goodput req/s",
+                  "good/measured"):
+        table.add_column(escape(title), justify="right")
+    for pr, r in zip(result.points, results, strict=True):
+        cells = [f"{report.fmt(t.value_ms)} [{report.fmt(t.ci_low_ms)}, "
+                 f"{report.fmt(t.ci_high_ms)}]" for t in r.terms]
+        table.add_row(escape(pr.point.label), *cells, r.verdict, report.fmt(r.goodput),
+                      f"{r.good}/{r.measured}")
+    console.print(table)
+
+
 def bench(
     url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     model: str | None = typer.Option(None, "--model", help="Served model name (default: the "
@@ -119,6 +136,23 @@ def bench(
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompt filler and Poisson arrivals."),
+    profile: str = typer.Option("poisson", "--profile", help="Arrivals with --request-rate: "
+                                "constant, poisson, gamma, ramp."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps "
+                                     "(gamma, ramp): 1 = Poisson, < 1 burstier."),
+    ramp_end_rate: float | None = typer.Option(None, "--ramp-end-rate", help="ramp: the rate "
+                                               "reached at the last request, req/s."),
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="Replay a JSONL trace (Mooncake format: timestamp ms, input_length, "
+        "output_length per line): arrival times and exact lengths.")] = None,
+    shared_prefix: int = typer.Option(0, "--shared-prefix", help="Tokens of a shared system "
+                                      "prompt at the start of every prompt (prefix caching)."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="Distinct shared prompts "
+                                      "the requests cycle through."),
+    turns: int = typer.Option(1, "--turns", help="Turns per conversation; each turn's prompt "
+                              "extends the previous one by the prompt length (history)."),
+    slo: str | None = typer.Option(None, "--slo", help="Evaluate an SLO per point, e.g. "
+                                   "ttft_p99=500,tpot_p50=40 (ms): verdict and goodput."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON "
                                  "(schema servelab.bench/1)."),
     as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per point."),
@@ -143,11 +177,20 @@ def bench(
             raise UsageError(f"--chat-template-kwargs is not JSON: {exc}") from None
         if not isinstance(kwargs, dict):
             raise UsageError("--chat-template-kwargs must be a JSON object")
+    slo_spec = parse_slo(slo) if slo is not None else None
+    if profile not in PROFILES or profile == "trace":
+        raise UsageError(f"--profile must be one of constant, poisson, gamma, ramp, not "
+                         f"{profile!r} (replay a trace with --trace)")
+    if trace is not None:
+        load_trace(trace)  # a bad trace is a one-line error before anything runs
     spec = WorkloadSpec(
         prompt_lens=_ints(prompt_lens, "--prompt-lens"), output_len=output_len,
         concurrency=_ints(concurrency, "--concurrency"), request_rate=request_rate,
         requests=requests, duration_s=duration, warmup_requests=warmup, ci_target=ci_target,
         max_repeats=max_repeats, subtract_min_latency=subtract_min_latency, seed=seed,
+        profile=profile, burstiness=burstiness, ramp_end_rate=ramp_end_rate,  # type: ignore[arg-type]
+        trace=str(trace) if trace is not None else None, shared_prefix_len=shared_prefix,
+        prefix_groups=prefix_groups, turns=turns,
     )
     cfg = BenchConfig(
         base_url=url, workload=spec, model=model,
@@ -181,14 +224,26 @@ def bench(
             name = f"vllm-p{pr.point.prompt_len}-o{pr.point.output_len}-c{pr.point.concurrency}"
             write_json_atomic(export_vllm / f"{name}.json", vllm_compat.to_vllm(
                 pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True))
+    slo_results = ([evaluate(slo_spec, pr.samples) for pr in result.points]
+                   if slo_spec is not None else None)
     if as_csv:
         _emit(report.to_csv(result), out)
     elif as_markdown:
         _emit(report.to_markdown(result), out)
     elif as_json or out is not None:
-        _emit(json.dumps(result.to_json(), indent=1) + "\n", out)
+        data = result.to_json()
+        if slo_spec is not None and slo_results is not None:
+            data["slo"] = {"terms": slo_spec.to_json(), "label": slo_spec.label,
+                           "points": [r.to_json() for r in slo_results]}
+        _emit(json.dumps(data, indent=1) + "\n", out)
     if not (as_json or as_csv or as_markdown):
-        render_table(result, Console(highlight=False))
+        console = Console(highlight=False)
+        render_table(result, console)
+        if slo_spec is not None and slo_results is not None:
+            render_slo(result, slo_spec, slo_results, console)
+    tc = result.token_check
+    if tc is not None and not tc.ok:  # written and shown; the exit status says it is wrong
+        raise BenchError(f"{result.base_url}: token counts disagree: {'; '.join(tc.problems)}")
     dead = [pr for pr in result.points if pr.metrics.completed == 0]
     if dead:  # the result is written and shown; the exit status says it is unusable
         pr = dead[0]
