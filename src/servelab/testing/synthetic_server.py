@@ -48,6 +48,8 @@ class FaultKind(StrEnum):
     BAD_JSON = "bad_json"
     MISSING_USAGE = "missing_usage"
     USAGE_MISMATCH = "usage_mismatch"
+    MISCOUNT = "miscount"
+    """The stream is correct, but ``/metrics`` counts one generated token more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,6 +465,8 @@ class _Core:
             self._reply(conn, 400, {"error": {"message": "prompt too long"}})
             return
         c.prompt_tokens += n_prompt
+        if fault is not None and fault.kind is FaultKind.MISCOUNT:
+            c.generation_tokens += 1
         self.prefix_lookup(body, n_prompt)
         t_recv = self.loop.time()
         if fault is not None and fault.kind is FaultKind.SLOW_FIRST_BYTE:

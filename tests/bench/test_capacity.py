@@ -1,0 +1,76 @@
+"""Capacity search: the pure bisection on known thresholds, and `servelab capacity` end to
+end against the synthetic server whose decode slows with load (true capacity known)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from servelab.bench.capacity import SearchSpec, grid, search
+from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
+
+
+def _run(spec: SearchSpec, passes: object) -> tuple[float | None, float | None, int]:
+    async def measure(v: float, purpose: str) -> bool:
+        return bool(passes(v, purpose))  # type: ignore[operator]
+
+    out = asyncio.run(search(spec, measure))
+    return out.capacity, out.bracket_high, len(out.history)
+
+
+@pytest.mark.parametrize("true_cap", [0.4, 3.3, 13.7, 200.0])
+def test_rate_search_brackets_within_tolerance_in_fewer_probes_than_a_grid(
+        true_cap: float) -> None:
+    spec = SearchSpec(variable="rate", low=0.25, high=256, tolerance=0.05, confirm=2)
+    cap, hi, probes = _run(spec, lambda v, _: v <= true_cap)
+    assert cap is not None and hi is not None
+    assert true_cap / 1.05 <= cap <= true_cap < hi <= cap * 1.05
+    assert probes < len(grid(spec)) / 5
+
+
+def test_a_failed_confirmation_moves_the_answer_down() -> None:
+    seen: set[float] = set()
+
+    def lucky_once(v: float, purpose: str) -> bool:  # 10..12 passes only the first time
+        first = v not in seen
+        seen.add(v)
+        return v <= 10 or (v <= 12 and first and purpose == "search")
+
+    spec = SearchSpec(variable="rate", low=1, high=64, tolerance=0.05, confirm=2)
+    cap, _, _ = _run(spec, lucky_once)
+    assert cap is not None and 10 / 1.05 <= cap <= 10
+
+
+def test_nothing_passes_and_everything_passes() -> None:
+    spec = SearchSpec(variable="concurrency", low=1, high=16, confirm=1)
+    assert _run(spec, lambda v, _: False)[:2] == (None, 1.0)
+    cap, hi, _ = _run(spec, lambda v, _: True)
+    assert (cap, hi) == (16.0, None)
+    cap, hi, probes = _run(spec, lambda v, _: v <= 5)
+    assert (cap, hi) == (5.0, 6.0) and probes <= 8
+
+
+@pytest.mark.timeout(240)
+def test_cli_finds_the_known_concurrency_capacity() -> None:
+    # TPOT = 4 ms + 4 ms × (streams in flight − 1): 32 ms at 8 streams, 36 ms at 9.
+    cfg = SyntheticConfig(ttft_s=0.005, itl_s=0.004, itl_per_running_s=0.004)
+    with SyntheticServer(cfg) as srv:
+        code = "from servelab.cli.app import main; main()"
+        r = subprocess.run([sys.executable, "-c", code, "capacity", srv.base_url,
+                            "--slo", "tpot_p50=34", "--variable", "concurrency", "--low", "1",
+                            "--high", "32", "--prompt-len", "16", "--output-len", "24",
+                            "--json"], capture_output=True, text=True, timeout=230, check=False)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "servelab.capacity/1" and d["slo_label"] == "tpot_p50<=34ms"
+    assert d["capacity"] == 8 and d["bracket"] == [8, 9]
+    confirms = [p for p in d["probes"] if p["purpose"] == "confirm"]
+    assert len(confirms) == 2 and all(p["met"] and p["value"] == 8 for p in confirms)
+    by_value = {p["value"]: p["slo"]["terms"][0]["value_ms"] for p in d["probes"]}
+    assert by_value[8] == pytest.approx(32, rel=0.04)
+    assert by_value[9] == pytest.approx(36, rel=0.04)
+    assert d["requests"] == sum(p["requests"] for p in d["probes"])
