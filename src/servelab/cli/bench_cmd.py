@@ -17,9 +17,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servelab.bench import report, vllm_compat
+from servelab.bench import report, translate, vllm_compat
 from servelab.bench.profiles import PROFILES, load_trace
-from servelab.bench.result import BenchResult, write_json_atomic
+from servelab.bench.result import BenchResult, load, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.slo import Slo, SloResult, evaluate, parse_slo
 from servelab.bench.transport import Timeouts
@@ -279,7 +279,37 @@ def bench_import(
             f"{report.fmt(mine.tpot_ms.median if mine.tpot_ms else None)} ms")
 
 
+def bench_translate(
+    path: Annotated[Path, typer.Argument(help="A servelab bench result JSON (--out).")],
+    as_json: bool = typer.Option(False, "--json", help="Print every tool's full metric set "
+                                 "per point as JSON."),
+) -> None:
+    """Show one result under vllm bench serve's, AIPerf's and GuideLLM's metric names."""
+    result = load(path)
+    per_point = [translate.translate(pr, model=result.model,
+                                     backend=f"openai-{result.endpoint}")
+                 for pr in result.points]
+    if as_json:
+        sys.stdout.write(json.dumps({"points": [
+            {"label": pr.point.label, **t} for pr, t in zip(result.points, per_point,
+                                                             strict=True)]}, indent=1) + "\n")
+        return
+    console = Console(highlight=False)
+    for pr, t in zip(result.points, per_point, strict=True):
+        table = Table(title=f"{escape(pr.point.label)} · same timestamps, three tools' names",
+                      title_justify="left")
+        for title in ("quantity", "tool", "metric name", "value"):
+            table.add_column(title, justify="right" if title == "value" else "left")
+        for concept, *paths in translate.CONCEPTS:
+            for i, (tool, key) in enumerate(zip(translate.TOOLS, paths, strict=True)):
+                v = translate.lookup(t[tool], key)
+                table.add_row(concept if i == 0 else "", tool, escape(key), report.fmt(v),
+                              end_section=i == len(paths) - 1)
+        console.print(table)
+
+
 def register(app: typer.Typer) -> None:
-    """Attach ``bench`` and ``bench-import`` to the root app."""
+    """Attach ``bench``, ``bench-import`` and ``bench-translate`` to the root app."""
     app.command("bench")(bench)
     app.command("bench-import")(bench_import)
+    app.command("bench-translate")(bench_translate)
