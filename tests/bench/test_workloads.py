@@ -141,3 +141,46 @@ def test_bad_trace_is_one_line_naming_the_file(server: SyntheticServer, tmp_path
     p.write_text('{"timestamp": "soon"}\n')
     r = _servelab("bench", server.base_url, "--trace", str(p))
     assert r.returncode == 2 and "t.jsonl" in r.stderr and "line 1" in r.stderr
+
+
+def _sharegpt(tmp_path: Path) -> Path:
+    p = tmp_path / "sg.json"
+    long = " ".join(f"w{i}" for i in range(60))
+    p.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": long},
+                           {"from": "gpt", "value": "one two three"}]},
+        {"conversations": [{"from": "gpt", "value": "no human turn"}]},
+        {"conversations": [{"from": "human", "value": "short question here"},
+                           {"from": "gpt", "value": "a b c d e"}]},
+    ]))
+    return p
+
+
+@pytest.mark.timeout(120)
+def test_sharegpt_prompts_cut_and_filled_to_exact_lengths(
+        server: SyntheticServer, tmp_path: Path) -> None:
+    d = _bench(server, tmp_path, "--dataset", str(_sharegpt(tmp_path)), "--prompt-lens", "24",
+               "--requests", "4", "--warmup", "0", "--dataset-output", "reference")
+    smp = d["points"][0]["samples"]
+    assert all(s["prompt_tokens"] == 24 == s["prompt_len"] for s in smp)
+    # the long text is cut, the short one filled; answers as long as the references
+    assert sorted(s["completion_tokens"] for s in smp) == [3, 3, 5, 5]
+
+
+@pytest.mark.timeout(120)
+def test_jsonl_prompts_at_natural_length(server: SyntheticServer, tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"prompt": "alpha beta gamma", "output_len": 2}\n{"text": ""}\n'
+                 '{"prompt": "one two three four five six"}\n')
+    d = _bench(server, tmp_path, "--dataset", str(p), "--dataset-lengths", "natural",
+               "--requests", "2", "--warmup", "0", "--dataset-output", "reference")
+    got = sorted((s["prompt_tokens"], s["completion_tokens"]) for s in d["points"][0]["samples"])
+    assert got == [(4, 2), (7, 4)]  # unique tag + the words; no reference → --output-len
+
+
+def test_bad_dataset_is_one_line_naming_the_file(server: SyntheticServer,
+                                                 tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"prompt": "x", "output_len": -1}\n')
+    r = _servelab("bench", server.base_url, "--dataset", str(p))
+    assert r.returncode == 2 and "d.jsonl" in r.stderr and "output_len" in r.stderr

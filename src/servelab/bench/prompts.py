@@ -179,6 +179,27 @@ class PromptBuilder:
         self._words_for[key] = (words, pad)
         return Prompt(self._text(prefix, words) + pad, n_tokens, c)
 
+    def fit(self, text: str, n_tokens: int | None) -> Prompt:
+        """A dataset text behind a unique tag: cut (whole words) and filled to exactly
+        ``n_tokens``, or at its natural length when ``n_tokens`` is None."""
+        self._serial += 1
+        tagged = f"{self._tag}-{self._serial:06d}: {text}"
+        if n_tokens is None:
+            c = self.counter.count(tagged)
+            return Prompt(tagged, c, c)
+        head, _, body = tagged.partition(" ")
+        words = body.split()
+        lo, hi = 0, len(words)  # the longest word prefix that stays within n_tokens
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.counter.count(" ".join([head, *words[:mid]])) <= n_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        base = " ".join([head, *words[:lo]])
+        n_words, pad, c = self._search(base, n_tokens)
+        return Prompt(self._text(base, n_words) + pad, n_tokens, c)
+
     def _pad(self, text: str, have: int, n: int) -> str | None:
         """A suffix of short units that brings ``text`` (``have`` tokens) to exactly ``n``.
 

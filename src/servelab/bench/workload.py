@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from servelab.bench.client import BenchClient, RequestSpec
+from servelab.bench.datasets import Entry, load_dataset
 from servelab.bench.metrics import Metrics, buffered, compute, per_request
 from servelab.bench.profiles import Arrival, LoadProfile, ProfileKind, Trace, load_trace
 from servelab.bench.prompts import PromptBuilder
@@ -73,6 +74,12 @@ class WorkloadSpec:
     turns: int = 1
     """Turns per conversation: turn t's prompt is turn t-1's prompt plus ``prompt_len`` new
     tokens, sent after turn t-1 ended (closed loop only)."""
+    dataset: str | None = None
+    """Prompts from a local ShareGPT JSON / JSONL file (see datasets.py)."""
+    dataset_lengths: Literal["exact", "natural"] = "exact"
+    """``exact``: cut/fill each text to the point's prompt length; ``natural``: as written."""
+    dataset_output: Literal["fixed", "reference"] = "fixed"
+    """``reference``: generate as many tokens as the dataset's reference answer has."""
 
     def __post_init__(self) -> None:
         if not self.prompt_lens or any(n < 1 for n in self.prompt_lens):
@@ -103,6 +110,8 @@ class WorkloadSpec:
         if self.shared_prefix_len and min(self.prompt_lens) <= self.shared_prefix_len:
             raise UsageError(f"every prompt length must exceed the shared prefix "
                              f"({self.shared_prefix_len} tokens)")
+        if self.dataset is not None and (self.shared_prefix_len or self.turns > 1):
+            raise UsageError("a dataset cannot be combined with --shared-prefix or --turns")
         if self.turns > 1 and self.open_loop:
             raise UsageError("multi-turn conversations run closed loop (no request rate)")
 
@@ -237,6 +246,11 @@ class WorkloadRunner:
         self._conv = 0
         self._shared_texts: list[str] = []
         self.trace: Trace | None = load_trace(Path(spec.trace)) if spec.trace else None
+        self.dataset: list[Entry] = []
+        if spec.dataset is not None:
+            self.dataset = list(load_dataset(Path(spec.dataset)).entries)
+            random.Random(spec.seed).shuffle(self.dataset)
+        self._ref_len: dict[int, int] = {}
         self.side_samples: list[RequestSample] = []
         """Requests sent outside any point (the minimal-latency probe)."""
 
@@ -367,9 +381,16 @@ class WorkloadRunner:
         sp = self.spec
         shared = self._shared()
         base = shared[self._conv % len(shared)] if shared else ""
+        conv = self._conv
         self._conv += 1
         plen = arrival.prompt_len if arrival and arrival.prompt_len else pt.prompt_len
         olen = arrival.output_len if arrival and arrival.output_len else pt.output_len
+        if self.dataset:
+            entry = self.dataset[conv % len(self.dataset)]
+            p = self.builder.fit(entry.prompt, plen if sp.dataset_lengths == "exact" else None)
+            if sp.dataset_output == "reference" and not (arrival and arrival.output_len):
+                olen = self._reference_len(conv % len(self.dataset), entry) or olen
+            return [RequestSpec(p.text, p.target_len, olen)]
         out = []
         for t in range(sp.turns):
             n = plen + t * (plen - sp.shared_prefix_len)
@@ -377,6 +398,16 @@ class WorkloadRunner:
             out.append(RequestSpec(p.text, n, olen))
             base = p.text
         return out
+
+    def _reference_len(self, i: int, entry: Entry) -> int | None:
+        """Tokens of the entry's reference answer (counted once), or its ``output_len``."""
+        if entry.output_len is not None:
+            return entry.output_len
+        if entry.reference is None:
+            return None
+        if i not in self._ref_len:
+            self._ref_len[i] = max(1, self.builder.counter.count(entry.reference))
+        return self._ref_len[i]
 
     async def _batch(self, pt: Point, n: int, pi: int, npts: int, phase: str,
                      done0: int | None, deadline: int | None, budget_end: int | None

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from servelab.bench import report, translate, vllm_compat
+from servelab.bench.datasets import load_dataset
 from servelab.bench.profiles import PROFILES, load_trace
 from servelab.bench.result import BenchResult, load, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
@@ -151,6 +152,14 @@ def bench(
                                       "the requests cycle through."),
     turns: int = typer.Option(1, "--turns", help="Turns per conversation; each turn's prompt "
                               "extends the previous one by the prompt length (history)."),
+    dataset: Annotated[Path | None, typer.Option(
+        "--dataset", help="Prompts from a ShareGPT JSON or JSONL file, cut/filled to each "
+        "prompt length (see --dataset-lengths).")] = None,
+    dataset_lengths: str = typer.Option("exact", "--dataset-lengths", help="exact: cut or "
+                                        "fill each text to the prompt length; natural: as "
+                                        "written (measured by the server's count)."),
+    dataset_output: str = typer.Option("fixed", "--dataset-output", help="fixed: "
+                                       "--output-len; reference: the dataset answer's tokens."),
     slo: str | None = typer.Option(None, "--slo", help="Evaluate an SLO per point, e.g. "
                                    "ttft_p99=500,tpot_p50=40 (ms): verdict and goodput."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON "
@@ -183,6 +192,12 @@ def bench(
                          f"{profile!r} (replay a trace with --trace)")
     if trace is not None:
         load_trace(trace)  # a bad trace is a one-line error before anything runs
+    if dataset is not None:
+        load_dataset(dataset)
+    if dataset_lengths not in ("exact", "natural"):
+        raise UsageError(f"--dataset-lengths must be exact or natural, not {dataset_lengths!r}")
+    if dataset_output not in ("fixed", "reference"):
+        raise UsageError(f"--dataset-output must be fixed or reference, not {dataset_output!r}")
     spec = WorkloadSpec(
         prompt_lens=_ints(prompt_lens, "--prompt-lens"), output_len=output_len,
         concurrency=_ints(concurrency, "--concurrency"), request_rate=request_rate,
@@ -191,6 +206,9 @@ def bench(
         profile=profile, burstiness=burstiness, ramp_end_rate=ramp_end_rate,  # type: ignore[arg-type]
         trace=str(trace) if trace is not None else None, shared_prefix_len=shared_prefix,
         prefix_groups=prefix_groups, turns=turns,
+        dataset=str(dataset) if dataset is not None else None,
+        dataset_lengths="natural" if dataset_lengths == "natural" else "exact",
+        dataset_output="reference" if dataset_output == "reference" else "fixed",
     )
     cfg = BenchConfig(
         base_url=url, workload=spec, model=model,
