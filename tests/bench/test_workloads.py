@@ -184,3 +184,16 @@ def test_bad_dataset_is_one_line_naming_the_file(server: SyntheticServer,
     p.write_text('{"prompt": "x", "output_len": -1}\n')
     r = _servelab("bench", server.base_url, "--dataset", str(p))
     assert r.returncode == 2 and "d.jsonl" in r.stderr and "output_len" in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_depth_grid_puts_cached_context_before_the_new_tokens(tmp_path: Path) -> None:
+    with SyntheticServer(SyntheticConfig(ttft_s=0.005, itl_s=0.002)) as srv:
+        d = _bench(srv, tmp_path, "--prompt-lens", "16", "--depths", "0,64", "--requests", "3",
+                   "--warmup", "1")
+    assert [(p["prompt_len"], p["depth"]) for p in d["points"]] == [(16, 0), (16, 64)]
+    deep = d["points"][1]["samples"]
+    assert all(s["prompt_tokens"] == 80 for s in deep)
+    sc = d["server_counters"]  # depth 0: nothing shared; depth 64: 4 blocks after the 1st
+    assert sc["prefix_cache_hits"] == 3 * 64
+    assert sc["prefix_cache_queries"] == 4 * 16 + 4 * 80

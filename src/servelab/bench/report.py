@@ -10,7 +10,7 @@ from servelab.bench.result import BenchResult
 from servelab.bench.stats import Summary
 
 COLUMNS = (
-    ("prompt_len", "prompt"), ("output_len", "output"), ("concurrency", "conc"),
+    ("prompt_len", "prompt"), ("depth", "depth"), ("output_len", "output"), ("concurrency", "conc"),
     ("request_rate", "req/s"), ("completed", "ok"), ("failed", "failed"),
     ("decode_tok_s_median", "decode tok/s (median)"), ("decode_tok_s_ci95", "± 95% CI"),
     ("prefill_tok_s_median", "prefill tok/s (median)"),
@@ -34,7 +34,8 @@ def summary_rows(result: BenchResult) -> list[dict[str, Any]]:
         m = pr.metrics
         dec = m.decode_tok_s
         rows.append({
-            "prompt_len": pr.point.prompt_len, "output_len": pr.point.output_len,
+            "prompt_len": pr.point.prompt_len, "depth": pr.point.depth,
+            "output_len": pr.point.output_len,
             "concurrency": pr.point.concurrency, "request_rate": pr.point.request_rate,
             "completed": m.completed, "failed": m.failed,
             "decode_tok_s_median": _med(dec),

@@ -15,7 +15,7 @@ JSON schema ``servelab.bench/1`` (all times in the units their key names say)::
       "min_latency_ms": float | null,      # measured minimal request, when subtracted
       "server_counters": {prompt_tokens, generation_tokens, spec_decode_*} | null,
       "points": [{
-          "prompt_len", "output_len", "concurrency", "request_rate",
+          "prompt_len", "output_len", "concurrency", "request_rate", "depth",
           "repeats": int, "converged": bool, "ci_rel": {metric: float | null},
           "drift": {metric: {first_mean, second_mean, rel_change, significant}},
           "notes": [str],
@@ -90,6 +90,7 @@ class BenchResult:
             d: dict[str, Any] = {
                 "prompt_len": pr.point.prompt_len, "output_len": pr.point.output_len,
                 "concurrency": pr.point.concurrency, "request_rate": pr.point.request_rate,
+                "depth": pr.point.depth,
                 "repeats": pr.repeats, "converged": pr.converged, "ci_rel": dict(pr.ci_rel),
                 "drift": {k: v.to_json() for k, v in pr.drift.items()},
                 "notes": list(pr.notes), "metrics": pr.metrics.to_json(),
@@ -118,7 +119,7 @@ class BenchResult:
         for p in d["points"]:
             pts.append(PointResult(
                 point=Point(p["prompt_len"], p["output_len"], p["concurrency"],
-                            p["request_rate"]),
+                            p["request_rate"], p.get("depth", 0)),
                 samples=tuple(RequestSample.from_json(s) for s in p.get("samples", [])),
                 metrics=Metrics.from_json(p["metrics"]), repeats=p["repeats"],
                 converged=p["converged"], ci_rel=dict(p["ci_rel"]),

@@ -74,6 +74,10 @@ class WorkloadSpec:
     turns: int = 1
     """Turns per conversation: turn t's prompt is turn t-1's prompt plus ``prompt_len`` new
     tokens, sent after turn t-1 ended (closed loop only)."""
+    depths: tuple[int, ...] = ()
+    """Context-depth grid: at depth d every prompt is d tokens of context shared by the
+    point's requests (cached after the warm-up) followed by ``prompt_len`` new tokens, so
+    TTFT measures prefill of the new tokens and TPOT decode, both at depth d."""
     dataset: str | None = None
     """Prompts from a local ShareGPT JSON / JSONL file (see datasets.py)."""
     dataset_lengths: Literal["exact", "natural"] = "exact"
@@ -112,6 +116,12 @@ class WorkloadSpec:
                              f"({self.shared_prefix_len} tokens)")
         if self.dataset is not None and (self.shared_prefix_len or self.turns > 1):
             raise UsageError("a dataset cannot be combined with --shared-prefix or --turns")
+        if any(d < 0 for d in self.depths):
+            raise UsageError("depths must be >= 0")
+        if any(self.depths) and (self.shared_prefix_len or self.turns > 1
+                                 or self.dataset is not None):
+            raise UsageError("a depth grid cannot be combined with --shared-prefix, --turns "
+                             "or --dataset")
         if self.turns > 1 and self.open_loop:
             raise UsageError("multi-turn conversations run closed loop (no request rate)")
 
@@ -129,6 +139,7 @@ class WorkloadSpec:
         d = asdict(self)
         d["prompt_lens"] = list(self.prompt_lens)
         d["concurrency"] = list(self.concurrency)
+        d["depths"] = list(self.depths)
         return d
 
     @classmethod
@@ -137,6 +148,7 @@ class WorkloadSpec:
         d = dict(d)
         d["prompt_lens"] = tuple(d["prompt_lens"])
         d["concurrency"] = tuple(d["concurrency"])
+        d["depths"] = tuple(d.get("depths", ()))
         return cls(**d)
 
 
@@ -148,12 +160,16 @@ class Point:
     output_len: int
     concurrency: int
     request_rate: float | None
+    depth: int = 0
+    """Tokens of shared, cached context before the prompt's new tokens (depth grid)."""
 
     @property
     def label(self) -> str:
         """Short human label, e.g. ``prompt 2048 · out 128 · c=1``."""
         rate = f" · {self.request_rate:g} req/s" if self.request_rate else ""
-        return f"prompt {self.prompt_len} · out {self.output_len} · c={self.concurrency}{rate}"
+        depth = f" · depth {self.depth}" if self.depth else ""
+        return (f"prompt {self.prompt_len} · out {self.output_len} · c={self.concurrency}"
+                f"{rate}{depth}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +207,8 @@ ProgressFn = Callable[[ProgressEvent], None]
 def points(spec: WorkloadSpec, trace: Trace | None = None) -> list[Point]:
     """The sweep, prompt length outermost (a trace's rate is its mean rate)."""
     rate = trace.mean_rate if trace is not None else spec.request_rate
-    return [Point(p, spec.output_len, c, rate)
-            for p in spec.prompt_lens for c in spec.concurrency]
+    return [Point(p, spec.output_len, c, rate, d)
+            for d in (spec.depths or (0,)) for p in spec.prompt_lens for c in spec.concurrency]
 
 
 def _failure_note(kind: str, n: int) -> str:
@@ -244,7 +260,7 @@ class WorkloadRunner:
         self._index = 0
         self._rng = random.Random(spec.seed)
         self._conv = 0
-        self._shared_texts: list[str] = []
+        self._shared_texts: dict[int, list[str]] = {}
         self.trace: Trace | None = load_trace(Path(spec.trace)) if spec.trace else None
         self.dataset: list[Entry] = []
         if spec.dataset is not None:
@@ -368,18 +384,19 @@ class WorkloadRunner:
             ramp_end = ramp_end * pt.request_rate / sp.request_rate  # capacity search scales both
         return LoadProfile(sp.profile, pt.request_rate, sp.burstiness, ramp_end)
 
-    def _shared(self) -> list[str]:
-        """The shared system prompts, built once per run so warm-up fills the cache."""
+    def _shared(self, depth: int = 0) -> list[str]:
+        """The shared system prompts (or a depth's context), built once per run so the
+        warm-up fills the cache."""
         sp = self.spec
-        if sp.shared_prefix_len and not self._shared_texts:
-            self._shared_texts = [self.builder.build(sp.shared_prefix_len).text
-                                  for _ in range(sp.prefix_groups)]
-        return self._shared_texts
+        n, groups = (depth, 1) if depth else (sp.shared_prefix_len, sp.prefix_groups)
+        if n and n not in self._shared_texts:
+            self._shared_texts[n] = [self.builder.build(n).text for _ in range(groups)]
+        return self._shared_texts.get(n, [])
 
     def _conversation(self, pt: Point, arrival: Arrival | None = None) -> list[RequestSpec]:
         """One conversation's requests: a single request unless ``turns`` > 1."""
         sp = self.spec
-        shared = self._shared()
+        shared = self._shared(pt.depth)
         base = shared[self._conv % len(shared)] if shared else ""
         conv = self._conv
         self._conv += 1
@@ -393,7 +410,7 @@ class WorkloadRunner:
             return [RequestSpec(p.text, p.target_len, olen)]
         out = []
         for t in range(sp.turns):
-            n = plen + t * (plen - sp.shared_prefix_len)
+            n = pt.depth + plen + t * (plen - sp.shared_prefix_len)
             p = self.builder.extend(base, n)
             out.append(RequestSpec(p.text, n, olen))
             base = p.text

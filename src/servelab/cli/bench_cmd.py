@@ -48,7 +48,8 @@ def _emit(text: str, out: Path | None) -> None:
     tmp.replace(out)
 
 
-_TABLE_KEYS = ("prompt_len", "output_len", "concurrency", "request_rate", "completed", "failed",
+_TABLE_KEYS = ("prompt_len", "depth", "output_len", "concurrency", "request_rate", "completed",
+               "failed",
                "decode_tok_s_median", "decode_tok_s_ci95", "prefill_tok_s_median",
                "ttft_ms_median", "tpot_ms_median", "output_throughput", "converged")
 _TABLE_TITLES = {"decode_tok_s_median": "decode tok/s", "prefill_tok_s_median": "prefill tok/s",
@@ -63,7 +64,8 @@ def render_table(result: BenchResult, console: Console) -> None:
     titles = dict(report.COLUMNS)
     keys = [k for k in _TABLE_KEYS
             if not (k == "request_rate"
-                    and all(p.point.request_rate is None for p in result.points))]
+                    and all(p.point.request_rate is None for p in result.points))
+            and not (k == "depth" and not any(p.point.depth for p in result.points))]
     for key in keys:
         table.add_column(_TABLE_TITLES.get(key, titles[key]), justify="right")
     for row in report.summary_rows(result):
@@ -150,6 +152,8 @@ def bench(
                                       "prompt at the start of every prompt (prefix caching)."),
     prefix_groups: int = typer.Option(1, "--prefix-groups", help="Distinct shared prompts "
                                       "the requests cycle through."),
+    depths: str = typer.Option("0", "--depths", help="Context-depth grid: tokens of shared, "
+                               "cached context before each prompt, e.g. 0,1024,4096."),
     turns: int = typer.Option(1, "--turns", help="Turns per conversation; each turn's prompt "
                               "extends the previous one by the prompt length (history)."),
     dataset: Annotated[Path | None, typer.Option(
@@ -206,6 +210,7 @@ def bench(
         profile=profile, burstiness=burstiness, ramp_end_rate=ramp_end_rate,  # type: ignore[arg-type]
         trace=str(trace) if trace is not None else None, shared_prefix_len=shared_prefix,
         prefix_groups=prefix_groups, turns=turns,
+        depths=() if depths.strip() == "0" else _ints(depths, "--depths"),
         dataset=str(dataset) if dataset is not None else None,
         dataset_lengths="natural" if dataset_lengths == "natural" else "exact",
         dataset_output="reference" if dataset_output == "reference" else "fixed",
@@ -240,6 +245,7 @@ def bench(
     if export_vllm is not None:
         for pr in result.points:
             name = f"vllm-p{pr.point.prompt_len}-o{pr.point.output_len}-c{pr.point.concurrency}"
+            name += f"-d{pr.point.depth}" if pr.point.depth else ""
             write_json_atomic(export_vllm / f"{name}.json", vllm_compat.to_vllm(
                 pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True))
     slo_results = ([evaluate(slo_spec, pr.samples) for pr in result.points]
