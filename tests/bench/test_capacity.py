@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import pytest
+from tests.bench.cli import servelab
 
 from servelab.bench.capacity import SearchSpec, grid, search
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
@@ -59,11 +58,9 @@ def test_cli_finds_the_known_concurrency_capacity() -> None:
     # TPOT = 4 ms + 4 ms × (streams in flight − 1): 32 ms at 8 streams, 36 ms at 9.
     cfg = SyntheticConfig(ttft_s=0.005, itl_s=0.004, itl_per_running_s=0.004)
     with SyntheticServer(cfg) as srv:
-        code = "from servelab.cli.app import main; main()"
-        r = subprocess.run([sys.executable, "-c", code, "capacity", srv.base_url,
-                            "--slo", "tpot_p50=34", "--variable", "concurrency", "--low", "1",
-                            "--high", "32", "--prompt-len", "16", "--output-len", "24",
-                            "--json"], capture_output=True, text=True, timeout=230, check=False)
+        r = servelab("capacity", srv.base_url, "--slo", "tpot_p50=34", "--variable",
+                     "concurrency", "--low", "1", "--high", "32", "--prompt-len", "16",
+                     "--output-len", "24", "--json", timeout=230)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["schema"] == "servelab.capacity/1" and d["slo_label"] == "tpot_p50<=34ms"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.bench.cli import servelab
 
 from servelab.bench.metrics import per_request
 from servelab.bench.result import write_json_atomic
@@ -46,13 +45,10 @@ def test_three_tools_agree_where_definitions_agree_and_differ_where_they_differ(
 
     path = tmp_path / "r.json"
     write_json_atomic(path, res.to_json())
-    code = "from servelab.cli.app import main; main()"
-    r = subprocess.run([sys.executable, "-c", code, "bench-translate", str(path)],
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = servelab("bench-translate", str(path))
     assert r.returncode == 0, r.stderr
     assert "mean_ttft_ms" in r.stdout and "ttft.avg" in r.stdout
     assert "time_to_first_token_ms.mean" in r.stdout and "inter_token_latency_ms.mean" in r.stdout
-    j = subprocess.run([sys.executable, "-c", code, "bench-translate", str(path), "--json"],
-                       capture_output=True, text=True, timeout=60, check=False)
+    j = servelab("bench-translate", str(path), "--json")
     d = json.loads(j.stdout)
     assert d["points"][0]["aiperf"]["ttft"]["avg"] == pytest.approx(a["ttft"]["avg"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servelab.bench.jsonl import positive_int, read_lines, read_text
 from servelab.errors import InputError
 
 _HUMAN = ("human", "user")
@@ -69,48 +70,31 @@ def _line(obj: Any, path: Path, lineno: int) -> Entry | None:
     prompt = obj.get("prompt", obj.get("text"))
     if not isinstance(prompt, str) or not prompt.strip():
         return None
-    out = obj.get("output_len")
-    if out is not None and (type(out) is not int or out < 1):
-        raise InputError(f"line {lineno}: output_len must be a positive integer", path=path)
+    out = positive_int(obj.get("output_len"), "output_len", path, lineno)
     ref = obj.get("completion")
     return Entry(prompt, ref if isinstance(ref, str) and ref.strip() else None, out)
 
 
 def load_dataset(path: Path) -> Dataset:
     """Read a ShareGPT JSON or a JSONL file; InputError naming the file for bad input."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the dataset: {exc}", path=path) from exc
     entries: list[Entry] = []
     skipped = 0
     if path.suffix.lower() == ".jsonl":
-        for i, raw in enumerate(text.splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except ValueError as exc:
-                raise InputError(f"line {i}: not JSON ({exc})", path=path) from None
-            e = _line(obj, path, i)
-            if e is None:
-                skipped += 1
-            else:
-                entries.append(e)
+        found = [_line(obj, path, i) for i, obj in read_lines(path, "dataset")]
     else:
         try:
-            data = json.loads(text)
+            data = json.loads(read_text(path, "dataset"))
         except ValueError as exc:
             raise InputError(f"not JSON ({exc})", path=path) from None
         if not isinstance(data, list):
             raise InputError("expected a ShareGPT list of conversations (or use .jsonl)",
                              path=path)
-        for obj in data:
-            e = _sharegpt(obj)
-            if e is None:
-                skipped += 1
-            else:
-                entries.append(e)
+        found = [_sharegpt(obj) for obj in data]
+    for e in found:
+        if e is None:
+            skipped += 1
+        else:
+            entries.append(e)
     if not entries:
         raise InputError(f"no usable prompt in the dataset ({skipped} entries skipped)",
                          path=path)

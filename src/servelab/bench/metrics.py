@@ -151,6 +151,15 @@ def per_request(s: RequestSample, min_latency_ms: float | None = None) -> dict[s
     return out
 
 
+def span_s(samples: Sequence[RequestSample]) -> float:
+    """Seconds from the first send to the last response end (0 without samples)."""
+    if not samples:
+        return 0.0
+    start = min(s.send_ns for s in samples)
+    end = max(s.send_ns + s.end_ns for s in samples)
+    return max((end - start) / 1e9, 1e-9)
+
+
 def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = None) -> Metrics:
     """Metrics over the non-warm-up samples of one workload point."""
     measured = [s for s in samples if not s.warmup]
@@ -172,12 +181,7 @@ def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = 
                 if k_tok > 0:
                     itl_tok.append((c[i] - c[i - 1]) / 1e6 / k_tok)
                     tpc.append(float(k_tok))
-    if measured:
-        start = min(s.send_ns for s in measured)
-        end = max(s.send_ns + s.end_ns for s in measured)
-        duration = max((end - start) / 1e9, 1e-9)
-    else:
-        duration = 0.0
+    duration = span_s(measured)
     tin = sum(s.prompt_tokens or 0 for s in ok)
     tout = sum(s.completion_tokens or 0 for s in ok)
 

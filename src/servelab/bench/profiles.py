@@ -19,12 +19,12 @@ the send time next to it, so the dispatch lag of the client is measured, not ass
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from servelab.bench.jsonl import positive_int, read_lines
 from servelab.errors import InputError, UsageError
 
 ProfileKind = Literal["constant", "poisson", "gamma", "ramp", "trace"]
@@ -62,28 +62,10 @@ class Trace:
         return (len(self.arrivals) - 1) / self.duration_s
 
 
-def _positive_int(v: object, key: str, path: Path, line: int) -> int | None:
-    if v is None:
-        return None
-    if type(v) is not int or v < 1:
-        raise InputError(f"line {line}: {key} must be a positive integer, got {v!r}", path=path)
-    return v
-
-
 def load_trace(path: Path) -> Trace:
     """Read a JSONL trace; InputError naming the file and line for anything malformed."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the trace: {exc}", path=path) from exc
     rows: list[tuple[float, int | None, int | None]] = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            raise InputError(f"line {i}: not JSON ({exc})", path=path) from None
+    for i, obj in read_lines(path, "trace"):
         if not isinstance(obj, dict):
             raise InputError(f"line {i}: expected a JSON object", path=path)
         ts = obj.get("timestamp")
@@ -91,8 +73,8 @@ def load_trace(path: Path) -> Trace:
             raise InputError(f"line {i}: timestamp (milliseconds, >= 0) is missing or "
                              f"invalid: {ts!r}", path=path)
         rows.append((float(ts) / 1000.0,
-                     _positive_int(obj.get("input_length"), "input_length", path, i),
-                     _positive_int(obj.get("output_length"), "output_length", path, i)))
+                     positive_int(obj.get("input_length"), "input_length", path, i),
+                     positive_int(obj.get("output_length"), "output_length", path, i)))
     if not rows:
         raise InputError("the trace has no requests", path=path)
     if any(rows[k][0] < rows[k - 1][0] for k in range(1, len(rows))):

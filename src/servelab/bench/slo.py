@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from servelab.bench.metrics import per_request
+from servelab.bench.metrics import per_request, span_s
 from servelab.bench.samples import RequestSample
 from servelab.errors import UsageError
 
@@ -179,10 +179,4 @@ def evaluate(slo: Slo, samples: Sequence[RequestSample]) -> SloResult:
         terms.append(TermResult(t, len(vals), est, lo, hi, verdict))
     good = sum(1 for s in measured
                if all(_value(s, t.metric) <= t.threshold_ms for t in slo.terms))
-    if measured:
-        start = min(s.send_ns for s in measured)
-        end = max(s.send_ns + s.end_ns for s in measured)
-        duration = max((end - start) / 1e9, 1e-9)
-    else:
-        duration = 0.0
-    return SloResult(tuple(terms), good, len(measured), duration)
+    return SloResult(tuple(terms), good, len(measured), span_s(measured))

@@ -322,8 +322,9 @@ def bench_translate(
     for pr, t in zip(result.points, per_point, strict=True):
         table = Table(title=f"{escape(pr.point.label)} · same timestamps, three tools' names",
                       title_justify="left")
-        for title in ("quantity", "tool", "metric name", "value"):
-            table.add_column(title, justify="right" if title == "value" else "left")
+        for title in ("quantity", "tool", "metric name", "value"):  # names never wrap
+            table.add_column(title, justify="right" if title == "value" else "left",
+                             no_wrap=title != "quantity")
         for concept, *paths in translate.CONCEPTS:
             for i, (tool, key) in enumerate(zip(translate.TOOLS, paths, strict=True)):
                 v = translate.lookup(t[tool], key)
