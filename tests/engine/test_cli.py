@@ -97,7 +97,7 @@ def test_facts_table_renders_what_the_log_said() -> None:
     from rich.console import Console
 
     from servelab.cli.serve_cmd import facts_table
-    from servelab.engine.logfacts import parse_log
+    from servelab.engines.vllm.logfacts import parse_log
 
     log = (Path(__file__).parent / "logs" / "vllm-gpu-nvfp4-marlin.log").read_text()
     console = Console(record=True, width=200)

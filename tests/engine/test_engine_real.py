@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from servelab.engine.attach import attach
+from servelab.engine.facts import Phase
 from servelab.engine.launch import launch, prepare_launch
-from servelab.engine.logfacts import Phase, parse_log
 from servelab.engine.process import (
     PID_FILE,
     RunningEngine,
@@ -31,6 +31,7 @@ from servelab.engine.process import (
     spawn,
     start_engine,
 )
+from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import EngineError, EngineStartupError, PortInUseError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -7,7 +7,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servelab.engine.logfacts import EngineFacts, LogParser, Phase, parse_log
+from servelab.engine.facts import EngineFacts, Phase
+from servelab.engines.vllm.logfacts import LogParser, parse_log
 
 LOGS = Path(__file__).parent / "logs"
 

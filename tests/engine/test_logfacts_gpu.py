@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servelab.engine.logfacts import EngineFacts, parse_log
+from servelab.engine.facts import EngineFacts
+from servelab.engines.vllm.logfacts import parse_log
 
 LOGS = Path(__file__).parent / "logs"
 RESULTS = Path(__file__).parents[2] / "benchmarks" / "gpu" / "results"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engine.logfacts import Phase
+from servelab.engine.facts import Phase
 from servelab.engine.process import (
     LaunchSpec,
     group_alive,

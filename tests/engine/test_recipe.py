@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.cli.recipe_cmd import STARTER_RECIPE
-from servelab.engine.command import build_argv
 from servelab.engine.recipe import key_lines, load_recipe, parse_recipe, parse_size
+from servelab.engines.vllm.argv import build_argv
+from servelab.engines.vllm.recipe import VllmSection
 from servelab.errors import RecipeError, ServelabError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +44,15 @@ def test_wrong_type_names_key_and_line(tmp_path: Path) -> None:
 def test_out_of_range_value(tmp_path: Path) -> None:
     msg = _err(MINIMAL + "[engine.flags]\ngpu_memory_utilization = 1.5\n", tmp_path)
     assert "line 5: engine.flags.gpu_memory_utilization:" in msg
+
+
+def test_engine_table_is_a_union_tagged_by_name(tmp_path: Path) -> None:
+    untagged = parse_recipe(MINIMAL + "[engine.flags]\nmax_model_len = 64\n")
+    tagged = parse_recipe(MINIMAL + '[engine]\nname = "vllm"\n[engine.flags]\nmax_model_len = 64\n')
+    assert isinstance(untagged.engine, VllmSection) and untagged.engine == tagged.engine
+    assert untagged.model_dump(mode="json")["engine"]["flags"]["max_model_len"] == 64
+    msg = _err(MINIMAL + '[engine]\nport = 8000\nname = "tgi"\n', tmp_path)
+    assert "line 6: engine.name: unknown engine 'tgi'; choose one of vllm" in msg
 
 
 def test_model_needs_exactly_one_source(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def test_hybrid_alignment_lines_equal_the_engine_log(case: str) -> None:
 
 @pytest.mark.parametrize("case", CASES)
 def test_check_against_the_engine_modules_log_parser(case: str) -> None:
-    from servelab.engine.logfacts import parse_log
+    from servelab.engines.vllm.logfacts import parse_log
     from servelab.plan.check import check_kv_against_log
 
     plan, text = _plan_for(case)

@@ -80,3 +80,16 @@ def test_the_checker_catches_what_it_forbids(tmp_path: Path) -> None:
     )
     found = _problems(bad, tmp_path)
     assert len(found) == 6, found
+
+
+def test_the_planner_imports_no_engine_code() -> None:
+    """plan/ is pure arithmetic: engines pass values in (issue 14)."""
+    found = []
+    for path in sorted((SRC / "plan").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                ("servelab.engine", "servelab.engines")
+            ):
+                found.append(f"{path.name}:{node.lineno}: {node.module}")
+    assert found == []

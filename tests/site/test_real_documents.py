@@ -15,7 +15,7 @@ from site_records import samples
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.logfacts import parse_log
+from servelab.engines.vllm.logfacts import parse_log
 from servelab.hardware.profiles import get_profile
 from servelab.plan.build import build_plan
 from servelab.plan.weights import weights_from_report

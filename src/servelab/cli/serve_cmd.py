@@ -28,8 +28,8 @@ from rich.table import Table
 
 from servelab.engine.attach import ServerInfo, attach
 from servelab.engine.command import redact_argv
+from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import launch, new_run_dir
-from servelab.engine.logfacts import EngineFacts, Phase
 from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import load_recipe
 from servelab.errors import UsageError

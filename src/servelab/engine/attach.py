@@ -64,17 +64,10 @@ class ServerInfo:
         return {}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form; metrics reduced to the vLLM counters servelab uses."""
-        keys = (
-            "vllm:prompt_tokens_total",
-            "vllm:generation_tokens_total",
-            "vllm:num_requests_running",
-            "vllm:num_requests_waiting",
-            "vllm:kv_cache_usage_perc",
-            "vllm:spec_decode_num_drafts_total",
-            "vllm:spec_decode_num_draft_tokens_total",
-            "vllm:spec_decode_num_accepted_tokens_total",
-        )
+        """JSON-ready form; metrics reduced to the engines' headline series."""
+        from servelab.engines import ENGINES
+
+        keys = [k for engine in ENGINES.values() for k in engine.headline_metrics]
         return {
             "url": self.url,
             "version": self.version,

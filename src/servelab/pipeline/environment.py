@@ -61,7 +61,8 @@ def engine_environment(recipe: Recipe) -> EngineEnvironment:
         if install is not None:
             torch = install.versions.get("torch")
         elif recipe.engine.executable is None:
-            torch = probe_versions(Path(launcher[0]), timeout=60).get("torch")
+            versions = probe_versions(Path(launcher[0]), build=recipe.engine.build, timeout=60)
+            torch = versions.get("torch")
     except ServelabError:
         torch = None
     return EngineEnvironment(torch=torch, cuda=cuda_of_torch(torch), driver=nvidia_driver())

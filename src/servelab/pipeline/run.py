@@ -26,6 +26,7 @@ from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engine.command import redact_argv
+from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import (
     LOG_NAME,
     check_engine_version,
@@ -34,9 +35,9 @@ from servelab.engine.launch import (
     resolve_launcher,
     resolve_model,
 )
-from servelab.engine.logfacts import EngineFacts, Phase
 from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
+from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.calibration import measurements_from_runs
@@ -202,7 +203,7 @@ def make_run_plan(
     """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions")
-    flags = recipe.engine.flags
+    flags = get_engine(recipe.engine.name).plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     config, weights = apply_dtype_flag(config, weights, flags.dtype)
     dec = pre = None

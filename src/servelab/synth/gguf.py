@@ -1,0 +1,193 @@
+"""Convert a tiny Hugging Face checkpoint to GGUF, as llama.cpp's converter would.
+
+The result is a real GGUF file (``gguf.GGUFWriter``) that llama.cpp loads and serves:
+llama.cpp's tensor names (``gguf.get_tensor_name_map``), the Q/K row permutation of its
+``llama`` architecture (llama.cpp applies RoPE to interleaved pairs, Hugging Face to
+halves), the model's byte-level BPE vocabulary and merges as a ``gpt2`` tokenizer with
+the ``gpt-2`` pre-tokenizer, and its chat template.
+
+Weight types: ``F32``, ``F16`` or ``Q8_0`` (``gguf.quants``); 1-D tensors (norms) stay
+``F32`` as in llama.cpp's own converter. Supported architectures: ``llama``.
+
+``torch`` and ``safetensors`` (the ``synth`` extra) read the bf16 source tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from servelab.errors import InputError, UsageError
+
+__all__ = ["GGUF_TYPES", "GgufType", "write_gguf"]
+
+GgufType = Literal["F32", "F16", "Q8_0"]
+GGUF_TYPES: tuple[GgufType, ...] = ("F32", "F16", "Q8_0")
+SUPPORTED = ("llama",)
+
+
+def _permute(w: np.ndarray[Any, Any], n_head: int) -> np.ndarray[Any, Any]:
+    """llama.cpp's ``LlamaModel.permute``: HF's rotate-half rows to interleaved pairs."""
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def _hf_tensors(model_dir: Path) -> Iterator[tuple[str, np.ndarray[Any, Any]]]:
+    try:
+        from safetensors import safe_open
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise InputError(
+            "writing GGUF needs the 'synth' extra: pip install 'servelab[synth]'"
+        ) from exc
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise InputError("no *.safetensors files to convert", path=model_dir)
+    for f in files:
+        with safe_open(str(f), framework="pt") as fh:
+            for name in fh.keys():  # noqa: SIM118 - safe_open has no __iter__
+                yield name, fh.get_tensor(name).float().numpy()
+
+
+def _tokenizer(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "tokenizer.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the tokenizer: {exc}", path=path) from None
+    model = data.get("model") or {}
+    if model.get("type") != "BPE":
+        raise UsageError(f"{path}: only byte-level BPE tokenizers are converted")
+    return data
+
+
+def _add_vocab(writer: Any, model_dir: Path, cfg: Mapping[str, Any]) -> None:
+    import gguf
+
+    tok = _tokenizer(model_dir)
+    vocab: dict[str, int] = dict(tok["model"]["vocab"])
+    for added in tok.get("added_tokens", []):
+        vocab[added["content"]] = int(added["id"])
+    size = int(cfg.get("vocab_size", len(vocab)))
+    by_id = {i: t for t, i in vocab.items()}
+    special = {int(a["id"]) for a in tok.get("added_tokens", []) if a.get("special")}
+    tokens, types = [], []
+    for i in range(size):
+        if i in by_id:
+            tokens.append(by_id[i])
+            control = i in special
+            types.append(gguf.TokenType.CONTROL if control else gguf.TokenType.NORMAL)
+        else:  # the embedding is larger than the vocabulary
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"].get("merges", [])]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    eos = cfg.get("eos_token_id")
+    if isinstance(eos, int):
+        writer.add_eos_token_id(eos)
+    pad = cfg.get("pad_token_id")
+    if isinstance(pad, int):
+        writer.add_pad_token_id(pad)
+    writer.add_add_bos_token(False)
+    tc_path = model_dir / "tokenizer_config.json"
+    if tc_path.is_file():
+        template = json.loads(tc_path.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(template, str):
+            writer.add_chat_template(template)
+
+
+def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
+    """Write ``model_dir`` (a tiny HF llama checkpoint) as GGUF ``out``; returns ``out``.
+
+    Written to a temporary file next to ``out`` and renamed, so ``out`` is complete or
+    absent.
+    """
+    import gguf
+
+    if qtype not in GGUF_TYPES:
+        raise UsageError(f"unsupported GGUF type {qtype!r}; choose one of {', '.join(GGUF_TYPES)}")
+    cfg_path = model_dir / "config.json"
+    try:
+        cfg: dict[str, Any] = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read config.json: {exc}", path=cfg_path) from None
+    arch = cfg.get("model_type")
+    if arch not in SUPPORTED:
+        raise UsageError(
+            f"GGUF conversion supports {', '.join(SUPPORTED)}, not {arch!r}", path=model_dir
+        )
+    n_layers = int(cfg["num_hidden_layers"])
+    n_head = int(cfg["num_attention_heads"])
+    n_kv = int(cfg.get("num_key_value_heads") or n_head)
+    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // n_head)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)
+    ftype = {
+        "F32": gguf.LlamaFileType.ALL_F32,
+        "F16": gguf.LlamaFileType.MOSTLY_F16,
+        "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    }[qtype]
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}-", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        writer = gguf.GGUFWriter(tmp, "llama")
+        writer.add_name(model_dir.name)
+        writer.add_block_count(n_layers)
+        writer.add_context_length(int(cfg.get("max_position_embeddings", 4096)))
+        writer.add_embedding_length(int(cfg["hidden_size"]))
+        writer.add_feed_forward_length(int(cfg["intermediate_size"]))
+        writer.add_head_count(n_head)
+        writer.add_head_count_kv(n_kv)
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+        writer.add_rope_dimension_count(head_dim)
+        writer.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+        writer.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+        writer.add_vocab_size(int(cfg["vocab_size"]))
+        writer.add_file_type(ftype)
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        _add_vocab(writer, model_dir, cfg)
+        for hf_name, data in _hf_tensors(model_dir):
+            name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+            if name is None:
+                raise UsageError(f"no GGUF name for tensor {hf_name!r}", path=model_dir)
+            if hf_name.endswith("self_attn.q_proj.weight"):
+                data = _permute(data, n_head)
+            elif hf_name.endswith("self_attn.k_proj.weight"):
+                data = _permute(data, n_kv)
+            _add_tensor(writer, name, data, qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(progress=False)
+        writer.close()
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _add_tensor(writer: Any, name: str, data: np.ndarray[Any, Any], qtype: GgufType) -> None:
+    import gguf
+
+    if data.ndim <= 1 or qtype == "F32":
+        writer.add_tensor(name, data.astype(np.float32))
+    elif qtype == "F16":
+        writer.add_tensor(name, data.astype(np.float16))
+    else:
+        kind = gguf.GGMLQuantizationType.Q8_0
+        packed = gguf.quants.quantize(data.astype(np.float32), kind)  # uint8, byte shape
+        writer.add_tensor(name, packed, raw_dtype=kind)
