@@ -294,8 +294,9 @@ def run_capacity(cfg: BenchConfig, slo: Slo, spec: SearchSpec, *, max_rounds: in
     """Search the capacity of ``cfg.base_url`` for the SLO (workload: its first prompt
     length, its output length, its profile; for rates its largest concurrency caps)."""
     w = cfg.workload
-    if spec.variable == "rate":
-        w = replace(w, request_rate=w.request_rate or 1.0, concurrency=(max(w.concurrency),))
+    if spec.variable == "rate":  # the cap is no warm-up size: a few requests warm up
+        w = replace(w, request_rate=w.request_rate or 1.0, concurrency=(max(w.concurrency),),
+                    warmup_requests=4 if w.warmup_requests is None else w.warmup_requests)
     else:
         w = replace(w, request_rate=None)
     w = replace(w, max_repeats=1)

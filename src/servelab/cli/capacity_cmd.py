@@ -75,7 +75,8 @@ def capacity(
     output_len: int = typer.Option(128, "--output-len", help="Output tokens per request."),
     requests: int | None = typer.Option(None, "--requests", help="Measured requests per batch "
                                         "(default max(3, 2 × concurrency); rates: 20)."),
-    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests per probe."),
+    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests per probe "
+                                      "(default: the concurrency; rates: 4)."),
     profile: str = typer.Option("poisson", "--profile", help="Arrivals when searching a rate: "
                                 "constant, poisson, gamma."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps."),
