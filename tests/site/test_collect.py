@@ -10,19 +10,25 @@ import sys
 from pathlib import Path
 
 import pytest
-from site_records import HOSTILE_LINE, HOSTILE_MODEL, SECRET, populate, record
+from site_records import (
+    HOSTILE_LINE,
+    HOSTILE_MODEL,
+    PREDICTION_SOURCE,
+    SECRET,
+    populate,
+    record,
+)
 
+from servelab.points import PointKey
 from servelab.site import prose
 from servelab.site.collect import (
-    PointId,
     collect_site,
     key_params,
-    parse_point,
     site_from_records,
 )
 from servelab.site.model import Derived, Measured, Site
 from servelab.site.render import render_site
-from servelab.store import Sample, open_store
+from servelab.store import RunRecord, Sample, open_store
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +65,11 @@ def test_recipe_pages_hold_the_stored_measurements(
     # the prediction stored with the run, labelled with its basis
     row = prose.row_at(page.decode, 2048, "0.32.0")
     assert row is not None and row.predicted is not None
-    assert row.predicted.value == pytest.approx(4e9 / 40_000_000)
-    assert row.predicted.basis.startswith("roofline 4 GB/s (probe)")
+    assert row.predicted.value == pytest.approx(4e9 / 40_000_000 * 0.9)
+    assert row.predicted.low is not None and row.predicted.high is not None
+    assert row.predicted.low < row.predicted.value < row.predicted.high
+    assert row.predicted.basis.startswith(PREDICTION_SOURCE)
+    assert "roofline bound 100 tok/s" in row.predicted.basis
     assert prose.row_at(page.decode, 512, "0.32.0").predicted is None  # type: ignore[union-attr]
     # prefill = prompt tokens / TTFT
     pre = prose.row_at(page.prefill, 2048, "0.32.0")
@@ -173,12 +182,31 @@ def test_points_with_several_streams_get_their_own_table() -> None:
     assert 'id="concurrent-table"' in html and "120.0 ms" in html
 
 
+
+def test_tokens_per_gpu_follow_the_runs_parallel_layout() -> None:
+    base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)
+    c4 = tuple(Sample(point="p512-c4", index=i, ttft_s=0.1, tpot_s=1 / d, prompt_tokens=512,
+                      completion_tokens=32) for i, d in enumerate((20.0, 22.0, 24.0)))
+    args = (*base.engine_args, "--tensor-parallel-size", "2")
+    run = dataclasses.replace(base, run_id="tp2run", samples=base.samples + c4, engine_args=args)
+    [page] = site_from_records([run]).recipes
+    assert (page.gpus, page.layout) == (2, "TP2 x PP1 x DP1")
+    [row] = page.concurrent
+    assert row.gpus == 2 and row.per_gpu.value == pytest.approx(22.0 * 4 / 2)
+    html = render_site(site_from_records([run]))["recipes/tiny-bf16.html"]
+    assert "Output per GPU" in html and "Served on 2 GPUs (TP2 x PP1 x DP1)" in html
+    single = site_from_records([dataclasses.replace(run, engine_args=base.engine_args)])
+    assert single.recipes[0].gpus == 1 and single.recipes[0].layout == ""
+
+
 def test_point_names_and_params() -> None:
-    assert parse_point("p2048-c1") == PointId(2048, 1)
-    assert parse_point("vllm-p512-o128-c4") == PointId(512, 4)
-    assert parse_point("p100-cmax") == PointId(100, None)
-    assert parse_point("warm", [100, 300, 200]) == PointId(200, None)
-    assert parse_point("warm") is None
+    assert PointKey.parse("p2048-c1") == PointKey(2048, 1)
+    assert PointKey.parse("vllm-p512-o128-c4") == PointKey(512, 4)
+    assert PointKey.parse("p100-cmax") == PointKey(100, None)
+    assert PointKey.parse("warm", [100, 300, 200]) == PointKey(200, None)
+    assert PointKey.parse("warm") is None
+    for key in (PointKey(2048, 1), PointKey(100, None), PointKey(8192, 16)):
+        assert PointKey.parse(key.label) == key  # one key: written and read back the same
     assert key_params(("--a", "1", "--flag", "--b=2")) == (("a", "1"), ("flag", "true"),
                                                             ("b", "2"))
 
@@ -213,3 +241,60 @@ def test_measured_numbers_are_measured(stored: tuple[str, list[str], list[str], 
     page = site.recipes[0]
     for row in (*page.decode, *page.prefill):
         assert isinstance(row.measured, Measured) and row.measured.run_id in ids
+
+
+# --- shareable pages: the model by id, a command a reader can run, no local paths -------------
+
+_ENGINE_PY = "/home/someone/.local/share/servelab/engines/vllm-cpu/venv/bin/python"
+_SYNTH_DIR = "/tmp/pytest-7/work/models/synth/qwen3_moe-0f3a"
+_RUN_DIR = "/tmp/pytest-7/work/runs/20260701-tiny"
+_RUN_PORT = "41234"
+_SYNTH_RECIPE = ('name = "tiny-cpu"\n[model]\nsynth = "qwen3_moe"\n'
+                 'served_name = "tiny-qwen3-moe"\n[engine]\nname = "vllm"\n'
+                 f'python = "{_ENGINE_PY}"\n[engine.flags]\nmax_model_len = 4096\n')
+
+
+def _as_servelab_ran_it(recipe_text: str, model_dir: str | None) -> RunRecord:
+    argv = (_ENGINE_PY, "-m", "vllm.entrypoints.openai.api_server", "--model",
+            model_dir or "Qwen/Qwen3.6-35B-A3B-FP8", "--served-model-name", "tiny-qwen3-moe",
+            "--host", "127.0.0.1", "--port", _RUN_PORT, "--max-model-len", "4096",
+            f"--download-dir={_RUN_DIR}/hf")
+    base = record(0, "tiny-cpu", "BF16", "0.32.0", 50.0)
+    warnings = [{"kind": "kv-profiling-skipped",
+                 "text": f"WARNING skipped memory profiling for {model_dir or 'the model'}"}]
+    return dataclasses.replace(
+        base, run_id="share1", model_id="tiny-qwen3-moe", recipe_text=recipe_text,
+        engine_args=argv, checkpoint_path=model_dir, extra={"run_dir": _RUN_DIR},
+        engine_facts={**(base.engine_facts or {}), "warnings": warnings})
+
+
+def test_recipe_pages_name_the_model_by_id_and_keep_local_paths_on_the_run_page() -> None:
+    run = _as_servelab_ran_it(_SYNTH_RECIPE, _SYNTH_DIR)
+    site = site_from_records([run])
+    [page] = site.recipes
+    assert page.checkpoint == "synth:qwen3_moe" and page.port == 8000
+    assert page.command[:5] == ("python", "-m", "vllm.entrypoints.openai.api_server",
+                                "--model", "qwen3_moe")
+    assert "--port" in page.command and page.command[page.command.index("--port") + 1] == "8000"
+    files = render_site(site)
+    shared = {k: v for k, v in files.items() if not k.startswith("runs/")}
+    assert "recipes/tiny-cpu.toml" in shared
+    for name, content in shared.items():
+        for local in ("/tmp/pytest-7", "/home/someone", _RUN_PORT):
+            assert local not in content, (name, local)
+    html = files["recipes/tiny-cpu.html"]
+    assert "synth:qwen3_moe" in html and "servelab run tiny-cpu.toml" in html
+    assert "http://127.0.0.1:8000/v1/chat/completions" in html
+    assert 'python = "<local path>"' in files["recipes/tiny-cpu.toml"]
+    assert "servelab run tiny-cpu.toml" in files["recipes/tiny-cpu.md"]
+    run_page = files["runs/share1.html"]
+    assert _SYNTH_DIR in run_page and _RUN_DIR in run_page and f"--port {_RUN_PORT}" in run_page
+
+
+def test_a_hub_model_is_shown_by_its_repo_id() -> None:
+    text = ('name = "tiny-cpu"\n[model]\nrepo = "Qwen/Qwen3.6-35B-A3B-FP8"\n'
+            'revision = "main"\n[engine]\nport = 8011\n')
+    [page] = site_from_records([_as_servelab_ran_it(text, None)]).recipes
+    assert page.checkpoint == "Qwen/Qwen3.6-35B-A3B-FP8@main" and page.port == 8011
+    assert "Qwen/Qwen3.6-35B-A3B-FP8" in page.command and "8011" in page.command
+    assert "--download-dir=<local path>" in page.command

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,25 +17,22 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servelab.bench import report, translate, vllm_compat
-from servelab.bench.datasets import load_dataset
-from servelab.bench.profiles import PROFILES, load_trace
-from servelab.bench.result import BenchResult, load, write_json_atomic
-from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.slo import Slo, SloResult, evaluate, parse_slo
-from servelab.bench.transport import Timeouts
-from servelab.bench.workload import DEFAULT_OUTPUT_LEN, ProgressEvent, WorkloadSpec
+from servelab.cli.output import CsvOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.defaults import OUTPUT_LEN, prompt_lens_text
 from servelab.errors import BenchError, UsageError
+from servelab.units import parse_int_list
+
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.bench.result import BenchResult
+    from servelab.bench.slo import Slo, SloResult
+    from servelab.bench.workload import ProgressEvent
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
-        vals = tuple(int(x.replace("_", "")) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise UsageError(f"{what}: no values in {text!r}")
-    return vals
+        return tuple(parse_int_list(text, what))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _emit(text: str, out: Path | None) -> None:
@@ -59,6 +56,8 @@ _TABLE_TITLES = {"decode_tok_s_median": "decode tok/s", "prefill_tok_s_median": 
 
 def render_table(result: BenchResult, console: Console) -> None:
     """Print the result as a Rich table plus its notes."""
+    from servelab.bench import report
+
     table = Table(title=f"servelab bench · {escape(result.model)} · {escape(result.base_url)}",
                   title_justify="left")
     titles = dict(report.COLUMNS)
@@ -81,6 +80,8 @@ def render_table(result: BenchResult, console: Console) -> None:
 def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
                console: Console) -> None:
     """One row per point: each term's percentile with its 95% CI, verdict and goodput."""
+    from servelab.bench import report
+
     table = Table(title=f"SLO {escape(slo.label)}", title_justify="left")
     for title in ("point", *(t.label for t in slo.terms), "verdict", "goodput req/s",
                   "good/measured"):
@@ -99,9 +100,9 @@ def bench(
                                      "first one /v1/models lists)."),
     endpoint: str = typer.Option("completions", "--endpoint",
                                  help="API to drive: completions or chat."),
-    prompt_lens: str = typer.Option("512,2048,8192", "--prompt-lens",
+    prompt_lens: str = typer.Option(prompt_lens_text(), "--prompt-lens",
                                     help="Comma-separated prompt lengths in tokens."),
-    output_len: int = typer.Option(DEFAULT_OUTPUT_LEN, "--output-len",
+    output_len: int = typer.Option(OUTPUT_LEN, "--output-len",
                                    help="Tokens to generate per request (ignore_eos)."),
     concurrency: str = typer.Option("1", "--concurrency",
                                     help="Comma-separated concurrency levels to sweep."),
@@ -166,10 +167,9 @@ def bench(
                                        "--output-len; reference: the dataset answer's tokens."),
     slo: str | None = typer.Option(None, "--slo", help="Evaluate an SLO per point, e.g. "
                                    "ttft_p99=500,tpot_p50=40 (ms): verdict and goodput."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON "
-                                 "(schema servelab.bench/1)."),
-    as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per point."),
-    as_markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the JSON/CSV/Markdown here instead of stdout (the full JSON when "
         "no format is given).")] = None,
@@ -178,10 +178,18 @@ def bench(
         "this directory.")] = None,
 ) -> None:
     """Benchmark an OpenAI-compatible endpoint: TTFT, TPOT, ITL, decode/prefill tok/s, with CIs."""
+    from servelab.bench import report, vllm_compat
+    from servelab.bench.datasets import load_dataset
+    from servelab.bench.profiles import PROFILES, load_trace
+    from servelab.bench.result import write_json_atomic
+    from servelab.bench.run import BenchConfig, run_bench
+    from servelab.bench.slo import evaluate, parse_slo
+    from servelab.bench.transport import Timeouts
+    from servelab.bench.workload import WorkloadSpec
+
     if endpoint not in ("completions", "chat"):
         raise UsageError(f"--endpoint must be completions or chat, not {endpoint!r}")
-    if sum((as_json, as_csv, as_markdown)) > 1:
-        raise UsageError("choose one of --json, --csv, --markdown")
+    pick_format(as_json, as_csv, as_markdown)  # at most one
     kwargs: dict[str, Any] | None = None
     if chat_template_kwargs is not None:
         try:
@@ -281,6 +289,8 @@ def bench_import(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Read a vllm bench serve result and show its numbers (and servelab's, if detailed)."""
+    from servelab.bench import report, vllm_compat
+
     vr = vllm_compat.load_vllm(path)
     mine = vr.metrics()
     keys = [k for k in vr.aggregates if k.endswith("_ms") or "throughput" in k
@@ -309,6 +319,9 @@ def bench_translate(
                                  "per point as JSON."),
 ) -> None:
     """Show one result under vllm bench serve's, AIPerf's and GuideLLM's metric names."""
+    from servelab.bench import report, translate
+    from servelab.bench.result import load
+
     result = load(path)
     per_point = [translate.translate(pr, model=result.model,
                                      backend=f"openai-{result.endpoint}")

@@ -1,7 +1,8 @@
 """``servelab capacity``: the highest request rate or concurrency that meets an SLO.
 
 Thin layer over :func:`servelab.bench.capacity.run_capacity`: options in, one table of
-probes and one summary line out (or JSON, schema ``servelab.capacity/1``).
+probes and one summary line out (or ``--json``: schema ``servelab.capacity/1``, see
+:meth:`servelab.bench.capacity.CapacityResult.to_json`).
 """
 
 from __future__ import annotations
@@ -9,26 +10,24 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.bench import report
-from servelab.bench.capacity import CapacityResult, Probe, SearchSpec, run_capacity
-from servelab.bench.profiles import PROFILES
-from servelab.bench.result import write_json_atomic
-from servelab.bench.run import BenchConfig
-from servelab.bench.slo import parse_slo
-from servelab.bench.transport import Timeouts
-from servelab.bench.workload import WorkloadSpec
+from servelab.cli.output import JsonOpt
 from servelab.errors import UsageError
+
+if TYPE_CHECKING:  # loaded only when the command runs (fast --help)
+    from servelab.bench.capacity import CapacityResult, Probe
 
 
 def render(res: CapacityResult, console: Console) -> None:
     """The probes as a table, then the answer."""
+    from servelab.bench import report
+
     var = res.spec.variable
     unit = "req/s" if var == "rate" else "streams"
     table = Table(title=f"servelab capacity · {escape(res.model)} · SLO {escape(res.slo.label)}",
@@ -87,10 +86,18 @@ def capacity(
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrivals."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    as_json: JsonOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
 ) -> None:
     """Find the highest request rate or concurrency that meets an SLO (bisection, CIs, reruns)."""
+    from servelab.bench.capacity import SearchSpec, run_capacity
+    from servelab.bench.profiles import PROFILES
+    from servelab.bench.result import write_json_atomic
+    from servelab.bench.run import BenchConfig
+    from servelab.bench.slo import parse_slo
+    from servelab.bench.transport import Timeouts
+    from servelab.bench.workload import WorkloadSpec
+
     if variable not in ("rate", "concurrency"):
         raise UsageError(f"--variable must be rate or concurrency, not {variable!r}")
     if endpoint not in ("completions", "chat"):

@@ -104,6 +104,18 @@ class EngineFacts:
     compile_s: float | None = None
     startup_s: float | None = None
     server_url: str | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    world_size: int | None = None
+    ranks: tuple[str, ...] = ()
+    dist_backend: str | None = None
+    nccl_version: str | None = None
+    comm_transport: str | None = None
+    executor: str | None = None
+    ray_nodes: tuple[str, ...] = ()
+    expert_parallel_size: int | None = None
+    experts_per_rank: int | None = None
     warnings: tuple[LogNotice, ...] = ()
     errors: tuple[LogNotice, ...] = ()
 

@@ -22,17 +22,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.engine.facts import EngineFacts, LineParser
+from servelab.plan.layout import ParallelLayout
 
 if TYPE_CHECKING:
+    import httpx
+
     from servelab.engine.install import EngineBuild
     from servelab.engine.recipe import Recipe
 
@@ -102,6 +104,7 @@ class PlanKnobs:
     kv_cache_dtype: str | None = None
     dtype: str | None = None
     enable_prefix_caching: bool | None = None
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
 
 
 class Engine(Protocol):
@@ -164,6 +167,8 @@ def models_ready(
     client: httpx.Client, base_url: str, served_model_name: str, *, health: str | None
 ) -> bool:
     """``health`` (when given) answers 200 and ``/v1/models`` lists ``served_model_name``."""
+    import httpx  # only when an engine is polled (``servelab --help`` stays light)
+
     try:
         if health is not None and client.get(f"{base_url}{health}").status_code != 200:
             return False

@@ -25,7 +25,6 @@ from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.command import redact_argv
 from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import (
     LOG_NAME,
@@ -39,19 +38,19 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
+from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile, get_profile
-from servelab.pipeline.calibration import measurements_from_runs
+from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan, build_plan
-from servelab.plan.calibrate import fit_efficiencies, lookup
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
-from servelab.plan.predict import Efficiency
 from servelab.plan.weights import Weights, weights_from_report
+from servelab.redact import redact_args, redact_text
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
-from servelab.store.redact import redact_text
+from servelab.units import format_bytes
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
@@ -136,29 +135,6 @@ def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*mine, *extra]))
 
 
-def calibration_for(
-    store: Store, plan_inputs: tuple[HardwareProfile, str, str]
-) -> tuple[Efficiency | None, Efficiency | None]:
-    """Decode and prefill efficiencies fitted from the store's ok runs on this hardware."""
-    hardware, engine_version, backend = plan_inputs
-    runs = store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
-    measurements = measurements_from_runs(runs)
-    if not measurements:
-        return None, None
-
-    def hardware_for(name: str) -> HardwareProfile:
-        return hardware if name == hardware.name else get_profile(name)
-
-    fits = fit_efficiencies(measurements, hardware_for)
-    common = {
-        "engine": "vllm",
-        "engine_version": engine_version,
-        "backend": backend,
-        "hardware": hardware.name,
-    }
-    return lookup(fits, kind="decode", **common), lookup(fits, kind="prefill", **common)
-
-
 def apply_dtype_flag(
     config: dict[str, Any], weights: Weights, dtype: str | None
 ) -> tuple[dict[str, Any], Weights]:
@@ -206,10 +182,12 @@ def make_run_plan(
     flags = get_engine(recipe.engine.name).plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     config, weights = apply_dtype_flag(config, weights, flags.dtype)
-    dec = pre = None
-    if store is not None:
-        backend = hardware.kernel_path(weights.scheme, moe=weights.moe).name
-        dec, pre = calibration_for(store, (hardware, engine_version, backend))
+    runs = (
+        store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
+        if store is not None
+        else []
+    )
+    calibration = calibration_for(runs, hardware, weights)
     return build_plan(
         config,
         weights,
@@ -221,8 +199,9 @@ def make_run_plan(
         engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
-        decode_efficiency=dec,
-        prefill_efficiency=pre,
+        calibration=calibration,
+        layout=flags.layout,
+        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
 
 
@@ -255,7 +234,7 @@ def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
     facts = engine.facts
     state.facts = facts
     state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s}))
-    state.fields["engine_args"] = tuple(redact_argv(engine.spec.argv))
+    state.fields["engine_args"] = redact_args(engine.spec.argv)
 
 
 def _log_file_tail(run_dir: Path, lines: int = 40) -> str | None:
@@ -307,7 +286,7 @@ def run_recipe(
             RunEvent(
                 "inspect",
                 "done",
-                f"{report.tensor_count:,} tensors, {report.total_bytes / GIB:.3f} GiB",
+                f"{report.tensor_count:,} tensors, {format_bytes(report.total_bytes)}",
             )
         )
 

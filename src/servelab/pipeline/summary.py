@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.plan.document import SpeedKind, read_plan
+from servelab.points import PointKey
 from servelab.store.model import Metric
 
 
@@ -26,9 +28,25 @@ class SummaryRow:
     ci_high: float | None
     samples: int
     roofline_tok_s: float | None
-    calibrated_tok_s: float | None
+    predicted_tok_s: float | None
+    predicted_low: float | None
+    predicted_high: float | None
     achieved_bandwidth: float | None  # bytes/s implied by the measurement (decode only)
     roofline_fraction: float | None  # measured ÷ roofline
+
+    @property
+    def error(self) -> float | None:
+        """measured / predicted - 1 (negative: slower than predicted)."""
+        if self.measured_tok_s is None or not self.predicted_tok_s:
+            return None
+        return self.measured_tok_s / self.predicted_tok_s - 1.0
+
+    @property
+    def inside_interval(self) -> bool | None:
+        """Whether the measurement fell inside the predicted interval."""
+        if self.measured_tok_s is None or self.predicted_low is None or self.predicted_high is None:
+            return None
+        return self.predicted_low <= self.measured_tok_s <= self.predicted_high
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; predictions are marked as such."""
@@ -39,27 +57,13 @@ class SummaryRow:
             "ci95": [self.ci_low, self.ci_high],
             "samples": self.samples,
             "predicted_roofline_tok_s": self.roofline_tok_s,
-            "predicted_calibrated_tok_s": self.calibrated_tok_s,
+            "predicted_tok_s": self.predicted_tok_s,
+            "predicted_interval": [self.predicted_low, self.predicted_high],
+            "error_vs_prediction": self.error,
+            "inside_interval": self.inside_interval,
             "achieved_bandwidth_bytes_s": self.achieved_bandwidth,
             "fraction_of_roofline": self.roofline_fraction,
         }
-
-
-def _points(
-    prediction: Mapping[str, Any] | None, kind: str, key: str
-) -> dict[int, Mapping[str, Any]]:
-    speed = (prediction or {}).get("speed")
-    if not isinstance(speed, Mapping):
-        return {}
-    out: dict[int, Mapping[str, Any]] = {}
-    for p in speed.get(kind) or []:
-        if isinstance(p, Mapping) and isinstance(p.get(key), int):
-            out[int(p[key])] = p
-    return out
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def summarize(
@@ -68,27 +72,25 @@ def summarize(
     prompt_lens: Sequence[int],
 ) -> tuple[SummaryRow, ...]:
     """Rows for every prompt length of the single-stream (concurrency 1) points."""
-    decode_pred = _points(prediction, "decode", "context_len")
-    prefill_pred = _points(prediction, "prefill", "prompt_len")
-    speed = (prediction or {}).get("speed")
-    bandwidth = _num(speed.get("bandwidth")) if isinstance(speed, Mapping) else None
+    plan = read_plan(prediction)
     by_key = {(m.name, m.point): m for m in metrics}
     rows: list[SummaryRow] = []
-    for kind, metric_name, preds in (
-        ("decode", "decode_tok_s", decode_pred),
-        ("prefill", "prefill_tok_s", prefill_pred),
-    ):
+    kinds: tuple[tuple[SpeedKind, str], ...] = (
+        ("decode", "decode_tok_s"),
+        ("prefill", "prefill_tok_s"),
+    )
+    for kind, metric_name in kinds:
         for n in prompt_lens:
-            m = by_key.get((metric_name, f"p{n}-c1"))
-            p = preds.get(n, {})
-            roof = _num(p.get("roofline_tok_s"))
-            cal = _num(p.get("calibrated_tok_s"))
+            m = by_key.get((metric_name, PointKey(n, 1).label))
+            p = plan.speed_at(kind, n)
+            roof = p.roofline_tok_s if p else None
             measured = m.value if m is not None else None
             achieved = None
-            if kind == "decode" and measured is not None:
-                per_token = _num(p.get("bytes_per_token"))
-                achieved = measured * per_token if per_token else None
+            if kind == "decode" and measured is not None and p and p.bytes_per_token:
+                achieved = measured * p.bytes_per_token
             fraction = measured / roof if measured is not None and roof else None
+            if fraction is None and achieved and plan.bandwidth:
+                fraction = achieved / plan.bandwidth
             rows.append(
                 SummaryRow(
                     kind=kind,
@@ -98,11 +100,11 @@ def summarize(
                     ci_high=m.ci_high if m is not None else None,
                     samples=m.n if m is not None else 0,
                     roofline_tok_s=roof,
-                    calibrated_tok_s=cal,
+                    predicted_tok_s=p.predicted_tok_s if p else None,
+                    predicted_low=p.predicted_low if p else None,
+                    predicted_high=p.predicted_high if p else None,
                     achieved_bandwidth=achieved,
-                    roofline_fraction=fraction
-                    if fraction is not None
-                    else (achieved / bandwidth if achieved and bandwidth else None),
+                    roofline_fraction=fraction,
                 )
             )
     return tuple(rows)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servelab.plan.ledger import LedgerRow
+
 __all__ = [
     "BuildRow",
     "ChangePoint",
@@ -62,12 +64,15 @@ class Measured:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A value servelab predicted (never measured); ``basis`` says how."""
+    """A value servelab predicted (never measured); ``basis`` says how, ``low``..``high`` is
+    its interval (speed predictions always carry one; KV arithmetic is exact)."""
 
     value: float
     unit: str
     basis: str
     run_id: str | None = None
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,21 @@ class ConcurrentRow:
     concurrency: int
     decode: Measured  # per-stream tok/s (1 / TPOT, mean over requests)
     ttft: Measured | None = None  # ms
+    gpus: int = 1  # GPUs the engine spanned (TP x PP x DP from its command line)
+
+    @property
+    def per_gpu(self) -> Measured:
+        """Output tok/s per GPU: streams x per-stream decode / GPUs (from measured values)."""
+        d = self.decode
+        scale = self.concurrency / self.gpus
+        return Measured(
+            d.value * scale,
+            d.unit,
+            d.run_id,
+            None if d.ci_low is None else d.ci_low * scale,
+            None if d.ci_high is None else d.ci_high * scale,
+            d.samples,
+        )
 
 
 @dataclass(frozen=True)
@@ -270,13 +290,13 @@ class RecipePage:
     model_name: str
     model_slug: str
     build_name: str
-    checkpoint: str
+    checkpoint: str  # the model's id (repo id, synth:<arch>), never a local path
     served_model_name: str
     hardware: str
     host: str
     context_tokens: int
     software: Software
-    command: tuple[str, ...]
+    command: tuple[str, ...]  # shareable: model by id, the recipe's port, no local paths
     key_params: tuple[tuple[str, str], ...]
     decode: tuple[MeasuredRow, ...]
     prefill: tuple[MeasuredRow, ...]
@@ -296,6 +316,10 @@ class RecipePage:
     description: str = ""
     port: int = 8000
     thinking_kwarg: bool = True
+    model_note: str = ""  # where the model comes from (Hub repo, servelab synth, ...)
+    recipe_text: str = ""  # the recipe, secrets masked and absolute paths replaced
+    gpus: int = 1  # GPUs of the latest run's layout
+    layout: str = ""  # e.g. "TP2 x PP1 x DP1" when more than one GPU
 
 
 @dataclass(frozen=True)
@@ -338,6 +362,10 @@ class RunPage:
     metrics: tuple[tuple[str, Measured], ...] = ()
     predictions: tuple[tuple[str, Predicted], ...] = ()
     log_excerpt: tuple[str, ...] = ()
+    # This machine's side of the run: only the run page shows local paths and the port.
+    command: tuple[str, ...] = ()
+    checkpoint_path: str | None = None
+    run_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -349,3 +377,4 @@ class Site:
     models: tuple[ModelIndexPage, ...]
     experiments: tuple[ExperimentPage, ...]
     runs: tuple[RunPage, ...]
+    ledger: tuple[LedgerRow, ...] = ()
