@@ -15,12 +15,13 @@ import json
 import re
 import shlex
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jinja2
 from markupsafe import Markup, escape
 
+from servelab.plan.ledger import LedgerRow
 from servelab.redact import redact_args, redact_text
 from servelab.site import plots, prose
 from servelab.site.fmt import (
@@ -307,7 +308,18 @@ def _loader() -> jinja2.BaseLoader:
     return jinja2.PackageLoader("servelab.site", "templates")
 
 
+def ledger_groups(
+    rows: Sequence[LedgerRow],
+) -> list[tuple[tuple[str, str, str], list[LedgerRow]]]:
+    """Ledger rows grouped by (hardware, build, kind), in ledger order (one source each)."""
+    groups: dict[tuple[str, str, str], list[LedgerRow]] = {}
+    for r in rows:
+        groups.setdefault((r.hardware, r.model, r.kind), []).append(r)
+    return list(groups.items())
+
+
 def _common(env: jinja2.Environment) -> None:
+    env.filters["groupby_rows"] = ledger_groups
     env.globals.update(
         prose=prose,
         format_number=format_number,
