@@ -243,6 +243,25 @@ def test_measured_numbers_are_measured(stored: tuple[str, list[str], list[str], 
         assert isinstance(row.measured, Measured) and row.measured.run_id in ids
 
 
+def test_the_calibration_ledger_page_from_real_h200_exports() -> None:
+    from servelab.store.exchange import read_import_file
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "results"
+    runs = [*read_import_file(results / "run-h200-qwen3-30b-a3b-fp8.json"),
+            *read_import_file(results / "calibration-2026-12-03" / "runs-h200-calibration.json")]
+    site = site_from_records(runs)
+    assert {r.model.split(" [")[0] for r in site.ledger} >= {
+        "llama-3.1-8b-bf16-random", "qwen3-next-bf16-12l-random"}
+    files = render_site(site)
+    page = files["calibration.html"]
+    assert "qwen3-next-bf16-12l-random" in page and 'class="tag">predicted' in page
+    assert "on h200" in files["calibration.md"] and "| 8,192 |" in files["calibration.md"]
+    for rel, content in files.items():
+        if rel.startswith("recipes/") and rel.endswith(".html"):
+            assert 'href="../calibration.html"' in content, rel
+    assert 'href="calibration.html"' in files["index.html"]
+
+
 # --- shareable pages: the model by id, a command a reader can run, no local paths -------------
 
 _ENGINE_PY = "/home/someone/.local/share/servelab/engines/vllm-cpu/venv/bin/python"

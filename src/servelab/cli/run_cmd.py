@@ -198,7 +198,10 @@ def run(
     ] = None,
     no_calibrate: Annotated[
         bool,
-        typer.Option("--no-calibrate", help="Predict from the roofline only (ignore stored runs)."),
+        typer.Option(
+            "--no-calibrate",
+            help="Ignore stored runs: predict from the shipped priors (or the roofline bound).",
+        ),
     ] = False,
     as_json: JsonOpt = False,
     as_markdown: MarkdownOpt = False,
