@@ -190,3 +190,16 @@ def test_depth_grid_puts_cached_context_before_the_new_tokens(tmp_path: Path) ->
     sc = d["server_counters"]  # depth 0: nothing shared; depth 64: 4 blocks after the 1st
     assert sc["prefix_cache_hits"] == 3 * 64
     assert sc["prefix_cache_queries"] == 4 * 16 + 4 * 80
+    # recorded in the store, each depth is its own point (label carries the depth)
+    db = tmp_path / "runs.db"
+    imp = _servelab("runs", "import", str(tmp_path / "r.json"), "--db", str(db), "--json")
+    assert imp.returncode == 0, imp.stderr
+    (rid,) = json.loads(imp.stdout)["added"]
+    show = _servelab("runs", "show", rid, "--db", str(db), "--json", "--samples")
+    assert show.returncode == 0, show.stderr
+    run = json.loads(show.stdout)
+    by_point: dict[str, int] = {}
+    for smp in run["samples"]:
+        by_point[smp["point"]] = by_point.get(smp["point"], 0) + 1
+    assert by_point == {"p16-c1": 3, "p16-d64-c1": 3}
+    assert {m["point"] for m in run["metrics"]} == {"p16-c1", "p16-d64-c1"}

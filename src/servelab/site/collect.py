@@ -122,7 +122,8 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
         gpus = run_layout(run).world_size
         for point in run.points:
             pid = PointKey.parse(point)
-            if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
+            if (pid is None or not pid.concurrency or pid.concurrency < 2 or pid.depth
+                    or pid not in decode):
                 continue
             ttft_s = METRICS["ttft_s"].sample_values(run, point)
             ttft = None
@@ -136,7 +137,8 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
 
 
 def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
-    return {p.prompt_tokens: v for p, v in points.items() if p.concurrency in (1, None)}
+    return {p.prompt_tokens: v for p, v in points.items()
+            if p.concurrency in (1, None) and not p.depth}
 
 
 # --- predictions ------------------------------------------------------------------------------
@@ -383,7 +385,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
                 seen.setdefault(point, None)
         for point in seen:
             pid = PointKey.parse(point)
-            if pid is None or pid.concurrency not in (1, None):
+            if pid is None or pid.concurrency not in (1, None) or pid.depth:
                 continue
             series = analyse_series(runs, metric, point)
             if len(series.rows) < 2:
