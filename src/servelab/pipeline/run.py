@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from servelab.bench.result import write_json_atomic
+from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
@@ -241,6 +241,33 @@ def _log_file_tail(run_dir: Path, lines: int = 40) -> str | None:
     return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
 
+def bench_record(
+    bench: BenchResult,
+    *,
+    run_dir: Path,
+    started: datetime,
+    fields: dict[str, Any],
+    log_tail: str | None = None,
+) -> RunRecord:
+    """The run record of a finished benchmark: its samples and metrics, and *failed* (step
+    ``bench``, with the engine's log tail) when the client's and the server's token counts
+    disagree — numbers from a miscounting client or server are not a measurement."""
+    record = run_from_bench_json(
+        bench.to_json(), source=str(run_dir), started_at=started, finished_at=utcnow(), **fields
+    )
+    extra = {**(record.extra or {}), "run_dir": str(run_dir), "platform": platform.platform()}
+    failure = bench.token_check.failure if bench.token_check is not None else None
+    if failure is None:
+        return replace(record, extra=extra)
+    return replace(
+        record,
+        status=STATUS_FAILED,
+        status_reason=f"bench: {redact_text(failure)}",
+        log_tail=redact_text(log_tail) if log_tail else None,
+        extra={**extra, "failed_step": "bench"},
+    )
+
+
 def run_recipe(
     recipe: Recipe,
     store: Store,
@@ -331,8 +358,7 @@ def run_recipe(
                 ),
                 on_progress=lambda ev: emit(RunEvent("bench", "progress", bench=ev)),
             )
-            bench_doc = bench.to_json()
-            write_json_atomic(run_dir / "bench.json", bench_doc)
+            write_json_atomic(run_dir / "bench.json", bench.to_json())
             engine.check_alive()
             emit(RunEvent("bench", "done", f"{sum(len(p.samples) for p in bench.points)} requests"))
         finally:
@@ -343,24 +369,17 @@ def run_recipe(
             emit(RunEvent("stop", "done", "engine stopped"))
 
         step = "record"
-        record = run_from_bench_json(
-            bench_doc,
-            source=str(run_dir),
-            started_at=state.started,
-            finished_at=utcnow(),
-            **state.fields,
-        )
-        summary = summarize(
-            record.metrics, state.fields.get("prediction"), recipe.bench.prompt_tokens
-        )
+        record = bench_record(bench, run_dir=run_dir, started=state.started,
+                              fields=state.fields, log_tail=state.log_tail)
+        if record.status == STATUS_FAILED:
+            emit(RunEvent("bench", "failed", record.status_reason or ""))
+        else:
+            summary = summarize(
+                record.metrics, state.fields.get("prediction"), recipe.bench.prompt_tokens
+            )
         record = replace(
             record,
-            extra={
-                **(record.extra or {}),
-                "run_dir": str(run_dir),
-                "summary": [r.to_dict() for r in summary],
-                "platform": platform.platform(),
-            },
+            extra={**(record.extra or {}), "summary": [r.to_dict() for r in summary]},
         )
     except (ServelabError, KeyboardInterrupt) as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
