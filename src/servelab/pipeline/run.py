@@ -137,9 +137,10 @@ def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def calibration_for(
-    store: Store, plan_inputs: tuple[HardwareProfile, str, str]
+    store: Store, plan_inputs: tuple[HardwareProfile, str, str], *, engine: str = "vllm"
 ) -> tuple[Efficiency | None, Efficiency | None]:
-    """Decode and prefill efficiencies fitted from the store's ok runs on this hardware."""
+    """Decode and prefill efficiencies fitted from the store's ok runs on this hardware
+    (each engine has its own: runs are matched on ``engine``, the recipe's engine name)."""
     hardware, engine_version, backend = plan_inputs
     runs = store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
     measurements = measurements_from_runs(runs)
@@ -151,7 +152,7 @@ def calibration_for(
 
     fits = fit_efficiencies(measurements, hardware_for)
     common = {
-        "engine": "vllm",
+        "engine": engine,
         "engine_version": engine_version,
         "backend": backend,
         "hardware": hardware.name,
@@ -203,14 +204,17 @@ def make_run_plan(
     """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions")
-    flags = get_engine(recipe.engine.name).plan_knobs(recipe.engine)
+    serving = get_engine(recipe.engine.name)
+    flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     config, weights = apply_dtype_flag(config, weights, flags.dtype)
     dec = pre = None
     if store is not None:
         backend = hardware.kernel_path(weights.scheme, moe=weights.moe).name
-        dec, pre = calibration_for(store, (hardware, engine_version, backend))
-    return build_plan(
+        dec, pre = calibration_for(
+            store, (hardware, engine_version, backend), engine=recipe.engine.name
+        )
+    plan = build_plan(
         config,
         weights,
         hardware,
@@ -219,11 +223,19 @@ def make_run_plan(
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
         engine_version=engine_version,
+        engine_name=serving.name,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         decode_efficiency=dec,
         prefill_efficiency=pre,
     )
+    if serving.kv_arithmetic:
+        return plan
+    note = (
+        f"{serving.name} is not vLLM: the KV pool and memory above follow vLLM's arithmetic "
+        "and are not checked against this engine; its log's KV cells and bytes are recorded"
+    )
+    return replace(plan, notes=(*plan.notes, note))
 
 
 @dataclass

@@ -46,6 +46,7 @@ class Plan:
     largest_context_c1: int
     speed: SpeedPrediction
     notes: tuple[str, ...]
+    engine_name: str = "vllm"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -55,7 +56,11 @@ class Plan:
             "predicted": True,
             "checkpoint": self.checkpoint,
             "hardware": self.hardware.to_dict(),
-            "engine": {"name": "vllm", "version": self.engine_version, "platform": self.platform},
+            "engine": {
+                "name": self.engine_name,
+                "version": self.engine_version,
+                "platform": self.platform,
+            },
             "weights": {
                 "resident_bytes": w.resident_bytes,
                 "decode_bytes_per_token": w.decode_bytes_per_token,
@@ -106,6 +111,7 @@ def build_plan(
     prefill_efficiency: Efficiency | None = None,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
+    engine_name: str = "vllm",
 ) -> Plan:
     """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules."""
     dims = model_dims(config)
@@ -171,4 +177,5 @@ def build_plan(
         largest_context_c1=longest,
         speed=speed,
         notes=tuple(notes),
+        engine_name=engine_name,
     )

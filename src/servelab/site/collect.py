@@ -522,6 +522,7 @@ def build_row(page: RecipePage) -> BuildRow:
         weights=obs[-1].weights if obs else None,
         checkpoint_bytes=page.memory.total_bytes if page.memory else None,
         last_verified=prose.latest_verification(page),
+        engine=page.software.engine_name,
     )
 
 

@@ -18,6 +18,7 @@ from servelab.engines.base import EngineSectionBase, PlanKnobs, models_ready
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.logfacts import LogParser, parse_log
 from servelab.engines.vllm.recipe import VllmSection
+from servelab.errors import CheckpointNotFoundError
 
 if TYPE_CHECKING:
     from servelab.engine.recipe import Recipe
@@ -80,6 +81,13 @@ class VllmEngine:
     ) -> list[str]:
         """``python -m vllm.entrypoints.openai.api_server --model M ...`` (or ``vllm serve``)."""
         return build_argv(recipe, launcher=launcher, model=model, port=port)
+
+    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+        """vLLM loads the checkpoint directory itself (it must hold a ``config.json``)."""
+        if build and not synth and not (path.is_dir() and (path / "config.json").exists()):
+            why = "does not exist" if not path.exists() else "has no config.json"
+            raise CheckpointNotFoundError(f"model.path {why}", path=path)
+        return path
 
     def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
         """``/health`` is 200 and ``/v1/models`` lists the served model."""
