@@ -40,8 +40,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Engine",
     "EngineSectionBase",
+    "LogParsingEngine",
     "PlanKnobs",
+    "check_extra_args",
     "models_ready",
+    "parse_lines",
 ]
 
 
@@ -164,6 +167,46 @@ class Engine(Protocol):
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """The settings of ``section`` that the memory/KV planner reads."""
         ...
+
+
+def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[str, ...]:
+    """Validate a recipe's ``extra`` arguments: no NUL, none of the ``managed`` flags."""
+    for arg in args:
+        if "\x00" in arg:
+            raise ValueError("arguments must not contain NUL characters")
+        name = arg.split("=", 1)[0]
+        if name in managed:
+            raise ValueError(f"{name} is set by servelab from the recipe; remove it from extra")
+    return args
+
+
+def parse_lines(parser: LineParser, text: str) -> EngineFacts:
+    """Feed every line of ``text`` to ``parser`` and return its facts."""
+    for line in text.splitlines():
+        parser.feed(line)
+    return parser.facts()
+
+
+class LogParsingEngine:
+    """Readiness and log facts shared by engines with ``/health`` and a line parser.
+
+    Subclasses set :attr:`parser` (a class whose instances are :class:`LineParser`).
+    """
+
+    parser: type[LineParser]
+    health_path: str | None = "/health"
+
+    def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
+        """:attr:`health_path` is 200 and ``/v1/models`` lists ``served_model_name``."""
+        return models_ready(client, base_url, served_model_name, health=self.health_path)
+
+    def log_parser(self) -> LineParser:
+        """A fresh live parser of this engine's output."""
+        return self.parser()
+
+    def parse_log(self, text: str) -> EngineFacts:
+        """Facts from a whole log text."""
+        return parse_lines(self.log_parser(), text)
 
 
 def models_ready(

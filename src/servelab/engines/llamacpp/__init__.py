@@ -28,13 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
-from servelab.engine.facts import EngineFacts, LineParser
 from servelab.engine.install import EngineBuild
-from servelab.engines.base import EngineSectionBase, PlanKnobs, models_ready
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.llamacpp.build import LlamaServerBuilder
-from servelab.engines.llamacpp.logfacts import LogParser, parse_log
+from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
 from servelab.synth.gguf import ensure_gguf, gguf_path
@@ -92,10 +89,12 @@ def _section(recipe: Recipe) -> LlamaCppSection:
     return eng
 
 
-class LlamaCppEngine:
-    """llama.cpp's ``llama-server``."""
+class LlamaCppEngine(LogParsingEngine):
+    """llama.cpp's ``llama-server``; ready when ``/health`` is 200 (it is 503 while the
+    model loads) and ``/v1/models`` lists the alias."""
 
     name = "llamacpp"
+    parser = LogParser
     section: type[EngineSectionBase] = LlamaCppSection
     builds: Sequence[EngineBuild] = BUILDS
     kv_arithmetic = False
@@ -134,18 +133,6 @@ class LlamaCppEngine:
         if build and not path.is_file():
             raise CheckpointNotFoundError("model.path does not exist", path=path)
         return path
-
-    def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
-        """``/health`` is 200 (503 while loading) and ``/v1/models`` lists the alias."""
-        return models_ready(client, base_url, served_model_name, health="/health")
-
-    def log_parser(self) -> LineParser:
-        """A live llama-server log parser."""
-        return LogParser()
-
-    def parse_log(self, text: str) -> EngineFacts:
-        """Facts from a whole llama-server log."""
-        return parse_log(text)
 
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """The context one slot gets; llama.cpp keeps its KV cache in F16 by default."""

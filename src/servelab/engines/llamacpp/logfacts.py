@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 
 from servelab.engine.facts import EngineFacts, LogNotice, Phase
+from servelab.engines.base import parse_lines
 
 __all__ = ["LogParser", "parse_log", "parse_version"]
 
@@ -155,7 +156,4 @@ def _float(v: object) -> float | None:
 
 def parse_log(text: str) -> EngineFacts:
     """Parse a whole llama-server log into :class:`EngineFacts`."""
-    parser = LogParser()
-    for line in text.splitlines():
-        parser.feed(line)
-    return parser.facts()
+    return parse_lines(LogParser(), text)
