@@ -38,9 +38,12 @@ def test_facts_from_the_log(llamacpp_engine) -> None:  # type: ignore[no-untyped
     assert facts.kv_cache_type == "f16"
     # 2 layers x 4096 cells x (2 KV heads x 16) x K and V x 2 bytes = 1 MiB.
     assert facts.kv_cache_gib == pytest.approx(2 * 4096 * 32 * 2 * 2 / 2**30)
+    assert facts.startup_s is not None and facts.startup_s > 0
+    assert facts.server_url == eng.base_url
     assert eng.model_dir is not None and eng.model_dir.suffix == ".gguf"
-    size = eng.model_dir.stat().st_size
-    assert facts.checkpoint_gib == pytest.approx(size / 2**30, rel=0.02)
+    # llama.cpp prints the tensor bytes in MiB with two decimals.
+    tensor_bytes = inspect_checkpoint(eng.model_dir).total_bytes
+    assert facts.checkpoint_gib == pytest.approx(tensor_bytes / 2**30, abs=0.006 / 1024)
     # The same facts from the whole log file as from the live parser.
     assert parse_log(eng.log_path.read_text(encoding="utf-8")).kv_pool_tokens == 4096
 

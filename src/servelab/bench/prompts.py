@@ -81,20 +81,36 @@ class ServerTokenCounter:
                 body["chat_template_kwargs"] = self._kwargs
         else:
             body["prompt"] = prompt
-        r = self._post(body if not self._llamacpp else self._llamacpp_body(prompt))
-        if r.status_code != 200 and not self._chat and not self._llamacpp:
-            retry = self._post(self._llamacpp_body(prompt))
-            if retry.status_code == 200:
-                self._llamacpp = True
-                self.source = "server /tokenize (llama.cpp)"
-                r = retry
+        if not self._llamacpp:
+            data = self._answer(self._post(body))
+            if "count" in data:
+                return int(data["count"])
+            tokens = data.get("tokens")
+            if not isinstance(tokens, list):
+                raise BenchError(f"{self._url}: unexpected /tokenize answer")
+            if tokens or not prompt:
+                return len(tokens)
+            # llama.cpp answers vLLM's schema with no tokens (it reads only "content") and
+            # has no chat form.
+            if self._chat:
+                raise BenchError(f"{self._url}: no chat tokenization on this server")
+            self._llamacpp = True
+            self.source = "server /tokenize (llama.cpp)"
+        data = self._answer(self._post(self._llamacpp_body(prompt)))
+        if not isinstance(data.get("tokens"), list):
+            raise BenchError(f"{self._url}: unexpected /tokenize answer")
+        return len(data["tokens"])
+
+    def _answer(self, r: httpx.Response) -> dict[str, Any]:
         if r.status_code != 200:
             raise BenchError(f"{self._url}: HTTP {r.status_code}")
         try:
             data = r.json()
-            return int(data["count"]) if "count" in data else len(data["tokens"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except ValueError as exc:
             raise BenchError(f"{self._url}: unexpected /tokenize answer") from exc
+        if not isinstance(data, dict):
+            raise BenchError(f"{self._url}: unexpected /tokenize answer")
+        return data
 
 
     @staticmethod

@@ -41,6 +41,7 @@ __all__ = [
     "engine_root",
     "find_engine",
     "install_engine",
+    "launcher_versions",
     "list_engines",
     "probe_versions",
 ]
@@ -196,6 +197,15 @@ def probe_versions(
     except (ValueError, IndexError):
         raise EngineError("engine check printed no version report", path=python) from None
     return {str(k): str(v) for k, v in data.items()}
+
+
+def launcher_versions(launcher: Path, *, build: str, timeout: float = 60) -> dict[str, str]:
+    """Versions reported by an engine launcher that has no manifest: a compiled server
+    answers ``--version`` (``{}`` when it does not), an interpreter is probed."""
+    spec = build_spec(build)
+    if spec.builder is not None:
+        return spec.builder.versions(launcher) or {}
+    return probe_versions(launcher, build=build, timeout=timeout)
 
 
 def _read_manifest(root: Path) -> EngineInstall | None:

@@ -26,7 +26,7 @@ from servelab.engine.install import (
     build_spec,
     engine_root,
     find_engine,
-    probe_versions,
+    launcher_versions,
 )
 from servelab.engine.process import (
     EngineProcess,
@@ -158,7 +158,7 @@ def check_engine_version(
     """Enforce ``engine.version``; returns the engine's version when it is known."""
     version = install.engine_version if install is not None else None
     if version is None and recipe.engine.executable is None:
-        versions = probe_versions(Path(launcher[0]), build=recipe.engine.build, timeout=60)
+        versions = launcher_versions(Path(launcher[0]), build=recipe.engine.build)
         version = versions.get(build_spec(recipe.engine.build).version_key)
     want = recipe.engine.version
     if want is None or version is None:

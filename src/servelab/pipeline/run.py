@@ -55,6 +55,9 @@ from servelab.store.redact import redact_text
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
+# The vLLM version servelab's KV arithmetic is checked against (plan/rules.py): the stand-in
+# for engines whose own KV pool servelab does not model.
+STANDIN_VLLM_VERSION = "0.32.0"
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -222,7 +225,8 @@ def make_run_plan(
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
-        engine_version=engine_version,
+        # Other engines get vLLM's verified arithmetic as a stand-in, labelled as such.
+        engine_version=engine_version if serving.kv_arithmetic else STANDIN_VLLM_VERSION,
         engine_name=serving.name,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
@@ -232,10 +236,11 @@ def make_run_plan(
     if serving.kv_arithmetic:
         return plan
     note = (
-        f"{serving.name} is not vLLM: the KV pool and memory above follow vLLM's arithmetic "
-        "and are not checked against this engine; its log's KV cells and bytes are recorded"
+        f"{serving.name} is not vLLM: the KV pool and memory above follow vLLM "
+        f"{plan.engine_version}'s arithmetic and are not checked against this engine; its "
+        "log's KV cells and bytes are recorded"
     )
-    return replace(plan, notes=(*plan.notes, note))
+    return replace(plan, engine_version=engine_version, notes=(*plan.notes, note))
 
 
 @dataclass

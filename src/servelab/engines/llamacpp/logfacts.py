@@ -1,19 +1,24 @@
 """Facts read off a ``llama-server`` log (llama.cpp's own lines, no guessing).
 
-Filled into the shared :class:`~servelab.engine.facts.EngineFacts`:
+servelab starts the server with ``-lv 4`` so that it prints its model and context lines;
+each line carries llama.cpp's prefix ``M.SS.mmm.uuu L`` (time since start, level
+``I``/``W``/``E``/``D``). Filled into the shared :class:`~servelab.engine.facts.EngineFacts`:
 
-* ``version``: ``build: 7 (abc123) with cc ...`` (or ``version: ...`` of ``--version``);
+* ``version``: ``build 1 (abc123) with GNU 12.2.0`` → ``b1-abc123`` (llama.cpp's own
+  ``system_fingerprint`` form; ``--version`` output gives the same);
 * ``architecture``, ``model``: ``print_info: arch = llama``, ``loading model '...'``;
-* ``checkpoint_gib``: ``print_info: file size = 213.75 KiB (8.54 BPW)``;
+* ``checkpoint_gib``: ``print_info: file size = 0.21 MiB (8.54 BPW)``;
 * ``weights_gib``: the sum of the ``... model buffer size = X MiB`` lines (all devices);
 * ``offloaded_layers`` / ``offload_total_layers``: ``offloaded 29/29 layers to GPU``;
 * ``threads``: ``system_info: n_threads = 2 (n_threads_batch = 2) / 2 | ...``;
-* ``kv_pool_tokens``, ``kv_cache_gib``, ``kv_cache_type``: ``llama_kv_cache: size = 32.00
-  MiB (4096 cells, 2 layers, 1/1 seqs), K (f16): 16.00 MiB, V (f16): 16.00 MiB``
-  (llama.cpp's KV cells are tokens);
-* ``max_model_len``: ``n_ctx_seq`` / ``n_ctx_per_seq`` (the context one slot can use),
-  ``parallel_slots``: ``n_slots = 4``; ``kv_device``: the device of the KV buffer;
-* ``server_url``: ``server is listening on http://...``; errors: ``error ...`` lines.
+* ``kv_pool_tokens``, ``kv_cache_gib``, ``kv_cache_type``: ``llama_kv_cache: size = 1.00
+  MiB (2048 cells, 2 layers, 2/2 seqs), K (f16): ...`` — cells per stream times streams
+  (one stream per slot unless the cache is unified), so the tokens the cache holds;
+  ``kv_device``: the device of ``... KV buffer size``;
+* ``max_model_len``: ``n_ctx_seq = 2048`` (the context one slot can use),
+  ``parallel_slots``: ``n_slots = 2``;
+* ``server_url`` and ``startup_s``: the ``listening on http://...`` line and its time;
+* ``errors``: lines at level ``E`` and bare ``error: ...`` lines.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ __all__ = ["LogParser", "parse_log", "parse_version"]
 _NUM = r"([\d.]+)"
 _UNITS = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2**10}
 
-_RE_BUILD = re.compile(r"^(?:build|version): (\S+ \([^)]*\))")
+_PREFIX = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ([IWEDT]) (.*)$")
+_RE_BUILD = re.compile(r"\bbuild (\d+) \(([^)]*)\) with ")
+_RE_VERSION = re.compile(r"^version: \S+ \(build (\d+), commit ([^)]*)\)")
 _RE_SYSINFO = re.compile(r"system_info: n_threads = (\d+)")
 _RE_ARCH = re.compile(r"print_info: arch\s+= (\S+)")
 _RE_FILE_SIZE = re.compile(rf"print_info: file size\s+= {_NUM} (B|KiB|MiB|GiB|TiB)")
@@ -37,18 +44,18 @@ _RE_MODEL_BUF = re.compile(rf"(\S+) model buffer size =\s+{_NUM} (B|KiB|MiB|GiB)
 _RE_OFFLOAD = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _RE_KV_BUF = re.compile(r"(\S+) KV buffer size =")
 _RE_KV = re.compile(
-    rf"llama_kv_cache(?:_unified)?: size =\s+{_NUM} (B|KiB|MiB|GiB)\s+\(\s*(\d+) cells,"
-    rf".*K \((\w+)\)"
+    rf"llama_kv_cache: size =\s+{_NUM} (B|KiB|MiB|GiB)\s+\(\s*(\d+) cells,\s*\d+ layers,"
+    rf"\s*\d+/\s*(\d+) seqs\), K \((\w+)\)"
 )
-_RE_N_CTX_SEQ = re.compile(r"n_ctx_(?:seq|per_seq)\s+= (\d+)")
+_RE_N_CTX_SEQ = re.compile(r"llama_context: n_ctx_seq\s+= (\d+)")
 _RE_SLOTS = re.compile(r"n_slots = (\d+)")
-_RE_LISTEN = re.compile(r"server is listening on (\S+)")
-_RE_ERROR = re.compile(r"(?:^|: )(?:error|failed)\b[: ]\s*(.+)$", re.IGNORECASE)
+_RE_LISTEN = re.compile(r"listening on (\S+)")
+_RE_BARE_ERROR = re.compile(r"^error: (.+)$")
 
 _PHASES: tuple[tuple[Phase, re.Pattern[str]], ...] = (
-    (Phase.LOADING_WEIGHTS, re.compile(r"llama_model_loader:|loading model '")),
-    (Phase.KV_ALLOCATION, re.compile(r"llama_context:|llama_kv_cache")),
-    (Phase.SERVER_STARTING, re.compile(r"initializing slots|main: model loaded")),
+    (Phase.LOADING_WEIGHTS, re.compile(r"loading model '")),
+    (Phase.KV_ALLOCATION, re.compile(r"llama_context: constructing")),
+    (Phase.SERVER_STARTING, re.compile(r"n_slots = |model loaded")),
 )
 
 
@@ -57,11 +64,11 @@ def _gib(value: str, unit: str) -> float:
 
 
 def parse_version(text: str) -> str | None:
-    """``"<build> (<commit>)"`` from ``llama-server --version`` output or a log."""
+    """``"b<build>-<commit>"`` from ``llama-server --version`` output or a log."""
     for line in text.splitlines():
-        m = _RE_BUILD.match(line.strip())
+        m = _RE_VERSION.match(line.strip()) or _RE_BUILD.search(line)
         if m:
-            return m.group(1)
+            return f"b{m.group(1)}-{m.group(2)}"
     return None
 
 
@@ -77,9 +84,14 @@ class LogParser:
     def feed(self, raw_line: str) -> Phase | None:
         """Take one line; return the new phase when startup moved forward."""
         line = raw_line.rstrip("\r\n")
-        self._facts_from(line)
+        level, t, msg = "", None, line
+        if m := _PREFIX.match(line):
+            mins, secs, ms, us = (int(m.group(i)) for i in range(1, 5))
+            t = mins * 60 + secs + ms / 1e3 + us / 1e6
+            level, msg = m.group(5), m.group(6)
+        self._facts_from(msg, level, t)
         for phase, pattern in _PHASES:
-            if phase > self.phase and pattern.search(line):
+            if phase > self.phase and pattern.search(msg):
                 self.phase = phase
                 return phase
         return None
@@ -87,37 +99,40 @@ class LogParser:
     def _once(self, key: str, value: object) -> None:
         self._f.setdefault(key, value)
 
-    def _facts_from(self, line: str) -> None:
-        stripped = line.strip()
-        if m := _RE_BUILD.match(stripped):
-            self._once("version", m.group(1))
-        elif m := _RE_SYSINFO.search(line):
+    def _facts_from(self, msg: str, level: str, t: float | None) -> None:
+        if level == "E" or (not level and _RE_BARE_ERROR.match(msg)):
+            text = msg.removeprefix("error: ").strip()
+            self._errors.append(LogNotice("engine-error", text))
+            return
+        if (m := _RE_BUILD.search(msg)) and "version" not in self._f:
+            self._once("version", f"b{m.group(1)}-{m.group(2)}")
+        elif m := _RE_SYSINFO.search(msg):
             self._once("threads", int(m.group(1)))
-        elif m := _RE_ARCH.search(line):
+        elif m := _RE_ARCH.search(msg):
             self._once("architecture", m.group(1))
-        elif m := _RE_FILE_SIZE.search(line):
+        elif m := _RE_FILE_SIZE.search(msg):
             self._once("checkpoint_gib", _gib(m.group(1), m.group(2)))
-        elif m := _RE_LOADING.search(line):
+        elif m := _RE_LOADING.search(msg):
             self._once("model", m.group(1))
-        elif m := _RE_MODEL_BUF.search(line):
+        elif m := _RE_MODEL_BUF.search(msg):
             self._weights_gib += _gib(m.group(2), m.group(3))
-        elif m := _RE_OFFLOAD.search(line):
+        elif m := _RE_OFFLOAD.search(msg):
             self._once("offloaded_layers", int(m.group(1)))
             self._once("offload_total_layers", int(m.group(2)))
-        elif m := _RE_KV.search(line):
+        elif m := _RE_KV.search(msg):
             self._once("kv_cache_gib", _gib(m.group(1), m.group(2)))
-            self._once("kv_pool_tokens", int(m.group(3)))
-            self._once("kv_cache_type", m.group(4))
-        elif m := _RE_KV_BUF.search(line):
+            self._once("kv_pool_tokens", int(m.group(3)) * int(m.group(4)))
+            self._once("kv_cache_type", m.group(5))
+        elif m := _RE_KV_BUF.search(msg):
             self._once("kv_device", m.group(1))
-        elif m := _RE_N_CTX_SEQ.search(line):
+        elif m := _RE_N_CTX_SEQ.search(msg):
             self._once("max_model_len", int(m.group(1)))
-        elif m := _RE_SLOTS.search(line):
+        elif m := _RE_SLOTS.search(msg):
             self._once("parallel_slots", int(m.group(1)))
-        elif m := _RE_LISTEN.search(line):
+        elif m := _RE_LISTEN.search(msg):
             self._once("server_url", m.group(1))
-        elif (m := _RE_ERROR.search(stripped)) and "error_" not in stripped:
-            self._errors.append(LogNotice("engine-error", m.group(1).strip()))
+            if t is not None:
+                self._once("startup_s", t)
 
     def facts(self) -> EngineFacts:
         """Everything parsed so far."""
@@ -138,6 +153,7 @@ class LogParser:
             offload_total_layers=_int(f.get("offload_total_layers")),
             parallel_slots=_int(f.get("parallel_slots")),
             server_url=_str(f.get("server_url")),
+            startup_s=_float(f.get("startup_s")),
             errors=tuple(self._errors),
         )
 

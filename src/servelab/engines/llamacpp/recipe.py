@@ -21,7 +21,9 @@ from servelab.engines.base import EngineSectionBase, check_extra_args
 __all__ = ["MANAGED_FLAGS", "LlamaCppFlags", "LlamaCppSection"]
 
 # Arguments servelab sets from the recipe; repeating them in ``extra`` is an error.
-MANAGED_FLAGS = ("-m", "--model", "--port", "--host", "-a", "--alias", "--metrics")
+MANAGED_FLAGS = (
+    "-m", "--model", "--port", "--host", "-a", "--alias", "--metrics", "-lv", "--log-verbosity",
+)  # fmt: skip
 
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
