@@ -133,7 +133,7 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
     argv = engine.argv(rec, launcher=["/e/bin/llama-server"], model="/m/x.gguf", port=9000)
     assert argv == [
         "/e/bin/llama-server", "--model", "/m/x.gguf", "--alias", "tiny-qwen3-moe",
-        "--host", "127.0.0.1", "--port", "9000", "--metrics", "-lv", "4",
+        "--host", "127.0.0.1", "--port", "9000", "--metrics", "--log-verbosity", "4",
         "--ctx-size", "16384", "--parallel", "4",
     ]  # fmt: skip
     # 16,384 cells over 4 slots: the planner sees 4,096 tokens per request.

@@ -277,10 +277,14 @@ def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
     obs = observation(run)
     rule = f"vLLM {kv.get('engine_version', '?')} KV arithmetic ({kv.get('rule', '?')})"
     out: list[PlanCheck] = []
-    if isinstance(kv.get("tokens"), int) and obs.kv_tokens is not None:
+    engine = plan.get("engine")
+    # The KV arithmetic is vLLM's: other engines' pools are not checked against it.
+    vllm = not isinstance(engine, Mapping) or engine.get("name", "vllm") == "vllm"
+    if vllm and isinstance(kv.get("tokens"), int) and obs.kv_tokens is not None:
         out.append(PlanCheck("KV pool", Predicted(float(kv["tokens"]), "tokens", rule,
                                                   run.run_id), obs.kv_tokens))
-    if isinstance(kv.get("max_concurrency"), int | float) and obs.max_concurrency is not None:
+    if vllm and isinstance(kv.get("max_concurrency"), int | float) and (
+            obs.max_concurrency is not None):
         out.append(PlanCheck("max concurrency at full context",
                              Predicted(float(kv["max_concurrency"]), "x", rule, run.run_id),
                              obs.max_concurrency))
@@ -473,7 +477,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     mtp = rep.get("mtp") if isinstance(rep.get("mtp"), Mapping) else {}
     quant = rep.get("quant") if isinstance(rep.get("quant"), Mapping) else {}
     model = latest.model_id or key
-    served = _arg_value(args, "--served-model-name") or str(facts.get("model") or model)
+    served = (_arg_value(args, "--served-model-name") or _arg_value(args, "--alias")
+              or str(facts.get("model") or model))
     versions = tuple(sorted(by_version, key=prose.version_key))
     meta = recipe_meta(latest)
     page = RecipePage(

@@ -110,11 +110,11 @@ class LlamaCppEngine(LogParsingEngine):
     def argv(
         self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
     ) -> list[str]:
-        """``llama-server --model M.gguf --alias NAME --host H --port P --metrics -lv 4 ...``."""
+        """``llama-server --model M.gguf --alias NAME --host H --port P --metrics ...``."""
         eng = _section(recipe)
         argv = [*launcher, "--model", str(model), "--alias", recipe.served_model_name()]
-        # -lv 4: the model, context and KV-cache lines the log facts are read from.
-        argv += ["--host", eng.host, "--port", str(port), "--metrics", "-lv", "4"]
+        # Verbosity 4: the model, context and KV-cache lines the log facts are read from.
+        argv += ["--host", eng.host, "--port", str(port), "--metrics", "--log-verbosity", "4"]
         argv += flag_args(eng.flags)
         return argv
 

@@ -143,7 +143,7 @@ class LogParser:
             architecture=_str(f.get("architecture")),
             max_model_len=_int(f.get("max_model_len")),
             checkpoint_gib=_float(f.get("checkpoint_gib")),
-            weights_gib=round(self._weights_gib, 6) if self._weights_gib else None,
+            weights_gib=round(self._weights_gib, 12) if self._weights_gib else None,
             kv_device=_str(f.get("kv_device")),
             kv_pool_tokens=_int(f.get("kv_pool_tokens")),
             kv_cache_gib=_float(f.get("kv_cache_gib")),
