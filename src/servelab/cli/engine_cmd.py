@@ -90,7 +90,7 @@ def list_cmd(
             escape(e.engine_version or "?"),
             escape(v.get("torch", "?")),
             escape(v.get("transformers", "?")),
-            escape(str(e.python)),
+            escape(str(e.executable or e.python)),
             escape(e.installed_at or "?"),
         )
     out.print(table)

@@ -19,6 +19,7 @@ versions (or whose executable still answers ``--version``) means there is nothin
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -297,11 +298,22 @@ def install_engine(
 
     Idempotent: when the manifest's interpreter still has the pinned versions it returns
     at once with ``changed=False``. The manifest is written last (atomically), so an
-    interrupted install is redone next time.
+    interrupted install is redone next time. Concurrent installs of one build wait for
+    each other (a lock file next to the build's directory).
     """
     spec = build_spec(build)
     root = engine_root(build, base)
     step = on_step or (lambda _msg: None)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / f".{build}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install_locked(spec, root, force=force, step=step)
+
+
+def _install_locked(
+    spec: EngineBuild, root: Path, *, force: bool, step: Step
+) -> tuple[EngineInstall, bool]:
+    build = spec.name
     python = _venv_python(root)
     if not force:
         found = _read_manifest(root)
