@@ -28,6 +28,13 @@
 #   wait:S   wait up to S seconds for the run to finish
 #   collect  export the run (JSON), build the site, copy engine log + facts + reports to $OUT
 #
+# Calibration runs (issue 12: more architectures, vLLM's dummy loader, no weights on disk):
+#   gen-sparse  sparse header-replica checkpoints for every CAL_SPECS entry (seconds each)
+#   cal-bg      in its own session: probe, then for each CAL_RECIPES entry inspect + plan +
+#               `servelab run` in turn -> $WORK/cal.log, $WORK/cal/<name>/
+#   cal-wait:S  wait up to S seconds for the calibration runs
+#   cal-collect export all runs, engine logs, plans and inspect reports -> $OUT/cal.tgz
+#
 # State lives outside the repository in $WORK (default /var/tmp/servelab-gpu), so it survives
 # between calls on the same warm machine. PYTHONUNBUFFERED is set; every phase logs to stdout.
 set -uo pipefail
@@ -225,6 +232,74 @@ phase_collect() {
   ls -la "$OUT"
 }
 
+# arch:layout:layers:dir for gen-sparse; recipes for cal-bg (run in this order).
+CAL_SPECS=(${CAL_SPECS:-llama-3.1-8b:bf16:32:llama-3.1-8b-bf16 \
+  qwen3-next-80b-a3b:bf16:12:qwen3-next-80b-a3b-bf16-12l \
+  qwen3-30b-a3b:bf16:24:qwen3-30b-a3b-bf16-24l})
+CAL_RECIPES=(${CAL_RECIPES:-llama-3.1-8b-bf16-h200 qwen3-next-80b-a3b-bf16-12l-h200 \
+  qwen3-30b-a3b-bf16-24l-h200})
+
+phase_gen_sparse() {
+  say "gen-sparse ${CAL_SPECS[*]}"
+  local spec arch layout layers dir
+  for spec in "${CAL_SPECS[@]}"; do
+    IFS=: read -r arch layout layers dir <<<"$spec"
+    rm -rf "${WORK:?}/$dir"
+    "$py" "$here/gen_checkpoint.py" --arch "$arch" --layout "$layout" --layers "$layers" \
+      --sparse --device cpu --out "$WORK/$dir" || return 1
+  done
+}
+
+phase_cal_bg() {
+  say "cal-bg ${CAL_RECIPES[*]} (log $WORK/cal.log)"
+  rm -f "$WORK/cal.done"
+  setsid nohup bash "$0" cal-fg >"$WORK/cal.log" 2>&1 </dev/null &
+  sleep 5
+  tail -3 "$WORK/cal.log"
+}
+
+phase_cal_fg() {
+  servelab hardware probe -o "$WORK/probe.json" -- "$py" -m servelab.hardware.gpu_probe
+  local name r ckpt
+  for name in "${CAL_RECIPES[@]}"; do
+    mkdir -p "$WORK/cal/$name"
+    r="$WORK/cal/$name/recipe.toml"
+    sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
+      "$here/$name.toml" >"$r"
+    ckpt="$(sed -n 's/^path = "\(.*\)"$/\1/p' "$r" | head -1)"
+    say "cal $name ($ckpt)"
+    servelab inspect "$ckpt" --json >"$WORK/cal/$name/inspect.json"
+    servelab plan "$ckpt" -H h200 --probe "$WORK/probe.json" --engine-version 0.26.0 \
+      --max-model-len 40960 --kv-cache-memory-bytes 16GiB --json >"$WORK/cal/$name/plan.json"
+    "$py" -m servelab run "$r" --runs-dir "$WORK/cal/$name/runs" --label device=lent-h200
+    echo "run $name exit $?"
+    cp "$WORK/cal/$name"/runs/*/engine.log "$WORK/cal/$name/" 2>/dev/null
+  done
+  touch "$WORK/cal.done"
+}
+
+phase_cal_wait() {
+  local limit="$1" t0=$SECONDS
+  say "cal-wait up to $limit s"
+  while [[ ! -f "$WORK/cal.done" ]] && ((SECONDS - t0 < limit)); do
+    sleep 15
+    echo "[$((SECONDS - t0)) s] $(grep -E '^=== cal |^run .* exit' "$WORK/cal.log" | tail -1)" \
+      "| $(tail -1 "$WORK/cal.log" | cut -c1-140)"
+  done
+  [[ -f "$WORK/cal.done" ]] && echo "calibration runs finished"
+  grep -E '^=== cal |^run .* exit|decode|prefill' "$WORK/cal.log" | tail -40
+}
+
+phase_cal_collect() {
+  say cal-collect
+  servelab runs list
+  servelab runs export -o "$WORK/cal/runs.json"
+  cp "$WORK/probe.json" "$WORK/cal/" 2>/dev/null
+  cp "$WORK/cal.log" "$WORK/cal/" 2>/dev/null
+  tar -C "$WORK" --exclude='runs' -czf "$OUT/cal.tgz" cal
+  ls -la "$OUT"
+}
+
 rc=0
 for ph in "$@"; do
   if ((rc != 0)) && [[ "$ph" != collect ]]; then
@@ -243,6 +318,11 @@ for ph in "$@"; do
     run-bg) phase_run_bg ;;
     wait:*) phase_wait "${ph#wait:}" ;;
     collect) phase_collect ;;
+    gen-sparse) phase_gen_sparse ;;
+    cal-bg) phase_cal_bg ;;
+    cal-fg) phase_cal_fg ;;
+    cal-wait:*) phase_cal_wait "${ph#cal-wait:}" ;;
+    cal-collect) phase_cal_collect ;;
     *) echo "unknown phase $ph"; exit 2 ;;
   esac || { rc=$?; echo "phase $ph failed ($rc)"; }
 done

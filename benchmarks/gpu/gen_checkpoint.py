@@ -44,6 +44,7 @@ from servelab.synth.replica import (  # noqa: E402
     TensorSpec,
     quantization_config,
     replica_tensors,
+    write_replica,
 )
 
 #: Qwen/Qwen3-30B-A3B config.json (published dimensions).
@@ -81,6 +82,90 @@ QWEN3_30B_A3B: Mapping[str, Any] = {
     "use_cache": True,
     "use_sliding_window": False,
     "vocab_size": 151936,
+}
+
+#: meta-llama/Llama-3.1-8B config.json (published dimensions): the dense architecture.
+LLAMA_3_1_8B: Mapping[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+#: Qwen/Qwen3-Next-80B-A3B-Instruct config.json (published dimensions): the hybrid
+#: linear-attention MoE (3 Gated DeltaNet layers to 1 full-attention layer, 512 experts top-10).
+QWEN3_NEXT_80B_A3B: Mapping[str, Any] = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "decoder_sparse_step": 1,
+    "eos_token_id": 151645,
+    "full_attention_interval": 4,
+    "head_dim": 256,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 5120,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "max_position_embeddings": 262144,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_next",
+    "moe_intermediate_size": 512,
+    "norm_topk_prob": True,
+    "num_attention_heads": 16,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 2,
+    "output_router_logits": False,
+    "partial_rotary_factor": 0.25,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000000,
+    "router_aux_loss_coef": 0.001,
+    "shared_expert_intermediate_size": 512,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+ARCHS: Mapping[str, Mapping[str, Any]] = {
+    "qwen3-30b-a3b": QWEN3_30B_A3B,
+    "llama-3.1-8b": LLAMA_3_1_8B,
+    "qwen3-next-80b-a3b": QWEN3_NEXT_80B_A3B,
 }
 
 #: Small dimensions of the same architecture for a CPU self-test (real vocabulary size).
@@ -250,6 +335,37 @@ def write_checkpoint(
     }
 
 
+def write_sparse_checkpoint(
+    out: Path, config: Mapping[str, Any], layout: QuantLayout
+) -> dict[str, Any]:
+    """Header replica (sparse shards: real names, dtypes, shapes and offsets, no data blocks),
+    config, generation config and tokenizer. For engines started with ``--load-format dummy``,
+    which draw random weights on the GPU and never read the shards; servelab inspects the
+    headers exactly as it would a real export's."""
+    t0 = time.perf_counter()
+    plan = write_replica(out, config, layout)
+    cfg = json.loads((out / "config.json").read_text())
+    gen_cfg = {
+        "bos_token_id": cfg.get("bos_token_id"),
+        "eos_token_id": cfg.get("eos_token_id"),
+        "do_sample": False,
+    }
+    (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
+    n_tok = build_full_vocab_tokenizer(
+        out, int(cfg["vocab_size"]), int(cfg["max_position_embeddings"])
+    )
+    return {
+        "tensors": len(plan.tensors),
+        "bytes": plan.total_bytes,
+        "sparse": True,
+        "tokenizer_size": n_tok,
+        "total_s": round(time.perf_counter() - t0, 2),
+        "layout": layout.kind,
+        "model_type": cfg["model_type"],
+        "num_hidden_layers": cfg["num_hidden_layers"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: see the module docstring."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -260,13 +376,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-gb", type=float, default=4.0, help="shard size, GB")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true", help="small dimensions (CPU self-test)")
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="qwen3-30b-a3b")
+    ap.add_argument(
+        "--sparse",
+        action="store_true",
+        help="header replica only (serve with --load-format dummy); no weights are drawn",
+    )
     args = ap.parse_args(argv)
-    cfg = dict(QWEN3_30B_A3B)
+    cfg = dict(ARCHS[args.arch])
     if args.tiny:
         cfg.update(TINY_OVERRIDES)
     if args.layers is not None:
-        cfg["num_hidden_layers"] = cfg["max_window_layers"] = args.layers
+        cfg["num_hidden_layers"] = args.layers
+        if "max_window_layers" in cfg:
+            cfg["max_window_layers"] = args.layers
     layout = QuantLayout(args.layout, quantize=TEXT_LINEARS if args.layout != "bf16" else ())
+    if args.sparse:
+        summary = write_sparse_checkpoint(args.out, cfg, layout)
+        (args.out / "servelab-gen.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(json.dumps(summary), flush=True)
+        return 0
     summary = write_checkpoint(
         args.out,
         cfg,

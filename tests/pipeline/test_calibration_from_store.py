@@ -1,48 +1,93 @@
-"""A stored run's prediction and measurements come back as calibration inputs."""
+"""Stored runs come back as speed-model samples and calibrate the next prediction."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from servelab.hardware.profiles import get_profile
-from servelab.pipeline.calibration import measurements_from_run
-from servelab.pipeline.run import calibration_for
+from servelab.pipeline.calibration import calibration_for, samples_from_run, samples_from_runs
+from servelab.plan.weights import Weights
 from servelab.store import open_store
+from servelab.store.exchange import run_from_dict
 from servelab.store.model import Metric, RunRecord
 
 GB = 1e9
+ROOT = Path(__file__).resolve().parents[2]
+H200_RESULTS = ROOT / "benchmarks" / "gpu" / "results"
 
 
-def _run(decode: float) -> RunRecord:
+def _run(model: str, decode: float, nbytes: float, layers: int) -> RunRecord:
     speed = {
         "bandwidth": 4.8e12,
-        "kernel_path": {"name": "TRITON Fp8"},
+        "kernel_path": {"name": "TRITON Fp8 W8A8"},
         "compute_precision": "fp8",
-        "decode": [{"context_len": 512, "bytes_per_token": int(3 * GB)}],
-        "prefill": [{"prompt_len": 512, "flops": 512 * 6.0e9}],
+        "decode": [{"context_len": 512, "bytes_per_token": int(nbytes), "weight_bytes":
+                    int(nbytes)}],
+        "prefill": [{"prompt_len": 512, "flops": 512 * 6.0e9, "bytes_read": int(30 * GB)}],
     }
     return RunRecord(
-        started_at=datetime(2026, 12, 2, tzinfo=UTC), recipe_name="r", engine_name="vllm",
-        engine_version="0.26.0", hardware="h200", prediction={"speed": speed},
+        started_at=datetime(2026, 12, 2, tzinfo=UTC), recipe_name=model, model_id=model,
+        engine_name="vllm", engine_version="0.26.0", hardware="h200",
+        prediction={"speed": speed, "dims": {"num_layers": layers}},
         metrics=(Metric("decode_tok_s", decode, "p512-c1", n=16, unit="tok/s"),
                  Metric("prefill_tok_s", 20_000.0, "p512-c1", n=16, unit="tok/s")),
     )
 
 
+def _weights() -> Weights:
+    return Weights(name="new", resident_bytes=int(30 * GB), decode_bytes_per_token=int(3 * GB),
+                   routed_expert_bytes=int(28 * GB), active_params=3_000_000_000,
+                   total_params=30_000_000_000, scheme="fp8", quant_label="fp8",
+                   num_experts=128, experts_per_token=8, routed_expert_bits=8.0, mtp_tensors=0,
+                   mtp_bytes=0, vision_bytes=0, source="test")
+
+
 def test_stored_runs_calibrate_the_next_prediction(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "r.db")) as store:
-        store.add_run(_run(240.0))
-        store.add_run(_run(230.0))
-        (stored, _) = store.list_runs()
-        assert stored.prediction == _run(240.0).prediction  # nothing redacted away
-        ms = measurements_from_run(stored)
-        assert {m.kind for m in ms} == {"decode", "prefill"}
-        h200 = get_profile("h200")
-        decode, prefill = calibration_for(store, (h200, "0.26.0", "TRITON Fp8"))
-    assert decode is not None and prefill is not None
-    assert decode.n == 2
-    ceiling, _ = h200.effective_bandwidth_ceiling()
-    assert decode.median == pytest.approx(235.0 * 3 * GB / ceiling)
+        store.add_run(_run("a", 240.0, 3 * GB, 48))
+        store.add_run(_run("b", 420.0, 1.6 * GB, 24))
+        runs = store.list_runs()
+    stored = [s for r in runs for s in samples_from_run(r)]
+    assert {(s.model, s.kind) for s in stored} == {
+        ("a [2,861.0 MiB/token]", "decode"), ("a [2,861.0 MiB/token]", "prefill"),
+        ("b [1,525.9 MiB/token]", "decode"), ("b [1,525.9 MiB/token]", "prefill")}
+    cal = calibration_for(runs, get_profile("h200"), _weights())
+    assert cal.decode.level == "stored runs" and cal.decode.models == (
+        "a [2,861.0 MiB/token]", "b [1,525.9 MiB/token]")
+    assert cal.decode.rel_error is not None  # leave-one-model-out over the two
+    assert "fitted from stored runs (vllm / TRITON Fp8 W8A8 / h200)" in cal.decode.label()
+
+
+def test_no_run_on_this_hardware_falls_back_to_the_shipped_priors() -> None:
+    runs = [_run("a", 240.0, 3 * GB, 48)]
+    cal = calibration_for(runs, get_profile("dgx-spark"), _weights())
+    assert cal.decode.level.startswith("prior")
+    assert any("shipped priors table" in n for n in cal.notes)
+
+
+def test_the_committed_redacted_h200_export_still_calibrates() -> None:
+    doc = json.loads((H200_RESULTS / "run-h200-qwen3-30b-a3b-fp8.json").read_text())
+    (raw,) = doc["runs"]
+    assert raw["prediction"]["speed"]["decode"][0]["bytes_per_token"] == "[REDACTED]"
+    run = run_from_dict(raw)
+    samples = samples_from_run(run)
+    decode = {s.length: s for s in samples if s.kind == "decode"}
+    point = raw["prediction"]["speed"]["decode"][0]
+    assert decode[512].bytes_read == point["weight_bytes"] + point["kv_bytes"]
+    assert decode[512].layers == 48 and decode[512].tok_s == pytest.approx(235.6, abs=0.1)
+    assert {s.kind for s in samples} == {"decode", "prefill"} and len(samples) == 6
+
+
+def test_every_h200_calibration_run_becomes_samples() -> None:
+    doc = json.loads(
+        (H200_RESULTS / "calibration-2026-12-03" / "runs-h200-calibration.json").read_text())
+    runs = [run_from_dict(r) for r in doc["runs"]]
+    samples = samples_from_runs(runs)
+    models = {s.model.split(" [")[0] for s in samples}
+    assert models == {"llama-3.1-8b-bf16-random", "qwen3-30b-a3b-bf16-24l-random",
+                      "qwen3-next-bf16-12l-random"}
+    assert {s.kernel_path for s in samples} == {"bf16 dense (default)", "bf16 MoE (default)"}

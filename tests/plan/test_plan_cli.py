@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-from tests.plan.inputs import planning_inputs
 from typer.testing import CliRunner
 
 from servelab.cli.app import app, main
 from servelab.cli.plan_cmd import parse_bytes
 from servelab.errors import UsageError
-from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import build_plan
-from servelab.plan.calibrate import Measurement
 
 LOGS = Path(__file__).parent / "logs"
 runner = CliRunner()
@@ -75,29 +70,31 @@ def test_plan_table_markdown_and_fits(tiny_next: Path) -> None:
     assert "Decode" not in fits.output
 
 
-def test_plan_with_calibration_shows_calibrated_next_to_roofline(
-    tmp_path: Path, qwen36_fp8: Path
-) -> None:
-    base = ["plan", str(qwen36_fp8), "--engine-version", "0.24.0", "--max-model-len", "262144",
-            "--kv-cache-memory-bytes", "6GiB", "--json"]
-    config, weights = planning_inputs(qwen36_fp8)
-    roof = build_plan(config, weights, BUILTIN["dgx-spark"], max_model_len=262_144,
-                      kv_cache_memory_bytes=6 << 30, engine_version="0.24.0")
-    runs = [
-        Measurement("vllm", "0.24.0", "TRITON Fp8 W8A8", "dgx-spark", "decode", p.context_len,
-                    tok_s, p.bytes_per_token, label="seed recipe")
-        for p, tok_s in zip(roof.speed.decode, (38.63, 38.27, 37.42), strict=True)
-    ]
-    f = tmp_path / "runs.json"
-    f.write_text(json.dumps([dataclasses.asdict(m) for m in runs]))
-    res = runner.invoke(app, [*base, "--calibration", str(f)])
+def test_plan_predicts_from_shipped_priors_with_interval_and_source(qwen36_fp8: Path) -> None:
+    base = ["plan", str(qwen36_fp8), "--engine-version", "0.26.0", "--max-model-len", "262144",
+            "--kv-cache-memory-bytes", "6GiB", "--no-store"]
+    res = runner.invoke(app, [*base, "--json"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     point = d["speed"]["decode"][1]
     assert point["predicted"] is True
-    assert point["calibrated_tok_s"] == pytest.approx(38.27, rel=0.03)
-    assert point["roofline_tok_s"] > point["calibrated_tok_s"]
+    assert point["predicted_tok_s"] == pytest.approx(38.27, rel=0.10)
+    assert point["predicted_low"] <= 38.27 <= point["predicted_high"]
+    assert point["roofline_tok_s"] > point["predicted_high"]
+    assert d["speed"]["decode_fit"]["source"].startswith("prior from servelab seed recipe page")
     assert d["kv_pool"]["tokens"] == 308_955
+    table = runner.invoke(app, [*base], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "decode predicted from prior from servelab seed recipe page" in table.output
+    assert "roofline (bound)" in table.output
+
+
+def test_plan_without_any_calibration_prints_no_prediction(tiny_next: Path) -> None:
+    res = runner.invoke(app, ["plan", str(tiny_next), "-H", "b200", "--no-store", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert all(p["predicted_tok_s"] is None for p in d["speed"]["decode"])
+    assert d["speed"]["decode_fit"]["level"] == "roofline"
 
 
 def test_explain_cli(qwen36_fp8: Path, qwen36_nvfp4a16: Path) -> None:

@@ -12,6 +12,7 @@ from tests.plan.inputs import planning_inputs
 
 from servelab.errors import UsageError
 from servelab.hardware.profiles import BUILTIN
+from servelab.pipeline.calibration import calibration_for
 from servelab.plan.build import build_plan
 from servelab.plan.modelcfg import model_dims
 from servelab.plan.predict import predict_speed, roofline_decode_tok_s
@@ -82,10 +83,17 @@ def test_mtp_speedup_grows_with_acceptance_length() -> None:
     w = dataclasses.replace(_weights(4 * GIB), mtp_tensors=19, mtp_bytes=int(1.573 * GIB))
     pred = predict_speed(
         w, DIMS, SPARK, prompt_lens=[2048], acceptance_lengths=[1.0, 2.0, 3.0, 4.0],
-        draft_tokens=3,
+        draft_tokens=3, calibration=calibration_for([], SPARK, w),
     )
     ups = [m.speedup for m in pred.mtp]
-    assert ups == sorted(ups) and ups[0] < 1.0 < ups[-1]
+    assert all(u is not None for u in ups)
+    assert ups == sorted(ups) and ups[0] < 1.0 < ups[-1]  # type: ignore[operator]
+    # The step verifies 4 tokens and drafts 3: it reads more than one token's bytes.
+    assert all(m.step_bytes > pred.decode[0].bytes_per_token for m in pred.mtp)
+    assert all(m.predicted_low is not None and m.predicted_high is not None for m in pred.mtp)
+    uncalibrated = predict_speed(w, DIMS, SPARK, prompt_lens=[2048], acceptance_lengths=[2.0],
+                                 draft_tokens=3)
+    assert uncalibrated.mtp[0].predicted_tok_s is None  # no calibration: a bound, no prediction
     with pytest.raises(UsageError, match="acceptance length"):
         predict_speed(w, DIMS, SPARK, acceptance_lengths=[5.0], draft_tokens=3)
 

@@ -34,8 +34,8 @@ GIB = 1024**3
 
 
 def _dec(run: str, version: str, prompt: int, value: float, pred: float | None) -> MeasuredRow:
-    basis = "roofline: 100 GB/s × 0.8 / bytes per token"
-    p = Predicted(pred, "tok/s", basis, run) if pred else None
+    basis = "fitted from stored runs (vllm / TRITON / spark); ±15% (leave-one-model-out)"
+    p = Predicted(pred, "tok/s", basis, run, pred / 1.15, pred / 0.85) if pred else None
     m = Measured(value, "tok/s", run, value * 0.98, value * 1.02, 5)
     return MeasuredRow(version, prompt, m, p)
 

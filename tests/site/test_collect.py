@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from site_records import HOSTILE_LINE, HOSTILE_MODEL, SECRET, populate, record
+from site_records import (
+    HOSTILE_LINE,
+    HOSTILE_MODEL,
+    PREDICTION_SOURCE,
+    SECRET,
+    populate,
+    record,
+)
 
 from servelab.site import prose
 from servelab.site.collect import (
@@ -59,8 +66,11 @@ def test_recipe_pages_hold_the_stored_measurements(
     # the prediction stored with the run, labelled with its basis
     row = prose.row_at(page.decode, 2048, "0.32.0")
     assert row is not None and row.predicted is not None
-    assert row.predicted.value == pytest.approx(4e9 / 40_000_000)
-    assert row.predicted.basis.startswith("roofline 4 GB/s (probe)")
+    assert row.predicted.value == pytest.approx(4e9 / 40_000_000 * 0.9)
+    assert row.predicted.low is not None and row.predicted.high is not None
+    assert row.predicted.low < row.predicted.value < row.predicted.high
+    assert row.predicted.basis.startswith(PREDICTION_SOURCE)
+    assert "roofline bound 100 tok/s" in row.predicted.basis
     assert prose.row_at(page.decode, 512, "0.32.0").predicted is None  # type: ignore[union-attr]
     # prefill = prompt tokens / TTFT
     pre = prose.row_at(page.prefill, 2048, "0.32.0")
@@ -171,6 +181,23 @@ def test_points_with_several_streams_get_their_own_table() -> None:
     assert all(r.prompt_tokens != 512 or r.measured.value != 22.0 for r in page.decode)
     html = render_site(site_from_records([run]))["recipes/tiny-bf16.html"]
     assert 'id="concurrent-table"' in html and "120.0 ms" in html
+
+
+
+def test_tokens_per_gpu_follow_the_runs_parallel_layout() -> None:
+    base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)
+    c4 = tuple(Sample(point="p512-c4", index=i, ttft_s=0.1, tpot_s=1 / d, prompt_tokens=512,
+                      completion_tokens=32) for i, d in enumerate((20.0, 22.0, 24.0)))
+    args = (*base.engine_args, "--tensor-parallel-size", "2")
+    run = dataclasses.replace(base, run_id="tp2run", samples=base.samples + c4, engine_args=args)
+    [page] = site_from_records([run]).recipes
+    assert (page.gpus, page.layout) == (2, "TP2 x PP1 x DP1")
+    [row] = page.concurrent
+    assert row.gpus == 2 and row.per_gpu.value == pytest.approx(22.0 * 4 / 2)
+    html = render_site(site_from_records([run]))["recipes/tiny-bf16.html"]
+    assert "Output per GPU" in html and "Served on 2 GPUs (TP2 x PP1 x DP1)" in html
+    single = site_from_records([dataclasses.replace(run, engine_args=base.engine_args)])
+    assert single.recipes[0].gpus == 1 and single.recipes[0].layout == ""
 
 
 def test_point_names_and_params() -> None:

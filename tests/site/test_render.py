@@ -131,7 +131,9 @@ def test_tables_hold_the_page_values(site_factory: Callable[..., Site]) -> None:
                     and "decode" not in ln and f"runs/{row.measured.run_id}.html" in ln)
         assert f"[{row.measured.value:.2f} tok/s]" in line
         if row.predicted:
-            assert f"{row.predicted.value:.2f} tok/s *(predicted)*" in line
+            assert row.predicted.low is not None and row.predicted.high is not None
+            assert (f"{row.predicted.value:.2f} \\({row.predicted.low:.2f}–"
+                    f"{row.predicted.high:.2f}\\) tok/s *(predicted)*") in line
     assert page.memory is not None
     for part in page.memory.by_dtype:
         assert f"| {md_escape(part.label)} | {part.bytes:,} |" in md

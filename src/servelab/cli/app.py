@@ -48,6 +48,7 @@ def _register_commands() -> None:
     from servelab.cli import (
         analysis_cmd,
         bench_cmd,
+        calibration_cmd,
         demo_cmd,
         engine_cmd,
         hardware_cmd,
@@ -63,6 +64,7 @@ def _register_commands() -> None:
 
     analysis_cmd.register(app)
     bench_cmd.register(app)
+    app.add_typer(calibration_cmd.app)
     demo_cmd.register(app)
     engine_cmd.register(app)
     hardware_cmd.register(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,13 +16,17 @@ from rich.table import Table
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.errors import UsageError
+from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.probe import load_probe
 from servelab.hardware.profiles import HardwareProfile, get_profile, with_probe
 from servelab.plan.build import Plan, build_plan
-from servelab.plan.calibrate import fit_efficiencies, load_measurements, lookup
 from servelab.plan.explain import explain as explain_builds
-from servelab.plan.markdown import explain_markdown, plan_markdown
+from servelab.plan.layout import ParallelLayout
+from servelab.plan.markdown import explain_markdown, interval_text, plan_markdown
+from servelab.plan.parallel import LINKS, Topology, topology_for
+from servelab.plan.speedmodel import Fit
 from servelab.plan.weights import weights_from_report
+from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
 GIB = 1 << 30
 _UNITS = {
@@ -105,11 +110,15 @@ def make_plan(
     kv_cache_dtype: str = "auto",
     engine_version: str = "0.32.0",
     prompt_lens: Sequence[int] = (512, 2048, 8192),
-    calibration: Path | None = None,
+    db: str | None = None,
+    use_store: bool = True,
+    priors: Path | None = None,
     enable_prefix_caching: bool = True,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
     overhead_bytes: int | None = None,
+    layout: ParallelLayout | None = None,
+    topology: Topology | None = None,
 ) -> Plan:
     """Read the checkpoint's headers and plan it (the CLI's library call)."""
     source = load_checkpoint(checkpoint, revision=revision)
@@ -120,21 +129,11 @@ def make_plan(
         raise UsageError(
             "the checkpoint has no config.json; plan needs its dimensions", path=checkpoint
         )
-    dec = pre = None
-    if calibration is not None:
-        fits = fit_efficiencies(
-            load_measurements(calibration),
-            lambda n: hardware if n == hardware.name else get_profile(n),
-        )
-        path = hardware.kernel_path(weights.scheme, moe=weights.moe).name
-        common = {
-            "engine": "vllm",
-            "engine_version": engine_version,
-            "backend": path,
-            "hardware": hardware.name,
-        }
-        dec = lookup(fits, kind="decode", **common)
-        pre = lookup(fits, kind="prefill", **common)
+    from servelab.pipeline.calibration import calibration_for
+    from servelab.plan.priors import load_priors
+
+    runs = stored_runs(db, hardware.name) if use_store else []
+    calibration = calibration_for(runs, hardware, weights, priors=load_priors(priors))
     return build_plan(
         config,
         weights,
@@ -146,12 +145,32 @@ def make_plan(
         engine_version=engine_version,
         prompt_lens=prompt_lens,
         enable_prefix_caching=enable_prefix_caching,
-        decode_efficiency=dec,
-        prefill_efficiency=pre,
+        calibration=calibration,
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
         overhead_bytes=overhead_bytes,
+        layout=layout,
+        topology=topology,
+        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
+
+
+def stored_runs(db: str | None, hardware: str) -> list[RunRecord]:
+    """Successful runs on ``hardware`` from the results database (none when ``db`` is unset
+    and the default database does not exist: planning never creates one)."""
+    from servelab.store.db import ENV_DB, data_dir, open_store
+
+    if db is None and not os.environ.get(ENV_DB) and not (data_dir() / "results.db").exists():
+        return []
+    with open_store(db) as store:
+        return store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+
+
+def fit_line(kind: str, fit: Fit | None) -> str:
+    """One line naming where a prediction comes from (or that there is none)."""
+    if fit is None or fit.is_roofline:
+        return f"{kind}: no stored run or prior for this hardware: roofline bound only"
+    return f"{kind} predicted from {fit.label()}"
 
 
 def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> None:
@@ -163,10 +182,17 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         f"vLLM {plan.engine_version}, {plan.platform} rules"
     )
     fit = mem.fits and kv.fits_one_request
-    mt = Table(title="Memory", title_justify="left")
+    lay = plan.layout
+    per_gpu = "" if lay.is_single else f" per GPU ({lay.label()}, {lay.world_size} GPUs)"
+    mt = Table(title="Memory" + per_gpu, title_justify="left")
     for c in ("item", "size", "source"):
         mt.add_column(c, justify="right" if c == "size" else "left")
-    mt.add_row("weights (resident)", human_bytes(mem.weights_bytes), plan.weights.source)
+    mt.add_row(
+        "weights (resident)",
+        human_bytes(mem.weights_bytes),
+        plan.weights.source
+        + ("" if lay.is_single else f"; fullest GPU of {human_bytes(plan.weights.resident_bytes)}"),
+    )
     mt.add_row("KV pool", _gib(mem.kv_pool_bytes), mem.kv_pool_source)
     mt.add_row("overhead", _gib(mem.overhead_bytes), mem.overhead_source)
     mt.add_row(
@@ -177,11 +203,14 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
     )
     console.print(mt)
     console.print(
-        f"fits: [bold]{'yes' if fit else 'NO'}[/], headroom {_gib(mem.headroom_bytes)}; "
+        f"fits{' per GPU' if not lay.is_single else ''}: [bold]{'yes' if fit else 'NO'}[/], "
+        f"headroom {_gib(mem.headroom_bytes)}; "
         f"largest context at concurrency 1: {plan.largest_context_c1:,} tokens"
     )
     if fits_only:
         return
+    if not lay.is_single:
+        _render_parallel(plan, console)
     kt = Table(title="KV pool (vLLM arithmetic)", title_justify="left", show_header=False)
     kt.add_column(style="bold")
     kt.add_column()
@@ -213,18 +242,12 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         "weights",
         "KV read",
         "state r+w",
-        "roofline tok/s",
-        "calibrated tok/s",
+        "roofline (bound)",
+        "predicted tok/s (interval)",
     ):
         dt.add_column(c, justify="right")
     for d in sp.decode:
-        cal = (
-            f"{d.calibrated_tok_s:,.1f} ({d.calibrated_low:,.1f}-{d.calibrated_high:,.1f})"
-            if d.calibrated_tok_s is not None
-            and d.calibrated_low is not None
-            and d.calibrated_high is not None
-            else "-"
-        )
+        cal = interval_text(d.predicted_tok_s, d.predicted_low, d.predicted_high, 1)
         dt.add_row(
             f"{d.context_len:,}",
             human_bytes(d.weight_bytes),
@@ -234,41 +257,83 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
             cal,
         )
     console.print(dt)
-    console.print(
-        f"bandwidth {sp.bandwidth / 1e9:,.0f} GB/s ({sp.bandwidth_source})"
-        + (
-            f"; efficiency {sp.decode_efficiency.median:.2f} from "
-            f"{sp.decode_efficiency.key} (n={sp.decode_efficiency.n}, "
-            f"{sp.decode_efficiency.matched})"
-            if sp.decode_efficiency
-            else ""
-        )
-    )
+    console.print(f"bandwidth {sp.bandwidth / 1e9:,.0f} GB/s ({sp.bandwidth_source})")
+    console.print(fit_line("decode", sp.decode_fit))
     if sp.prefill:
         pt = Table(
             title=f"Prefill (predicted; {sp.kernel_path.name}, {sp.compute_precision})",
             title_justify="left",
         )
-        for c in ("prompt", "bound", "roofline tok/s", "calibrated tok/s"):
+        for c in ("prompt", "bound", "roofline tok/s", "predicted tok/s (interval)"):
             pt.add_column(c, justify="right")
         for p in sp.prefill:
-            cal = f"{p.calibrated_tok_s:,.0f}" if p.calibrated_tok_s is not None else "-"
+            cal = interval_text(p.predicted_tok_s, p.predicted_low, p.predicted_high, 0)
             pt.add_row(f"{p.prompt_len:,}", p.bound, f"{p.roofline_tok_s:,.0f}", cal)
         console.print(pt)
+        console.print(fit_line("prefill", sp.prefill_fit))
     if sp.mtp:
         st = Table(title="Speculative decode (predicted)", title_justify="left")
-        for c in ("acceptance length", "drafts", "tok/s", "speed-up"):
+        for c in ("acceptance length", "drafts", "step bytes", "roofline", "tok/s (interval)",
+                  "speed-up"):
             st.add_column(c, justify="right")
         for m in sp.mtp:
             st.add_row(
                 f"{m.acceptance_length:.2f}",
                 str(m.draft_tokens),
+                human_bytes(m.step_bytes),
                 f"{m.roofline_tok_s:,.1f}",
-                f"{m.speedup:.2f}x",
+                interval_text(m.predicted_tok_s, m.predicted_low, m.predicted_high, 1),
+                f"{m.speedup:.2f}x" if m.speedup is not None else "-",
             )
         console.print(st)
     for n in (*plan.notes, *sp.notes):
         console.print(f"[yellow]note:[/] {n}")
+
+
+def _render_parallel(plan: Plan, console: Console) -> None:
+    """Per-stage weights, KV heads per rank, and decode with its communication term."""
+    kv, lay = plan.kv, plan.layout
+    t = Table(title=f"Parallel layout {lay.label()}", title_justify="left", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    replicas = f"{lay.data} replica{'s' if lay.data != 1 else ''}"
+    t.add_row("GPUs", f"{lay.world_size} ({lay.gpus_per_replica} per replica, {replicas})")
+    for i, ((lo, hi), w) in enumerate(
+        zip(kv.stage_layers, plan.gpu_weights.per_stage, strict=True)
+    ):
+        t.add_row(f"stage {i}", f"layers {lo}-{hi - 1}: {human_bytes(w)} weights per GPU")
+    if kv.kv_heads_per_rank:
+        t.add_row(
+            "KV heads per rank",
+            f"{kv.kv_heads_per_rank}"
+            + (" (replicated: TP exceeds the KV head count)" if kv.kv_heads_replicated else ""),
+        )
+    t.add_row("KV tokens, all replicas", f"{kv.tokens_all_replicas:,}")
+    topo = plan.topology
+    t.add_row(
+        "links (estimate)",
+        f"{topo.intra_node.description} within a node of {topo.gpus_per_node}, "
+        f"{topo.inter_node.description} between nodes",
+    )
+    console.print(t)
+    dt = Table(title="Decode, single stream, one replica (predicted)", title_justify="left")
+    for c in ("context", "memory term", "communication term", "tok/s", "tok/s per GPU"):
+        dt.add_column(c, justify="right")
+    for d in plan.parallel_decode:
+        comm = d.comm_label()
+        dt.add_row(
+            f"{d.context_len:,}",
+            f"{d.memory_s * 1e3:.3f} ms",
+            comm,
+            f"{d.tok_s:,.1f}",
+            f"{d.tok_s_per_gpu:,.1f}",
+        )
+    console.print(dt)
+
+
+def layout_options(tp: int, pp: int, dp: int, ep: bool) -> ParallelLayout:
+    """The CLI's parallel options as the one layout value plan and recipes share."""
+    return ParallelLayout(tensor=tp, pipeline=pp, data=dp, expert=ep)
 
 
 def plan(
@@ -318,11 +383,20 @@ def plan(
         "--fits",
         help="Only say whether it fits, the headroom, and the largest context at concurrency 1.",
     ),
-    calibration: Annotated[
-        Path | None,
+    db: Annotated[
+        str | None,
         typer.Option(
-            "--calibration", help="JSON list of measured runs to calibrate efficiency from."
+            "--db",
+            help="Results database whose runs calibrate the prediction (default: $SERVELAB_DB, "
+            "else the data directory's results.db when it exists).",
         ),
+    ] = None,
+    no_store: bool = typer.Option(
+        False, "--no-store", help="Ignore stored runs: predict from the shipped priors alone."
+    ),
+    priors: Annotated[
+        Path | None,
+        typer.Option("--priors", help="A priors table (TOML) to use instead of the shipped one."),
     ] = None,
     no_prefix_caching: bool = typer.Option(
         False, "--no-enable-prefix-caching", help="As vLLM's flag (changes hybrid state blocks)."
@@ -343,8 +417,33 @@ def plan(
         False, "--json", help="Print the plan as JSON (schema servelab.plan/1)."
     ),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
+    tensor_parallel: int = typer.Option(
+        1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size (GPUs per stage)."
+    ),
+    pipeline_parallel: int = typer.Option(
+        1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size (stages)."
+    ),
+    data_parallel: int = typer.Option(
+        1, "--data-parallel-size", "-dp", help="vLLM --data-parallel-size (replicas)."
+    ),
+    expert_parallel: bool = typer.Option(
+        False, "--enable-expert-parallel", help="vLLM's EP: routed experts split over TP x DP."
+    ),
+    gpus_per_node: int | None = typer.Option(
+        None, "--gpus-per-node", help="GPUs joined by the fast link (default by hardware)."
+    ),
+    interconnect: str | None = typer.Option(
+        None, "--interconnect", help=f"Link within a node: {', '.join(LINKS)}."
+    ),
+    network: str | None = typer.Option(
+        None, "--network", help=f"Link between nodes: {', '.join(LINKS)}."
+    ),
 ) -> None:
-    """Plan memory, the vLLM KV pool and predicted speed for CHECKPOINT on a hardware profile."""
+    """Plan memory, the vLLM KV pool and predicted speed for CHECKPOINT on a hardware profile.
+
+    With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
+    each rank's KV pool, and decode with its communication term.
+    """
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)
@@ -358,13 +457,19 @@ def plan(
         kv_cache_dtype=kv_cache_dtype,
         engine_version=engine_version,
         prompt_lens=[int(x) for x in parse_list(prompt_lens, int, "--prompt-lens")],
-        calibration=calibration,
+        db=db,
+        use_store=not no_store,
+        priors=priors,
         enable_prefix_caching=not no_prefix_caching,
         acceptance_lengths=parse_list(mtp_acceptance, float, "--mtp-acceptance")
         if mtp_acceptance
         else (),
         draft_tokens=draft_tokens,
         overhead_bytes=parse_bytes(overhead) if overhead else None,
+        layout=layout_options(tensor_parallel, pipeline_parallel, data_parallel, expert_parallel),
+        topology=topology_for(
+            hw.name, intra_node=interconnect, inter_node=network, gpus_per_node=gpus_per_node
+        ),
     )
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
@@ -387,10 +492,11 @@ def explain(
     ] = None,
     context_len: int = typer.Option(2048, "--context-len", help="Context length to compare at."),
     engine_version: str = typer.Option("0.32.0", "--engine-version", help="vLLM version."),
-    calibration: Annotated[
-        Path | None,
-        typer.Option("--calibration", help="JSON list of measured runs (efficiencies)."),
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Results database whose runs calibrate the prediction."),
     ] = None,
+    no_store: bool = typer.Option(False, "--no-store", help="Predict from the shipped priors."),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print it as Markdown."),
 ) -> None:
@@ -404,7 +510,8 @@ def explain(
             hardware=hw,
             engine_version=engine_version,
             prompt_lens=[context_len],
-            calibration=calibration,
+            db=db,
+            use_store=not no_store,
             max_model_len=max(context_len, 1),
         )
         for x in (a, b)

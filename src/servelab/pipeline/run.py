@@ -39,14 +39,13 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
+from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile, get_profile
-from servelab.pipeline.calibration import measurements_from_runs
+from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan, build_plan
-from servelab.plan.calibrate import fit_efficiencies, lookup
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
-from servelab.plan.predict import Efficiency
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
@@ -139,30 +138,6 @@ def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*mine, *extra]))
 
 
-def calibration_for(
-    store: Store, plan_inputs: tuple[HardwareProfile, str, str], *, engine: str = "vllm"
-) -> tuple[Efficiency | None, Efficiency | None]:
-    """Decode and prefill efficiencies fitted from the store's ok runs on this hardware
-    (each engine has its own: runs are matched on ``engine``, the recipe's engine name)."""
-    hardware, engine_version, backend = plan_inputs
-    runs = store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
-    measurements = measurements_from_runs(runs)
-    if not measurements:
-        return None, None
-
-    def hardware_for(name: str) -> HardwareProfile:
-        return hardware if name == hardware.name else get_profile(name)
-
-    fits = fit_efficiencies(measurements, hardware_for)
-    common = {
-        "engine": engine,
-        "engine_version": engine_version,
-        "backend": backend,
-        "hardware": hardware.name,
-    }
-    return lookup(fits, kind="decode", **common), lookup(fits, kind="prefill", **common)
-
-
 def apply_dtype_flag(
     config: dict[str, Any], weights: Weights, dtype: str | None
 ) -> tuple[dict[str, Any], Weights]:
@@ -211,12 +186,13 @@ def make_run_plan(
     flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     config, weights = apply_dtype_flag(config, weights, flags.dtype)
-    dec = pre = None
-    if store is not None:
-        backend = hardware.kernel_path(weights.scheme, moe=weights.moe).name
-        dec, pre = calibration_for(
-            store, (hardware, engine_version, backend), engine=recipe.engine.name
-        )
+    runs = (
+        store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
+        if store is not None
+        else []
+    )
+    # Each engine its own calibration: samples carry their run's engine_name.
+    calibration = calibration_for(runs, hardware, weights, engine=serving.name)
     plan = build_plan(
         config,
         weights,
@@ -230,8 +206,9 @@ def make_run_plan(
         engine_name=serving.name,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
-        decode_efficiency=dec,
-        prefill_efficiency=pre,
+        calibration=calibration,
+        layout=flags.layout,
+        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
     if serving.kv_arithmetic:
         return plan

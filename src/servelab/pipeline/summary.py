@@ -26,9 +26,25 @@ class SummaryRow:
     ci_high: float | None
     samples: int
     roofline_tok_s: float | None
-    calibrated_tok_s: float | None
+    predicted_tok_s: float | None
+    predicted_low: float | None
+    predicted_high: float | None
     achieved_bandwidth: float | None  # bytes/s implied by the measurement (decode only)
     roofline_fraction: float | None  # measured ÷ roofline
+
+    @property
+    def error(self) -> float | None:
+        """measured / predicted - 1 (negative: slower than predicted)."""
+        if self.measured_tok_s is None or not self.predicted_tok_s:
+            return None
+        return self.measured_tok_s / self.predicted_tok_s - 1.0
+
+    @property
+    def inside_interval(self) -> bool | None:
+        """Whether the measurement fell inside the predicted interval."""
+        if self.measured_tok_s is None or self.predicted_low is None or self.predicted_high is None:
+            return None
+        return self.predicted_low <= self.measured_tok_s <= self.predicted_high
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; predictions are marked as such."""
@@ -39,7 +55,10 @@ class SummaryRow:
             "ci95": [self.ci_low, self.ci_high],
             "samples": self.samples,
             "predicted_roofline_tok_s": self.roofline_tok_s,
-            "predicted_calibrated_tok_s": self.calibrated_tok_s,
+            "predicted_tok_s": self.predicted_tok_s,
+            "predicted_interval": [self.predicted_low, self.predicted_high],
+            "error_vs_prediction": self.error,
+            "inside_interval": self.inside_interval,
             "achieved_bandwidth_bytes_s": self.achieved_bandwidth,
             "fraction_of_roofline": self.roofline_fraction,
         }
@@ -82,7 +101,6 @@ def summarize(
             m = by_key.get((metric_name, f"p{n}-c1"))
             p = preds.get(n, {})
             roof = _num(p.get("roofline_tok_s"))
-            cal = _num(p.get("calibrated_tok_s"))
             measured = m.value if m is not None else None
             achieved = None
             if kind == "decode" and measured is not None:
@@ -98,7 +116,9 @@ def summarize(
                     ci_high=m.ci_high if m is not None else None,
                     samples=m.n if m is not None else 0,
                     roofline_tok_s=roof,
-                    calibrated_tok_s=cal,
+                    predicted_tok_s=_num(p.get("predicted_tok_s")),
+                    predicted_low=_num(p.get("predicted_low")),
+                    predicted_high=_num(p.get("predicted_high")),
                     achieved_bandwidth=achieved,
                     roofline_fraction=fraction
                     if fraction is not None

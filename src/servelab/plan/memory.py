@@ -9,6 +9,7 @@ such) which the user can override.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,7 +22,12 @@ DEFAULT_OVERHEAD_BYTES = 2 * GIB
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Where the device memory goes, and whether it fits."""
+    """Where one GPU's memory goes, and whether it fits.
+
+    With a parallel layout every figure is per GPU: ``weights_bytes`` is the fullest
+    GPU's share and ``kv_pool_bytes`` the pool each rank gets (the smallest rank's when
+    pipeline stages differ); ``stage_kv_pool_bytes`` lists each stage's own.
+    """
 
     hardware: str
     memory_bytes: int
@@ -36,6 +42,8 @@ class MemoryPlan:
     total_bytes: int
     headroom_bytes: int
     fits: bool
+    gpus: int = 1
+    stage_kv_pool_bytes: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -49,8 +57,14 @@ def plan_memory(
     kv_cache_memory_bytes: int | None,
     gpu_memory_utilization: float = 0.9,
     overhead_bytes: int | None = None,
+    stage_weights_bytes: Sequence[int] = (),
+    gpus: int = 1,
 ) -> MemoryPlan:
-    """Budget the device memory. The KV pool is given, or what the budget leaves."""
+    """Budget one GPU's memory. The KV pool is given, or what the budget leaves.
+
+    ``weights_bytes`` is the fullest GPU's weights; ``stage_weights_bytes`` (pipeline
+    parallel) each stage's, so that each stage's profiled pool can be told apart.
+    """
     if not 0 < gpu_memory_utilization <= 1:
         raise UsageError("--gpu-memory-utilization must be in (0, 1]")
     over = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else overhead_bytes
@@ -60,13 +74,16 @@ def plan_memory(
         else "given"
     )
     mem = hardware.memory_bytes
+    stages = tuple(stage_weights_bytes) or (weights_bytes,)
     if kv_cache_memory_bytes is not None:
         budget = mem
         kv = kv_cache_memory_bytes
+        stage_kv = tuple(kv for _ in stages)
         kv_src = "--kv-cache-memory-bytes (memory profiling skipped)"
     else:
         budget = int(mem * gpu_memory_utilization)
-        kv = max(budget - weights_bytes - over, 0)
+        stage_kv = tuple(max(budget - w - over, 0) for w in stages)
+        kv = min(stage_kv)
         kv_src = (
             f"estimate: {gpu_memory_utilization:g} x memory - weights - overhead "
             "(vLLM profiles the real figure at start-up)"
@@ -86,4 +103,6 @@ def plan_memory(
         total_bytes=total,
         headroom_bytes=budget - total,
         fits=total <= budget and kv > 0,
+        gpus=gpus,
+        stage_kv_pool_bytes=stage_kv,
     )

@@ -1,29 +1,39 @@
-"""Roofline speed prediction: decode is bytes over bandwidth, prefill FLOPs over compute.
+"""Speed prediction: a roofline bound and a calibrated prediction with an interval.
 
 Everything returned here is a **prediction** (``predicted: True`` in every JSON object).
+
+The costs of one point come from the checkpoint and the model's dimensions:
 
 Decode, one sequence, context ``c``::
 
     bytes/token = weights read per token (inspect's decode bytes)
                 + KV read: full-attention layers x 2 x kv_heads x head_dim x kv bytes x c
                 + linear-attention state read and written back: 2 x state bytes
-    tok/s       = bandwidth / bytes/token            (pure roofline: peak bandwidth)
-                  x efficiency                        (calibrated, when measurements exist)
 
 Prefill, a prompt of ``P`` tokens::
 
     FLOPs = 2 x (active params - lm_head) x P + 2 x lm_head (logits of the last token only)
           + 2 x P² x q_heads x head_dim per full-attention layer (causal QKᵀ and AV)
           + 4 x P x v_heads x k_dim x v_dim per linear-attention layer
-    time  = max(FLOPs / compute rate of the kernel path's precision,
-                bytes read / bandwidth)    bytes read = non-routed weights
-                                           + routed x (1 - (1 - k/E)^P) + KV written
-    tok/s = P / time
+    bytes = non-routed weights + routed x (1 - (1 - k/E)^P) + KV written
+
+The **roofline** (an upper bound) is bytes / peak bandwidth for decode and
+max(FLOPs / peak compute, bytes / peak bandwidth) for prefill. The **prediction** is the
+calibrated linear model of :mod:`servelab.plan.speedmodel` (per-byte, per-FLOP, per-layer
+and fixed costs fitted from stored runs or shipped priors), with a ± from leave-one-model-out
+residuals and the fit's source on every point; without calibration data there is no
+prediction, only the bound.
 
 MTP / speculative decoding with ``k`` drafts and mean acceptance length ``a`` (tokens per
-verification step, 1 + accepted)::
+verification step, 1 + accepted): one step verifies ``k + 1`` tokens in one pass, which
+touches the expected number of distinct routed experts of ``k + 1`` independent top-``K``
+draws (``E x (1 - (1 - K/E)^(k+1))`` instead of ``K``), and runs ``k`` draft passes of the
+MTP head, each reading the head's active weights and the lm_head::
 
-    tok/s = a x bandwidth / (bytes/token + k x draft bytes/token)
+    step bytes  = non-routed + routed x (1 - (1 - K/E)^(k+1)) + KV + state
+                + k x (MTP head active bytes + lm_head bytes)
+    step layers = n_layers + k x MTP layers
+    tok/s       = a / t_step(step bytes, step layers)      (the decode form)
 """
 
 from __future__ import annotations
@@ -36,68 +46,66 @@ from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.kv import attention_bytes_per_token_per_layer, mamba_state_bytes
 from servelab.plan.modelcfg import DTYPE_BYTES, ModelDims
+from servelab.plan.speedmodel import Calibration, Fit, features, interval
 from servelab.plan.weights import Weights
 
 DEFAULT_PROMPT_LENS = (512, 2048, 8192)
 
 
 @dataclass(frozen=True)
-class Efficiency:
-    """Achieved ÷ peak for one (engine, version, backend path, hardware, kind)."""
-
-    key: str
-    n: int
-    median: float
-    low: float
-    high: float
-    matched: str = "exact"
-
-
-@dataclass(frozen=True)
 class DecodePoint:
-    """Predicted single-stream decode at one context length."""
+    """Single-stream decode at one context length: bound, prediction and interval."""
 
     context_len: int
     weight_bytes: int
     kv_bytes: int
     state_bytes: int
     bytes_per_token: int
+    layers: int
     roofline_tok_s: float
-    calibrated_tok_s: float | None
-    calibrated_low: float | None
-    calibrated_high: float | None
+    predicted_tok_s: float | None
+    predicted_low: float | None
+    predicted_high: float | None
     predicted: bool = True
 
 
 @dataclass(frozen=True)
 class PrefillPoint:
-    """Predicted prefill of one prompt."""
+    """Prefill of one prompt: bound, prediction and interval."""
 
     prompt_len: int
     flops: float
     bytes_read: int
+    layers: int
     compute_s: float
     bandwidth_s: float
     bound: str
     roofline_tok_s: float
-    calibrated_tok_s: float | None
+    predicted_tok_s: float | None
+    predicted_low: float | None
+    predicted_high: float | None
     predicted: bool = True
 
 
 @dataclass(frozen=True)
 class MtpPoint:
-    """Predicted decode with speculative drafts at one mean acceptance length."""
+    """Decode with speculative drafts at one mean acceptance length."""
 
     acceptance_length: float
     draft_tokens: int
+    step_bytes: int
+    step_layers: int
     roofline_tok_s: float
-    speedup: float
+    predicted_tok_s: float | None
+    predicted_low: float | None
+    predicted_high: float | None
+    speedup: float | None
     predicted: bool = True
 
 
 @dataclass(frozen=True)
 class SpeedPrediction:
-    """Roofline (and calibrated, when fitted) decode and prefill predictions."""
+    """Roofline bounds and calibrated predictions (with their fits) for decode and prefill."""
 
     hardware: str
     bandwidth: float
@@ -109,13 +117,15 @@ class SpeedPrediction:
     decode: tuple[DecodePoint, ...]
     prefill: tuple[PrefillPoint, ...]
     mtp: tuple[MtpPoint, ...] = ()
-    decode_efficiency: Efficiency | None = None
-    prefill_efficiency: Efficiency | None = None
+    decode_fit: Fit | None = None
+    prefill_fit: Fit | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; every speed carries ``predicted: true``."""
         d = asdict(self)
+        d["decode_fit"] = self.decode_fit.to_dict() if self.decode_fit else None
+        d["prefill_fit"] = self.prefill_fit.to_dict() if self.prefill_fit else None
         d["predicted"] = True
         return d
 
@@ -168,15 +178,63 @@ def prefill_flops(weights: Weights, dims: ModelDims, prompt_len: int) -> float:
     return flops
 
 
+def distinct_expert_fraction(num_experts: int, top_k: int, tokens: int) -> float:
+    """Expected fraction of ``num_experts`` that ``tokens`` independent top-``k`` draws touch."""
+    if num_experts <= 0 or top_k <= 0:
+        return 0.0
+    return 1.0 - (1.0 - top_k / num_experts) ** tokens
+
+
+def routed_bytes_touched(weights: Weights, tokens: int) -> float:
+    """Routed-expert bytes a forward pass over ``tokens`` tokens reads (expected)."""
+    if not weights.moe:
+        return 0.0
+    frac = distinct_expert_fraction(weights.num_experts, weights.experts_per_token, tokens)
+    return weights.routed_expert_bytes * frac
+
+
 def prefill_bytes_read(weights: Weights, dims: ModelDims, prompt_len: int, kv_bytes: int) -> int:
     """Weight bytes a prefill of ``prompt_len`` touches (expert coverage grows with P)."""
-    fixed = weights.prefill_fixed_bytes
-    routed = 0.0
-    if weights.moe:
-        miss = (1 - weights.experts_per_token / weights.num_experts) ** prompt_len
-        routed = weights.routed_expert_bytes * (1 - miss)
+    routed = routed_bytes_touched(weights, prompt_len)
     kv_write = kv_read_bytes(dims, prompt_len, kv_bytes)
-    return int(fixed + routed + kv_write)
+    return int(weights.prefill_fixed_bytes + routed + kv_write)
+
+
+def draft_bytes_per_step(weights: Weights) -> int:
+    """Bytes one MTP draft pass reads: the head's active weights plus the full lm_head."""
+    head = 0
+    if weights.mtp_bytes > 0:
+        text = max(weights.resident_bytes - weights.vision_bytes - weights.mtp_bytes, 1)
+        head = int(weights.mtp_bytes * weights.decode_bytes_per_token / text)
+    return head + weights.lm_head_bytes
+
+
+def mtp_step_cost(
+    weights: Weights, dims: ModelDims, draft_tokens: int, *, kv_state_bytes: int
+) -> tuple[int, int]:
+    """(bytes, layers) of one speculative step: verify ``k + 1`` tokens, ``k`` draft passes."""
+    k = draft_tokens
+    verify = weights.prefill_fixed_bytes + routed_bytes_touched(weights, k + 1) + kv_state_bytes
+    step_bytes = int(verify + k * draft_bytes_per_step(weights))
+    step_layers = dims.num_layers + k * max(dims.mtp_layers, 1)
+    return step_bytes, step_layers
+
+
+def _predicted(
+    fit: Fit | None, row: Sequence[float], tokens: float, bound: float
+) -> tuple[float | None, ...]:
+    """(tok/s, low, high) of a fit for one design row (the interval's top capped at the
+    roofline ``bound``), or Nones without a usable fit."""
+    if fit is None or fit.is_roofline:
+        return None, None, None
+    seconds = fit.seconds(row)
+    if seconds <= 0:
+        return None, None, None
+    tok_s = tokens / seconds
+    band = interval(tok_s, fit.rel_error, bound)
+    if band is None:
+        return None, None, None
+    return tok_s, band[0], band[1]
 
 
 def predict_speed(
@@ -187,11 +245,9 @@ def predict_speed(
     prompt_lens: Sequence[int] = DEFAULT_PROMPT_LENS,
     kv_dtype_bytes: int | None = None,
     ssm_dtype: str = "float32",
-    decode_efficiency: Efficiency | None = None,
-    prefill_efficiency: Efficiency | None = None,
+    calibration: Calibration | None = None,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
-    draft_bytes_per_token: int | None = None,
 ) -> SpeedPrediction:
     """Predict decode and prefill speed on ``hardware`` (see module docs for the model)."""
     if not prompt_lens or any(p <= 0 for p in prompt_lens):
@@ -207,9 +263,12 @@ def predict_speed(
         if path.compute in hardware.measured_compute
         else hardware.sources.get("compute", "published")
     )
-    notes: list[str] = []
+    dfit = calibration.decode if calibration else None
+    pfit = calibration.prefill if calibration else None
+    notes: list[str] = list(calibration.notes) if calibration else []
     if rate is None:
         notes.append(f"{hardware.name} has no {path.compute} compute figure: prefill not predicted")
+    layers = dims.num_layers
     decode: list[DecodePoint] = []
     prefill: list[PrefillPoint] = []
     for p in prompt_lens:
@@ -218,7 +277,7 @@ def predict_speed(
         )
         total = w + kv + st
         roof = roofline_decode_tok_s(total, bw)
-        eff = decode_efficiency
+        tok, lo, hi = _predicted(dfit, features("decode", total, layers), 1.0, roof)
         decode.append(
             DecodePoint(
                 context_len=p,
@@ -226,10 +285,11 @@ def predict_speed(
                 kv_bytes=kv,
                 state_bytes=st,
                 bytes_per_token=total,
+                layers=layers,
                 roofline_tok_s=roof,
-                calibrated_tok_s=roof * eff.median if eff else None,
-                calibrated_low=roof * eff.low if eff else None,
-                calibrated_high=roof * eff.high if eff else None,
+                predicted_tok_s=tok,
+                predicted_low=lo,
+                predicted_high=hi,
             )
         )
         if rate is not None:
@@ -237,40 +297,60 @@ def predict_speed(
             nbytes = prefill_bytes_read(weights, dims, p, kvb)
             t_c = flops / rate
             t_b = nbytes / bw
-            t = max(t_c, t_b)
-            roof_p = p / t
-            pe = prefill_efficiency
+            proof = p / max(t_c, t_b)
+            # On a CPU the compute figure is a quick probe, not a ceiling (see lower_bounds).
+            cap = p / t_b if hardware.platform == "cpu" else proof
+            ptok, plo, phi = _predicted(pfit, features("prefill", nbytes, layers, flops), p, cap)
             prefill.append(
                 PrefillPoint(
                     prompt_len=p,
                     flops=flops,
                     bytes_read=nbytes,
+                    layers=layers,
                     compute_s=t_c,
                     bandwidth_s=t_b,
                     bound="compute" if t_c >= t_b else "bandwidth",
-                    roofline_tok_s=roof_p,
-                    calibrated_tok_s=roof_p * pe.median if pe else None,
+                    roofline_tok_s=proof,
+                    predicted_tok_s=ptok,
+                    predicted_low=plo,
+                    predicted_high=phi,
                 )
             )
     mtp: list[MtpPoint] = []
     if acceptance_lengths:
         if draft_tokens <= 0:
             raise UsageError("speculative prediction needs at least one draft token")
-        draft = draft_bytes_per_token
-        if draft is None:
-            draft = _draft_bytes_estimate(weights)
-            notes.append(
-                "draft bytes/token estimated as the MTP head's bytes x the model's active "
-                "fraction"
-            )
+        if weights.mtp_bytes <= 0:
+            notes.append("the checkpoint ships no MTP head: draft cost is the lm_head alone")
         base = decode[0]
+        kv_state = base.kv_bytes + base.state_bytes
+        step_bytes, step_layers = mtp_step_cost(
+            weights, dims, draft_tokens, kv_state_bytes=kv_state
+        )
         for a in acceptance_lengths:
             if not 1.0 <= a <= draft_tokens + 1:
                 raise UsageError(
                     f"acceptance length {a} must lie in [1, draft tokens + 1 = {draft_tokens + 1}]"
                 )
-            tok_s = a * bw / (base.bytes_per_token + draft_tokens * draft)
-            mtp.append(MtpPoint(a, draft_tokens, tok_s, tok_s / base.roofline_tok_s))
+            mroof = a * bw / step_bytes
+            tok, lo, hi = _predicted(dfit, features("decode", step_bytes, step_layers), a, mroof)
+            mtp.append(
+                MtpPoint(
+                    acceptance_length=a,
+                    draft_tokens=draft_tokens,
+                    step_bytes=step_bytes,
+                    step_layers=step_layers,
+                    roofline_tok_s=mroof,
+                    predicted_tok_s=tok,
+                    predicted_low=lo,
+                    predicted_high=hi,
+                    speedup=(
+                        tok / base.predicted_tok_s
+                        if tok is not None and base.predicted_tok_s
+                        else None
+                    ),
+                )
+            )
     return SpeedPrediction(
         hardware=hardware.name,
         bandwidth=bw,
@@ -282,14 +362,33 @@ def predict_speed(
         decode=tuple(decode),
         prefill=tuple(prefill),
         mtp=tuple(mtp),
-        decode_efficiency=decode_efficiency,
-        prefill_efficiency=prefill_efficiency,
+        decode_fit=dfit,
+        prefill_fit=pfit,
         notes=tuple(notes),
     )
 
 
-def _draft_bytes_estimate(weights: Weights) -> int:
-    if weights.mtp_bytes <= 0:
-        return 0
-    text = max(weights.resident_bytes - weights.vision_bytes - weights.mtp_bytes, 1)
-    return int(weights.mtp_bytes * weights.decode_bytes_per_token / text)
+def roofline_coefficients(hardware: HardwareProfile, compute: str) -> dict[str, tuple[float, ...]]:
+    """The roofline as speed-model coefficients: 1 / ceiling bandwidth per byte, 1 / peak rate
+    of ``compute`` per FLOP, no overheads (the prior of last resort and the lower bound)."""
+    bw, _ = hardware.effective_bandwidth_ceiling()
+    rate = hardware.compute_rate(compute) or hardware.compute_rate("bf16")
+    per_flop = 1.0 / rate if rate else 0.0
+    return {"decode": (1.0 / bw, 0.0, 0.0), "prefill": (per_flop, 1.0 / bw, 0.0, 0.0)}
+
+
+def lower_bounds(hardware: HardwareProfile, compute: str) -> dict[str, tuple[float, ...]]:
+    """What no fit may go below: the roofline's per-byte cost everywhere, and its per-FLOP cost
+    where the compute ceiling is a real one. On a CPU the ``host`` profile's compute is a quick
+    numpy probe that vLLM's oneDNN kernels beat (prefill measured above it on the reference
+    box), so there the per-FLOP cost is bounded by zero only."""
+    coef = roofline_coefficients(hardware, compute)
+    if hardware.platform == "cpu":
+        coef["prefill"] = (0.0, *coef["prefill"][1:])
+    return coef
+
+
+def physical_prior(hardware: HardwareProfile, weights: Weights) -> dict[str, tuple[float, ...]]:
+    """:func:`roofline_coefficients` for the kernel path ``weights`` take on ``hardware``."""
+    path = hardware.kernel_path(weights.scheme, moe=weights.moe)
+    return roofline_coefficients(hardware, path.compute)

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from servelab.checkpoint.report import CheckpointReport
 
 # Weight schemes, by how an engine can compute with them.
+# Roles vLLM keeps whole on every tensor-parallel rank.
+REPLICATED_ROLES = ("norm", "router", "unknown")
+
 SCHEMES = ("bf16", "fp8", "fp8a16", "nvfp4", "nvfp4a16", "mxfp4", "int4", "int8")
 
 
@@ -42,6 +45,9 @@ class Weights:
     vision_bytes: int
     source: str
     lm_head_params: int = 0
+    embedding_bytes: int = 0
+    lm_head_bytes: int = 0
+    replicated_bytes: int = 0
 
     @property
     def moe(self) -> bool:
@@ -88,7 +94,8 @@ def weight_scheme(quant: QuantScheme) -> str:
 
 def weights_from_report(report: CheckpointReport, *, name: str | None = None) -> Weights:
     """:class:`Weights` from inspect's report (header bytes, not estimates)."""
-    routed = report.bytes_by_role_incl_scales.get("routed_expert", 0)
+    by_role = report.bytes_by_role_incl_scales
+    routed = by_role.get("routed_expert", 0)
     return Weights(
         name=name or report.source.location,
         resident_bytes=report.total_bytes,
@@ -106,4 +113,9 @@ def weights_from_report(report: CheckpointReport, *, name: str | None = None) ->
         vision_bytes=report.vision_bytes,
         source="checkpoint headers (servelab inspect)",
         lm_head_params=int(report.params_by_role.get("lm_head", 0)),
+        embedding_bytes=int(by_role.get("embedding", 0)),
+        lm_head_bytes=int(by_role.get("lm_head", 0)),
+        # Norms and routers are replicated on every rank; unclassified tensors are
+        # counted as replicated too (the conservative choice for "does it fit").
+        replicated_bytes=sum(int(by_role.get(r, 0)) for r in REPLICATED_ROLES),
     )

@@ -34,6 +34,9 @@ from typing import Any
 from servelab.analysis import stats
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.errors import UsageError
+from servelab.pipeline.calibration import ledger_for_runs
+from servelab.plan.layout import ParallelLayout, layout_from_argv
 from servelab.site import prose
 from servelab.site.fmt import (
     GIB,
@@ -135,11 +138,20 @@ def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
     return out
 
 
+def run_layout(run: RunRecord) -> ParallelLayout:
+    """The parallel layout a run's engine command line asked for (one GPU if unreadable)."""
+    try:
+        return layout_from_argv(run.engine_args)
+    except UsageError:
+        return ParallelLayout()
+
+
 def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[ConcurrentRow, ...]:
     """Points run with more than one stream, per engine version (newest run of each)."""
     rows: list[ConcurrentRow] = []
     for version, run in runs_by_version.items():
         decode = point_values(run, "decode_tok_s")
+        gpus = run_layout(run).world_size
         for point in run.points:
             pid = parse_point(point)
             if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
@@ -150,7 +162,7 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
                 mean, low, high = mean_ci([v * 1000 for v in ttft_s])
                 ttft = Measured(mean, "ms", _rid(run), low, high, len(ttft_s))
             rows.append(ConcurrentRow(version, pid.prompt_tokens, pid.concurrency, decode[pid],
-                                      ttft))
+                                      ttft, gpus))
     return tuple(sorted(rows, key=lambda r: (prose.version_key(r.engine_version),
                                              r.prompt_tokens, r.concurrency)))
 
@@ -168,26 +180,18 @@ def _speed_doc(run: RunRecord) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else doc
 
 
-def _basis(doc: Mapping[str, Any], point: Mapping[str, Any], calibrated: bool, kind: str) -> str:
-    bw = doc.get("bandwidth")
-    bw_text = f"{bw / 1e9:,.0f} GB/s ({doc.get('bandwidth_source', 'profile')})" if isinstance(
-        bw, int | float) else "profile bandwidth"
-    if kind == "decode":
-        per_token = point.get("bytes_per_token")
-        read = f" over {per_token / GIB:.3f} GiB read per token" if isinstance(
-            per_token, int | float) else ""
-        text = f"roofline {bw_text}{read}"
-    else:
-        text = f"roofline, {point.get('bound', 'compute')}-bound ({doc.get('compute_source', '')})"
-    eff = doc.get(f"{kind}_efficiency")
-    if calibrated and isinstance(eff, Mapping):
-        text += (f" × calibrated efficiency {float(eff.get('median', 0)):.2f} "
-                 f"({eff.get('key', '?')}, n={eff.get('n', '?')})")
-    return text
+def _basis(doc: Mapping[str, Any], point: Mapping[str, Any], kind: str) -> str:
+    fit = doc.get(f"{kind}_fit")
+    label = fit.get("label") if isinstance(fit, Mapping) else None
+    roof = point.get("roofline_tok_s")
+    bound = f"; roofline bound {roof:,.0f} tok/s" if isinstance(roof, int | float) else ""
+    return f"{label or 'calibrated speed model'}{bound}"
 
 
 def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
-    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's prediction document."""
+    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's prediction document:
+    only points with a calibrated prediction and its interval (a roofline alone is a bound,
+    not a prediction, and is not shown as one)."""
     doc = _speed_doc(run)
     out: dict[tuple[str, int], Predicted] = {}
     for kind, key in (("decode", "context_len"), ("prefill", "prompt_len")):
@@ -197,13 +201,15 @@ def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
         for p in points:
             if not isinstance(p, Mapping) or not isinstance(p.get(key), int):
                 continue
-            cal = p.get("calibrated_tok_s")
-            value = cal if isinstance(cal, int | float) else p.get("roofline_tok_s")
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            value, low, high = (p.get(k) for k in ("predicted_tok_s", "predicted_low",
+                                                   "predicted_high"))
+            nums = (value, low, high)
+            if not all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in nums):
                 continue
+            assert isinstance(value, int | float) and isinstance(low, int | float)
+            assert isinstance(high, int | float)
             out[(kind, int(p[key]))] = Predicted(
-                float(value), "tok/s", _basis(doc, p, isinstance(cal, int | float), kind),
-                run.run_id)
+                float(value), "tok/s", _basis(doc, p, kind), run.run_id, float(low), float(high))
     return out
 
 
@@ -500,6 +506,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         concurrent=concurrent_rows(by_version),
         title=str(meta.get("title", "")), description=str(meta.get("description", "")),
         port=int(meta.get("port", 8000)),
+        gpus=run_layout(latest).world_size,
+        layout="" if run_layout(latest).is_single else run_layout(latest).label(),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
         mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
             mtp.get("declared_layers"), int) else None,
@@ -656,7 +664,8 @@ def site_from_records(runs: Sequence[RunRecord], experiments: Sequence[Experimen
                     for slug, ps in sorted(models.items()))
     run_pages = tuple(_run_page(r, slugs) for r in sorted(
         runs, key=lambda r: (r.started_at, _rid(r)), reverse=True))
-    return Site(title, tuple(pages), indexes, tuple(exp_pages), run_pages)
+    ok = [r for r in runs if r.status == STATUS_OK]
+    return Site(title, tuple(pages), indexes, tuple(exp_pages), run_pages, ledger_for_runs(ok))
 
 
 def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:

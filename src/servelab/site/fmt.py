@@ -67,6 +67,8 @@ def format_number(num: Number, *, with_unit: bool = True) -> str:
     if num.unit == "GiB" and with_unit and (small := _small_gib(num.value)) is not None:
         return small
     text = format_value(num.value, num.unit)
+    if isinstance(num, Predicted) and num.low is not None and num.high is not None:
+        text += f" ({format_value(num.low, num.unit)}–{format_value(num.high, num.unit)})"
     return text + unit_suffix(num.unit) if with_unit else text
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servelab.plan.ledger import LedgerRow
+
 __all__ = [
     "BuildRow",
     "ChangePoint",
@@ -62,12 +64,15 @@ class Measured:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A value servelab predicted (never measured); ``basis`` says how."""
+    """A value servelab predicted (never measured); ``basis`` says how, ``low``..``high`` is
+    its interval (speed predictions always carry one; KV arithmetic is exact)."""
 
     value: float
     unit: str
     basis: str
     run_id: str | None = None
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,21 @@ class ConcurrentRow:
     concurrency: int
     decode: Measured  # per-stream tok/s (1 / TPOT, mean over requests)
     ttft: Measured | None = None  # ms
+    gpus: int = 1  # GPUs the engine spanned (TP x PP x DP from its command line)
+
+    @property
+    def per_gpu(self) -> Measured:
+        """Output tok/s per GPU: streams x per-stream decode / GPUs (from measured values)."""
+        d = self.decode
+        scale = self.concurrency / self.gpus
+        return Measured(
+            d.value * scale,
+            d.unit,
+            d.run_id,
+            None if d.ci_low is None else d.ci_low * scale,
+            None if d.ci_high is None else d.ci_high * scale,
+            d.samples,
+        )
 
 
 @dataclass(frozen=True)
@@ -296,6 +316,8 @@ class RecipePage:
     description: str = ""
     port: int = 8000
     thinking_kwarg: bool = True
+    gpus: int = 1  # GPUs of the latest run's layout
+    layout: str = ""  # e.g. "TP2 x PP1 x DP1" when more than one GPU
 
 
 @dataclass(frozen=True)
@@ -350,3 +372,4 @@ class Site:
     models: tuple[ModelIndexPage, ...]
     experiments: tuple[ExperimentPage, ...]
     runs: tuple[RunPage, ...]
+    ledger: tuple[LedgerRow, ...] = ()

@@ -93,6 +93,15 @@ def vs_prediction(measured: Measured, predicted: Predicted) -> Derived:
     return Derived(pct, "%", formula, (measured.run_id,))
 
 
+def interval_verdict(measured: Measured, predicted: Predicted) -> str:
+    """Whether a measurement fell inside its prediction's interval (words, not a number)."""
+    if predicted.low is None or predicted.high is None:
+        return "with no interval to judge it by"
+    if predicted.low <= measured.value <= predicted.high:
+        return "inside the predicted interval"
+    return "outside the predicted interval"
+
+
 def _observation(page: RecipePage, version: str | None) -> EngineObservation | None:
     matches = [o for o in page.engine if o.engine_version == version] or list(page.engine)
     return matches[-1] if matches else None
@@ -148,8 +157,9 @@ def headline(page: RecipePage) -> Text:
             out += [", against " if i == 0 else " and ", sib.decode, f" for {sib.build_name}"]
         out.append(".")
         if row.predicted is not None:
-            out += [" servelab predicted ", row.predicted, "; the measurement is ",
-                    vs_prediction(row.measured, row.predicted), " off that."]
+            out += [" servelab predicted ", row.predicted, " before the run; the measurement "
+                    "is ", vs_prediction(row.measured, row.predicted), " off that, ",
+                    interval_verdict(row.measured, row.predicted), "."]
     pre = rows_for(page.prefill, version)
     if pre:
         out += [" Prefill measured ", *_listing(pre), "."]
@@ -368,7 +378,8 @@ def troubleshooting(page: RecipePage) -> tuple[TroubleshootingEntry, ...]:
             entries.append(TroubleshootingEntry(
                 "below-prediction", "Decode is far below the predicted speed",
                 ("Measured ", row.measured, " against ", row.predicted, " (", gap, "). The "
-                 "prediction assumes decode is bound by memory bandwidth; a large gap points at "
-                 "compute-bound kernels, CPU overhead or a kernel fallback."),
+                 "prediction is calibrated from other builds' runs (see the calibration "
+                 "ledger); a large gap points at a kernel fallback, compute-bound kernels or "
+                 "CPU overhead this build has and they did not."),
             ))
     return tuple(entries)

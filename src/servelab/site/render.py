@@ -350,6 +350,8 @@ def render_site(site: Site) -> dict[str, str]:
     for run in site.runs:
         files[f"runs/{run_file(run.run_id)}"] = _render(
             html, "run.html.j2", run=run, site=site, root="../")
+    files["calibration.html"] = _render(html, "calibration.html.j2", site=site, root="")
+    files["calibration.md"] = _render(md, "calibration.md.j2", site=site, root="")
     files["index.html"] = _render(html, "index.html.j2", site=site, root="")
     files["index.md"] = _render(md, "index.md.j2", site=site, root="")
     return files

@@ -100,6 +100,7 @@ class VllmEngine(LogParsingEngine):
             kv_cache_dtype=f.kv_cache_dtype,
             dtype=f.dtype,
             enable_prefix_caching=f.enable_prefix_caching,
+            layout=f.layout(),
         )
 
 

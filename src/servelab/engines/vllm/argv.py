@@ -39,14 +39,13 @@ def flag_args(flags: VllmFlags) -> list[str]:
         "gpu_memory_utilization",
         "dtype",
         "kv_cache_dtype",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
         "max_num_seqs",
         "max_num_batched_tokens",
     ):
         value = getattr(flags, name)
         if value is not None:
             out += [_flag(name), str(value)]
+    out += flags.layout().argv()
     for name in ("enable_prefix_caching", "enforce_eager", "trust_remote_code"):
         value = getattr(flags, name)
         if value is True:

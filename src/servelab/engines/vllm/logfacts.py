@@ -31,7 +31,7 @@ __all__ = ["LogParser", "parse_log"]
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # "(APIServer pid=2810) INFO 12-02 15:39:55 [api_utils.py:286] message"
 _PREFIX = re.compile(
-    r"^(?:\((?P<proc>[\w.-]+) pid=\d+\)\s+)?"
+    r"^(?:\((?P<proc>[\w.-]+) pid=\d+(?:, ip=(?P<ip>[\w.:-]+))?\)\s+)?"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
     r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
     r"\[[^\]]*\]\s?(?P<msg>.*)$"
@@ -74,6 +74,25 @@ _RE_INIT_ENGINE = re.compile(
     rf"init engine \(profile, create kv cache, warmup model\) took {_NUM} s"
 )
 _RE_SERVER = re.compile(r"Starting vLLM (?:API )?server on (\S+)")
+# Multi-rank starts: the engine's parallel config, each rank's torch.distributed init,
+# the transport its collectives use, and Ray.
+_RE_PARALLEL_CFG = re.compile(
+    r"tensor_parallel_size=(\d+), pipeline_parallel_size=(\d+), data_parallel_size=(\d+)"
+)
+_RE_EXECUTOR_CFG = re.compile(r"distributed_executor_backend='?(\w+)")
+_RE_DIST_INIT = re.compile(r"world_size=(\d+) rank=\d+ (?:local_rank=\d+ )?.*backend=(\w+)")
+_RE_WORLD = re.compile(r"\bworld_size=(\d+)")
+_RE_NCCL = re.compile(r"vLLM is using nccl==([\w.+-]+)")
+_RE_SHM_OFF = re.compile(r"CPU SHM communicator disabled")
+_RE_RAY = re.compile(
+    r"Ray is already initialized|placement group|RayWorkerWrapper|Ray distributed executor"
+    r"|Connecting to existing Ray cluster"
+)
+_RE_EP = re.compile(
+    r"\[EP Rank \d+/(\d+)\] Expert parallelism is enabled.*"
+    r"Local/global number of experts: (\d+)/\d+"
+)
+_RE_RANK_PROC = re.compile(r"^(?:(?:Worker|RayWorkerWrapper)_?\w*|EngineCore_DP\d+)$")
 _RE_EXC = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
 
 _WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -143,6 +162,8 @@ class LogParser:
         self._seen: set[tuple[str, str]] = set()
         self._first_ts: str | None = None
         self._server_ts: str | None = None
+        self._ranks: set[str] = set()
+        self._ray_nodes: set[str] = set()
         self.phase = Phase.STARTING
 
     def feed_text(self, text: str) -> None:
@@ -166,6 +187,8 @@ class LogParser:
             ts = None
         if not msg:
             return None
+        if m:
+            self._rank_from(m.group("proc"), m.group("ip"), msg)
         self._facts_from(msg, level)
         if ts is not None and self._server_ts is None and _RE_SERVER.search(msg):
             self._server_ts = ts
@@ -186,8 +209,42 @@ class LogParser:
             self._seen.add((kind, text))
             bucket.append(LogNotice(kind, text))
 
+    def _rank_from(self, proc: str | None, ip: str | None, msg: str) -> None:
+        """Per-rank process labels (``Worker_TP1``, ``Worker_PP0``) and Ray worker hosts."""
+        if proc and _RE_RANK_PROC.match(proc) and proc not in ("Worker", "RayWorkerWrapper"):
+            self._ranks.add(proc)
+        if proc and proc.startswith("RayWorkerWrapper"):
+            self._f["executor"] = "ray"
+            if ip:
+                self._ray_nodes.add(ip)
+
+    def _parallel_from(self, msg: str) -> None:
+        f = self._f
+        if m := _RE_PARALLEL_CFG.search(msg):
+            f["tensor_parallel_size"] = int(m.group(1))
+            f["pipeline_parallel_size"] = int(m.group(2))
+            f["data_parallel_size"] = int(m.group(3))
+        if m := _RE_EXECUTOR_CFG.search(msg):
+            f["executor"] = m.group(1)
+        if m := _RE_DIST_INIT.search(msg):
+            f["world_size"] = int(m.group(1))
+            f["dist_backend"] = m.group(2)
+        elif (m := _RE_WORLD.search(msg)) and "DP group leader" in msg:
+            f["world_size"] = int(m.group(1))
+        if m := _RE_NCCL.search(msg):
+            f["nccl_version"] = m.group(1)
+            f["comm_transport"] = f"NCCL {m.group(1)}"
+        if _RE_SHM_OFF.search(msg) and "comm_transport" not in f:
+            f["comm_transport"] = "torch.distributed (gloo); CPU shared-memory communicator off"
+        if _RE_RAY.search(msg):
+            f["executor"] = "ray"
+        if m := _RE_EP.search(msg):
+            f["expert_parallel_size"] = int(m.group(1))
+            f["experts_per_rank"] = int(m.group(2))
+
     def _facts_from(self, msg: str, level: str) -> None:
         f = self._f
+        self._parallel_from(msg)
         if m := _RE_VERSION.search(msg):
             f["version"] = m.group(1)
         elif "version" not in f and (m := _RE_BANNER_VERSION.search(msg)):
@@ -280,8 +337,15 @@ class LogParser:
         startup_s = None
         if self._first_ts and self._server_ts:
             startup_s = _seconds_between(self._first_ts, self._server_ts)
+        for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            if key not in f and isinstance(self._args.get(key), int):
+                f[key] = self._args[key]
+        if "comm_transport" not in f and f.get("dist_backend"):
+            f["comm_transport"] = f"torch.distributed ({f['dist_backend']})"
         return EngineFacts(
             **f,
+            ranks=tuple(sorted(self._ranks)),
+            ray_nodes=tuple(sorted(self._ray_nodes)),
             non_default_args=dict(self._args),
             startup_s=startup_s,
             warnings=tuple(self._warnings),

@@ -14,11 +14,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servelab.engines.base import EngineSectionBase, check_extra_args
+from servelab.plan.layout import ParallelLayout
 
 __all__ = ["MANAGED_FLAGS", "VllmFlags", "VllmSection"]
 
 # Flags servelab itself sets from the recipe; repeating them in ``extra`` is an error.
 MANAGED_FLAGS = ("--model", "--port", "--host", "--served-model-name", "--revision")
+# Parallel flags travel as one ParallelLayout (recipe -> plan -> argv); set them by name.
+LAYOUT_FLAGS = (
+    "--tensor-parallel-size",
+    "-tp",
+    "--pipeline-parallel-size",
+    "-pp",
+    "--data-parallel-size",
+    "-dp",
+    "--enable-expert-parallel",
+    "--distributed-executor-backend",
+)
 
 
 class _Strict(BaseModel):
@@ -35,6 +47,11 @@ class VllmFlags(_Strict):
     kv_cache_dtype: str | None = None
     tensor_parallel_size: int | None = Field(default=None, ge=1)
     pipeline_parallel_size: int | None = Field(default=None, ge=1)
+    data_parallel_size: int | None = Field(default=None, ge=1)
+    enable_expert_parallel: bool | None = None
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        default=None, description="'ray' for multi-node pipeline parallel on a Ray cluster."
+    )
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     enable_prefix_caching: bool | None = None
@@ -60,7 +77,26 @@ class VllmFlags(_Strict):
     @field_validator("extra")
     @classmethod
     def _extra(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return check_extra_args(v, MANAGED_FLAGS)
+        check_extra_args(v, MANAGED_FLAGS)
+        for arg in v:
+            name = arg.split("=", 1)[0]
+            if name in LAYOUT_FLAGS:
+                raise ValueError(
+                    f"{name} belongs in [engine.flags] (tensor_parallel_size, "
+                    "pipeline_parallel_size, data_parallel_size, enable_expert_parallel, "
+                    "distributed_executor_backend) so that plan sees it; remove it from extra"
+                )
+        return v
+
+    def layout(self) -> ParallelLayout:
+        """The parallel layout these flags give (what plan sizes and argv passes on)."""
+        return ParallelLayout(
+            tensor=self.tensor_parallel_size or 1,
+            pipeline=self.pipeline_parallel_size or 1,
+            data=self.data_parallel_size or 1,
+            expert=bool(self.enable_expert_parallel),
+            backend=self.distributed_executor_backend,
+        )
 
 
 class VllmSection(EngineSectionBase):

@@ -1,0 +1,67 @@
+"""Turn servelab's own run exports into rows of the shipped priors table.
+
+    .venv/bin/python benchmarks/priors/from_runs.py EXPORT.json [EXPORT.json ...] \
+        --source "servelab's own H200 runs (benchmarks/gpu/results, 2026-12-02/03)"
+
+Prints one ``[[sample]]`` TOML row per measured single-stream point (the same samples
+``servelab calibration report`` uses: servelab.pipeline.calibration.samples_from_run), with the
+build, kernel path, layer count, bytes and FLOPs servelab planned for it. Paste them into
+src/servelab/plan/priors.toml and bump its version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from servelab.pipeline.calibration import samples_from_runs
+from servelab.store.exchange import run_from_dict
+
+
+def _toml(value: object) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("exports", nargs="+", type=Path)
+    ap.add_argument("--source", required=True, help="where the measurements come from")
+    ap.add_argument("--engine-version", default=None, help="override the recorded version")
+    args = ap.parse_args(argv)
+    runs = []
+    for path in args.exports:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        runs += [run_from_dict(r, source=str(path)) for r in doc["runs"]]
+    versions = {r.model_id or r.recipe_name: r.engine_version for r in runs}
+    seen: set[tuple[str, str, int]] = set()
+    for s in samples_from_runs(runs):
+        key = (s.model, s.kind, s.length)
+        if key in seen:  # a repeated run of the same build: keep the first
+            continue
+        seen.add(key)
+        name = s.model.split(" [")[0]
+        row = {
+            "model": name,
+            "engine": s.engine,
+            "engine_version": args.engine_version or versions.get(name) or "",
+            "kernel_path": s.kernel_path,
+            "compute": s.compute,
+            "hardware": s.hardware,
+            "kind": s.kind,
+            "length": s.length,
+            "layers": s.layers,
+            "bytes_read": int(s.bytes_read),
+            "flops": float(s.flops),
+            "tok_s": round(s.tok_s, 2),
+            "source": args.source,
+        }
+        print("\n[[sample]]")
+        for k, v in row.items():
+            print(f"{k} = {_toml(v)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

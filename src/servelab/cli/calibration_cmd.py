@@ -1,0 +1,151 @@
+"""``servelab calibration report``: the error ledger behind every predicted interval.
+
+For each build in the results database (or in the shipped priors, ``--priors-only``),
+servelab forgets the build, calibrates as it would for a build it has never run, and prints
+measured against predicted per point (:mod:`servelab.plan.ledger`). ``--json`` prints
+``{"schema": "servelab.ledger/1", "rows": [...], "summary": [...]}``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from servelab.cli.output import (
+    CsvOpt,
+    DbOpt,
+    JsonOpt,
+    MarkdownOpt,
+    Table,
+    emit,
+    num,
+    pick_format,
+)
+from servelab.errors import UsageError
+
+app = typer.Typer(
+    name="calibration",
+    help="How well servelab predicts builds it has not run (the error ledger).",
+    no_args_is_help=True,
+)
+
+
+def _pct(v: float | None) -> str:
+    return f"{v:+.1%}" if v is not None else ""
+
+
+@app.command("report")
+def report(
+    db: DbOpt = None,
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", "-H", help="Only runs on this hardware profile.")
+    ] = None,
+    priors: Annotated[
+        Path | None,
+        typer.Option("--priors", help="A priors table (TOML) instead of the shipped one."),
+    ] = None,
+    priors_only: Annotated[
+        bool,
+        typer.Option(
+            "--priors-only",
+            help="Ledger over the priors table itself (leave one published build out).",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """Leave-one-model-out: measured vs predicted for every stored build."""
+    from servelab.hardware.profiles import get_profile
+    from servelab.pipeline.calibration import Coefficients, ledger_for_runs
+    from servelab.plan.ledger import ledger, summarize
+    from servelab.plan.predict import lower_bounds, roofline_coefficients
+    from servelab.plan.priors import load_priors
+    from servelab.store.db import open_store
+    from servelab.store.model import STATUS_OK, RunFilter
+
+    fmt = pick_format(as_json, as_csv, as_markdown)
+    table = load_priors(priors)
+    if priors_only:
+        stored = [s for s in table.samples if hardware is None or s.hardware == hardware]
+        if not stored:
+            raise UsageError(f"the priors table has no measurement on {hardware}")
+
+        @functools.cache
+        def coefficients(hw: str, compute: str) -> tuple[Coefficients, Coefficients]:
+            profile = get_profile(hw)
+            return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
+
+        rows = ledger(
+            stored,
+            [],
+            lambda kind, s: coefficients(s.hardware, s.compute)[0][kind],
+            origin="shipped priors",
+            lower=lambda kind, s: coefficients(s.hardware, s.compute)[1][kind],
+        )
+    else:
+        with open_store(db) as store:
+            runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+        rows = ledger_for_runs(runs, table)
+        if not rows:
+            raise UsageError(
+                "no measured single-stream points to check"
+                + (f" on {hardware}" if hardware else "")
+                + " (run `servelab run RECIPE` first, or use --priors-only)"
+            )
+    summary = summarize(rows)
+    cells = [
+        [
+            r.hardware,
+            r.model,
+            r.kind,
+            f"{r.length:,}",
+            num(r.measured_tok_s, 1),
+            num(r.predicted_tok_s, 1) or "-",
+            f"{num(r.low, 1)}–{num(r.high, 1)}" if r.low is not None else "",
+            _pct(r.error),
+            {True: "yes", False: "NO", None: ""}[r.inside],
+            r.level,
+        ]
+        for r in rows
+    ]
+    sums = [
+        [
+            s.hardware,
+            s.kind,
+            f"{s.predicted_points}/{s.points}",
+            f"{s.median_abs_error:.1%}" if s.median_abs_error is not None else "",
+            f"{s.max_abs_error:.1%}" if s.max_abs_error is not None else "",
+            f"{s.inside}/{s.predicted_points}",
+        ]
+        for s in summary
+    ]
+    sources = sorted({f"{r.level}: {r.source}" for r in rows})
+    emit(
+        fmt,
+        doc={
+            "schema": "servelab.ledger/1",
+            "priors_version": table.version,
+            "rows": [r.to_dict() for r in rows],
+            "summary": [s.to_dict() for s in summary],
+        },
+        tables=[
+            Table(
+                "leave-one-model-out: measured vs predicted (single stream)",
+                ("hardware", "build", "kind", "length", "measured", "predicted", "interval",
+                 "error", "inside", "level"),
+                cells,
+                caption="predicted as if the build had never been run; error = predicted / "
+                "measured - 1",
+            ),
+            Table(
+                "summary",
+                ("hardware", "kind", "predicted", "median |error|", "max |error|", "inside"),
+                sums,
+            ),
+        ],
+        notes=[f"priors table {table.version}", *sources],
+    )

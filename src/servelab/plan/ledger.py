@@ -1,0 +1,155 @@
+"""The error ledger: leave-one-model-out predictions against measurements. Pure.
+
+For every build in the samples, servelab forgets it, calibrates exactly as it would for a
+build it has never run (same levels, same fallbacks, same interval rule: see
+:mod:`servelab.plan.speedmodel`) and predicts its measured points. Each row says what was
+measured, what would have been predicted, whether the measurement fell inside the printed
+interval, and where the prediction came from. This is the evidence behind every interval
+servelab prints (``servelab calibration report``; linked from every page).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from servelab.plan.speedmodel import Sample, Target, fit_levels, interval, levels_for
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One measured point against its leave-one-model-out prediction."""
+
+    hardware: str
+    engine: str
+    kernel_path: str
+    model: str
+    kind: str
+    length: int
+    measured_tok_s: float
+    predicted_tok_s: float | None
+    low: float | None
+    high: float | None
+    level: str
+    source: str
+    predicted: bool = True
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured - 1 (positive: predicted faster than measured)."""
+        if self.predicted_tok_s is None:
+            return None
+        return self.predicted_tok_s / self.measured_tok_s - 1.0
+
+    @property
+    def inside(self) -> bool | None:
+        """Whether the measurement lies inside the printed interval."""
+        if self.low is None or self.high is None:
+            return None
+        return self.low <= self.measured_tok_s <= self.high
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the error and the inside flag included)."""
+        d = asdict(self)
+        d["error"] = self.error
+        d["inside_interval"] = self.inside
+        return d
+
+
+@dataclass(frozen=True)
+class LedgerSummary:
+    """Per (hardware, kind): how large the misses were and how often the interval held."""
+
+    hardware: str
+    kind: str
+    points: int
+    predicted_points: int
+    max_abs_error: float | None
+    median_abs_error: float | None
+    inside: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+def ledger(
+    stored: Sequence[Sample],
+    priors: Sequence[Sample],
+    physical: Callable[[str, Sample], Sequence[float]],
+    *,
+    origin: str = "stored runs",
+    lower: Callable[[str, Sample], Sequence[float]] | None = None,
+) -> tuple[LedgerRow, ...]:
+    """Leave-one-model-out rows for every sample in ``stored``.
+
+    ``physical(kind, sample)`` gives the roofline coefficients of the sample's hardware and
+    kernel path (the prior of last resort and the lower bound); ``origin`` names where
+    ``stored`` came from (``"shipped priors"`` when the ledger checks the table itself);
+    ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients).
+    """
+    rows: list[LedgerRow] = []
+    by_model: dict[tuple[str, str, str], list[Sample]] = {}
+    for s in stored:
+        by_model.setdefault((s.hardware, s.engine, s.model), []).append(s)
+    for (hardware, engine, model), mine in sorted(by_model.items()):
+        others = [s for s in stored if s.model != model]
+        for kind in ("decode", "prefill"):
+            points = sorted((s for s in mine if s.kind == kind), key=lambda s: s.length)
+            if not points:
+                continue
+            target = Target(engine, points[0].kernel_path, hardware, model)
+            roof = physical(kind, points[0])
+            levels = levels_for(target, others, priors, origin=origin)
+            floor = lower(kind, points[0]) if lower else None
+            fit = fit_levels(levels, kind, target, roof, floor)
+            for s in points:
+                tok = lo = hi = None
+                if not fit.is_roofline:
+                    seconds = fit.seconds(s.features)
+                    if seconds > 0:
+                        tokens = 1.0 if kind == "decode" else s.length
+                        tok = tokens / seconds
+                        ceiling = floor if floor is not None else roof
+                        least = sum(a * b for a, b in zip(ceiling, s.features, strict=True))
+                        band = interval(tok, fit.rel_error, tokens / least if least else None)
+                        lo, hi = band if band else (None, None)
+                rows.append(
+                    LedgerRow(
+                        hardware=hardware,
+                        engine=engine,
+                        kernel_path=s.kernel_path,
+                        model=model,
+                        kind=kind,
+                        length=s.length,
+                        measured_tok_s=s.tok_s,
+                        predicted_tok_s=tok,
+                        low=lo,
+                        high=hi,
+                        level=fit.level,
+                        source=fit.label(),
+                    )
+                )
+    return tuple(rows)
+
+
+def summarize(rows: Sequence[LedgerRow]) -> tuple[LedgerSummary, ...]:
+    """One :class:`LedgerSummary` per (hardware, kind)."""
+    out = []
+    keys = sorted({(r.hardware, r.kind) for r in rows})
+    for hardware, kind in keys:
+        mine = [r for r in rows if r.hardware == hardware and r.kind == kind]
+        errs = sorted(abs(r.error) for r in mine if r.error is not None)
+        out.append(
+            LedgerSummary(
+                hardware=hardware,
+                kind=kind,
+                points=len(mine),
+                predicted_points=len(errs),
+                max_abs_error=errs[-1] if errs else None,
+                median_abs_error=errs[len(errs) // 2] if errs else None,
+                inside=sum(1 for r in mine if r.inside),
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,126 @@
+"""The shipped priors: a small, versioned table of published measurements with their sources.
+
+``priors.toml`` beside this module holds one row per measured single-stream point and the
+costs servelab computes for it (bytes read, FLOPs, layers). :func:`load_priors` turns the rows
+into :class:`~servelab.plan.speedmodel.Sample` values; the speed model fits them when the
+results store has no run on the hardware being planned, and labels every such prediction
+"prior from <source>". A user file of the same shape can replace the table (``--priors``).
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import InputError, UsageError
+from servelab.plan.speedmodel import KINDS, Sample
+
+SCHEMA = "servelab.priors/1"
+_REQUIRED = {
+    "model": str,
+    "engine": str,
+    "engine_version": str,
+    "kernel_path": str,
+    "hardware": str,
+    "kind": str,
+    "length": int,
+    "layers": int,
+    "bytes_read": int | float,
+    "flops": int | float,
+    "tok_s": int | float,
+    "source": str,
+}
+_OPTIONAL = {"note": str, "compute": str}
+
+
+@dataclass(frozen=True)
+class PriorTable:
+    """The table's version and its rows as samples."""
+
+    version: str
+    samples: tuple[Sample, ...]
+    origin: str
+
+    def hardware(self) -> tuple[str, ...]:
+        """Hardware names that have at least one prior."""
+        return tuple(sorted({s.hardware for s in self.samples}))
+
+
+def _sample(row: Any, where: str) -> Sample:
+    if not isinstance(row, dict):
+        raise InputError(f"{where}: not a table")
+    unknown = set(row) - set(_REQUIRED) - set(_OPTIONAL)
+    if unknown:
+        raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    for key, typ in _REQUIRED.items():
+        if key not in row:
+            raise InputError(f"{where}: missing {key}")
+        value = row[key]
+        if isinstance(value, bool) or not isinstance(value, typ):
+            raise InputError(f"{where}: {key} has the wrong type ({type(value).__name__})")
+    if row["kind"] not in KINDS:
+        raise InputError(f"{where}: kind must be decode or prefill")
+    if row["tok_s"] <= 0:
+        raise InputError(f"{where}: tok_s must be positive")
+    length = int(row["length"])
+    tokens = 1 if row["kind"] == "decode" else length
+    try:
+        return Sample(
+            model=row["model"],
+            engine=row["engine"],
+            kernel_path=row["kernel_path"],
+            hardware=row["hardware"],
+            kind=row["kind"],
+            length=length,
+            layers=int(row["layers"]),
+            bytes_read=float(row["bytes_read"]),
+            flops=float(row["flops"]),
+            seconds=tokens / float(row["tok_s"]),
+            source=row["source"],
+            compute=row.get("compute", "bf16"),
+        )
+    except UsageError as exc:
+        raise InputError(f"{where}: {exc}") from exc
+
+
+def parse_priors(text: str, origin: str) -> PriorTable:
+    """A :class:`PriorTable` from TOML text; errors name ``origin``."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{origin}: not valid TOML: {exc}") from exc
+    if doc.get("schema") != SCHEMA:
+        raise InputError(f"{origin}: schema must be {SCHEMA!r}")
+    version = doc.get("version")
+    if not isinstance(version, str) or not version:
+        raise InputError(f"{origin}: missing version")
+    rows = doc.get("sample")
+    if not isinstance(rows, list) or not rows:
+        raise InputError(f"{origin}: no [[sample]] rows")
+    samples = tuple(_sample(r, f"{origin}: sample [{i}]") for i, r in enumerate(rows))
+    return PriorTable(version, samples, origin)
+
+
+@functools.cache
+def shipped_priors() -> PriorTable:
+    """The table shipped with servelab."""
+    text = resources.files("servelab.plan").joinpath("priors.toml").read_text(encoding="utf-8")
+    return parse_priors(text, "servelab/plan/priors.toml")
+
+
+def load_priors(path: str | Path | None = None) -> PriorTable:
+    """The shipped table, or the user's file at ``path``."""
+    if path is None:
+        return shipped_priors()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError("priors file not found", path=p) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc}", path=p) from exc
+    return parse_priors(text, str(p))

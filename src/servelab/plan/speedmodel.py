@@ -1,0 +1,426 @@
+"""The calibrated speed model: time per token as a linear sum of costs, fitted from measurements.
+
+Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, hardware)::
+
+    decode   t_token   = bytes_read(c) x s_per_byte + n_layers x s_per_layer + s_fixed
+    prefill  t_prefill = FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
+                         + n_layers x s_per_layer + s_fixed
+
+``s_per_byte`` is 1 / effective bandwidth, ``s_per_flop`` 1 / effective compute rate; the
+per-layer and fixed terms are what a roofline leaves out (kernel launches, routing, the
+scheduler, HTTP). Speculative decode is the same decode form applied to one verification
+step (see :func:`servelab.plan.predict.mtp_step_features`).
+
+Fitting (:func:`solve`): weighted least squares on *relative* residuals (each row divided by
+its measured time), every coefficient bounded below by physics (per-byte and per-FLOP costs
+no lower than the roofline's, overheads non-negative; exact: all subsets of active terms are
+solved and the best feasible one kept), and a weak ridge pull towards a prior coefficient
+vector, so that directions the data cannot identify (one model: ``n_layers`` is constant,
+so the per-layer and fixed terms are collinear) come from the prior instead of from noise.
+
+Where the fit comes from (:func:`calibrate`), first that applies:
+
+1. stored runs on the same (engine, kernel path, hardware), other models than the target;
+2. stored runs on the same (engine, hardware), any kernel path: a labelled **fallback**;
+3. the shipped priors (published measurements) for the hardware, same path first, then
+   pooled (labelled);
+4. the roofline alone: the physical prior (peak bandwidth and compute, no overheads).
+
+Every fit carries a relative interval half-width from leave-one-model-out residuals at its
+level (the errors it would have made on models it had not seen), or, where the level holds
+one model only, from the next level down; the roofline carries none and is printed as an
+upper bound, never as a prediction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servelab.errors import UsageError
+
+KINDS = ("decode", "prefill")
+TERMS: dict[str, tuple[str, ...]] = {
+    "decode": ("s_per_byte", "s_per_layer", "s_fixed"),
+    "prefill": ("s_per_flop", "s_per_byte", "s_per_layer", "s_fixed"),
+}
+#: Weight of the pull towards the prior, against relative residuals: moving a term by what it
+#: contributes to a typical row costs as much as a 10 % miss on one measured point.
+PRIOR_WEIGHT = 0.1
+#: Smallest interval half-width printed (measurement noise between runs of one build).
+MIN_REL_ERROR = 0.03
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured single-stream point with what it cost (the fit's input row)."""
+
+    model: str
+    engine: str
+    kernel_path: str
+    hardware: str
+    kind: str
+    length: int
+    layers: int
+    bytes_read: float
+    flops: float
+    seconds: float
+    source: str
+    compute: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"sample kind must be decode or prefill, got {self.kind!r}")
+        if self.seconds <= 0 or self.bytes_read <= 0 or self.layers <= 0 or self.length <= 0:
+            raise UsageError(f"sample {self.model!r} {self.kind} {self.length}: non-positive input")
+
+    @property
+    def features(self) -> tuple[float, ...]:
+        """The row of the design matrix (see module docs)."""
+        return features(self.kind, self.bytes_read, self.layers, self.flops)
+
+    @property
+    def tok_s(self) -> float:
+        """Measured tokens/s (decode: 1 / t_token; prefill: prompt / t_prefill)."""
+        return (1.0 if self.kind == "decode" else self.length) / self.seconds
+
+
+def features(kind: str, bytes_read: float, layers: int, flops: float = 0.0) -> tuple[float, ...]:
+    """Design-matrix row for one point of ``kind``."""
+    if kind == "decode":
+        return (float(bytes_read), float(layers), 1.0)
+    return (float(flops), float(bytes_read), float(layers), 1.0)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted (or prior) coefficient vector with where it came from and how far it errs."""
+
+    kind: str
+    theta: tuple[float, ...]
+    level: str
+    source: str
+    models: tuple[str, ...]
+    n_samples: int
+    rel_error: float | None
+    error_basis: str
+    fallback: str | None = None
+
+    def seconds(self, row: Sequence[float]) -> float:
+        """Predicted time for one design-matrix row."""
+        return float(sum(a * b for a, b in zip(self.theta, row, strict=True)))
+
+    def coefficients(self) -> dict[str, float]:
+        """``{term: value}`` in SI units (seconds per byte, per FLOP, per layer, fixed)."""
+        return dict(zip(TERMS[self.kind], self.theta, strict=True))
+
+    @property
+    def is_roofline(self) -> bool:
+        """True for the physical prior alone (an upper bound, not a prediction)."""
+        return self.level == "roofline"
+
+    def label(self) -> str:
+        """One line: source, interval basis and fallback, for every output."""
+        parts = [self.source]
+        if self.rel_error is not None:
+            parts.append(f"±{self.rel_error * 100:.0f}% ({self.error_basis})")
+        if self.fallback:
+            parts.append(f"fallback: {self.fallback}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form."""
+        return {
+            "kind": self.kind,
+            "coefficients": self.coefficients(),
+            "level": self.level,
+            "source": self.source,
+            "models": list(self.models),
+            "n_samples": self.n_samples,
+            "rel_error": self.rel_error,
+            "error_basis": self.error_basis,
+            "fallback": self.fallback,
+            "label": self.label(),
+        }
+
+
+def solve(
+    rows: Sequence[Sequence[float]],
+    times: Sequence[float],
+    prior: Sequence[float],
+    *,
+    lower: Sequence[float] | None = None,
+    prior_weight: float = PRIOR_WEIGHT,
+) -> tuple[float, ...]:
+    """Bounded, prior-regularised least squares on relative residuals.
+
+    Minimises ``sum(((x_i . theta - t_i) / t_i)^2) + w^2 sum(((theta_j - p_j) / s_j)^2)`` over
+    ``theta >= lower`` (default 0), where ``s_j`` is what one unit of term ``j`` contributes on
+    a typical row, so the pull is the same size for every term: it decides only directions
+    the data leave open. The bound is physics: no engine reads bytes faster than the
+    hardware's ceiling or multiplies faster than its peak (see :func:`physical_bounds`).
+    """
+    k = len(prior)
+    x = np.asarray(rows, dtype=float).reshape(-1, k)
+    t = np.asarray(times, dtype=float)
+    if x.shape[0] != t.shape[0]:
+        raise UsageError("rows and times differ in length")
+    if np.any(t <= 0):
+        raise UsageError("measured times must be positive")
+    lb = np.zeros(k) if lower is None else np.asarray(lower, dtype=float)
+    p = np.maximum(np.asarray(prior, dtype=float), lb)
+    a = x / t[:, None]
+    b = np.ones_like(t) - a @ lb  # solve for delta = theta - lower >= 0
+    col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
+    unit = np.where(col > 0, col, 1.0)
+    reg = np.diag(prior_weight * unit)
+    a_all = np.vstack([a, reg])
+    b_all = np.concatenate([b, prior_weight * unit * (p - lb)])
+    best: tuple[float, np.ndarray] | None = None
+    for size in range(k, -1, -1):
+        for active in itertools.combinations(range(k), size):
+            delta = np.zeros(k)
+            if active:
+                cols = list(active)
+                sol, *_ = np.linalg.lstsq(a_all[:, cols], b_all, rcond=None)
+                if np.any(sol < 0):
+                    continue
+                delta[cols] = sol
+            cost = float(np.sum((a_all @ delta - b_all) ** 2))
+            if best is None or cost < best[0]:
+                best = (cost, delta)
+    assert best is not None  # delta = 0 is always feasible
+    return tuple(float(v) for v in lb + best[1])
+
+
+def fit_samples(
+    samples: Sequence[Sample],
+    kind: str,
+    prior: Sequence[float],
+    lower: Sequence[float] | None = None,
+) -> tuple[float, ...]:
+    """Coefficients for ``kind`` from ``samples`` (those of that kind) around ``prior``."""
+    rows = [s.features for s in samples if s.kind == kind]
+    times = [s.seconds for s in samples if s.kind == kind]
+    return solve(rows, times, prior, lower=lower)
+
+
+def relative_errors(
+    samples: Sequence[Sample],
+    kind: str,
+    prior: Sequence[float],
+    lower: Sequence[float] | None = None,
+) -> list[float]:
+    """Leave-one-model-out errors of tokens/s (predicted / measured - 1) over ``samples``."""
+    mine = [s for s in samples if s.kind == kind]
+    models = sorted({s.model for s in mine})
+    errs: list[float] = []
+    if len(models) < 2:
+        return errs
+    for m in models:
+        train = [s for s in mine if s.model != m]
+        theta = fit_samples(train, kind, prior, lower)
+        for s in mine:
+            if s.model == m:
+                pred = float(np.dot(theta, s.features))
+                errs.append(s.seconds / pred - 1.0 if pred > 0 else math.inf)
+    return errs
+
+
+def error_bound(errs: Sequence[float], models: int) -> float:
+    """Interval half-width from leave-one-model-out errors: the largest miss, widened by
+    ``1 + 1/models`` because it rests on that few models (floored at measurement noise)."""
+    return max(max(abs(e) for e in errs) * (1.0 + 1.0 / max(models, 1)), MIN_REL_ERROR)
+
+
+@dataclass(frozen=True)
+class Level:
+    """A set of samples tried as one calibration level, with how to describe it."""
+
+    level: str
+    samples: tuple[Sample, ...]
+    source: str
+    fallback: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is being predicted: engine, kernel path, hardware and (to exclude) the model."""
+
+    engine: str
+    kernel_path: str
+    hardware: str
+    model: str = ""
+
+
+def _kind_levels(levels: Sequence[Level], kind: str, target: Target) -> list[Level]:
+    out = []
+    for lv in levels:
+        keep = tuple(s for s in lv.samples if s.kind == kind and s.model != target.model)
+        if keep:
+            out.append(Level(lv.level, keep, lv.source, lv.fallback))
+    return out
+
+
+def fit_levels(
+    levels: Sequence[Level],
+    kind: str,
+    target: Target,
+    physical: Sequence[float],
+    lower: Sequence[float] | None = None,
+) -> Fit:
+    """The fit for ``kind`` from the first level with samples, each level's prior being the
+    fit of the levels below it (down to the physical prior). ``lower`` bounds every fit
+    (default: the physical prior itself, i.e. nothing beats the roofline)."""
+    bound = physical if lower is None else lower
+    usable = _kind_levels(levels, kind, target)
+    roof = Fit(
+        kind=kind,
+        theta=tuple(float(v) for v in physical),
+        level="roofline",
+        source="roofline (peak bandwidth and compute, no overheads): an upper bound",
+        models=(),
+        n_samples=0,
+        rel_error=None,
+        error_basis="none",
+    )
+    fit = roof
+    for lv in reversed(usable):
+        prior = fit.theta
+        theta = fit_samples(lv.samples, kind, prior, bound)
+        errs = relative_errors(lv.samples, kind, prior, bound)
+        models = tuple(sorted({s.model for s in lv.samples}))
+        if errs:
+            rel: float | None = error_bound(errs, len(models))
+            basis = f"leave-one-model-out over {len(models)} models"
+        elif fit.rel_error is not None:
+            rel = fit.rel_error
+            basis = f"one model here; interval of the level below ({fit.error_basis})"
+        else:
+            rel, basis = None, "one model and no level below: no interval"
+        fit = Fit(
+            kind=kind,
+            theta=theta,
+            level=lv.level,
+            source=lv.source,
+            models=models,
+            n_samples=len(lv.samples),
+            rel_error=rel,
+            error_basis=basis,
+            fallback=lv.fallback,
+        )
+    return fit
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Decode and prefill fits for one target (engine, kernel path, hardware)."""
+
+    target: Target
+    decode: Fit
+    prefill: Fit
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form."""
+        return {
+            "target": {
+                "engine": self.target.engine,
+                "kernel_path": self.target.kernel_path,
+                "hardware": self.target.hardware,
+            },
+            "decode": self.decode.to_dict(),
+            "prefill": self.prefill.to_dict(),
+            "notes": list(self.notes),
+        }
+
+
+def levels_for(
+    target: Target,
+    stored: Iterable[Sample],
+    priors: Iterable[Sample],
+    *,
+    origin: str = "stored runs",
+) -> list[Level]:
+    """The calibration levels for ``target``, most specific first (see module docs);
+    ``origin`` names where ``stored`` came from."""
+    same_hw = [
+        s for s in stored if s.engine == target.engine and s.hardware == target.hardware
+    ]
+    levels: list[Level] = []
+
+    def split(pool: list[Sample], what: str, origin: str) -> None:
+        path = [s for s in pool if s.kernel_path == target.kernel_path]
+        other = sorted({s.kernel_path for s in pool} - {target.kernel_path})
+        if path:
+            levels.append(
+                Level(
+                    what,
+                    tuple(path),
+                    f"{origin} ({target.engine} / {target.kernel_path} / {target.hardware})",
+                )
+            )
+        if other:
+            levels.append(
+                Level(
+                    f"{what}, pooled",
+                    tuple(pool),
+                    f"{origin} ({target.engine} / all kernel paths / {target.hardware})",
+                    fallback=(
+                        None
+                        if path
+                        else f"no {target.kernel_path} data; pooled over {', '.join(other)}"
+                    ),
+                )
+            )
+
+    split(same_hw, origin, f"fitted from {origin}")
+    if not same_hw:
+        pri = [
+            s for s in priors if s.engine == target.engine and s.hardware == target.hardware
+        ]
+        sources = sorted({s.source for s in pri})
+        split(pri, "prior", "prior from " + "; ".join(sources) if sources else "prior")
+    return levels
+
+
+def calibrate(
+    target: Target,
+    stored: Iterable[Sample],
+    priors: Iterable[Sample],
+    physical: Callable[[str], Sequence[float]],
+    lower: Callable[[str], Sequence[float]] | None = None,
+) -> Calibration:
+    """Decode and prefill fits for ``target`` (``physical(kind)``: the roofline coefficients;
+    ``lower(kind)``: the bounds, default the roofline's)."""
+    levels = levels_for(target, list(stored), list(priors))
+    fits = {
+        k: fit_levels(levels, k, target, physical(k), lower(k) if lower else None)
+        for k in KINDS
+    }
+    notes = []
+    for k, f in fits.items():
+        if f.is_roofline:
+            notes.append(
+                f"{k}: no stored run or shipped prior for {target.hardware}: roofline only"
+            )
+    return Calibration(target, fits["decode"], fits["prefill"], tuple(notes))
+
+
+def interval(
+    tok_s: float, rel_error: float | None, bound: float | None = None
+) -> tuple[float, float] | None:
+    """tok/s interval when predicted / measured tok/s lies within ``1 ± e``, its top capped at
+    the roofline ``bound`` (no engine beats the roofline)."""
+    if rel_error is None:
+        return None
+    lo = tok_s / (1.0 + rel_error)
+    hi = tok_s / (1.0 - rel_error) if rel_error < 1.0 else math.inf
+    if bound is not None and bound > 0:
+        hi = min(hi, bound)
+        lo = min(lo, bound)
+    return lo, hi

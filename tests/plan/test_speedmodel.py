@@ -1,0 +1,188 @@
+"""The speed model's maths on synthetic data with known parameters (no engine involved)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from servelab.errors import UsageError
+from servelab.plan.ledger import ledger, summarize
+from servelab.plan.speedmodel import (
+    MIN_REL_ERROR,
+    Sample,
+    Target,
+    calibrate,
+    features,
+    fit_levels,
+    interval,
+    levels_for,
+    solve,
+)
+
+BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
+TRUE_DECODE = (1 / BW, 40e-6, 0.8e-3)  # s/byte, s/layer, s fixed
+TRUE_PREFILL = (1 / 600e12, 1 / 1.2e12, 150e-6, 12e-3)  # s/FLOP, s/byte, s/layer, s
+ROOF_DECODE = (1 / 4.8e12, 0.0, 0.0)
+ROOF_PREFILL = (1 / 989e12, 1 / 4.8e12, 0.0, 0.0)
+
+# (model, bytes per token at 512 tokens, layers, kernel path)
+MODELS = (
+    ("dense-8b", 16.0e9, 32, "bf16 dense"),
+    ("moe-30b", 3.4e9, 48, "bf16 MoE"),
+    ("moe-30b-24l", 1.7e9, 24, "bf16 MoE"),
+    ("hybrid-12l", 2.3e9, 12, "bf16 MoE"),
+    ("dense-3b", 6.4e9, 28, "bf16 dense"),
+)
+
+
+def _decode_samples(noise: float = 0.0, seed: int = 0) -> list[Sample]:
+    rng = random.Random(seed)
+    out = []
+    for name, nbytes, layers, path in MODELS:
+        for length in (512, 2048, 8192):
+            b = nbytes + 2e4 * length  # KV grows with context
+            t = sum(a * x for a, x in zip(TRUE_DECODE, features("decode", b, layers), strict=True))
+            t *= 1 + rng.uniform(-noise, noise)
+            out.append(Sample(name, "vllm", path, "h200", "decode", length, layers, b, 0.0, t,
+                              "synthetic"))
+    return out
+
+
+def _prefill_samples() -> list[Sample]:
+    out = []
+    for name, nbytes, layers, path in MODELS:
+        for length in (512, 2048, 8192):
+            flops = 2 * nbytes / 2 * length  # ~ 2 x params x tokens for BF16 weights
+            b = nbytes * 2
+            row = features("prefill", b, layers, flops)
+            t = sum(a * x for a, x in zip(TRUE_PREFILL, row, strict=True))
+            out.append(Sample(name, "vllm", path, "h200", "prefill", length, layers, b, flops, t,
+                              "synthetic"))
+    return out
+
+
+# The weak pull towards the prior biases an exact fit by well under 1 %.
+REL = 1e-2
+
+
+def test_solve_recovers_known_decode_parameters() -> None:
+    samples = _decode_samples()
+    theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_DECODE,
+                  lower=ROOF_DECODE)
+    for got, want in zip(theta, TRUE_DECODE, strict=True):
+        assert got == pytest.approx(want, rel=REL)
+
+
+def test_solve_recovers_known_prefill_parameters() -> None:
+    samples = _prefill_samples()
+    theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_PREFILL,
+                  lower=ROOF_PREFILL)
+    for got, want in zip(theta, TRUE_PREFILL, strict=True):
+        assert got == pytest.approx(want, rel=REL)
+
+
+def test_lower_bound_is_the_roofline() -> None:
+    # Data that would need an engine faster than the hardware's ceiling: bandwidth 9.6 TB/s.
+    rows = [features("decode", b, 32) for b in (4e9, 8e9, 16e9)]
+    times = [b / 9.6e12 for b in (4e9, 8e9, 16e9)]
+    theta = solve(rows, times, ROOF_DECODE, lower=ROOF_DECODE)
+    assert theta[0] == pytest.approx(ROOF_DECODE[0])
+    assert all(t >= 0 for t in theta)
+
+
+def test_prior_decides_what_one_model_cannot() -> None:
+    # One model: layers constant, so per-layer and fixed costs are collinear. The fit must
+    # reproduce the model and split the rest as the prior does.
+    one = [s for s in _decode_samples() if s.model == "moe-30b"]
+    prior = TRUE_DECODE
+    theta = solve([s.features for s in one], [s.seconds for s in one], prior, lower=ROOF_DECODE)
+    for s in one:
+        assert sum(a * x for a, x in zip(theta, s.features, strict=True)) == pytest.approx(
+            s.seconds, rel=1e-3)
+    assert theta[1] == pytest.approx(TRUE_DECODE[1], rel=0.05)
+
+
+def test_leave_one_model_out_on_exact_data_is_exact() -> None:
+    samples = _decode_samples()
+    rows = ledger(samples, [], lambda kind, s: ROOF_DECODE if kind == "decode" else ROOF_PREFILL)
+    assert rows and all(r.error is not None and abs(r.error) < REL for r in rows)
+    assert all(r.inside for r in rows)
+    (summary,) = summarize(rows)
+    assert summary.inside == summary.points == 15
+
+
+def test_interval_comes_from_leave_one_model_out_and_covers_noisy_data() -> None:
+    samples = _decode_samples(noise=0.04, seed=7)
+    target = Target("vllm", "bf16 MoE", "h200", "hybrid-12l")
+    fit = fit_levels(levels_for(target, samples, []), "decode", target, ROOF_DECODE)
+    assert fit.level == "stored runs"
+    assert fit.rel_error is not None and MIN_REL_ERROR <= fit.rel_error < 0.2
+    assert "leave-one-model-out over 2 models" in fit.error_basis
+    for s in (s for s in samples if s.model == "hybrid-12l"):
+        tok = 1 / fit.seconds(s.features)
+        lo, hi = interval(tok, fit.rel_error) or (math.nan, math.nan)
+        assert lo <= s.tok_s <= hi
+
+
+def test_fallback_to_other_kernel_paths_is_labelled() -> None:
+    samples = [s for s in _decode_samples() if s.kernel_path != "bf16 dense" or s.model == "x"]
+    target = Target("vllm", "bf16 dense", "h200", "dense-8b")
+    fit = fit_levels(levels_for(target, samples, []), "decode", target, ROOF_DECODE)
+    assert fit.level == "stored runs, pooled"
+    assert fit.fallback is not None and "no bf16 dense data" in fit.fallback
+    assert "fallback:" in fit.label()
+
+
+def test_priors_only_when_the_store_has_nothing_on_that_hardware() -> None:
+    priors = _decode_samples()
+    spark = [
+        Sample("m", "vllm", "bf16 MoE", "dgx-spark", "decode", 512, 40, 5e9, 0.0, 0.03, "run x")
+    ]
+    target = Target("vllm", "bf16 MoE", "h200", "new")
+    levels = levels_for(target, spark, priors)  # stored runs, but none on h200
+    assert [lv.level for lv in levels] == ["prior", "prior, pooled"]
+    assert levels[0].source.startswith("prior from synthetic")
+    cal = calibrate(target, spark, priors, lambda k: ROOF_DECODE if k == "decode" else ROOF_PREFILL)
+    assert cal.decode.level == "prior"
+    assert cal.prefill.is_roofline and cal.notes  # no prefill priors: roofline, said so
+
+
+def test_nothing_known_means_roofline_and_no_prediction() -> None:
+    target = Target("vllm", "bf16 MoE", "b200", "new")
+    fit = fit_levels(levels_for(target, [], []), "decode", target, ROOF_DECODE)
+    assert fit.is_roofline and fit.rel_error is None and "upper bound" in fit.source
+
+
+def test_interval_is_capped_at_the_roofline() -> None:
+    lo, hi = interval(100.0, 0.5, bound=150.0) or (0.0, 0.0)
+    assert lo == pytest.approx(100 / 1.5) and hi == 150.0
+    lo, hi = interval(100.0, 1.5) or (0.0, 0.0)
+    assert hi == math.inf
+    assert interval(100.0, None) is None
+
+
+def test_bad_samples_are_refused() -> None:
+    with pytest.raises(UsageError, match="decode or prefill"):
+        Sample("m", "vllm", "p", "h", "sideways", 1, 1, 1.0, 0.0, 1.0, "s")
+    with pytest.raises(UsageError, match="non-positive"):
+        Sample("m", "vllm", "p", "h", "decode", 512, 0, 1.0, 0.0, 1.0, "s")
+    with pytest.raises(UsageError, match="positive"):
+        solve([[1.0, 1.0, 1.0]], [0.0], ROOF_DECODE)
+
+
+def test_speculative_step_reads_the_experts_of_k_plus_one_tokens_and_k_lm_heads() -> None:
+    from servelab.plan.predict import distinct_expert_fraction, draft_bytes_per_step
+    from servelab.plan.weights import Weights
+
+    # 256 experts, top-8: one token touches 8/256; four tokens 1 - (1 - 8/256)^4 of them.
+    assert distinct_expert_fraction(256, 8, 1) == pytest.approx(8 / 256)
+    assert distinct_expert_fraction(256, 8, 4) == pytest.approx(1 - (248 / 256) ** 4)
+    assert distinct_expert_fraction(256, 8, 10_000) == pytest.approx(1.0)
+    w = Weights(name="m", resident_bytes=40_000, decode_bytes_per_token=4_000,
+                routed_expert_bytes=25_600, active_params=1, total_params=1, scheme="bf16",
+                quant_label="bf16", num_experts=256, experts_per_token=8, routed_expert_bits=16.0,
+                mtp_tensors=10, mtp_bytes=1_000, vision_bytes=0, source="t", lm_head_bytes=500)
+    # head: 1,000 bytes x (4,000 / 39,000 of the text model is read per token) + the lm_head
+    assert draft_bytes_per_step(w) == int(1_000 * 4_000 / 39_000) + 500
