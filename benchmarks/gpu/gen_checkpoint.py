@@ -242,6 +242,19 @@ def build_full_vocab_tokenizer(out_dir: Path, vocab_size: int, max_len: int) -> 
     return len(fast)
 
 
+def write_generation_files(out: Path, cfg: Mapping[str, Any]) -> int:
+    """``generation_config.json`` and the full-vocabulary tokenizer; returns its size."""
+    gen_cfg = {
+        "bos_token_id": cfg.get("bos_token_id"),
+        "eos_token_id": cfg.get("eos_token_id"),
+        "do_sample": False,
+    }
+    (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
+    return build_full_vocab_tokenizer(
+        out, int(cfg["vocab_size"]), int(cfg["max_position_embeddings"])
+    )
+
+
 def _fill(spec: TensorSpec, device: str, gen: Any) -> Any:
     import torch
 
@@ -313,15 +326,7 @@ def write_checkpoint(
     if qc is not None:
         cfg["quantization_config"] = qc
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    gen_cfg = {
-        "bos_token_id": cfg.get("bos_token_id"),
-        "eos_token_id": cfg.get("eos_token_id"),
-        "do_sample": False,
-    }
-    (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
-    n_tok = build_full_vocab_tokenizer(
-        out, int(cfg["vocab_size"]), int(cfg["max_position_embeddings"])
-    )
+    n_tok = write_generation_files(out, cfg)
     return {
         "tensors": len(plan.tensors),
         "bytes": total,
@@ -345,15 +350,7 @@ def write_sparse_checkpoint(
     t0 = time.perf_counter()
     plan = write_replica(out, config, layout)
     cfg = json.loads((out / "config.json").read_text())
-    gen_cfg = {
-        "bos_token_id": cfg.get("bos_token_id"),
-        "eos_token_id": cfg.get("eos_token_id"),
-        "do_sample": False,
-    }
-    (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
-    n_tok = build_full_vocab_tokenizer(
-        out, int(cfg["vocab_size"]), int(cfg["max_position_embeddings"])
-    )
+    n_tok = write_generation_files(out, cfg)
     return {
         "tensors": len(plan.tensors),
         "bytes": plan.total_bytes,

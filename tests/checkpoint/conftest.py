@@ -225,8 +225,14 @@ class HubServer:
                     break
                 if self.drip_s:
                     self.stop.wait(self.drip_s)
-                h.wfile.write(chunk)
+                # Count before writing: once the client has the bytes it may return and the
+                # test read ``body_bytes`` while this thread has not run its next line yet.
                 seen.body_bytes += len(chunk)
+                try:
+                    h.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    seen.body_bytes -= len(chunk)  # never reached the client whole
+                    raise
                 send -= len(chunk)
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):

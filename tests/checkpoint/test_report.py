@@ -158,7 +158,7 @@ def test_json_schema_is_stable_and_serialisable(variant_checkpoint: Variant) -> 
 def test_markdown(variant_checkpoint: Variant) -> None:
     md = inspect_checkpoint(variant_checkpoint("mtp-declared")).to_markdown()
     assert md.startswith("## Checkpoint `")
-    assert "| dtype | tensors | GiB | elements |" in md
+    assert "| dtype | tensors | size | elements |" in md
     assert "| routed_expert |" in md
     assert "`mtp-declared-missing`" in md
 

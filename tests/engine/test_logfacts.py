@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from servelab.engine.facts import EngineFacts, Phase
 from servelab.engines.vllm.logfacts import LogParser, parse_log
+from servelab.redact import REDACTED
 
 LOGS = Path(__file__).parent / "logs"
 
@@ -183,7 +184,7 @@ def test_secret_args_are_masked() -> None:
         "INFO 01-01 00:00:00 [a.py:1] non-default args: {'api_key': ['sk-1'], 'hf_token': 'hf_x', "
         "'port': 1}"
     )
-    assert f.non_default_args == {"api_key": "***", "hf_token": "***", "port": 1}
+    assert f.non_default_args == {"api_key": REDACTED, "hf_token": REDACTED, "port": 1}
 
 
 def test_qwen3_next_request_time_gdn_error() -> None:

@@ -17,6 +17,7 @@ from servelab.engine.process import (
     start_engine,
 )
 from servelab.errors import EngineNotFoundError, EngineStartupError
+from servelab.redact import REDACTED
 
 STUBBORN = Path(__file__).parent / "servers" / "stubborn_engine.py"
 
@@ -113,4 +114,4 @@ def test_secrets_never_reach_the_log_or_the_error(tmp_path: Path) -> None:
     log = (tmp_path / "engine.log").read_text()
     for secret in ("sk-very-secret-1", "hf_abcdef12", "hf_env_secret_99"):
         assert secret not in log and secret not in str(info.value)
-    assert "***" in log
+    assert REDACTED in log

@@ -8,13 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servelab.cli.plan_cmd import parse_bytes
 from servelab.cli.recipe_cmd import STARTER_RECIPE
-from servelab.engine.recipe import key_lines, load_recipe, parse_recipe, parse_size
+from servelab.engine.recipe import key_lines, load_recipe, parse_recipe
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.recipe import LlamaCppSection
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.errors import RecipeError, ServelabError
+from servelab.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = 'name = "r"\n[model]\nrepo = "a/b"\n'
@@ -109,9 +111,20 @@ def test_sizes() -> None:
     assert parse_size("512 MiB") == 512 * 2**20
     assert parse_size("1.5GB") == 1_500_000_000
     assert parse_size(42) == 42
-    for bad in ("six", "-1GiB", "0", 0):
+    for bad in ("six", "-1GiB", "6 furlongs", -1, True):
         with pytest.raises(ValueError):
             parse_size(bad)
+
+
+def test_recipe_sizes_read_like_plan_options() -> None:
+    """One size parser: "6G" means in a recipe what it means to ``plan``."""
+    base = 'name = "x"\n[model]\nrepo = "a/b"\n[engine]\n[engine.flags]\n'
+    for text in ("6G", "6GiB", "1.5GB", "268435456"):
+        r = parse_recipe(base + f'kv_cache_memory_bytes = "{text}"\n')
+        assert r.engine.flags.kv_cache_memory_bytes == parse_bytes(text)
+    for bad in ('"0"', "0", '"six"'):
+        with pytest.raises(RecipeError, match="kv_cache_memory_bytes"):
+            parse_recipe(base + f"kv_cache_memory_bytes = {bad}\n")
 
 
 def test_shipped_recipes_validate() -> None:
@@ -205,10 +218,11 @@ def test_recipe_name_cannot_escape_the_runs_dir(tmp_path: Path) -> None:
 
 
 def test_redaction_in_displayed_commands() -> None:
-    from servelab.engine.command import display_command, redact_argv
+    from servelab.engine.command import display_command
+    from servelab.redact import REDACTED, redact_args
 
-    assert redact_argv(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == [
-        "x", "--api-key", "***", "--api-key=***", "--port", "1",
-    ]  # fmt: skip
+    assert redact_args(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == (
+        "x", "--api-key", REDACTED, f"--api-key={REDACTED}", "--port", "1",
+    )  # fmt: skip
     shown = display_command(["vllm"], {"HF_TOKEN": "hf_secret", "OMP_NUM_THREADS": "2"})
     assert "hf_secret" not in shown and "OMP_NUM_THREADS=2" in shown

@@ -22,6 +22,7 @@ import pytest
 from site_chromium import Browser, chromium_available, serve_directory
 
 from servelab.pipeline.demo import LLAMACPP_NAME
+from servelab.site.render import run_file
 from servelab.store import open_store
 from servelab.store.model import RunRecord
 
@@ -152,3 +153,22 @@ def _check_pages(browser: Browser, site: Path, pages: list[str], runs: list[RunR
         assert sorted(r[3].split()[0] for r in rows) == ["llama.cpp", "vLLM", "vLLM"]
         for row in rows:
             assert any(cell[:1].isdigit() for cell in row[4:7]), row
+
+
+def test_recipe_pages_can_be_shared(demo: dict[str, Any]) -> None:
+    """No path of this machine and no per-run port on a recipe page; both on the run page."""
+    site = Path(demo["site"]).parent
+    for run in _runs(demo):
+        args = list(run.engine_args)
+        launcher, port = args[0], args[args.index("--port") + 1]
+        assert run.checkpoint_path and launcher.startswith("/") and port != "8000"
+        for ext in ("html", "md", "toml"):
+            page = (site / "recipes" / f"{run.recipe_name}.{ext}").read_text()
+            for local in (str(demo["root"]), launcher, f"--port {port}", f":{port}/"):
+                assert local not in page, (run.recipe_name, ext, local)
+        html = (site / "recipes" / f"{run.recipe_name}.html").read_text()
+        assert "synth:qwen3_moe" in html and f"servelab run {run.recipe_name}.toml" in html
+        assert "--port 8000" in html and "127.0.0.1:8000/v1/chat/completions" in html
+        assert run.run_id
+        run_page = (site / "runs" / run_file(run.run_id)).read_text()
+        assert run.checkpoint_path in run_page and f"--port {port}" in run_page

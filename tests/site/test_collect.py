@@ -19,17 +19,16 @@ from site_records import (
     record,
 )
 
+from servelab.points import PointKey
 from servelab.site import prose
 from servelab.site.collect import (
-    PointId,
     collect_site,
     key_params,
-    parse_point,
     site_from_records,
 )
 from servelab.site.model import Derived, Measured, Site
 from servelab.site.render import render_site
-from servelab.store import Sample, open_store
+from servelab.store import RunRecord, Sample, open_store
 
 
 @pytest.fixture(scope="module")
@@ -201,11 +200,13 @@ def test_tokens_per_gpu_follow_the_runs_parallel_layout() -> None:
 
 
 def test_point_names_and_params() -> None:
-    assert parse_point("p2048-c1") == PointId(2048, 1)
-    assert parse_point("vllm-p512-o128-c4") == PointId(512, 4)
-    assert parse_point("p100-cmax") == PointId(100, None)
-    assert parse_point("warm", [100, 300, 200]) == PointId(200, None)
-    assert parse_point("warm") is None
+    assert PointKey.parse("p2048-c1") == PointKey(2048, 1)
+    assert PointKey.parse("vllm-p512-o128-c4") == PointKey(512, 4)
+    assert PointKey.parse("p100-cmax") == PointKey(100, None)
+    assert PointKey.parse("warm", [100, 300, 200]) == PointKey(200, None)
+    assert PointKey.parse("warm") is None
+    for key in (PointKey(2048, 1), PointKey(100, None), PointKey(8192, 16)):
+        assert PointKey.parse(key.label) == key  # one key: written and read back the same
     assert key_params(("--a", "1", "--flag", "--b=2")) == (("a", "1"), ("flag", "true"),
                                                             ("b", "2"))
 
@@ -240,3 +241,79 @@ def test_measured_numbers_are_measured(stored: tuple[str, list[str], list[str], 
     page = site.recipes[0]
     for row in (*page.decode, *page.prefill):
         assert isinstance(row.measured, Measured) and row.measured.run_id in ids
+
+
+def test_the_calibration_ledger_page_from_real_h200_exports() -> None:
+    from servelab.store.exchange import read_import_file
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "results"
+    runs = [*read_import_file(results / "run-h200-qwen3-30b-a3b-fp8.json"),
+            *read_import_file(results / "calibration-2026-12-03" / "runs-h200-calibration.json")]
+    site = site_from_records(runs)
+    assert {r.model.split(" [")[0] for r in site.ledger} >= {
+        "llama-3.1-8b-bf16-random", "qwen3-next-bf16-12l-random"}
+    files = render_site(site)
+    page = files["calibration.html"]
+    assert "qwen3-next-bf16-12l-random" in page and 'class="tag">predicted' in page
+    assert "on h200" in files["calibration.md"] and "| 8,192 |" in files["calibration.md"]
+    for rel, content in files.items():
+        if rel.startswith("recipes/") and rel.endswith(".html"):
+            assert 'href="../calibration.html"' in content, rel
+    assert 'href="calibration.html"' in files["index.html"]
+
+
+# --- shareable pages: the model by id, a command a reader can run, no local paths -------------
+
+_ENGINE_PY = "/home/someone/.local/share/servelab/engines/vllm-cpu/venv/bin/python"
+_SYNTH_DIR = "/tmp/pytest-7/work/models/synth/qwen3_moe-0f3a"
+_RUN_DIR = "/tmp/pytest-7/work/runs/20260701-tiny"
+_RUN_PORT = "41234"
+_SYNTH_RECIPE = ('name = "tiny-cpu"\n[model]\nsynth = "qwen3_moe"\n'
+                 'served_name = "tiny-qwen3-moe"\n[engine]\nname = "vllm"\n'
+                 f'python = "{_ENGINE_PY}"\n[engine.flags]\nmax_model_len = 4096\n')
+
+
+def _as_servelab_ran_it(recipe_text: str, model_dir: str | None) -> RunRecord:
+    argv = (_ENGINE_PY, "-m", "vllm.entrypoints.openai.api_server", "--model",
+            model_dir or "Qwen/Qwen3.6-35B-A3B-FP8", "--served-model-name", "tiny-qwen3-moe",
+            "--host", "127.0.0.1", "--port", _RUN_PORT, "--max-model-len", "4096",
+            f"--download-dir={_RUN_DIR}/hf")
+    base = record(0, "tiny-cpu", "BF16", "0.32.0", 50.0)
+    warnings = [{"kind": "kv-profiling-skipped",
+                 "text": f"WARNING skipped memory profiling for {model_dir or 'the model'}"}]
+    return dataclasses.replace(
+        base, run_id="share1", model_id="tiny-qwen3-moe", recipe_text=recipe_text,
+        engine_args=argv, checkpoint_path=model_dir, extra={"run_dir": _RUN_DIR},
+        engine_facts={**(base.engine_facts or {}), "warnings": warnings})
+
+
+def test_recipe_pages_name_the_model_by_id_and_keep_local_paths_on_the_run_page() -> None:
+    run = _as_servelab_ran_it(_SYNTH_RECIPE, _SYNTH_DIR)
+    site = site_from_records([run])
+    [page] = site.recipes
+    assert page.checkpoint == "synth:qwen3_moe" and page.port == 8000
+    assert page.command[:5] == ("python", "-m", "vllm.entrypoints.openai.api_server",
+                                "--model", "qwen3_moe")
+    assert "--port" in page.command and page.command[page.command.index("--port") + 1] == "8000"
+    files = render_site(site)
+    shared = {k: v for k, v in files.items() if not k.startswith("runs/")}
+    assert "recipes/tiny-cpu.toml" in shared
+    for name, content in shared.items():
+        for local in ("/tmp/pytest-7", "/home/someone", _RUN_PORT):
+            assert local not in content, (name, local)
+    html = files["recipes/tiny-cpu.html"]
+    assert "synth:qwen3_moe" in html and "servelab run tiny-cpu.toml" in html
+    assert "http://127.0.0.1:8000/v1/chat/completions" in html
+    assert 'python = "<local path>"' in files["recipes/tiny-cpu.toml"]
+    assert "servelab run tiny-cpu.toml" in files["recipes/tiny-cpu.md"]
+    run_page = files["runs/share1.html"]
+    assert _SYNTH_DIR in run_page and _RUN_DIR in run_page and f"--port {_RUN_PORT}" in run_page
+
+
+def test_a_hub_model_is_shown_by_its_repo_id() -> None:
+    text = ('name = "tiny-cpu"\n[model]\nrepo = "Qwen/Qwen3.6-35B-A3B-FP8"\n'
+            'revision = "main"\n[engine]\nport = 8011\n')
+    [page] = site_from_records([_as_servelab_ran_it(text, None)]).recipes
+    assert page.checkpoint == "Qwen/Qwen3.6-35B-A3B-FP8@main" and page.port == 8011
+    assert "Qwen/Qwen3.6-35B-A3B-FP8" in page.command and "8011" in page.command
+    assert "--download-dir=<local path>" in page.command

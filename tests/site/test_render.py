@@ -9,7 +9,9 @@ from html.parser import HTMLParser
 import pytest
 from site_samples import HOSTILE, HOSTILE_LOG, SECRET, build_site
 
-from servelab.site.fmt import redact, redact_argv, slugify
+from servelab.redact import redact_args as redact_argv
+from servelab.redact import redact_text as redact
+from servelab.site.fmt import slugify
 from servelab.site.model import Site
 from servelab.site.render import md_code, md_escape, render_site, run_file
 
@@ -85,20 +87,21 @@ def test_secrets_are_never_rendered(plain_files: dict[str, str]) -> None:
     for name, content in files.items():
         assert SECRET not in content, name
         assert SECRET[:12] not in content, name
-    assert "--api-key &#39;[redacted]&#39;" in files["recipes/tiny-fp8.html"] or (
-        "--api-key '[redacted]'" in files["recipes/tiny-fp8.html"])
+    assert "--api-key &#39;[REDACTED]&#39;" in files["recipes/tiny-fp8.html"] or (
+        "--api-key '[REDACTED]'" in files["recipes/tiny-fp8.html"])
 
 
 def test_redaction_rules() -> None:
-    assert redact(f"token {SECRET} end") == "token [redacted] end"
-    assert redact("postgresql://bob:hunter2@db/x") == "postgresql://bob:[redacted]@db/x"
-    assert redact("HF_TOKEN=abc123 OTHER=1") == "HF_TOKEN=[redacted] OTHER=1"
-    assert redact("Authorization: Bearer abcdefgh12345") == "Authorization: Bearer [redacted]"
-    assert redact("--api-key=xyz") == "--api-key=[redacted]"
-    assert redact(redact("--api-key=xyz")) == "--api-key=[redacted]"
+    """Pages mask with the one masker (servelab.redact), as the store does."""
+    assert redact(f"token {SECRET} end") == "token [REDACTED] end"
+    assert redact("postgresql://bob:hunter2@db/x") == "postgresql://bob:[REDACTED]@db/x"
+    assert redact("HF_TOKEN=abc123 OTHER=1") == "HF_TOKEN=[REDACTED] OTHER=1"
+    assert redact("Authorization: Bearer abcdefgh12345") == "Authorization: [REDACTED]"
+    assert redact("--api-key=xyz") == "--api-key=[REDACTED]"
+    assert redact(redact("--api-key=xyz")) == "--api-key=[REDACTED]"
     assert redact("Model loading took 35.28 GiB") == "Model loading took 35.28 GiB"
     assert redact_argv(("vllm", "--api-key", "s3cret", "--port", "8000")) == (
-        "vllm", "--api-key", "[redacted]", "--port", "8000")
+        "vllm", "--api-key", "[REDACTED]", "--port", "8000")
 
 
 def test_every_measured_number_names_its_run(plain_files: dict[str, str]) -> None:

@@ -26,13 +26,14 @@ from servelab.bench.metrics import Metrics, buffered, compute, per_request
 from servelab.bench.prompts import PromptBuilder
 from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.stats import Drift, drift
+from servelab.defaults import OUTPUT_LEN, PROMPT_LENS
 from servelab.errors import UsageError
 
 HEADLINE = ("decode_tok_s", "ttft_ms")
 """Metrics whose confidence interval decides when a point has enough samples."""
 
-DEFAULT_PROMPT_LENS = (512, 2048, 8192)
-DEFAULT_OUTPUT_LEN = 128
+DEFAULT_PROMPT_LENS = PROMPT_LENS
+DEFAULT_OUTPUT_LEN = OUTPUT_LEN
 
 
 @dataclass(frozen=True, slots=True)

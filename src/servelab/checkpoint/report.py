@@ -66,6 +66,7 @@ from servelab.checkpoint.quant import QuantArgs, QuantScheme, detect_quant
 from servelab.checkpoint.roles import ROLE_ORDER, Role, RoleClassifier, TensorRole
 from servelab.checkpoint.safetensors_format import TensorEntry
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
+from servelab.units import format_bytes
 
 SCHEMA = "servelab.inspect/1"
 GIB = 1 << 30
@@ -293,7 +294,7 @@ class CheckpointReport:
             f"## Checkpoint `{self.source.location}`",
             "",
             f"- {self.tensor_count:,} tensors, {self.total_bytes:,} bytes "
-            f"({self.total_gib:.2f} GiB), {self.total_params / 1e9:.2f} B params "
+            f"({format_bytes(self.total_bytes)}), {self.total_params / 1e9:.2f} B params "
             f"({self.active_params / 1e9:.2f} B active per token)",
             f"- quantization: {self.quant.label}"
             + (
@@ -312,18 +313,19 @@ class CheckpointReport:
             )
         lines.append(
             f"- MTP: config declares {self.mtp_declared_layers} layer(s); "
-            f"{self.mtp_tensors:,} MTP tensors ship ({self.mtp_bytes / GIB:.3f} GiB)"
+            f"{self.mtp_tensors:,} MTP tensors ship ({format_bytes(self.mtp_bytes)})"
         )
         lines.append(
-            f"- decode reads {self.decode_bytes_per_token / GIB:.3f} GiB per generated token "
+            f"- decode reads {format_bytes(self.decode_bytes_per_token)} per generated token "
             "(weights only; KV/state excluded)"
         )
-        lines += ["", "| dtype | tensors | GiB | elements |", "|---|---:|---:|---:|"]
+        lines += ["", "| dtype | tensors | size | elements |", "|---|---:|---:|---:|"]
         for d in self.dtypes:
-            lines.append(f"| {d.dtype} | {d.tensors:,} | {d.bytes / GIB:.2f} | {d.elements:,} |")
+            size = format_bytes(d.bytes)
+            lines.append(f"| {d.dtype} | {d.tensors:,} | {size} | {d.elements:,} |")
         lines += [
             "",
-            "| role | tensors | GiB | GiB incl. scales | bits/weight | decode GiB/token |",
+            "| role | tensors | size | incl. scales | bits/weight | decode read/token |",
             "|---|---:|---:|---:|---:|---:|",
         ]
         for r in self.roles:
@@ -331,8 +333,8 @@ class CheckpointReport:
                 continue
             bits = f"{r.effective_bits:.2f}" if r.effective_bits else "–"
             lines.append(
-                f"| {r.role} | {r.tensors:,} | {r.bytes / GIB:.3f} | "
-                f"{r.bytes_incl_scales / GIB:.3f} | {bits} | {r.decode_bytes / GIB:.4f} |"
+                f"| {r.role} | {r.tensors:,} | {format_bytes(r.bytes)} | "
+                f"{format_bytes(r.bytes_incl_scales)} | {bits} | {format_bytes(r.decode_bytes)} |"
             )
         if self.findings:
             lines += ["", "| finding | severity | explanation |", "|---|---|---|"]

@@ -8,23 +8,11 @@ JSON schemas: ``servelab.compare/1`` (:mod:`servelab.analysis.compare`),
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from servelab.analysis import (
-    Group,
-    compare_groups,
-    criteria_from_toml,
-    history,
-    metric_def,
-    parse_criteria,
-)
-from servelab.analysis.compare import Comparison, fmt_rel
-from servelab.analysis.experiment import ExperimentResult, fmt_pct
-from servelab.analysis.history import History
 from servelab.cli.output import (
     CsvOpt,
     DbOpt,
@@ -35,9 +23,13 @@ from servelab.cli.output import (
     num,
     pick_format,
 )
-from servelab.errors import RunNotFoundError, ServelabError, UsageError
-from servelab.pipeline.experiment import record_experiment
-from servelab.store import RunFilter, RunRecord, Store, open_store
+from servelab.errors import RunNotFoundError, UsageError
+
+if TYPE_CHECKING:  # numpy and SQLAlchemy load only when a command runs (fast --help)
+    from servelab.analysis import Group
+    from servelab.analysis.compare import Comparison
+    from servelab.analysis.experiment import ExperimentResult
+    from servelab.analysis.history import History
 
 DEFAULT_CRITERIA = "decode >= +5% and memory not worse"
 
@@ -56,59 +48,9 @@ AlphaOpt = Annotated[
 
 
 def _metric_names(metrics: list[str] | None) -> list[str] | None:
+    from servelab.analysis import metric_def
+
     return [metric_def(m).name for m in metrics] if metrics else None
-
-
-def _recipe_name_from_file(arg: str) -> str | None:
-    path = Path(arg)
-    if path.suffix != ".toml" or not path.is_file():
-        return None
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return path.stem
-    name = data.get("name")
-    return name if isinstance(name, str) and name else path.stem
-
-
-def latest_runs(store: Store, subject: str, count: int = 1) -> list[RunRecord]:
-    """The ``count`` latest successful runs of a recipe (name or file) or model id."""
-    name = _recipe_name_from_file(subject) or subject
-    runs = store.list_runs(
-        RunFilter(model_or_recipe=name, status="ok", newest_first=True, limit=count),
-        samples=True,
-    )
-    return list(reversed(runs))
-
-
-def resolve_side(store: Store, arg: str, count: int = 1) -> Group:
-    """A run id / prefix, else the latest ``count`` runs of a recipe or model."""
-    try:
-        return Group(arg, (store.get_run(arg),))
-    except RunNotFoundError as exc:
-        runs = latest_runs(store, arg, count)
-        if not runs:
-            raise RunNotFoundError(f"no run id, recipe or model matches {arg!r}") from exc
-        return Group(arg, tuple(runs))
-
-
-def run_side(store: Store, recipe_file: Path) -> Group:
-    """Run a recipe now through the ``servelab run`` pipeline; its stored run as a group."""
-    from rich.console import Console
-
-    from servelab.cli.run_cmd import RunProgress
-    from servelab.engine.recipe import load_recipe
-    from servelab.pipeline.run import RunOptions, run_recipe
-
-    recipe = load_recipe(recipe_file)
-    with RunProgress(Console(stderr=True, highlight=False)) as progress:
-        outcome = run_recipe(recipe, store, RunOptions(labels=("experiment",)), on_event=progress)
-    if not outcome.ok:
-        raise ServelabError(
-            f"run {outcome.run_id} of {recipe_file} failed ({outcome.record.status_reason}); "
-            "it is recorded, but there is no experiment without it"
-        )
-    return Group(recipe.name, (store.get_run(outcome.run_id),))
 
 
 # ---------------------------------------------------------------------------- compare
@@ -116,6 +58,8 @@ def run_side(store: Store, recipe_file: Path) -> Group:
 
 def compare_tables(comp: Comparison) -> list[Table]:
     """The compare table: one row per metric and point, one value/Δ/verdict per group."""
+    from servelab.analysis.compare import fmt_rel
+
     cols = ["metric", "point", f"{comp.groups[0].name}"]
     for g in comp.groups[1:]:
         cols += [g.name, f"Δ vs {comp.groups[0].name}", "verdict"]
@@ -168,6 +112,10 @@ def compare_cmd(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Compare runs, recipes or labelled groups side by side, tested against the noise."""
+    from servelab.analysis import Group, compare_groups
+    from servelab.pipeline.experiment import latest_runs
+    from servelab.store import RunFilter, open_store
+
     fmt = pick_format(as_json, as_csv, as_markdown)
     groups: list[Group] = []
     with open_store(db) as store:
@@ -194,6 +142,8 @@ def compare_cmd(
 
 def history_tables(h: History) -> tuple[list[Table], list[str]]:
     """One table per series (dated rows, steps marked) and a finding per detected change."""
+    from servelab.analysis.compare import fmt_rel
+
     tables = []
     notes = []
     for s in h.series:
@@ -284,10 +234,13 @@ def history_cmd(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Dated series per metric with noise-aware change points and what changed at each."""
+    from servelab.analysis import history
     from servelab.cli.runs_cmd import _date
+    from servelab.pipeline.experiment import recipe_name_from_file
+    from servelab.store import RunFilter, open_store
 
     fmt = pick_format(as_json, as_csv, as_markdown)
-    name = _recipe_name_from_file(subject) or subject
+    name = recipe_name_from_file(subject) or subject
     with open_store(db) as store:
         runs = store.list_runs(
             RunFilter(model_or_recipe=name, since=_date(since, "--since")), samples=True
@@ -308,6 +261,8 @@ def history_cmd(
 
 def experiment_tables(res: ExperimentResult) -> tuple[list[Table], list[str]]:
     """Deltas table, clause table, and the verdict line."""
+    from servelab.analysis.experiment import fmt_pct
+
     deltas = Table(
         "deltas",
         ("metric", "point", res.baseline.name, res.variant.name, "Δ", "Δ%", "95% CI", "p"),
@@ -383,6 +338,13 @@ def experiment_cmd(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Deltas of VARIANT over BASELINE with CIs and a verdict against the criteria."""
+    from rich.console import Console
+
+    from servelab.analysis import criteria_from_toml, parse_criteria
+    from servelab.cli.run_cmd import RunProgress
+    from servelab.pipeline.experiment import record_experiment, resolve_side, run_side
+    from servelab.store import open_store
+
     fmt = pick_format(as_json, as_csv, as_markdown)
     if criteria is not None and criteria_file is not None:
         raise UsageError("give --criteria or --criteria-file, not both")
@@ -394,8 +356,9 @@ def experiment_cmd(
                 raise UsageError(f"--runs needs two recipe files; {arg!r} is not a file")
     with open_store(db) as store:
         if runs:
-            base = run_side(store, Path(baseline))
-            var = run_side(store, Path(variant))
+            with RunProgress(Console(stderr=True, highlight=False)) as progress:
+                base = run_side(store, Path(baseline), on_event=progress)
+                var = run_side(store, Path(variant), on_event=progress)
         else:
             base = resolve_side(store, baseline, last)
             var = resolve_side(store, variant, last)

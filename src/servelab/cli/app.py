@@ -1,4 +1,5 @@
-"""The ``servelab`` command: registers each command group and maps errors to messages.
+"""The ``servelab`` command: registers each command group; :mod:`servelab.cli.errors` maps
+errors to one-line messages and exit statuses.
 
 Each command group lives in its own module under ``servelab.cli`` and exposes either a
 ``register(app)`` function (plain commands) or a ``app`` Typer instance (a group).
@@ -6,16 +7,12 @@ Each command group lives in its own module under ``servelab.cli`` and exposes ei
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from servelab import __version__
-from servelab.errors import ServelabError
+from servelab.cli.errors import run_cli
 
 app = typer.Typer(
     name="servelab",
@@ -24,9 +21,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
 
 def _version_callback(value: bool) -> None:
     if value:
@@ -82,27 +76,5 @@ _register_commands()
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point: run the app and turn ServelabError into a one-line message."""
-    try:
-        rc = app(args=argv, standalone_mode=False)
-    except ServelabError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
-        if os.environ.get("SERVELAB_DEBUG"):
-            raise
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("[bold red]interrupted[/]")
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(1)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
-    sys.exit(rc if isinstance(rc, int) else 0)
+    """Entry point: run the app; errors become one-line messages (see :mod:`.errors`)."""
+    run_cli(lambda: app(args=argv, standalone_mode=False))

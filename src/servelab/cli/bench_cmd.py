@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,22 +17,21 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servelab.bench import report, vllm_compat
-from servelab.bench.result import BenchResult, write_json_atomic
-from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.transport import Timeouts
-from servelab.bench.workload import DEFAULT_OUTPUT_LEN, ProgressEvent, WorkloadSpec
+from servelab.cli.output import CsvOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.defaults import OUTPUT_LEN, prompt_lens_text
 from servelab.errors import BenchError, UsageError
+from servelab.units import parse_int_list
+
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.bench.result import BenchResult
+    from servelab.bench.workload import ProgressEvent
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
-        vals = tuple(int(x.replace("_", "")) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise UsageError(f"{what}: no values in {text!r}")
-    return vals
+        return tuple(parse_int_list(text, what))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _emit(text: str, out: Path | None) -> None:
@@ -55,6 +54,8 @@ _TABLE_TITLES = {"decode_tok_s_median": "decode tok/s", "prefill_tok_s_median": 
 
 def render_table(result: BenchResult, console: Console) -> None:
     """Print the result as a Rich table plus its notes."""
+    from servelab.bench import report
+
     table = Table(title=f"servelab bench · {escape(result.model)} · {escape(result.base_url)}",
                   title_justify="left")
     titles = dict(report.COLUMNS)
@@ -79,9 +80,9 @@ def bench(
                                      "first one /v1/models lists)."),
     endpoint: str = typer.Option("completions", "--endpoint",
                                  help="API to drive: completions or chat."),
-    prompt_lens: str = typer.Option("512,2048,8192", "--prompt-lens",
+    prompt_lens: str = typer.Option(prompt_lens_text(), "--prompt-lens",
                                     help="Comma-separated prompt lengths in tokens."),
-    output_len: int = typer.Option(DEFAULT_OUTPUT_LEN, "--output-len",
+    output_len: int = typer.Option(OUTPUT_LEN, "--output-len",
                                    help="Tokens to generate per request (ignore_eos)."),
     concurrency: str = typer.Option("1", "--concurrency",
                                     help="Comma-separated concurrency levels to sweep."),
@@ -119,10 +120,9 @@ def bench(
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompt filler and Poisson arrivals."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON "
-                                 "(schema servelab.bench/1)."),
-    as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per point."),
-    as_markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the JSON/CSV/Markdown here instead of stdout (the full JSON when "
         "no format is given).")] = None,
@@ -131,10 +131,15 @@ def bench(
         "this directory.")] = None,
 ) -> None:
     """Benchmark an OpenAI-compatible endpoint: TTFT, TPOT, ITL, decode/prefill tok/s, with CIs."""
+    from servelab.bench import report, vllm_compat
+    from servelab.bench.result import write_json_atomic
+    from servelab.bench.run import BenchConfig, run_bench
+    from servelab.bench.transport import Timeouts
+    from servelab.bench.workload import WorkloadSpec
+
     if endpoint not in ("completions", "chat"):
         raise UsageError(f"--endpoint must be completions or chat, not {endpoint!r}")
-    if sum((as_json, as_csv, as_markdown)) > 1:
-        raise UsageError("choose one of --json, --csv, --markdown")
+    pick_format(as_json, as_csv, as_markdown)  # at most one
     kwargs: dict[str, Any] | None = None
     if chat_template_kwargs is not None:
         try:
@@ -202,6 +207,8 @@ def bench_import(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Read a vllm bench serve result and show its numbers (and servelab's, if detailed)."""
+    from servelab.bench import report, vllm_compat
+
     vr = vllm_compat.load_vllm(path)
     mine = vr.metrics()
     keys = [k for k in vr.aggregates if k.endswith("_ms") or "throughput" in k

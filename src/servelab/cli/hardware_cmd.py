@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab.errors import UsageError
-from servelab.hardware.probe import ProbeResult, probe_command, probe_host
 from servelab.hardware.profiles import (
     BUILTIN,
     GIB,
@@ -131,6 +130,8 @@ def probe(
     as_json: bool = typer.Option(False, "--json", help="Print the probe as JSON."),
 ) -> None:
     """Measure copy bandwidth and matmul rate of this machine (or of a GPU via a command)."""
+    from servelab.hardware.probe import ProbeResult, probe_command, probe_host  # numpy
+
     if copy_mib <= 0 or reps <= 0:
         raise UsageError("--copy-mib and --reps must be positive")
     result: ProbeResult

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.checkpoint.report import GIB, CheckpointReport, inspect_checkpoint
 from servelab.errors import UsageError
+from servelab.units import format_bytes
+
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.checkpoint.report import CheckpointReport
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _gib(n: int, nd: int = 2) -> str:
-    return f"{n / GIB:,.{nd}f}"
+def _size(n: int) -> str:
+    return format_bytes(n)
+
+
+def _params(n: float) -> str:
+    """Parameter counts in the unit that shows them (a tiny model is not "0.000 B")."""
+    for unit, size in (("B", 1e9), ("M", 1e6)):
+        if n >= size:
+            return f"{n / size:,.3f} {unit}"
+    return f"{n:,.0f}"
 
 
 def render(report: CheckpointReport, console: Console) -> None:
@@ -29,12 +41,12 @@ def render(report: CheckpointReport, console: Console) -> None:
     summary.add_column()
     summary.add_row("model", f"{r.model_type or '?'} {' '.join(r.architectures)}".strip())
     summary.add_row("tensors", f"{r.tensor_count:,} in {r.source.shards} file(s)")
-    summary.add_row("total", f"{r.total_bytes:,} bytes = {_gib(r.total_bytes)} GiB")
+    summary.add_row("total", f"{r.total_bytes:,} bytes = {_size(r.total_bytes)}")
     if r.source.kind == "hub":
         summary.add_row("fetched", f"{r.source.bytes_fetched:,} bytes (headers and configs only)")
     summary.add_row(
         "params",
-        f"{r.total_params / 1e9:,.3f} B total, {r.active_params / 1e9:,.3f} B active per token",
+        f"{_params(r.total_params)} total, {_params(r.active_params)} active per token",
     )
     if r.layer_types:
         counts: dict[str, int] = {}
@@ -56,30 +68,30 @@ def render(report: CheckpointReport, console: Console) -> None:
     summary.add_row(
         "MTP",
         f"config declares {r.mtp_declared_layers} layer(s); {r.mtp_tensors:,} tensors ship "
-        f"({_gib(r.mtp_bytes, 3)} GiB)",
+        f"({_size(r.mtp_bytes)})",
     )
     summary.add_row(
         "decode reads",
-        f"{r.decode_bytes_per_token:,} bytes = {_gib(r.decode_bytes_per_token, 3)} GiB per "
+        f"{r.decode_bytes_per_token:,} bytes = {_size(r.decode_bytes_per_token)} per "
         "generated token (weights; KV/state not included)",
     )
     console.print(summary)
 
     dt = Table(title="By dtype", title_justify="left")
-    for col in ("dtype", "tensors", "bytes", "GiB", "elements"):
+    for col in ("dtype", "tensors", "bytes", "size", "elements"):
         dt.add_column(col, justify="left" if col == "dtype" else "right", no_wrap=True)
     for d in r.dtypes:
-        dt.add_row(d.dtype, f"{d.tensors:,}", f"{d.bytes:,}", _gib(d.bytes), f"{d.elements:,}")
+        dt.add_row(d.dtype, f"{d.tensors:,}", f"{d.bytes:,}", _size(d.bytes), f"{d.elements:,}")
     console.print(dt)
 
     rt = Table(
-        title="By role (w/ scales: scales folded in; decode: MiB read per generated token)",
+        title="By role (w/ scales: scales folded in; decode: read per generated token)",
         title_justify="left",
     )
-    for col in ("role", "tensors", "GiB", "w/ scales", "bits/w", "decode"):
+    for col in ("role", "tensors", "size", "w/ scales", "bits/w", "decode"):
         rt.add_column(col, justify="left" if col == "role" else "right", no_wrap=True)
     split = Table(title="By role and dtype", title_justify="left")
-    for col in ("role", "dtype", "bytes", "GiB"):
+    for col in ("role", "dtype", "bytes", "size"):
         split.add_column(col, justify="left" if col in ("role", "dtype") else "right", no_wrap=True)
     for s in r.roles:
         if not (s.tensors or s.bytes_incl_scales):
@@ -88,13 +100,13 @@ def render(report: CheckpointReport, console: Console) -> None:
         rt.add_row(
             s.role,
             f"{s.tensors:,}",
-            _gib(s.bytes, 3),
-            _gib(s.bytes_incl_scales, 3),
+            _size(s.bytes),
+            _size(s.bytes_incl_scales),
             bits,
-            f"{s.decode_bytes / (1 << 20):,.2f}",
+            _size(s.decode_bytes),
         )
         for dtype, nbytes in s.dtypes.items():
-            split.add_row(s.role, dtype, f"{nbytes:,}", _gib(nbytes, 3))
+            split.add_row(s.role, dtype, f"{nbytes:,}", _size(nbytes))
     console.print(rt)
     console.print(split)
 
@@ -139,6 +151,8 @@ def inspect(
     effective bits per routed-expert weight), bytes read per generated token, and lint
     findings. Nothing is ever loaded or unpickled.
     """
+    from servelab.checkpoint.report import inspect_checkpoint
+
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     report = inspect_checkpoint(location, revision=revision, token=token, endpoint=endpoint)

@@ -4,84 +4,54 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.checkpoint.report import build_report
-from servelab.checkpoint.sources import load_checkpoint
+from servelab.defaults import ENGINE_VERSION, PROMPT_LENS, prompt_lens_text
 from servelab.errors import UsageError
-from servelab.hardware.host import host_has_avx512_bf16
-from servelab.hardware.probe import load_probe
-from servelab.hardware.profiles import HardwareProfile, get_profile, with_probe
-from servelab.plan.build import Plan, build_plan
-from servelab.plan.explain import explain as explain_builds
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.markdown import explain_markdown, interval_text, plan_markdown
 from servelab.plan.parallel import LINKS, Topology, topology_for
-from servelab.plan.speedmodel import Fit
-from servelab.plan.weights import weights_from_report
-from servelab.store.model import STATUS_OK, RunFilter, RunRecord
+from servelab.units import format_bytes as human_bytes
+from servelab.units import parse_float_list, parse_int_list, parse_size
+
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.hardware.profiles import HardwareProfile
+    from servelab.plan.build import Plan
+    from servelab.plan.speedmodel import Fit
+    from servelab.store.model import RunRecord
 
 GIB = 1 << 30
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "kib": 1 << 10,
-    "m": 10**6,
-    "mb": 10**6,
-    "mib": 1 << 20,
-    "g": 10**9,
-    "gb": 10**9,
-    "gib": 1 << 30,
-    "t": 10**12,
-    "tb": 10**12,
-    "tib": 1 << 40,
-}
 
 
 def parse_bytes(text: str) -> int:
-    """``6GiB`` / ``6442450944`` / ``1.5GB`` -> bytes."""
-    m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise UsageError(f"cannot read {text!r} as a byte count (e.g. 6442450944 or 6GiB)")
+    """``6GiB`` / ``6G`` / ``6442450944`` -> bytes (the one size parser, as in recipes)."""
     try:
-        return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        return parse_size(text)
     except ValueError as exc:
-        raise UsageError(f"cannot read {text!r} as a byte count") from exc
+        raise UsageError(str(exc)) from None
 
 
 def parse_list(text: str, kind: type[int] | type[float], what: str) -> list[int] | list[float]:
     """``512,2048,8192`` -> [512, 2048, 8192]."""
     try:
-        vals = [kind(x.replace("_", "")) for x in text.split(",") if x.strip()]
+        return parse_int_list(text, what) if kind is int else parse_float_list(text, what)
     except ValueError as exc:
-        raise UsageError(f"{what}: {text!r} is not a comma-separated list of numbers") from exc
-    if not vals:
-        raise UsageError(f"{what}: empty list")
-    return vals
+        raise UsageError(str(exc)) from None
 
 
 def _gib(n: float, nd: int = 2) -> str:
     return f"{n / GIB:,.{nd}f} GiB"
 
 
-def human_bytes(n: float) -> str:
-    """``1536`` -> ``1.50 KiB`` (binary units)."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:,.2f} {unit}"
-    return f"{n:,.0f} B"
-
-
 def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareProfile:
+    from servelab.hardware.probe import load_probe
+    from servelab.hardware.profiles import get_profile, with_probe
+
     hw = get_profile(name, files=files)
     if probe is not None:
         try:
@@ -108,8 +78,8 @@ def make_plan(
     kv_cache_memory_bytes: int | None = None,
     gpu_memory_utilization: float = 0.9,
     kv_cache_dtype: str = "auto",
-    engine_version: str = "0.32.0",
-    prompt_lens: Sequence[int] = (512, 2048, 8192),
+    engine_version: str = ENGINE_VERSION,
+    prompt_lens: Sequence[int] = PROMPT_LENS,
     db: str | None = None,
     use_store: bool = True,
     priors: Path | None = None,
@@ -121,6 +91,12 @@ def make_plan(
     topology: Topology | None = None,
 ) -> Plan:
     """Read the checkpoint's headers and plan it (the CLI's library call)."""
+    from servelab.checkpoint.report import build_report
+    from servelab.checkpoint.sources import load_checkpoint
+    from servelab.hardware.host import host_has_avx512_bf16
+    from servelab.plan.build import build_plan
+    from servelab.plan.weights import weights_from_report
+
     source = load_checkpoint(checkpoint, revision=revision)
     report = build_report(source)
     weights = weights_from_report(report, name=checkpoint)
@@ -159,6 +135,7 @@ def stored_runs(db: str | None, hardware: str) -> list[RunRecord]:
     """Successful runs on ``hardware`` from the results database (none when ``db`` is unset
     and the default database does not exist: planning never creates one)."""
     from servelab.store.db import ENV_DB, data_dir, open_store
+    from servelab.store.model import STATUS_OK, RunFilter
 
     if db is None and not os.environ.get(ENV_DB) and not (data_dir() / "results.db").exists():
         return []
@@ -175,6 +152,8 @@ def fit_line(kind: str, fit: Fit | None) -> str:
 
 def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> None:
     """Rich tables for a plan; speeds are labelled predicted."""
+    from servelab.plan.markdown import interval_text
+
     kv, mem, sp = plan.kv, plan.memory, plan.speed
     hw = plan.hardware
     console.print(
@@ -373,10 +352,12 @@ def plan(
         "auto", "--kv-cache-dtype", help="vLLM --kv-cache-dtype (auto, fp8, bfloat16, …)."
     ),
     engine_version: str = typer.Option(
-        "0.32.0", "--engine-version", help="vLLM version whose arithmetic to follow."
+        ENGINE_VERSION, "--engine-version", help="vLLM version whose arithmetic to follow."
     ),
     prompt_lens: str = typer.Option(
-        "512,2048,8192", "--prompt-lens", help="Comma-separated context/prompt lengths to predict."
+        prompt_lens_text(),
+        "--prompt-lens",
+        help="Comma-separated context/prompt lengths to predict.",
     ),
     fits: bool = typer.Option(
         False,
@@ -444,6 +425,8 @@ def plan(
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
     each rank's KV pool, and decode with its communication term.
     """
+    from servelab.plan.markdown import plan_markdown
+
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)
@@ -491,7 +474,7 @@ def explain(
         Path | None, typer.Option("--probe", help="Probe JSON with measured ceilings.")
     ] = None,
     context_len: int = typer.Option(2048, "--context-len", help="Context length to compare at."),
-    engine_version: str = typer.Option("0.32.0", "--engine-version", help="vLLM version."),
+    engine_version: str = typer.Option(ENGINE_VERSION, "--engine-version", help="vLLM version."),
     db: Annotated[
         str | None,
         typer.Option("--db", help="Results database whose runs calibrate the prediction."),
@@ -501,6 +484,9 @@ def explain(
     as_markdown: bool = typer.Option(False, "--markdown", help="Print it as Markdown."),
 ) -> None:
     """Explain why two builds decode at different (predicted) speeds: bytes vs kernels."""
+    from servelab.plan.explain import explain as explain_builds
+    from servelab.plan.markdown import explain_markdown
+
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)

@@ -20,11 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.engine.command import display_command, redact_argv, redact_env
-from servelab.engine.launch import display_launcher, resolve_model
-from servelab.engine.recipe import load_recipe, parse_recipe
-from servelab.engines import get_engine
+from servelab.defaults import PROMPT_LENS
 from servelab.errors import UsageError
+from servelab.redact import redact_args, redact_env
 
 __all__ = ["STARTER_RECIPE", "app", "register"]
 
@@ -69,15 +67,15 @@ gpu_memory_utilization = 0.85
 # pipeline_parallel_size = 1
 # max_num_seqs = 16
 # enable_prefix_caching = true
-# speculative_config = { method = "mtp", num_speculative_tokens = 3 }
-# chat_template_kwargs = { enable_thinking = false }
+# speculative_config = {{ method = "mtp", num_speculative_tokens = 3 }}
+# chat_template_kwargs = {{ enable_thinking = false }}
 extra = []                          # any further flags, one argument per item
 
 [engine.env]
 # VLLM_LOGGING_LEVEL = "INFO"
 
 [bench]                             # workload defaults for `servelab bench`
-prompt_tokens = [512, 2048, 8192]
+prompt_tokens = [{PROMPT_LENS}]
 output_tokens = 256
 concurrency = [1]
 repetitions = 3
@@ -86,7 +84,7 @@ ci_target_pct = 5.0                 # stop repeating once the 95% CI is within Â
 
 [labels]
 # owner = "me"
-"""
+""".format(PROMPT_LENS=", ".join(str(n) for n in PROMPT_LENS))
 
 
 @app.command("new")
@@ -97,6 +95,8 @@ def new(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented starter recipe."""
+    from servelab.engine.recipe import parse_recipe
+
     if path.exists() and not force:
         raise UsageError(f"{path} exists; use --force to overwrite")
     parse_recipe(STARTER_RECIPE)  # the starter must always validate
@@ -119,6 +119,11 @@ def check(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Validate a recipe and print the exact engine command line it would run."""
+    from servelab.engine.command import display_command
+    from servelab.engine.launch import display_launcher, resolve_model
+    from servelab.engine.recipe import load_recipe
+    from servelab.engines import get_engine
+
     rec = load_recipe(file)
     launcher, installed = display_launcher(rec)
     model_arg, _ = resolve_model(rec, build=False)
@@ -132,7 +137,7 @@ def check(
             "served_model_name": rec.served_model_name(),
             "hardware": rec.hardware,
             "engine_installed": installed,
-            "argv": redact_argv(argv),
+            "argv": redact_args(argv),
             "command": command,
             "env": redact_env(dict(rec.engine.env)),
             "recipe": rec.model_dump(mode="json"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -29,11 +29,11 @@ from rich.progress import (
 )
 
 from servelab.cli.output import DbOpt, JsonOpt, MarkdownOpt, Table, emit, num
-from servelab.engine.recipe import load_recipe
-from servelab.pipeline.run import RunEvent, RunOptions, RunOutcome, run_recipe
-from servelab.pipeline.summary import SummaryRow
-from servelab.store import open_store
-from servelab.store.db import Store
+
+if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
+    from servelab.pipeline.run import RunEvent, RunOutcome
+    from servelab.pipeline.summary import SummaryRow
+    from servelab.store.db import Store
 
 err = Console(stderr=True, highlight=False)
 
@@ -95,42 +95,54 @@ class RunProgress:
             self.progress.update(task, detail=escape(ev.detail))
 
 
-def summary_table(rows: tuple[SummaryRow, ...]) -> Table:
-    """Measured vs predicted, one row per (metric, prompt length)."""
-    out = []
+def summary_tables(rows: tuple[SummaryRow, ...]) -> list[Table]:
+    """Measured, then predicted, one row per (metric, prompt length) in each.
+
+    Two narrow tables rather than one wide one, so that both stay whole at 80 columns
+    (a nine-column table folded numbers mid-digit there).
+    """
+    measured, predicted = [], []
     for r in rows:
         ci = (
             f"{num(r.ci_low, 1)}–{num(r.ci_high, 1)}"
             if r.ci_low is not None and r.ci_high is not None
             else ""
         )
-        pred = (
-            f"{num(r.predicted_tok_s, 1)} ({num(r.predicted_low, 1)}–{num(r.predicted_high, 1)})"
-            if r.predicted_tok_s is not None
-            else "-"
+        interval = (
+            f"{num(r.predicted_low, 1)}–{num(r.predicted_high, 1)}"
+            if r.predicted_low is not None and r.predicted_high is not None
+            else ""
         )
         err = f"{r.error:+.0%}" if r.error is not None else ""
         inside = {True: "yes", False: "NO", None: ""}[r.inside_interval]
         frac = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else ""
-        out.append(
-            [r.kind, f"{r.prompt_tokens:,}", num(r.measured_tok_s, 1), ci, pred, err, inside, frac]
+        key = [r.kind, f"{r.prompt_tokens:,}"]
+        measured.append([*key, num(r.measured_tok_s, 1), ci, str(r.samples)])
+        predicted.append(
+            [*key, num(r.predicted_tok_s, 1) or "-", interval, err, inside, frac]
         )
-    return Table(
-        "measured vs predicted (single stream)",
-        ("metric", "prompt", "tok/s", "95% CI", "predicted*", "err", "in?", "% roof"),
-        out,
-        caption="tok/s measured by servelab bench; * predicted by servelab plan before the "
-        "run (interval from leave-one-model-out errors); % roof = measured / roofline bound",
-    )
+    return [
+        Table(
+            "measured (single stream)",
+            ("metric", "prompt", "tok/s", "95% CI", "n"),
+            measured,
+            caption="measured by servelab bench",
+        ),
+        Table(
+            "predicted before the run",
+            ("metric", "prompt", "tok/s", "interval", "error", "inside", "% roof"),
+            predicted,
+            caption="predicted by servelab plan (interval from leave-one-model-out errors); "
+            "error = measured / predicted − 1; % roof = measured / roofline bound",
+        ),
+    ]
 
 
 def rebuild_site(store: Store, outdir: Path) -> Path:
     """Rebuild the whole static site from the store; returns the index path."""
-    from servelab.site.build import build_site  # matplotlib: only when a site is built
-    from servelab.site.collect import collect_site
+    from servelab.site.build import publish  # matplotlib: only when a site is built
 
-    built = build_site(collect_site(store), outdir)
-    return built.index
+    return publish(store, outdir).index
 
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
@@ -186,12 +198,19 @@ def run(
     ] = None,
     no_calibrate: Annotated[
         bool,
-        typer.Option("--no-calibrate", help="Predict from the roofline only (ignore stored runs)."),
+        typer.Option(
+            "--no-calibrate",
+            help="Ignore stored runs: predict from the shipped priors (or the roofline bound).",
+        ),
     ] = False,
     as_json: JsonOpt = False,
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Verify a recipe end to end and record the run with its prediction."""
+    from servelab.engine.recipe import load_recipe
+    from servelab.pipeline.run import RunOptions, run_recipe
+    from servelab.store import open_store
+
     rec = load_recipe(recipe)
     chosen_port: int | str | None
     if port == "auto":
@@ -238,7 +257,7 @@ def run(
         emit(
             "markdown" if as_markdown else "table",
             doc=doc,
-            tables=[summary_table(outcome.summary), kv_table],
+            tables=[*summary_tables(outcome.summary), kv_table],
         )
         err.print(escape(head), soft_wrap=True)
         if index is not None:

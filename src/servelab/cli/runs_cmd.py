@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -28,17 +28,9 @@ from servelab.cli.output import (
     pick_format,
 )
 from servelab.errors import UsageError
-from servelab.store import (
-    EXPORT_SCHEMA,
-    RunFilter,
-    RunRecord,
-    export_doc,
-    import_runs,
-    open_store,
-    read_import_file,
-    run_to_dict,
-)
-from servelab.store.exchange import write_json_atomic
+
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.store import RunFilter, RunRecord
 
 app = typer.Typer(help="List, show, export, import and delete stored runs.", no_args_is_help=True)
 
@@ -71,6 +63,8 @@ def _filter(
     limit: int | None,
     newest_first: bool = False,
 ) -> RunFilter:
+    from servelab.store import RunFilter
+
     if status is not None and status not in ("ok", "failed"):
         raise UsageError(f"--status must be ok or failed, not {status!r}")
     return RunFilter(
@@ -90,6 +84,7 @@ def _when(dt: datetime | None) -> str:
 
 def runs_table(runs: list[RunRecord], title: str = "runs") -> Table:
     """The ``runs list`` table."""
+
     cols = (
         "id",
         "started (UTC)",
@@ -140,6 +135,8 @@ def list_cmd(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """List stored runs, newest first."""
+    from servelab.store import EXPORT_SCHEMA, open_store, run_to_dict
+
     fmt = pick_format(as_json, as_csv, as_markdown)
     with open_store(db) as store:
         runs = store.list_runs(_filter(recipe, model, label, status, since, limit, True))
@@ -162,6 +159,8 @@ def show_cmd(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Show one run: its conditions, metrics (with CIs) and optionally its samples."""
+    from servelab.store import open_store, run_to_dict
+
     fmt = pick_format(as_json, as_csv, as_markdown)
     with open_store(db) as store:
         run = store.get_run(run_id, samples=True)
@@ -267,6 +266,9 @@ def export_cmd(
     db: DbOpt = None,
 ) -> None:
     """Export runs with every sample as JSON (schema servelab.runs/1)."""
+    from servelab.store import export_doc, open_store
+    from servelab.store.exchange import write_json_atomic
+
     with open_store(db) as store:
         if run_ids:
             runs = [store.get_run(r) for r in run_ids]
@@ -294,6 +296,8 @@ def import_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Import runs (duplicates by id are skipped, so importing twice is harmless)."""
+    from servelab.store import import_runs, open_store, read_import_file
+
     records = []
     for f in files:  # read and validate everything before writing anything
         records.extend(read_import_file(f))
@@ -317,6 +321,8 @@ def delete_cmd(
     db: DbOpt = None,
 ) -> None:
     """Delete runs with their samples and metrics."""
+    from servelab.store import open_store
+
     with open_store(db) as store:
         full = [store.resolve_id(r) for r in run_ids]
         if not yes and not typer.confirm(f"delete {len(full)} run(s): {', '.join(full)}?"):

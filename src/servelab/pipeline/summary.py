@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.plan.document import SpeedKind, read_plan
+from servelab.points import PointKey
 from servelab.store.model import Metric
 
 
@@ -64,49 +66,31 @@ class SummaryRow:
         }
 
 
-def _points(
-    prediction: Mapping[str, Any] | None, kind: str, key: str
-) -> dict[int, Mapping[str, Any]]:
-    speed = (prediction or {}).get("speed")
-    if not isinstance(speed, Mapping):
-        return {}
-    out: dict[int, Mapping[str, Any]] = {}
-    for p in speed.get(kind) or []:
-        if isinstance(p, Mapping) and isinstance(p.get(key), int):
-            out[int(p[key])] = p
-    return out
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def summarize(
     metrics: Sequence[Metric],
     prediction: Mapping[str, Any] | None,
     prompt_lens: Sequence[int],
 ) -> tuple[SummaryRow, ...]:
     """Rows for every prompt length of the single-stream (concurrency 1) points."""
-    decode_pred = _points(prediction, "decode", "context_len")
-    prefill_pred = _points(prediction, "prefill", "prompt_len")
-    speed = (prediction or {}).get("speed")
-    bandwidth = _num(speed.get("bandwidth")) if isinstance(speed, Mapping) else None
+    plan = read_plan(prediction)
     by_key = {(m.name, m.point): m for m in metrics}
     rows: list[SummaryRow] = []
-    for kind, metric_name, preds in (
-        ("decode", "decode_tok_s", decode_pred),
-        ("prefill", "prefill_tok_s", prefill_pred),
-    ):
+    kinds: tuple[tuple[SpeedKind, str], ...] = (
+        ("decode", "decode_tok_s"),
+        ("prefill", "prefill_tok_s"),
+    )
+    for kind, metric_name in kinds:
         for n in prompt_lens:
-            m = by_key.get((metric_name, f"p{n}-c1"))
-            p = preds.get(n, {})
-            roof = _num(p.get("roofline_tok_s"))
+            m = by_key.get((metric_name, PointKey(n, 1).label))
+            p = plan.speed_at(kind, n)
+            roof = p.roofline_tok_s if p else None
             measured = m.value if m is not None else None
             achieved = None
-            if kind == "decode" and measured is not None:
-                per_token = _num(p.get("bytes_per_token"))
-                achieved = measured * per_token if per_token else None
+            if kind == "decode" and measured is not None and p and p.bytes_per_token:
+                achieved = measured * p.bytes_per_token
             fraction = measured / roof if measured is not None and roof else None
+            if fraction is None and achieved and plan.bandwidth:
+                fraction = achieved / plan.bandwidth
             rows.append(
                 SummaryRow(
                     kind=kind,
@@ -116,13 +100,11 @@ def summarize(
                     ci_high=m.ci_high if m is not None else None,
                     samples=m.n if m is not None else 0,
                     roofline_tok_s=roof,
-                    predicted_tok_s=_num(p.get("predicted_tok_s")),
-                    predicted_low=_num(p.get("predicted_low")),
-                    predicted_high=_num(p.get("predicted_high")),
+                    predicted_tok_s=p.predicted_tok_s if p else None,
+                    predicted_low=p.predicted_low if p else None,
+                    predicted_high=p.predicted_high if p else None,
                     achieved_bandwidth=achieved,
-                    roofline_fraction=fraction
-                    if fraction is not None
-                    else (achieved / bandwidth if achieved and bandwidth else None),
+                    roofline_fraction=fraction,
                 )
             )
     return tuple(rows)

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.defaults import ENGINE_VERSION
 from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
@@ -139,7 +140,7 @@ def build_plan(
     kv_cache_memory_bytes: int | None = None,
     gpu_memory_utilization: float = 0.9,
     kv_cache_dtype: str = "auto",
-    engine_version: str = "0.32.0",
+    engine_version: str = ENGINE_VERSION,
     prompt_lens: Sequence[int] = DEFAULT_PROMPT_LENS,
     enable_prefix_caching: bool = True,
     block_size: int | None = None,

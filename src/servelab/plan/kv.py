@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from servelab.defaults import ENGINE_VERSION
 from servelab.errors import ConfigError, UsageError
 from servelab.plan.layout import ParallelLayout, split_layers
 from servelab.plan.modelcfg import DTYPE_BYTES, FULL, LINEAR, SLIDING, ModelDims, model_dims
@@ -133,7 +134,7 @@ class KvOptions:
     """Engine flags that change the pool (names as vLLM's CLI flags)."""
 
     max_model_len: int
-    engine_version: str = "0.32.0"
+    engine_version: str = ENGINE_VERSION
     platform: str = "cpu"
     kv_cache_dtype: str = "auto"
     block_size: int | None = None
@@ -241,7 +242,7 @@ def plan_kv_pool(
     *,
     kv_cache_memory_bytes: int,
     max_model_len: int,
-    engine_version: str = "0.32.0",
+    engine_version: str = ENGINE_VERSION,
     platform: str = "cpu",
     kv_cache_dtype: str = "auto",
     block_size: int | None = None,

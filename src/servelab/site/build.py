@@ -12,10 +12,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from servelab.errors import UsageError
 from servelab.site.model import Site
 from servelab.site.render import render_site
+
+if TYPE_CHECKING:
+    from servelab.store.db import Store
 
 MARKER = ".servelab-site"
 
@@ -85,3 +89,10 @@ def write_files(files: dict[str, str], outdir: Path) -> BuiltSite:
 def build_site(site: Site, outdir: Path) -> BuiltSite:
     """Render ``site`` and write it to ``outdir`` atomically."""
     return write_files(render_site(site), outdir)
+
+
+def publish(store: Store, outdir: Path, *, title: str = "servelab recipes") -> BuiltSite:
+    """Rebuild the whole site from every run and experiment in ``store`` (after a run)."""
+    from servelab.site.collect import collect_site
+
+    return build_site(collect_site(store, title=title), outdir)

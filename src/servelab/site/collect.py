@@ -23,12 +23,8 @@ How records map to pages:
 
 from __future__ import annotations
 
-import math
-import re
 import statistics
-import tomllib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis import stats
@@ -36,14 +32,15 @@ from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.errors import UsageError
 from servelab.pipeline.calibration import ledger_for_runs
+from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv
-from servelab.site import prose
+from servelab.points import PointKey
+from servelab.redact import redact_args, redact_text
+from servelab.site import prose, share
 from servelab.site.fmt import (
     GIB,
     engine_display_name,
     format_value,
-    redact,
-    redact_argv,
     slugify,
 )
 from servelab.site.model import (
@@ -73,35 +70,6 @@ from servelab.site.model import (
 from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
 
 LOG_EXCERPT_LINES = 40
-_PROMPT = re.compile(r"(?:^|[-_])p(\d+)(?=$|[-_])")
-_CONC = re.compile(r"(?:^|[-_])c(\d+|max)(?=$|[-_])")
-
-
-@dataclass(frozen=True)
-class PointId:
-    """Where a workload point sits: prompt length and concurrency (None: unknown)."""
-
-    prompt_tokens: int
-    concurrency: int | None
-
-
-def parse_point(point: str, prompt_tokens: Iterable[int | None] = ()) -> PointId | None:
-    """Read a point name like ``p2048-c1`` (or ``vllm-p2048-o128-c1``).
-
-    When the name has no prompt length, the median of the samples' prompt tokens is used;
-    ``None`` when neither says.
-    """
-    m = _PROMPT.search(point)
-    c = _CONC.search(point)
-    conc = int(c.group(1)) if c and c.group(1).isdigit() else None
-    if m:
-        return PointId(int(m.group(1)), conc)
-    counts = [n for n in prompt_tokens if n]
-    if counts:
-        return PointId(int(statistics.median(counts)), conc)
-    return None
-
-
 def mean_ci(values: Sequence[float]) -> tuple[float, float | None, float | None]:
     """Mean and 95 % Student-t interval of the mean (no bounds for a single value)."""
     mean, low, high = stats.mean_ci(values)
@@ -116,12 +84,12 @@ def _rid(run: RunRecord) -> str:
     return run.run_id or "unrecorded"
 
 
-def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
+def point_values(run: RunRecord, metric: str) -> dict[PointKey, Measured]:
     """``decode_tok_s`` / ``prefill_tok_s`` of a run at each of its workload points."""
-    out: dict[PointId, Measured] = {}
+    out: dict[PointKey, Measured] = {}
     for point in run.points:
         samples = run.samples_at(point)
-        pid = parse_point(point, (s.prompt_tokens for s in samples))
+        pid = PointKey.parse(point, (s.prompt_tokens for s in samples))
         if pid is None:
             continue
         values = METRICS[metric].sample_values(run, point)
@@ -131,7 +99,7 @@ def point_values(run: RunRecord, metric: str) -> dict[PointId, Measured]:
     for m in run.metrics:
         if m.name != metric or not m.point:
             continue
-        pid = parse_point(m.point)
+        pid = PointKey.parse(m.point)
         if pid is not None and pid not in out:
             out[pid] = Measured(m.value, m.unit or "tok/s", _rid(run), m.ci_low, m.ci_high,
                                 m.n or None)
@@ -153,7 +121,7 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
         decode = point_values(run, "decode_tok_s")
         gpus = run_layout(run).world_size
         for point in run.points:
-            pid = parse_point(point)
+            pid = PointKey.parse(point)
             if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
                 continue
             ttft_s = METRICS["ttft_s"].sample_values(run, point)
@@ -167,49 +135,43 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
                                              r.prompt_tokens, r.concurrency)))
 
 
-def _single_stream(points: Mapping[PointId, Measured]) -> dict[int, Measured]:
+def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
     return {p.prompt_tokens: v for p, v in points.items() if p.concurrency in (1, None)}
 
 
 # --- predictions ------------------------------------------------------------------------------
 
 
-def _speed_doc(run: RunRecord) -> Mapping[str, Any]:
-    doc = run.prediction or {}
-    inner = doc.get("speed")
-    return inner if isinstance(inner, Mapping) else doc
-
-
-def _basis(doc: Mapping[str, Any], point: Mapping[str, Any], kind: str) -> str:
-    fit = doc.get(f"{kind}_fit")
-    label = fit.get("label") if isinstance(fit, Mapping) else None
-    roof = point.get("roofline_tok_s")
-    bound = f"; roofline bound {roof:,.0f} tok/s" if isinstance(roof, int | float) else ""
+def _basis(plan: PlanDocument, point: PredictedSpeed) -> str:
+    """How a prediction was made: the calibration fit's label and the roofline bound."""
+    fit = plan.fit(point.kind)
+    label = fit.get("label") if fit is not None else None
+    roof = point.roofline_tok_s
+    bound = f"; roofline bound {roof:,.0f} tok/s" if roof is not None else ""
     return f"{label or 'calibrated speed model'}{bound}"
 
 
+def prediction_of(point: PredictedSpeed, plan: PlanDocument,
+                  run_id: str | None) -> Predicted | None:
+    """How the site shows one predicted point (value, interval, basis); ``None`` when it has
+    no calibrated prediction with an interval. The one place to extend the display."""
+    interval = point.interval
+    if interval is None:
+        return None
+    value, low, high = interval
+    return Predicted(value, "tok/s", _basis(plan, point), run_id, low, high)
+
+
 def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
-    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's prediction document:
-    only points with a calibrated prediction and its interval (a roofline alone is a bound,
-    not a prediction, and is not shown as one)."""
-    doc = _speed_doc(run)
+    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's stored plan: only
+    points with a calibrated prediction and its interval (a roofline alone is a bound, not a
+    prediction, and is not shown as one)."""
+    plan = read_plan(run.prediction)
     out: dict[tuple[str, int], Predicted] = {}
-    for kind, key in (("decode", "context_len"), ("prefill", "prompt_len")):
-        points = doc.get(kind)
-        if not isinstance(points, list | tuple):  # tuple before a JSON round trip
-            continue
-        for p in points:
-            if not isinstance(p, Mapping) or not isinstance(p.get(key), int):
-                continue
-            value, low, high = (p.get(k) for k in ("predicted_tok_s", "predicted_low",
-                                                   "predicted_high"))
-            nums = (value, low, high)
-            if not all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in nums):
-                continue
-            assert isinstance(value, int | float) and isinstance(low, int | float)
-            assert isinstance(high, int | float)
-            out[(kind, int(p[key]))] = Predicted(
-                float(value), "tok/s", _basis(doc, p, kind), run.run_id, float(low), float(high))
+    for point in (*plan.decode, *plan.prefill):
+        shown = prediction_of(point, plan, run.run_id)
+        if shown is not None:
+            out[(point.kind, point.tokens)] = shown
     return out
 
 
@@ -233,10 +195,10 @@ def _facts(run: RunRecord) -> Mapping[str, Any]:
     return run.engine_facts or {}
 
 
-def _warning(facts: Mapping[str, Any], kind: str) -> str | None:
+def _warning(facts: Mapping[str, Any], kind: str, paths: Sequence[str] = ()) -> str | None:
     for w in facts.get("warnings") or ():
         if isinstance(w, Mapping) and w.get("kind") == kind and isinstance(w.get("text"), str):
-            return redact(w["text"])
+            return share.scrub_paths(redact_text(w["text"]), paths)
     return None
 
 
@@ -249,6 +211,7 @@ def observation(run: RunRecord) -> EngineObservation:
     """What the run's engine log said, as an :class:`EngineObservation`."""
     f = _facts(run)
     rid = _rid(run)
+    paths = local_paths(run)
 
     def measured(value: float | None, unit: str) -> Measured | None:
         return Measured(value, unit, rid) if value is not None else None
@@ -256,7 +219,7 @@ def observation(run: RunRecord) -> EngineObservation:
     weights = _num(f, "weights_gib") or run.weights_gib or _num(f, "checkpoint_gib")
     kv_tokens = _num(f, "kv_pool_tokens") or (
         float(run.kv_pool_tokens) if run.kv_pool_tokens is not None else None)
-    fallback = _warning(f, "marlin-weight-only")
+    fallback = _warning(f, "marlin-weight-only", paths)
     if fallback is None and f.get("marlin_fallback"):
         fallback = "engine log: weight-only Marlin fallback"
     moe = f.get("moe_backend") or f.get("moe_experts_kernel")
@@ -270,38 +233,35 @@ def observation(run: RunRecord) -> EngineObservation:
         kv_tokens=measured(kv_tokens, "tokens"),
         max_concurrency=measured(_num(f, "max_concurrency"), "x"),
         fallback_line=fallback,
-        profiling_skipped_line=_warning(f, "kv-profiling-skipped"),
+        profiling_skipped_line=_warning(f, "kv-profiling-skipped", paths),
     )
 
 
 def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
     """The run's plan (``servelab.plan/1``) against what its engine reported."""
-    plan = run.prediction or {}
-    if not isinstance(plan.get("kv_pool"), Mapping):
+    plan = read_plan(run.prediction)
+    if not isinstance((run.prediction or {}).get("kv_pool"), Mapping):
         return ()
-    kv: Mapping[str, Any] = plan["kv_pool"]
     obs = observation(run)
-    rule = f"vLLM {kv.get('engine_version', '?')} KV arithmetic ({kv.get('rule', '?')})"
+    rule = f"vLLM {plan.kv_engine_version or '?'} KV arithmetic ({plan.kv_rule or '?'})"
     out: list[PlanCheck] = []
-    engine = plan.get("engine")
+    engine = (run.prediction or {}).get("engine")
     # The KV arithmetic is vLLM's: other engines' pools are not checked against it.
     vllm = not isinstance(engine, Mapping) or engine.get("name", "vllm") == "vllm"
-    if vllm and isinstance(kv.get("tokens"), int) and obs.kv_tokens is not None:
-        out.append(PlanCheck("KV pool", Predicted(float(kv["tokens"]), "tokens", rule,
+    if vllm and plan.kv_tokens is not None and obs.kv_tokens is not None:
+        out.append(PlanCheck("KV pool", Predicted(float(plan.kv_tokens), "tokens", rule,
                                                   run.run_id), obs.kv_tokens))
-    if vllm and isinstance(kv.get("max_concurrency"), int | float) and (
-            obs.max_concurrency is not None):
+    if vllm and plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
         out.append(PlanCheck("max concurrency at full context",
-                             Predicted(float(kv["max_concurrency"]), "x", rule, run.run_id),
+                             Predicted(plan.kv_max_concurrency, "x", rule, run.run_id),
                              obs.max_concurrency))
-    weights = plan.get("weights")
-    if isinstance(weights, Mapping) and isinstance(weights.get("resident_bytes"), int) and (
-            obs.weights is not None) and (
+    resident = plan.weights_resident_bytes
+    if resident is not None and obs.weights is not None and (
             # the engine prints GiB with two decimals: below that there is nothing to compare
-            obs.weights.value > 0 or weights["resident_bytes"] >= 0.005 * GIB):
+            obs.weights.value > 0 or resident >= 0.005 * GIB):
         out.append(PlanCheck("weights resident", Predicted(
-            weights["resident_bytes"] / GIB, "GiB",
-            f"checkpoint bytes from the safetensors headers ({weights.get('source', 'inspect')})",
+            resident / GIB, "GiB",
+            f"checkpoint bytes from the safetensors headers ({plan.weights_source or 'inspect'})",
             run.run_id), obs.weights))
     return tuple(out)
 
@@ -364,18 +324,21 @@ def _build_name(run: RunRecord) -> str:
 
 def recipe_meta(run: RunRecord) -> dict[str, Any]:
     """``title`` / ``description`` / ``port`` of the run's recipe text (TOML), when readable."""
-    if not run.recipe_text:
-        return {}
-    try:
-        doc = tomllib.loads(run.recipe_text)
-    except tomllib.TOMLDecodeError:
+    doc = share.recipe_doc(run.recipe_text)
+    if not doc:
         return {}
     out: dict[str, Any] = {k: doc[k] for k in ("title", "description")
                            if isinstance(doc.get(k), str)}
-    engine = doc.get("engine")
-    if isinstance(engine, dict) and isinstance(engine.get("port"), int):
-        out["port"] = engine["port"]
+    out["port"] = share.recipe_port(doc)
     return out
+
+
+def local_paths(run: RunRecord) -> tuple[str, ...]:
+    """This machine's paths a run recorded: checkpoint, run directory, engine launcher."""
+    extra = run.extra or {}
+    paths = [run.checkpoint_path, extra.get("run_dir") if isinstance(extra, Mapping) else None]
+    paths += [a for a in run.engine_args if share.is_local_path(a)]
+    return tuple(p for p in paths if isinstance(p, str) and p)
 
 
 def _latest_per_version(runs: Sequence[RunRecord]) -> dict[str, RunRecord]:
@@ -422,7 +385,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
             for point in r.points:
                 seen.setdefault(point, None)
         for point in seen:
-            pid = parse_point(point)
+            pid = PointKey.parse(point)
             if pid is None or pid.concurrency not in (1, None):
                 continue
             series = analyse_series(runs, metric, point)
@@ -461,7 +424,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
 def _verification(run: RunRecord) -> Verification:
     note = ""
     if run.status != STATUS_OK:
-        note = redact(run.status_reason or "failed")
+        note = share.scrub_paths(redact_text(run.status_reason or "failed"), local_paths(run))
     return Verification(_rid(run), run.started_at.date().isoformat(), run.host or "unknown host",
                         run.engine_version or "unknown", run.status, note)
 
@@ -476,7 +439,10 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     by_version = _latest_per_version(ok)
     decode = _rows(by_version, "decode_tok_s", "decode", single_stream=True)
     prefill = _rows(by_version, "prefill_tok_s", "prefill", single_stream=True)
-    args = redact_argv(tuple(latest.engine_args))
+    doc = share.recipe_doc(latest.recipe_text)
+    port = share.recipe_port(doc)
+    ref = share.model_ref(doc, latest.model_id or key)
+    args = share.shareable_argv(redact_args(tuple(latest.engine_args)), model=ref.id, port=port)
     facts = _facts(latest)
     ctx = facts.get("max_model_len") or _arg_value(args, "--max-model-len") or 0
     rep = latest.checkpoint_report or {}
@@ -485,12 +451,14 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     model = latest.model_id or key
     served = (_arg_value(args, "--served-model-name") or _arg_value(args, "--alias")
               or str(facts.get("model") or model))
+    if share.is_local_path(served):  # an engine without a served name logs its model path
+        served = ref.id
     versions = tuple(sorted(by_version, key=prose.version_key))
-    meta = recipe_meta(latest)
+    recipe_text = share.shareable_recipe(redact_text(latest.recipe_text or "")) if doc else ""
     page = RecipePage(
         slug=slugify(key), model_name=model, model_slug=slugify(model),
         build_name=_build_name(latest),
-        checkpoint=latest.checkpoint_path or model, served_model_name=served,
+        checkpoint=ref.display, served_model_name=served,
         hardware=latest.hardware or "unknown hardware", host=latest.host or "unknown host",
         context_tokens=int(ctx),
         software=Software(engine_display_name(latest.engine_name), versions, torch=latest.torch,
@@ -504,8 +472,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         memory=memory_split(latest),
         plan_checks=plan_checks(latest),
         concurrent=concurrent_rows(by_version),
-        title=str(meta.get("title", "")), description=str(meta.get("description", "")),
-        port=int(meta.get("port", 8000)),
+        title=str(doc.get("title") or ""), description=str(doc.get("description") or ""),
+        port=port, model_note=ref.note, recipe_text=recipe_text,
         gpus=run_layout(latest).world_size,
         layout="" if run_layout(latest).is_single else run_layout(latest).label(),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
@@ -570,15 +538,20 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
         if value is not None:
             metrics.append((label, value))
     preds = sorted(predictions(run).items())
-    log = tuple(redact(line) for line in (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:])
+    tail = (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:]
+    log = tuple(redact_text(line) for line in tail)
     key = _recipe_key(run)
+    extra = run.extra or {}
     return RunPage(
         run_id=_rid(run), recipe_slug=recipe_slugs.get(key), recipe_name=key, status=run.status,
         started=_started(run), host=run.host or "unknown host", engine_version=run.engine_version,
-        failure=redact(run.status_reason) if run.status_reason else None,
+        failure=redact_text(run.status_reason) if run.status_reason else None,
         metrics=tuple(metrics),
         predictions=tuple((f"{k} @ {n:,} tokens", p) for (k, n), p in preds),
         log_excerpt=log,
+        command=redact_args(tuple(run.engine_args)),
+        checkpoint_path=run.checkpoint_path,
+        run_dir=str(extra["run_dir"]) if isinstance(extra.get("run_dir"), str) else None,
     )
 
 
@@ -618,7 +591,7 @@ def experiment_page(exp: ExperimentRecord, runs: Mapping[str, RunRecord],
         change = Derived(rel * 100.0, "%", f"variant / baseline − 1{ci}{pv}",
                          (*exp.baseline_run_ids, *exp.variant_run_ids))
         significant = isinstance(p, int | float) and p < alpha
-        pid = parse_point(str(d.get("point") or ""))
+        pid = PointKey.parse(str(d.get("point") or ""))
         at = f" @ {pid.prompt_tokens:,}" if pid else ""
         metrics.append(ExperimentMetric(f"{d.get('label') or d.get('metric')}{at}", unit, b, c,
                                         change, significant))
@@ -674,7 +647,7 @@ def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:
 
 
 __all__ = [
-    "PointId",
+    "PointKey",
     "build_row",
     "collect_site",
     "concurrent_rows",
@@ -683,8 +656,8 @@ __all__ = [
     "mean_ci",
     "memory_split",
     "observation",
-    "parse_point",
     "plan_checks",
+    "prediction_of",
     "predictions",
     "recipe_meta",
     "recipe_page",

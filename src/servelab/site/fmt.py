@@ -1,4 +1,7 @@
-"""Formatting helpers for the site: numbers, bytes, slugs, secret redaction. Pure."""
+"""Formatting helpers for the site: numbers, bytes, slugs. Pure.
+
+Secrets are masked by :mod:`servelab.redact`, the one masker.
+"""
 
 from __future__ import annotations
 
@@ -116,55 +119,3 @@ def relative_change(new: Measured, base: Measured) -> Derived:
         f"{format_value(new.value, new.unit)} / {format_value(base.value, base.unit)} − 1"
     )
     return Derived(pct, "%", formula, tuple(dict.fromkeys((new.run_id, base.run_id))))
-
-
-# --- secrets -------------------------------------------------------------------------------
-
-_SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--token", "--password", "--ssl-keyfile"})
-_SECRET_ENV = re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)"
-                         r"[A-Z0-9_]*)=(?!\[redacted\])([^\s'\"]+)")
-_SECRET_PATTERNS = (
-    re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),  # Hugging Face tokens
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}\b"),  # OpenAI-style keys
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),  # GitHub tokens
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
-)
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^:/@\s]+):([^@\s/]+)@")
-_FLAG_INLINE = re.compile(
-    r"(?i)(--(?:api-key|hf-token|token|password)[= ])(?!\[redacted\])([^\s'\"]+)"
-)
-REDACTED = "[redacted]"
-
-
-def redact(text: str) -> str:
-    """Replace anything that looks like a secret in free text with ``[redacted]``.
-
-    Covers tokens and keys by their well-known prefixes, ``Bearer`` credentials, passwords in
-    URLs, ``--api-key VALUE`` style flags and ``*TOKEN*=`` / ``*SECRET*=`` style variables.
-    """
-    out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-    out = _FLAG_INLINE.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
-    out = _SECRET_ENV.sub(lambda m: f"{m.group(1)}={REDACTED}", out)
-    for pattern in _SECRET_PATTERNS:
-        if pattern.groups:
-            out = pattern.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
-        else:
-            out = pattern.sub(REDACTED, out)
-    return out
-
-
-def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """Redact secret-carrying arguments of a command line (the value after a secret flag)."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if arg in _SECRET_FLAGS:
-            hide_next = True
-            out.append(arg)
-            continue
-        out.append(redact(arg))
-    return tuple(out)

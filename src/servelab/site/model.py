@@ -290,13 +290,13 @@ class RecipePage:
     model_name: str
     model_slug: str
     build_name: str
-    checkpoint: str
+    checkpoint: str  # the model's id (repo id, synth:<arch>), never a local path
     served_model_name: str
     hardware: str
     host: str
     context_tokens: int
     software: Software
-    command: tuple[str, ...]
+    command: tuple[str, ...]  # shareable: model by id, the recipe's port, no local paths
     key_params: tuple[tuple[str, str], ...]
     decode: tuple[MeasuredRow, ...]
     prefill: tuple[MeasuredRow, ...]
@@ -316,6 +316,8 @@ class RecipePage:
     description: str = ""
     port: int = 8000
     thinking_kwarg: bool = True
+    model_note: str = ""  # where the model comes from (Hub repo, servelab synth, ...)
+    recipe_text: str = ""  # the recipe, secrets masked and absolute paths replaced
     gpus: int = 1  # GPUs of the latest run's layout
     layout: str = ""  # e.g. "TP2 x PP1 x DP1" when more than one GPU
 
@@ -361,6 +363,10 @@ class RunPage:
     metrics: tuple[tuple[str, Measured], ...] = ()
     predictions: tuple[tuple[str, Predicted], ...] = ()
     log_excerpt: tuple[str, ...] = ()
+    # This machine's side of the run: only the run page shows local paths and the port.
+    command: tuple[str, ...] = ()
+    checkpoint_path: str | None = None
+    run_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,7 @@ def software_requirements(page: RecipePage) -> tuple[Text, ...]:
     out: list[Text] = [(f"1 × {page.hardware}{driver}",), (f"{sw.engine_name} {versions}{torch}",)]
     if sw.python:
         out.append((f"Python {sw.python}",))
-    ckpt: list[Segment] = [f"Checkpoint {page.checkpoint}"]
+    ckpt: list[Segment] = [f"Model {page.checkpoint}"]
     if page.memory is not None:
         mem = page.memory
         ckpt += [" (", Measured(mem.total_bytes / float(GIB), "GiB", mem.run_id), " in ",

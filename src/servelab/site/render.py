@@ -4,7 +4,7 @@
 (:mod:`servelab.site.build`) writes them. HTML goes through Jinja2 with autoescaping on; the
 Markdown twin escapes Markdown and HTML metacharacters in every interpolated string, so hostile
 text (a model name ``<script>…``, a log line) stays inert in both. Every interpolated string also
-passes :func:`~servelab.site.fmt.redact`, so secrets never reach a page.
+passes :func:`~servelab.redact.redact_text`, so secrets never reach a page.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import json
 import re
 import shlex
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jinja2
 from markupsafe import Markup, escape
 
+from servelab.plan.ledger import LedgerRow
+from servelab.redact import redact_args, redact_text
 from servelab.site import plots, prose
 from servelab.site.fmt import (
     GIB,
@@ -29,8 +31,6 @@ from servelab.site.fmt import (
     format_number,
     format_value,
     provenance,
-    redact,
-    redact_argv,
 )
 from servelab.site.model import (
     Derived,
@@ -59,7 +59,7 @@ def run_file(run_id: str) -> str:
 
 def _html_num(num: Measured | Predicted | Derived, root: str) -> Markup:
     text = escape(format_number(num))
-    title = escape(redact(provenance(num)))
+    title = escape(redact_text(provenance(num)))
     if isinstance(num, Measured):
         href = escape(f"{root}runs/{run_file(num.run_id)}")
         return Markup(
@@ -80,7 +80,7 @@ def _html_num(num: Measured | Predicted | Derived, root: str) -> Markup:
 def _html_text(segments: Text, root: str) -> Markup:
     out = Markup()
     for seg in segments:
-        out += escape(redact(seg)) if isinstance(seg, str) else _html_num(seg, root)
+        out += escape(redact_text(seg)) if isinstance(seg, str) else _html_num(seg, root)
     return out
 
 
@@ -119,7 +119,9 @@ def _md_num(num: Measured | Predicted | Derived, root: str) -> MdSafe:
 
 def _md_text(segments: Text, root: str) -> MdSafe:
     return MdSafe(
-        "".join(md_escape(redact(s)) if isinstance(s, str) else _md_num(s, root) for s in segments)
+        "".join(
+            md_escape(redact_text(s)) if isinstance(s, str) else _md_num(s, root) for s in segments
+        )
     )
 
 
@@ -146,7 +148,7 @@ def md_code(code: str, lang: str = "") -> MdSafe:
     """A fenced code block whose fence cannot be closed by the code inside it."""
     longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
     fence = "`" * max(3, longest + 1)
-    return MdSafe(f"{fence}{lang}\n{redact(code)}\n{fence}")
+    return MdSafe(f"{fence}{lang}\n{redact_text(code)}\n{fence}")
 
 
 # --- derived strings for pages -----------------------------------------------------------------
@@ -154,13 +156,18 @@ def md_code(code: str, lang: str = "") -> MdSafe:
 
 def engine_command(page: RecipePage) -> str:
     """The engine command, shell-quoted, one flag per line, secrets redacted."""
-    argv = redact_argv(page.command)
+    argv = redact_args(page.command)
     lines: list[list[str]] = [[]]
     for arg in argv:
         if arg.startswith("--") and lines[-1]:
             lines.append([])
         lines[-1].append(shlex.quote(arg))
     return " \\\n  ".join(" ".join(line) for line in lines)
+
+
+def reproduce_command(page: RecipePage) -> str:
+    """The command a reader runs to reproduce the page: ``servelab run`` on its recipe."""
+    return f"servelab run {shlex.quote(page.slug + '.toml')}"
 
 
 def curl_examples(page: RecipePage) -> tuple[str, ...]:
@@ -241,7 +248,7 @@ def model_decode_plot(index: ModelIndexPage, recipes: Iterable[RecipePage]) -> s
 
 def _html_finalize(value: Any) -> Any:
     if isinstance(value, str) and not isinstance(value, Markup):
-        return redact(value)
+        return redact_text(value)
     return value
 
 
@@ -249,7 +256,7 @@ def _md_finalize(value: Any) -> Any:
     if isinstance(value, MdSafe):
         return value
     if isinstance(value, str):
-        return md_escape(redact(value))
+        return md_escape(redact_text(value))
     if isinstance(value, int | float) and not isinstance(value, bool):
         return md_escape(str(value))
     return value
@@ -259,7 +266,18 @@ def _loader() -> jinja2.BaseLoader:
     return jinja2.PackageLoader("servelab.site", "templates")
 
 
+def ledger_groups(
+    rows: Sequence[LedgerRow],
+) -> list[tuple[tuple[str, str, str], list[LedgerRow]]]:
+    """Ledger rows grouped by (hardware, build, kind), in ledger order (one source each)."""
+    groups: dict[tuple[str, str, str], list[LedgerRow]] = {}
+    for r in rows:
+        groups.setdefault((r.hardware, r.model, r.kind), []).append(r)
+    return list(groups.items())
+
+
 def _common(env: jinja2.Environment) -> None:
+    env.filters["groupby_rows"] = ledger_groups
     env.globals.update(
         prose=prose,
         format_number=format_number,
@@ -270,6 +288,7 @@ def _common(env: jinja2.Environment) -> None:
         run_file=run_file,
         GIB=GIB,
         engine_command=engine_command,
+        reproduce_command=reproduce_command,
         curl_examples=curl_examples,
         decode_lengths=decode_lengths,
     )
@@ -326,6 +345,8 @@ def render_recipe(page: RecipePage, site: Site) -> dict[str, str]:
     out = {f"recipes/{name}": svg for name, svg in plots_.items()}
     out[f"recipes/{page.slug}.html"] = _render(html_env(), "recipe.html.j2", **ctx)
     out[f"recipes/{page.slug}.md"] = _render(md_env(), "recipe.md.j2", **ctx)
+    if page.recipe_text:
+        out[f"recipes/{page.slug}.toml"] = page.recipe_text
     return out
 
 

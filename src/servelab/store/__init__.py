@@ -10,6 +10,7 @@ Public API::
         rows = store.list_runs(RunFilter(recipe_name="qwen3-tiny"))
 """
 
+from servelab.redact import REDACTED, redact, redact_args, redact_text
 from servelab.store.db import Store, data_dir, display_url, new_id, open_store, resolve_url
 from servelab.store.exchange import (
     ImportResult,
@@ -33,7 +34,6 @@ from servelab.store.model import (
     RunRecord,
     Sample,
 )
-from servelab.store.redact import REDACTED, redact, redact_args, redact_text
 
 __all__ = [
     "EXPORT_SCHEMA",

@@ -29,6 +29,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from servelab.errors import RunNotFoundError, StoreError, StoreSchemaError, UsageError
+from servelab.redact import redact, redact_args, redact_text
 from servelab.store import schema as t
 from servelab.store.model import (
     JSON,
@@ -39,7 +40,6 @@ from servelab.store.model import (
     Sample,
     utcnow,
 )
-from servelab.store.redact import redact, redact_args, redact_text
 
 ENV_DB = "SERVELAB_DB"
 ENV_HOME = "SERVELAB_HOME"

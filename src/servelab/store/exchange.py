@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError
+from servelab.points import point_label
 from servelab.store.db import Store
 from servelab.store.model import (
     EXPORT_SCHEMA,
@@ -197,9 +198,9 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
     errors = doc.get("errors") if isinstance(doc.get("errors"), list) else None
     conc = doc.get("max_concurrency")
     if in_lens:
-        point = f"p{round(statistics.median(in_lens))}-c{conc if conc is not None else 'max'}"
+        point = point_label(round(statistics.median(in_lens)), conc)
     else:
-        point = f"c{conc if conc is not None else 'max'}"
+        point = f"c{conc if conc is not None else 'max'}"  # no prompt length: not a PointKey
     samples: list[Sample] = []
     if ttfts is not None:
         n = len(ttfts)
@@ -301,9 +302,13 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
     )
 
 
-def point_name(prompt_len: Any, concurrency: Any) -> str:
-    """The workload point label used in samples and metrics: ``p{prompt}-c{concurrency}``."""
-    return f"p{prompt_len}-c{concurrency}"
+def point_name(prompt_len: Any, concurrency: Any, source: str) -> str:
+    """The label of a bench point (:class:`~servelab.points.PointKey`); integers required."""
+    if not isinstance(prompt_len, int) or isinstance(prompt_len, bool) or not (
+        concurrency is None or (isinstance(concurrency, int) and not isinstance(concurrency, bool))
+    ):
+        raise InputError("bench point needs integer prompt_len and concurrency", path=source)
+    return point_label(prompt_len, concurrency)
 
 
 _BENCH_METRICS = (
@@ -371,7 +376,7 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
     for pt in points:
         if not isinstance(pt, dict):
             raise InputError("bench point is not an object", path=source)
-        name = point_name(pt.get("prompt_len"), pt.get("concurrency"))
+        name = point_name(pt.get("prompt_len"), pt.get("concurrency"), source)
         for raw in pt.get("samples") or []:
             smp = _bench_sample(raw, name, source)
             if smp is not None:

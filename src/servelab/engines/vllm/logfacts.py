@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from servelab.engine.facts import EngineFacts, LogNotice, Phase
+from servelab.redact import REDACTED, is_secret_key
 
 __all__ = ["LogParser", "parse_log"]
 
@@ -102,7 +103,6 @@ _WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cpu-memory-low", re.compile(r"less than desired CPU memory utilization")),
     ("kv-cache-low", re.compile(r"less than requested memory for kv")),
 )
-_SECRET_ARG = re.compile(r"api_key|token|secret|password", re.IGNORECASE)
 _OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 
 _PHASE_MARKERS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
@@ -254,7 +254,7 @@ class LogParser:
         if m := _RE_NONDEFAULT.search(msg):
             parsed = _literal_dict(m.group(1))
             if parsed is not None:
-                self._args = {k: ("***" if _SECRET_ARG.search(k) else v) for k, v in parsed.items()}
+                self._args = {k: (REDACTED if is_secret_key(k) else v) for k, v in parsed.items()}
                 if isinstance(parsed.get("model"), str):
                     self._set_once("model", parsed["model"])
         if m := _RE_ARCH.search(msg):

@@ -68,10 +68,13 @@ class VllmFlags(_Strict):
     @field_validator("kv_cache_memory_bytes", mode="before")
     @classmethod
     def _size(cls, v: Any) -> Any:
-        from servelab.engine.recipe import parse_size
+        from servelab.units import parse_size  # the one size parser ("6G" as in plan)
 
         if isinstance(v, int | str) and not isinstance(v, bool):
-            return parse_size(v)
+            size = parse_size(v)
+            if size <= 0:
+                raise ValueError("must be positive")
+            return size
         return v
 
     @field_validator("extra")

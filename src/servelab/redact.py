@@ -1,4 +1,9 @@
-"""Remove secrets (tokens, API keys, Authorization values, passwords) before anything is stored.
+"""The one secret masker: tokens, API keys, Authorization values and passwords never reach a
+record, a log file, a page or the terminal. Every masked value reads ``[REDACTED]``.
+
+Used by the results store (before anything is written), the site (every string a page
+shows), the engine (displayed commands and environments, log lines) and ``servelab run``
+(failure reasons, log tails).
 
 Three rules, applied recursively to every string, list and dict of a record:
 
@@ -20,7 +25,7 @@ Keys about token *counts* are not secrets: anything with ``tokens`` (plural) in 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -57,8 +62,13 @@ _TEXT_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 
+_BARE_KEY_RE = re.compile(r"(?i)(?:^|[_-])key$")  # OPENAI_KEY, --key (not "monkey")
+
+
 def is_secret_key(key: str) -> bool:
     """True when a mapping key or flag names a secret (``HF_TOKEN``, ``api-key``, ...)."""
+    if _BARE_KEY_RE.search(key.lstrip("-")):
+        return True
     if not _SECRET_WORD_RE.search(key):
         return False
     # "prompt_tokens", "bos_token", "tokenizer": counts and vocabulary, unless a real secret
@@ -132,3 +142,28 @@ def redact(value: Any) -> Any:
             items = [redact(v) for v in value]
         return items if isinstance(value, list) else tuple(items)
     return value
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """An environment with the values of secret-named variables (``HF_TOKEN``) masked."""
+    return {k: (REDACTED if is_secret_key(k) and v else v) for k, v in env.items()}
+
+
+def secret_values(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The secret values an argument list and environment carry, longest first.
+
+    For masking them wherever they might be echoed (an engine's log). Values shorter than
+    six characters are left out: they would mask ordinary text and are not real secrets.
+    """
+    found: list[str] = []
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-"):
+            continue
+        name, eq, value = arg.partition("=")
+        if is_secret_key(name.lstrip("-")):
+            if eq:
+                found.append(value)
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                found.append(argv[i + 1])
+    found += [v for k, v in (env or {}).items() if is_secret_key(k)]
+    return tuple(sorted({v for v in found if len(v) >= 6}, key=len, reverse=True))

@@ -1,0 +1,69 @@
+"""``servelab calibration report`` end to end: the committed H200 exports through a real store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli.app import app, main
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "gpu" / "results"
+EXPORTS = (RESULTS / "run-h200-qwen3-30b-a3b-fp8.json",
+           RESULTS / "calibration-2026-12-03" / "runs-h200-calibration.json")
+
+
+def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
+    db = str(tmp_path / "h200.db")
+    for export in EXPORTS:
+        res = runner.invoke(app, ["runs", "import", str(export), "--db", db])
+        assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["calibration", "report", "--db", db, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["schema"] == "servelab.ledger/1"
+    rows = doc["rows"]
+    builds = {r["model"].split(" [")[0] for r in rows}
+    assert builds == {"llama-3.1-8b-bf16-random", "qwen3-30b-a3b-bf16-24l-random",
+                      "qwen3-next-bf16-12l-random", "qwen3-30b-a3b-fp8-random"}
+    for r in rows:
+        assert r["predicted"] is True and r["hardware"] == "h200"
+        if r["predicted_tok_s"] is not None:
+            assert r["error"] == r["predicted_tok_s"] / r["measured_tok_s"] - 1
+            assert r["inside_interval"] == (r["low"] <= r["measured_tok_s"] <= r["high"])
+    # No other dense build was stored: Llama's prediction is a labelled fallback.
+    llama = [r for r in rows if r["model"].startswith("llama") and r["kind"] == "decode"]
+    assert llama and all("fallback: no bf16 dense (default) data" in r["source"] for r in llama)
+    summary = {(s["hardware"], s["kind"]): s for s in doc["summary"]}
+    assert summary[("h200", "decode")]["points"] == 15
+    table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
+    assert table.exit_code == 0 and "| h200 |" in table.output
+
+
+def test_ledger_over_the_shipped_priors_and_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    res = runner.invoke(app, ["calibration", "report", "--priors-only", "-H", "dgx-spark",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)["rows"]
+    fp8 = [r for r in rows if r["model"].endswith("FP8") and r["kind"] == "decode"]
+    assert fp8 and all(abs(r["error"]) < 0.10 and r["inside_interval"] for r in fp8)
+    bad = tmp_path / "p.toml"
+    bad.write_text('schema = "nope"\n')
+    cases = [
+        (["calibration", "report", "--db", str(tmp_path / "e.db")],
+         "no measured single-stream points"),
+        (["calibration", "report", "--priors-only", "--priors", str(bad)], "schema must be"),
+        (["calibration", "report", "--priors-only", "-H", "b200"], "no measurement on b200"),
+    ]
+    for argv, needle in cases:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2, (argv, err)
+        assert needle in err and len(err.strip().splitlines()) == 1
