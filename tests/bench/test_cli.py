@@ -5,20 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.bench.cli import servelab as _servelab
 
 from servelab.bench.result import SCHEMA, load
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
-
-
-def _servelab(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "from servelab.cli.app import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=120, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -70,3 +70,34 @@ def test_local_tokenizer_counts_like_the_server(vllm_engine: Any) -> None:
             chat_server.close()
     finally:
         server.close()
+
+
+@pytest.mark.timeout(1200)
+def test_shared_prefix_hits_the_engines_prefix_cache_and_capacity_search_runs(
+        vllm_engine: Any) -> None:
+    from servelab.bench.capacity import SearchSpec, run_capacity
+    from servelab.bench.slo import parse_slo
+
+    eng = vllm_engine("qwen3_moe")
+    res = run_bench(BenchConfig(
+        eng.base_url, WorkloadSpec(prompt_lens=(320,), output_len=4, requests=3,
+                                   max_repeats=1, warmup_requests=1, shared_prefix_len=256),
+        model=eng.served_model_name))
+    samples = [s for pr in res.points for s in pr.samples]
+    assert all(s.ok and s.prompt_tokens == 320 for s in samples)
+    sc = res.server_counters
+    assert sc is not None and res.token_check is not None and res.token_check.ok
+    # vLLM 0.32 exports vllm:prefix_cache_queries / _hits: every prompt token is queried,
+    # and the 256 shared tokens (whole blocks) hit for every request after the first.
+    assert sc.prefix_cache_queries == 4 * 320
+    assert sc.prefix_cache_hits == 3 * 256
+    assert any("prefix cache: 60.0%" in n for n in res.notes)
+    # A brief capacity search on the real engine: concurrency 1..2 under a loose E2E SLO.
+    cap = run_capacity(
+        BenchConfig(eng.base_url, WorkloadSpec(prompt_lens=(32,), output_len=4, requests=3,
+                                               warmup_requests=1),
+                    model=eng.served_model_name, scrape_metrics=False),
+        parse_slo("e2el_p50=60s"), SearchSpec(variable="concurrency", low=1, high=2,
+                                              confirm=1), max_rounds=1)
+    assert cap.outcome.capacity == 2 and cap.outcome.bracket_high is None
+    assert all(p.metrics.completed == p.requests - 1 for p in cap.probes)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 
+import pytest
+from site_records import record
 from site_samples import HOSTILE
 
 from servelab.site import plots
+from servelab.site.collect import site_from_records
 from servelab.site.model import Site
+from servelab.site.render import pareto_series, render_site
+from servelab.store import Sample
 
 
 def test_plots_are_valid_reproducible_svg(site_factory: Callable[..., Site]) -> None:
@@ -37,3 +43,32 @@ def test_decode_plot_labels_predictions(site_factory: Callable[..., Site]) -> No
     no_pred = plots.decode_vs_prompt({"FP8": [r for r in page.decode if not r.predicted]},
                                      title="t")
     assert "(predicted)" not in no_pred
+
+
+def test_pareto_front_keeps_only_undominated_points() -> None:
+    pts = [(10.0, 100.0), (12.0, 90.0), (15.0, 300.0), (20.0, 280.0), (30.0, 500.0),
+           (9.0, 50.0)]
+    assert plots.pareto_front(pts) == [(9.0, 50.0), (10.0, 100.0), (15.0, 300.0), (30.0, 500.0)]
+    assert plots.pareto_front([]) == []
+
+
+def test_sweep_points_get_a_pareto_plot_on_the_recipe_page() -> None:
+    base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)
+    extra = tuple(Sample(point=f"p512-c{c}", index=i, ttft_s=0.1, tpot_s=1 / d,
+                         prompt_tokens=512, completion_tokens=32)
+                  for c, d in ((4, 40.0), (16, 20.0)) for i in range(3))
+    run = dataclasses.replace(base, run_id="sweep", samples=base.samples + extra)
+    site = site_from_records([run])
+    [page] = site.recipes
+    got = pareto_series(page)
+    assert got is not None
+    series, y_label = got
+    c4 = next(p for p in series["prompt 512"] if p[2] == 4)
+    assert c4 == pytest.approx((25.0, 160.0, 4))  # 1000/40 ms; 4 streams × 40 tok/s
+    assert "streams × per-stream decode" in y_label
+    files = render_site(site)
+    assert 'src="tiny-bf16-pareto.svg"' in files["recipes/tiny-bf16.html"]
+    assert "tiny-bf16-pareto.svg" in files["recipes/tiny-bf16.md"]
+    svg = files["recipes/tiny-bf16-pareto.svg"]
+    ET.fromstring(svg)
+    assert "Pareto front" in svg and "c=16" in svg

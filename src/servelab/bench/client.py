@@ -214,8 +214,13 @@ class BenchClient:
         t0_ns: int,
         deadline_ns: int | None = None,
         warmup: bool = False,
+        scheduled_ns: int | None = None,
     ) -> RequestSample:
-        """Send one streaming request and return what was measured."""
+        """Send one streaming request and return what was measured.
+
+        ``scheduled_ns`` (open loop, on the ``perf_counter_ns`` clock) is kept relative to
+        ``t0_ns`` like the send time, so the dispatch lag is known per request.
+        """
         payload = json.dumps(self.body(spec), separators=(",", ":")).encode()
         send = time.perf_counter_ns()
         col = _Collector(send, self._chat, self.options.continuous_usage)
@@ -255,4 +260,5 @@ class BenchClient:
             http_status=ex.status,
             retry_after_s=ex.retry_after_s,
             warmup=warmup,
+            scheduled_ns=scheduled_ns - t0_ns if scheduled_ns is not None else None,
         )

@@ -54,6 +54,8 @@ class Metrics:
     tokens_per_chunk: Summary | None
     """Tokens per chunk after the first (1.0 without speculative decoding)."""
     min_latency_ms: float | None = None
+    dispatch_lag_ms: Summary | None = None
+    """Open loop: send time minus scheduled time, per request (the client's own lag)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (schema ``servelab.bench/1``, ``points[].metrics``)."""
@@ -74,6 +76,7 @@ class Metrics:
             "decode_tok_s": s(self.decode_tok_s), "prefill_tok_s": s(self.prefill_tok_s),
             "tokens_per_chunk": s(self.tokens_per_chunk),
             "min_latency_ms": self.min_latency_ms,
+            "dispatch_lag_ms": s(self.dispatch_lag_ms),
         }
 
     @classmethod
@@ -96,6 +99,7 @@ class Metrics:
             itl_token_ms=s("itl_token_ms"), e2el_ms=s("e2el_ms"),
             decode_tok_s=s("decode_tok_s"), prefill_tok_s=s("prefill_tok_s"),
             tokens_per_chunk=s("tokens_per_chunk"), min_latency_ms=d.get("min_latency_ms"),
+            dispatch_lag_ms=s("dispatch_lag_ms"),
         )
 
 
@@ -147,6 +151,15 @@ def per_request(s: RequestSample, min_latency_ms: float | None = None) -> dict[s
     return out
 
 
+def span_s(samples: Sequence[RequestSample]) -> float:
+    """Seconds from the first send to the last response end (0 without samples)."""
+    if not samples:
+        return 0.0
+    start = min(s.send_ns for s in samples)
+    end = max(s.send_ns + s.end_ns for s in samples)
+    return max((end - start) / 1e9, 1e-9)
+
+
 def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = None) -> Metrics:
     """Metrics over the non-warm-up samples of one workload point."""
     measured = [s for s in samples if not s.warmup]
@@ -168,12 +181,7 @@ def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = 
                 if k_tok > 0:
                     itl_tok.append((c[i] - c[i - 1]) / 1e6 / k_tok)
                     tpc.append(float(k_tok))
-    if measured:
-        start = min(s.send_ns for s in measured)
-        end = max(s.send_ns + s.end_ns for s in measured)
-        duration = max((end - start) / 1e9, 1e-9)
-    else:
-        duration = 0.0
+    duration = span_s(measured)
     tin = sum(s.prompt_tokens or 0 for s in ok)
     tout = sum(s.completion_tokens or 0 for s in ok)
 
@@ -192,4 +200,6 @@ def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = 
         e2el_ms=summarize(cols["e2el_ms"]), decode_tok_s=summarize(cols["decode_tok_s"]),
         prefill_tok_s=summarize(cols["prefill_tok_s"]), tokens_per_chunk=summarize(tpc),
         min_latency_ms=min_latency_ms,
+        dispatch_lag_ms=summarize([s.dispatch_lag_ns / 1e6 for s in measured
+                                   if s.dispatch_lag_ns is not None]),
     )

@@ -178,7 +178,7 @@ class PromptBuilder:
         self._rng = random.Random(seed)
         self._tag = run_tag or uuid.uuid4().hex[:8]
         self._serial = 0
-        self._words_for: dict[int, tuple[int, str]] = {}
+        self._words_for: dict[tuple[int, int], tuple[int, str]] = {}
         self._filler = [self._rng.choice(_WORDS) for _ in range(200_000)]
 
     def _text(self, prefix: str, words: int) -> str:
@@ -190,19 +190,50 @@ class PromptBuilder:
 
     def build(self, n_tokens: int) -> Prompt:
         """A prompt of exactly ``n_tokens`` tokens; BenchError when that cannot be hit."""
+        return self.extend("", n_tokens)
+
+    def extend(self, base: str, n_tokens: int) -> Prompt:
+        """A prompt of exactly ``n_tokens`` tokens that starts with ``base`` verbatim.
+
+        ``base`` is a shared system prompt or the history of a conversation: a server with
+        prefix caching can serve its tokens from cache. After it come a unique tag and
+        filler, so two extensions of the same base share exactly the base.
+        """
         if n_tokens < 1:
             raise BenchError(f"prompt length must be >= 1, got {n_tokens}")
         self._serial += 1
-        prefix = f"{self._tag}-{self._serial:06d}:"
-        guess = self._words_for.get(n_tokens)
+        prefix = (base + " " if base else "") + f"{self._tag}-{self._serial:06d}:"
+        key = (len(base), n_tokens)
+        guess = self._words_for.get(key)
         if guess is not None:
             text = self._text(prefix, guess[0]) + guess[1]
             c = self.counter.count(text)
             if c == n_tokens:
                 return Prompt(text, n_tokens, c)
         words, pad, c = self._search(prefix, n_tokens)
-        self._words_for[n_tokens] = (words, pad)
+        self._words_for[key] = (words, pad)
         return Prompt(self._text(prefix, words) + pad, n_tokens, c)
+
+    def fit(self, text: str, n_tokens: int | None) -> Prompt:
+        """A dataset text behind a unique tag: cut (whole words) and filled to exactly
+        ``n_tokens``, or at its natural length when ``n_tokens`` is None."""
+        self._serial += 1
+        tagged = f"{self._tag}-{self._serial:06d}: {text}"
+        if n_tokens is None:
+            c = self.counter.count(tagged)
+            return Prompt(tagged, c, c)
+        head, _, body = tagged.partition(" ")
+        words = body.split()
+        lo, hi = 0, len(words)  # the longest word prefix that stays within n_tokens
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.counter.count(" ".join([head, *words[:mid]])) <= n_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        base = " ".join([head, *words[:lo]])
+        n_words, pad, c = self._search(base, n_tokens)
+        return Prompt(self._text(base, n_words) + pad, n_tokens, c)
 
     def _pad(self, text: str, have: int, n: int) -> str | None:
         """A suffix of short units that brings ``text`` (``have`` tokens) to exactly ``n``.

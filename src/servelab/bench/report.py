@@ -10,14 +10,15 @@ from servelab.bench.result import BenchResult
 from servelab.bench.stats import Summary
 
 COLUMNS = (
-    ("prompt_len", "prompt"), ("output_len", "output"), ("concurrency", "conc"),
+    ("prompt_len", "prompt"), ("depth", "depth"), ("output_len", "output"), ("concurrency", "conc"),
     ("request_rate", "req/s"), ("completed", "ok"), ("failed", "failed"),
     ("decode_tok_s_median", "decode tok/s (median)"), ("decode_tok_s_ci95", "± 95% CI"),
     ("prefill_tok_s_median", "prefill tok/s (median)"),
     ("ttft_ms_median", "TTFT ms (median)"), ("ttft_ms_p99", "TTFT ms (p99)"),
     ("tpot_ms_median", "TPOT ms (median)"), ("itl_ms_median", "ITL ms/chunk (median)"),
     ("tokens_per_chunk_mean", "tok/chunk"), ("output_throughput", "output tok/s"),
-    ("total_token_throughput", "total tok/s"), ("repeats", "batches"),
+    ("total_token_throughput", "total tok/s"), ("dispatch_lag_ms_p99", "send lag ms (p99)"),
+    ("repeats", "batches"),
     ("converged", "CI met"),
 )
 
@@ -33,7 +34,8 @@ def summary_rows(result: BenchResult) -> list[dict[str, Any]]:
         m = pr.metrics
         dec = m.decode_tok_s
         rows.append({
-            "prompt_len": pr.point.prompt_len, "output_len": pr.point.output_len,
+            "prompt_len": pr.point.prompt_len, "depth": pr.point.depth,
+            "output_len": pr.point.output_len,
             "concurrency": pr.point.concurrency, "request_rate": pr.point.request_rate,
             "completed": m.completed, "failed": m.failed,
             "decode_tok_s_median": _med(dec),
@@ -45,6 +47,7 @@ def summary_rows(result: BenchResult) -> list[dict[str, Any]]:
             "tokens_per_chunk_mean": m.tokens_per_chunk.mean if m.tokens_per_chunk else None,
             "output_throughput": m.output_throughput,
             "total_token_throughput": m.total_token_throughput,
+            "dispatch_lag_ms_p99": m.dispatch_lag_ms.p99 if m.dispatch_lag_ms else None,
             "repeats": pr.repeats, "converged": pr.converged,
         })
     return rows

@@ -15,7 +15,7 @@ JSON schema ``servelab.bench/1`` (all times in the units their key names say)::
       "min_latency_ms": float | null,      # measured minimal request, when subtracted
       "server_counters": {prompt_tokens, generation_tokens, spec_decode_*} | null,
       "points": [{
-          "prompt_len", "output_len", "concurrency", "request_rate",
+          "prompt_len", "output_len", "concurrency", "request_rate", "depth",
           "repeats": int, "converged": bool, "ci_rel": {metric: float | null},
           "drift": {metric: {first_mean, second_mean, rel_change, significant}},
           "notes": [str],
@@ -32,8 +32,15 @@ JSON schema ``servelab.bench/1`` (all times in the units their key names say)::
                       completion_tokens, finish_reason, error, error_detail, http_status,
                       retry_after_s, warmup]
       }],
-      "notes": [str]
+      "notes": [str],
+      "token_check": {ok, requests, client_prompt_tokens, client_completion_tokens,
+                      prompt_len_mismatches, server_prompt_tokens, server_generation_tokens,
+                      counters_compared, skipped_reason, problems: [str]} | null
     }
+
+    Samples of open-loop runs also carry ``scheduled_ns`` (dispatch lag = send_ns −
+    scheduled_ns; summarized as ``metrics.dispatch_lag_ms``); ``server_counters`` also
+    carries ``prefix_cache_queries``, ``prefix_cache_hits`` and ``prefix_cache_hit_rate``.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from servelab.bench.metrics import Metrics
 from servelab.bench.samples import RequestSample
 from servelab.bench.specdecode import CounterDelta
 from servelab.bench.stats import Drift
+from servelab.bench.tokencheck import TokenCheck
 from servelab.bench.workload import Point, PointResult, WorkloadSpec
 from servelab.errors import InputError
 
@@ -73,6 +81,7 @@ class BenchResult:
     servelab_version: str
     notes: tuple[str, ...] = field(default=())
     schema: str = SCHEMA
+    token_check: TokenCheck | None = None
 
     def to_json(self, *, include_samples: bool = True) -> dict[str, Any]:
         """The documented JSON form (see the module docstring)."""
@@ -81,6 +90,7 @@ class BenchResult:
             d: dict[str, Any] = {
                 "prompt_len": pr.point.prompt_len, "output_len": pr.point.output_len,
                 "concurrency": pr.point.concurrency, "request_rate": pr.point.request_rate,
+                "depth": pr.point.depth,
                 "repeats": pr.repeats, "converged": pr.converged, "ci_rel": dict(pr.ci_rel),
                 "drift": {k: v.to_json() for k, v in pr.drift.items()},
                 "notes": list(pr.notes), "metrics": pr.metrics.to_json(),
@@ -97,6 +107,7 @@ class BenchResult:
             "server_counters": (self.server_counters.to_json()
                                 if self.server_counters is not None else None),
             "points": pts, "notes": list(self.notes),
+            "token_check": self.token_check.to_json() if self.token_check is not None else None,
         }
 
     @classmethod
@@ -108,7 +119,7 @@ class BenchResult:
         for p in d["points"]:
             pts.append(PointResult(
                 point=Point(p["prompt_len"], p["output_len"], p["concurrency"],
-                            p["request_rate"]),
+                            p["request_rate"], p.get("depth", 0)),
                 samples=tuple(RequestSample.from_json(s) for s in p.get("samples", [])),
                 metrics=Metrics.from_json(p["metrics"]), repeats=p["repeats"],
                 converged=p["converged"], ci_rel=dict(p["ci_rel"]),
@@ -116,6 +127,7 @@ class BenchResult:
                 notes=tuple(p["notes"]),
             ))
         sc = d.get("server_counters")
+        tc = d.get("token_check")
         return cls(
             base_url=d["base_url"], model=d["model"], endpoint=d["endpoint"],
             started_at=d["started_at"], finished_at=d["finished_at"],
@@ -124,6 +136,7 @@ class BenchResult:
             min_latency_ms=d.get("min_latency_ms"),
             server_counters=CounterDelta.from_json(sc) if sc is not None else None,
             servelab_version=d["servelab_version"], notes=tuple(d.get("notes", [])),
+            token_check=TokenCheck.from_json(tc) if tc is not None else None,
         )
 
 

@@ -16,10 +16,16 @@ from typing import Any, Literal
 import httpx
 
 from servelab import __version__
-from servelab.bench import specdecode
+from servelab.bench import specdecode, tokencheck
 from servelab.bench.client import BenchClient, ClientOptions, EndpointKind
-from servelab.bench.prompts import PromptBuilder, ServerTokenCounter, make_counter
+from servelab.bench.prompts import (
+    PromptBuilder,
+    ServerTokenCounter,
+    TokenCounter,
+    make_counter,
+)
 from servelab.bench.result import BenchResult
+from servelab.bench.samples import RequestSample
 from servelab.bench.transport import Endpoint, Timeouts
 from servelab.bench.workload import ProgressFn, WorkloadRunner, WorkloadSpec
 from servelab.errors import BenchError
@@ -63,8 +69,24 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def run_bench(cfg: BenchConfig, *, on_progress: ProgressFn | None = None) -> BenchResult:
-    """Run the configured workload against ``cfg.base_url`` and return the result."""
+@dataclass(frozen=True, slots=True)
+class Session:
+    """What every run against one server shares: its URL, model, counter and options."""
+
+    base: str
+    model: str
+    counter: TokenCounter
+    builder: PromptBuilder
+    options: ClientOptions
+
+    def close(self) -> None:
+        """Release the token counter's connection."""
+        if isinstance(self.counter, ServerTokenCounter):
+            self.counter.close()
+
+
+def open_session(cfg: BenchConfig) -> Session:
+    """Resolve the model and pick the token counter for ``cfg``."""
     base = Endpoint.parse(cfg.base_url).base_url
     model = cfg.model or resolve_model(base, api_key=cfg.api_key)
     chat = cfg.endpoint == "chat"
@@ -74,20 +96,43 @@ def run_bench(cfg: BenchConfig, *, on_progress: ProgressFn | None = None) -> Ben
     options = ClientOptions(model=model, endpoint=cfg.endpoint, temperature=cfg.temperature,
                             ignore_eos=cfg.ignore_eos, continuous_usage=cfg.continuous_usage,
                             chat_template_kwargs=cfg.chat_template_kwargs)
+    return Session(base, model, counter, builder, options)
+
+
+def client_info(cfg: BenchConfig) -> dict[str, Any]:
+    """The client settings a result records."""
+    t = cfg.timeouts
+    return {
+        "temperature": cfg.temperature, "ignore_eos": cfg.ignore_eos,
+        "continuous_usage": cfg.continuous_usage,
+        "chat_template_kwargs": cfg.chat_template_kwargs,
+        "timeouts": {"first_byte_s": t.first_byte_s, "stall_s": t.stall_s,
+                     "total_s": t.total_s},
+    }
+
+
+def run_bench(cfg: BenchConfig, *, on_progress: ProgressFn | None = None) -> BenchResult:
+    """Run the configured workload against ``cfg.base_url`` and return the result."""
+    ses = open_session(cfg)
+    base, model, counter, builder, options = (ses.base, ses.model, ses.counter, ses.builder,
+                                              ses.options)
     started = _now()
     before = specdecode.scrape(base, api_key=cfg.api_key) if cfg.scrape_metrics else None
+
+    side: list[RequestSample] = []
 
     async def go() -> tuple[Any, float | None]:
         async with BenchClient(base, options, timeouts=cfg.timeouts,
                                api_key=cfg.api_key) as client:
             runner = WorkloadRunner(client, builder, cfg.workload, on_progress=on_progress)
-            return await runner.run()
+            out = await runner.run()
+            side[:] = runner.side_samples
+            return out
 
     try:
         points, min_lat = asyncio.run(go())
     finally:
-        if isinstance(counter, ServerTokenCounter):
-            counter.close()
+        ses.close()
     after = specdecode.scrape(base, api_key=cfg.api_key) if cfg.scrape_metrics else None
     counters = specdecode.delta(before, after) if before is not None and after is not None \
         else None
@@ -96,17 +141,18 @@ def run_bench(cfg: BenchConfig, *, on_progress: ProgressFn | None = None) -> Ben
         notes.append(f"speculative decoding: mean acceptance length "
                      f"{counters.mean_acceptance_length:.2f}, acceptance rate "
                      f"{counters.acceptance_rate or 0:.1%} (server /metrics)")
-    t = cfg.timeouts
-    client_info = {
-        "temperature": cfg.temperature, "ignore_eos": cfg.ignore_eos,
-        "continuous_usage": cfg.continuous_usage,
-        "chat_template_kwargs": cfg.chat_template_kwargs,
-        "timeouts": {"first_byte_s": t.first_byte_s, "stall_s": t.stall_s,
-                     "total_s": t.total_s},
-    }
+    if counters is not None and counters.prefix_cache_hit_rate is not None:
+        notes.append(f"prefix cache: {counters.prefix_cache_hit_rate:.1%} of "
+                     f"{counters.prefix_cache_queries:.0f} queried prompt tokens were cache "
+                     "hits (server /metrics)")
+    tc = tokencheck.check([s for pr in points for s in pr.samples] + side, counters)
+    if tc.skipped_reason is not None and tc.ok:
+        notes.append(f"token counts not cross-checked with /metrics: {tc.skipped_reason}")
+    notes += [f"TOKEN MISMATCH: {p}" for p in tc.problems]
     return BenchResult(
         base_url=base, model=model, endpoint=cfg.endpoint, started_at=started,
-        finished_at=_now(), prompt_source=counter.source, client=client_info,
+        finished_at=_now(), prompt_source=counter.source, client=client_info(cfg),
         workload=cfg.workload, points=tuple(points), min_latency_ms=min_lat,
         server_counters=counters, servelab_version=__version__, notes=tuple(notes),
+        token_check=tc,
     )

@@ -74,6 +74,13 @@ class RequestSample:
     http_status: int | None = None
     retry_after_s: float | None = None
     warmup: bool = False
+    scheduled_ns: int | None = None
+    """Open loop: when the load profile said to send it (same clock as ``send_ns``)."""
+
+    @property
+    def dispatch_lag_ns(self) -> int | None:
+        """Open loop: how late the client sent the request after its scheduled time."""
+        return self.send_ns - self.scheduled_ns if self.scheduled_ns is not None else None
 
     @property
     def ok(self) -> bool:
@@ -113,6 +120,7 @@ class RequestSample:
             "http_status": self.http_status,
             "retry_after_s": self.retry_after_s,
             "warmup": self.warmup,
+            "scheduled_ns": self.scheduled_ns,
         }
 
     @classmethod
@@ -136,4 +144,5 @@ class RequestSample:
             http_status=data.get("http_status"),
             retry_after_s=data.get("retry_after_s"),
             warmup=bool(data.get("warmup", False)),
+            scheduled_ns=data.get("scheduled_ns"),
         )

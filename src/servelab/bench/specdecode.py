@@ -19,6 +19,10 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+"""Prompt tokens looked up in the prefix cache (vLLM's counter ``vllm:prefix_cache_queries``)."""
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+"""Of those, tokens found in the cache."""
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -72,6 +76,15 @@ class CounterDelta:
     spec_drafts: float | None
     spec_draft_tokens: float | None
     spec_accepted: float | None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Cached ÷ queried prompt tokens during the run (the engine's own counters)."""
+        if self.prefix_cache_hits is None or not self.prefix_cache_queries:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -96,6 +109,9 @@ class CounterDelta:
             "spec_decode_num_accepted_tokens": self.spec_accepted,
             "spec_decode_acceptance_rate": self.acceptance_rate,
             "spec_decode_acceptance_length": self.mean_acceptance_length,
+            "prefix_cache_queries": self.prefix_cache_queries,
+            "prefix_cache_hits": self.prefix_cache_hits,
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
         }
 
     @classmethod
@@ -103,15 +119,18 @@ class CounterDelta:
         """Inverse of :meth:`to_json`."""
         return cls(d.get("prompt_tokens"), d.get("generation_tokens"),
                    d.get("spec_decode_num_drafts"), d.get("spec_decode_num_draft_tokens"),
-                   d.get("spec_decode_num_accepted_tokens"))
+                   d.get("spec_decode_num_accepted_tokens"), d.get("prefix_cache_queries"),
+                   d.get("prefix_cache_hits"))
 
 
 def delta(before: dict[str, float], after: dict[str, float]) -> CounterDelta:
     """Counter differences; a counter missing from either scrape is None."""
     def d(name: str) -> float | None:
-        if name in before and name in after:
-            return after[name] - before[name]
+        for key in (name, name.removesuffix("_total")):
+            if key in before and key in after:
+                return after[key] - before[key]
         return None
 
     return CounterDelta(d(PROMPT_TOKENS), d(GENERATION_TOKENS), d(SPEC_DRAFTS),
-                        d(SPEC_DRAFT_TOKENS), d(SPEC_ACCEPTED))
+                        d(SPEC_DRAFT_TOKENS), d(SPEC_ACCEPTED), d(PREFIX_QUERIES),
+                        d(PREFIX_HITS))

@@ -19,10 +19,13 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from servelab.bench.client import BenchClient, RequestSpec
+from servelab.bench.datasets import Entry, load_dataset
 from servelab.bench.metrics import Metrics, buffered, compute, per_request
+from servelab.bench.profiles import Arrival, LoadProfile, ProfileKind, Trace, load_trace
 from servelab.bench.prompts import PromptBuilder
 from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.stats import Drift, drift
@@ -59,6 +62,29 @@ class WorkloadSpec:
     """Longest pause honoured for a Retry-After header (closed loop)."""
     drain_s: float = 30.0
     """With ``duration_s``: how long in-flight requests may run past the budget."""
+    profile: ProfileKind = "poisson"
+    """Open-loop arrival profile (with ``request_rate`` or ``trace``), see profiles.py."""
+    burstiness: float = 1.0
+    ramp_end_rate: float | None = None
+    trace: str | None = None
+    """JSONL trace (Mooncake format) to replay: arrival times and lengths."""
+    shared_prefix_len: int = 0
+    """Tokens of a shared system prompt at the start of every prompt (prefix caching)."""
+    prefix_groups: int = 1
+    """How many distinct shared prompts the requests cycle through."""
+    turns: int = 1
+    """Turns per conversation: turn t's prompt is turn t-1's prompt plus ``prompt_len`` new
+    tokens, sent after turn t-1 ended (closed loop only)."""
+    depths: tuple[int, ...] = ()
+    """Context-depth grid: at depth d every prompt is d tokens of context shared by the
+    point's requests (cached after the warm-up) followed by ``prompt_len`` new tokens, so
+    TTFT measures prefill of the new tokens and TPOT decode, both at depth d."""
+    dataset: str | None = None
+    """Prompts from a local ShareGPT JSON / JSONL file (see datasets.py)."""
+    dataset_lengths: Literal["exact", "natural"] = "exact"
+    """``exact``: cut/fill each text to the point's prompt length; ``natural``: as written."""
+    dataset_output: Literal["fixed", "reference"] = "fixed"
+    """``reference``: generate as many tokens as the dataset's reference answer has."""
 
     def __post_init__(self) -> None:
         if not self.prompt_lens or any(n < 1 for n in self.prompt_lens):
@@ -77,6 +103,33 @@ class WorkloadSpec:
             raise UsageError("max repeats must be >= 1")
         if not 0 < self.ci_target < 1:
             raise UsageError("CI target must be a fraction between 0 and 1, e.g. 0.02")
+        if self.trace is not None and self.profile != "trace":
+            object.__setattr__(self, "profile", "trace")
+        if self.profile == "trace" and self.trace is None:
+            raise UsageError("the trace profile needs a trace file (--trace)")
+        if self.request_rate is not None and self.profile != "trace":
+            LoadProfile(self.profile, self.request_rate, self.burstiness,
+                        self.ramp_end_rate)  # validates the profile's parameters
+        if self.shared_prefix_len < 0 or self.prefix_groups < 1 or self.turns < 1:
+            raise UsageError("shared prefix length must be >= 0, prefix groups and turns >= 1")
+        if self.shared_prefix_len and min(self.prompt_lens) <= self.shared_prefix_len:
+            raise UsageError(f"every prompt length must exceed the shared prefix "
+                             f"({self.shared_prefix_len} tokens)")
+        if self.dataset is not None and (self.shared_prefix_len or self.turns > 1):
+            raise UsageError("a dataset cannot be combined with --shared-prefix or --turns")
+        if any(d < 0 for d in self.depths):
+            raise UsageError("depths must be >= 0")
+        if any(self.depths) and (self.shared_prefix_len or self.turns > 1
+                                 or self.dataset is not None):
+            raise UsageError("a depth grid cannot be combined with --shared-prefix, --turns "
+                             "or --dataset")
+        if self.turns > 1 and self.open_loop:
+            raise UsageError("multi-turn conversations run closed loop (no request rate)")
+
+    @property
+    def open_loop(self) -> bool:
+        """Requests follow an arrival schedule (rate or trace) rather than a closed loop."""
+        return self.request_rate is not None or self.trace is not None
 
     def batch_size(self, concurrency: int) -> int:
         """Measured requests per batch at ``concurrency``."""
@@ -87,6 +140,7 @@ class WorkloadSpec:
         d = asdict(self)
         d["prompt_lens"] = list(self.prompt_lens)
         d["concurrency"] = list(self.concurrency)
+        d["depths"] = list(self.depths)
         return d
 
     @classmethod
@@ -95,6 +149,7 @@ class WorkloadSpec:
         d = dict(d)
         d["prompt_lens"] = tuple(d["prompt_lens"])
         d["concurrency"] = tuple(d["concurrency"])
+        d["depths"] = tuple(d.get("depths", ()))
         return cls(**d)
 
 
@@ -106,12 +161,16 @@ class Point:
     output_len: int
     concurrency: int
     request_rate: float | None
+    depth: int = 0
+    """Tokens of shared, cached context before the prompt's new tokens (depth grid)."""
 
     @property
     def label(self) -> str:
         """Short human label, e.g. ``prompt 2048 · out 128 · c=1``."""
         rate = f" · {self.request_rate:g} req/s" if self.request_rate else ""
-        return f"prompt {self.prompt_len} · out {self.output_len} · c={self.concurrency}{rate}"
+        depth = f" · depth {self.depth}" if self.depth else ""
+        return (f"prompt {self.prompt_len} · out {self.output_len} · c={self.concurrency}"
+                f"{rate}{depth}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +205,11 @@ class ProgressEvent:
 ProgressFn = Callable[[ProgressEvent], None]
 
 
-def points(spec: WorkloadSpec) -> list[Point]:
-    """The sweep, prompt length outermost."""
-    return [Point(p, spec.output_len, c, spec.request_rate)
-            for p in spec.prompt_lens for c in spec.concurrency]
+def points(spec: WorkloadSpec, trace: Trace | None = None) -> list[Point]:
+    """The sweep, prompt length outermost (a trace's rate is its mean rate)."""
+    rate = trace.mean_rate if trace is not None else spec.request_rate
+    return [Point(p, spec.output_len, c, rate, d)
+            for d in (spec.depths or (0,)) for p in spec.prompt_lens for c in spec.concurrency]
 
 
 def _failure_note(kind: str, n: int) -> str:
@@ -200,6 +260,16 @@ class WorkloadRunner:
         self._t0 = time.perf_counter_ns()
         self._index = 0
         self._rng = random.Random(spec.seed)
+        self._conv = 0
+        self._shared_texts: dict[int, list[str]] = {}
+        self.trace: Trace | None = load_trace(Path(spec.trace)) if spec.trace else None
+        self.dataset: list[Entry] = []
+        if spec.dataset is not None:
+            self.dataset = list(load_dataset(Path(spec.dataset)).entries)
+            random.Random(spec.seed).shuffle(self.dataset)
+        self._ref_len: dict[int, int] = {}
+        self.side_samples: list[RequestSample] = []
+        """Requests sent outside any point (the minimal-latency probe)."""
 
     async def measure_min_latency(self, n: int = 5) -> float | None:
         """Minimal TTFT (ms) of ``n`` shortest one-token requests: network, HTTP, scheduling."""
@@ -209,6 +279,7 @@ class WorkloadRunner:
             prompt = self.builder.build(plen)
             s = await self.client.send(RequestSpec(prompt.text, prompt.target_len, 1),
                                        self._next_index(), t0_ns=self._t0, warmup=True)
+            self.side_samples.append(s)
             if s.ok and s.ttft_ns is not None:
                 ms = s.ttft_ns / 1e6
                 best = ms if best is None else min(best, ms)
@@ -222,17 +293,18 @@ class WorkloadRunner:
         """Run every point; returns the results and the minimal latency (if measured)."""
         min_lat = await self.measure_min_latency() if self.spec.subtract_min_latency else None
         results: list[PointResult] = []
-        pts = points(self.spec)
+        pts = points(self.spec, self.trace)
         for i, pt in enumerate(pts):
-            results.append(await self._run_point(pt, i, len(pts), min_lat))
+            results.append(await self.run_point(pt, i, len(pts), min_lat))
         return results, min_lat
 
     def _emit(self, ev: ProgressEvent) -> None:
         if self.on_progress is not None:
             self.on_progress(ev)
 
-    async def _run_point(self, pt: Point, pi: int, npts: int, min_lat: float | None
-                         ) -> PointResult:
+    async def run_point(self, pt: Point, pi: int = 0, npts: int = 1,
+                        min_lat: float | None = None) -> PointResult:
+        """Warm up, then measure ``pt`` in batches until the CI target or a limit is met."""
         spec = self.spec
         start = time.perf_counter_ns()
         budget_end = start + int(spec.duration_s * 1e9) if spec.duration_s else None
@@ -247,6 +319,8 @@ class WorkloadRunner:
         converged = False
         max_rep = spec.max_repeats if budget_end is None or spec.requests else 10_000
         n_batch = spec.batch_size(pt.concurrency)
+        if self.trace is not None:
+            n_batch = min(spec.requests or len(self.trace.arrivals), len(self.trace.arrivals))
         while repeats < max_rep:
             if budget_end is not None and time.perf_counter_ns() >= budget_end:
                 break
@@ -301,66 +375,118 @@ class WorkloadRunner:
                 ok = False
         return out, ok
 
-    def _specs(self, pt: Point, n: int) -> list[RequestSpec]:
+    def _profile(self, pt: Point) -> LoadProfile:
+        sp = self.spec
+        if self.trace is not None:
+            return LoadProfile("trace", trace=self.trace)
+        assert pt.request_rate is not None
+        ramp_end = sp.ramp_end_rate
+        if sp.profile == "ramp" and ramp_end is not None and sp.request_rate:
+            ramp_end = ramp_end * pt.request_rate / sp.request_rate  # capacity search scales both
+        return LoadProfile(sp.profile, pt.request_rate, sp.burstiness, ramp_end)
+
+    def _shared(self, depth: int = 0) -> list[str]:
+        """The shared system prompts (or a depth's context), built once per run so the
+        warm-up fills the cache."""
+        sp = self.spec
+        n, groups = (depth, 1) if depth else (sp.shared_prefix_len, sp.prefix_groups)
+        if n and n not in self._shared_texts:
+            self._shared_texts[n] = [self.builder.build(n).text for _ in range(groups)]
+        return self._shared_texts.get(n, [])
+
+    def _conversation(self, pt: Point, arrival: Arrival | None = None) -> list[RequestSpec]:
+        """One conversation's requests: a single request unless ``turns`` > 1."""
+        sp = self.spec
+        shared = self._shared(pt.depth)
+        base = shared[self._conv % len(shared)] if shared else ""
+        conv = self._conv
+        self._conv += 1
+        plen = arrival.prompt_len if arrival and arrival.prompt_len else pt.prompt_len
+        olen = arrival.output_len if arrival and arrival.output_len else pt.output_len
+        if self.dataset:
+            entry = self.dataset[conv % len(self.dataset)]
+            p = self.builder.fit(entry.prompt, plen if sp.dataset_lengths == "exact" else None)
+            if sp.dataset_output == "reference" and not (arrival and arrival.output_len):
+                olen = self._reference_len(conv % len(self.dataset), entry) or olen
+            return [RequestSpec(p.text, p.target_len, olen)]
         out = []
-        for _ in range(n):
-            p = self.builder.build(pt.prompt_len)
-            out.append(RequestSpec(p.text, pt.prompt_len, pt.output_len))
+        for t in range(sp.turns):
+            n = pt.depth + plen + t * (plen - sp.shared_prefix_len)
+            p = self.builder.extend(base, n)
+            out.append(RequestSpec(p.text, n, olen))
+            base = p.text
         return out
+
+    def _reference_len(self, i: int, entry: Entry) -> int | None:
+        """Tokens of the entry's reference answer (counted once), or its ``output_len``."""
+        if entry.output_len is not None:
+            return entry.output_len
+        if entry.reference is None:
+            return None
+        if i not in self._ref_len:
+            self._ref_len[i] = max(1, self.builder.counter.count(entry.reference))
+        return self._ref_len[i]
 
     async def _batch(self, pt: Point, n: int, pi: int, npts: int, phase: str,
                      done0: int | None, deadline: int | None, budget_end: int | None
                      ) -> list[RequestSample]:
-        """Send ``n`` requests (closed loop at the concurrency, or Poisson arrivals)."""
-        specs = self._specs(pt, n)
+        """Send ``n`` requests: closed loop at the concurrency, or on the load profile."""
         results: list[RequestSample] = []
-        total = n
         base = done0 or 0
+        warm = phase == "warmup"
+        if not self.spec.open_loop:
+            convs = [self._conversation(pt) for _ in range(-(-n // self.spec.turns))]
+        else:
+            arrivals = self._profile(pt).schedule(n, self._rng.randrange(2**32))
+            convs = [self._conversation(pt, a) for a in arrivals]
+        total = sum(len(c) for c in convs)
 
         def record(s: RequestSample) -> None:
             results.append(s)
             self._emit(ProgressEvent(pt, pi, npts, phase, base + len(results),
                                      None if budget_end else base + total, s))
 
-        if pt.request_rate is None:
-            queue = list(reversed(specs))
+        if not self.spec.open_loop:
+            queue = list(reversed(convs))
 
             async def worker() -> None:
                 while queue:
                     if budget_end is not None and time.perf_counter_ns() >= budget_end:
                         return
-                    rs = queue.pop()
-                    s = await self.client.send(rs, self._next_index(), t0_ns=self._t0,
-                                               deadline_ns=deadline, warmup=phase == "warmup")
-                    record(s)
-                    if s.retry_after_s is not None and s.error in (
-                            ErrorKind.HTTP_429, ErrorKind.HTTP_5XX):
-                        pause = min(s.retry_after_s, self.spec.max_backoff_s)
-                        if deadline is not None:
-                            pause = min(pause, max(0.0, (deadline - time.perf_counter_ns()) / 1e9))
-                        await asyncio.sleep(pause)
+                    for rs in queue.pop():
+                        s = await self.client.send(rs, self._next_index(), t0_ns=self._t0,
+                                                   deadline_ns=deadline, warmup=warm)
+                        record(s)
+                        await self._backoff(s, deadline)
 
-            await asyncio.gather(*(worker() for _ in range(min(pt.concurrency, n))))
-        else:
-            sem = asyncio.Semaphore(pt.concurrency)
-            rate = pt.request_rate
+            await asyncio.gather(*(worker() for _ in range(min(pt.concurrency, len(convs)))))
+            return results
+        sem = asyncio.Semaphore(pt.concurrency)
 
-            async def one(rs: RequestSpec, warm: bool) -> None:
-                async with sem:
-                    s = await self.client.send(rs, self._next_index(), t0_ns=self._t0,
-                                               deadline_ns=deadline, warmup=warm)
-                record(s)
+        async def one(rs: RequestSpec, due: int) -> None:
+            async with sem:
+                s = await self.client.send(rs, self._next_index(), t0_ns=self._t0,
+                                           deadline_ns=deadline, warmup=warm, scheduled_ns=due)
+            record(s)
 
-            tasks = []
-            t_next = time.perf_counter()
-            for rs in specs:
-                if budget_end is not None and time.perf_counter_ns() >= budget_end:
-                    break
-                t_next += self._rng.expovariate(rate)
-                delay = t_next - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.ensure_future(one(rs, phase == "warmup")))
-            await asyncio.gather(*tasks)
+        tasks = []
+        start = time.perf_counter_ns()
+        for a, conv in zip(arrivals, convs, strict=True):
+            if budget_end is not None and time.perf_counter_ns() >= budget_end:
+                break
+            due = start + round(a.t_s * 1e9)
+            delay = (due - time.perf_counter_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(conv[0], due)))
+        await asyncio.gather(*tasks)
         return results
 
+    async def _backoff(self, s: RequestSample, deadline: int | None) -> None:
+        """Honour Retry-After on 429/5xx (closed loop), within the run's deadline."""
+        if s.retry_after_s is None or s.error not in (ErrorKind.HTTP_429, ErrorKind.HTTP_5XX):
+            return
+        pause = min(s.retry_after_s, self.spec.max_backoff_s)
+        if deadline is not None:
+            pause = min(pause, max(0.0, (deadline - time.perf_counter_ns()) / 1e9))
+        await asyncio.sleep(pause)

@@ -43,6 +43,7 @@ def _register_commands() -> None:
         analysis_cmd,
         bench_cmd,
         calibration_cmd,
+        capacity_cmd,
         demo_cmd,
         engine_cmd,
         hardware_cmd,
@@ -59,6 +60,7 @@ def _register_commands() -> None:
     analysis_cmd.register(app)
     bench_cmd.register(app)
     app.add_typer(calibration_cmd.app)
+    capacity_cmd.register(app)
     demo_cmd.register(app)
     engine_cmd.register(app)
     hardware_cmd.register(app)

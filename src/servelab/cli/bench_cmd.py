@@ -24,6 +24,7 @@ from servelab.units import parse_int_list
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.bench.result import BenchResult
+    from servelab.bench.slo import Slo, SloResult
     from servelab.bench.workload import ProgressEvent
 
 
@@ -44,7 +45,8 @@ def _emit(text: str, out: Path | None) -> None:
     tmp.replace(out)
 
 
-_TABLE_KEYS = ("prompt_len", "output_len", "concurrency", "request_rate", "completed", "failed",
+_TABLE_KEYS = ("prompt_len", "depth", "output_len", "concurrency", "request_rate", "completed",
+               "failed",
                "decode_tok_s_median", "decode_tok_s_ci95", "prefill_tok_s_median",
                "ttft_ms_median", "tpot_ms_median", "output_throughput", "converged")
 _TABLE_TITLES = {"decode_tok_s_median": "decode tok/s", "prefill_tok_s_median": "prefill tok/s",
@@ -61,7 +63,8 @@ def render_table(result: BenchResult, console: Console) -> None:
     titles = dict(report.COLUMNS)
     keys = [k for k in _TABLE_KEYS
             if not (k == "request_rate"
-                    and all(p.point.request_rate is None for p in result.points))]
+                    and all(p.point.request_rate is None for p in result.points))
+            and not (k == "depth" and not any(p.point.depth for p in result.points))]
     for key in keys:
         table.add_column(_TABLE_TITLES.get(key, titles[key]), justify="right")
     for row in report.summary_rows(result):
@@ -72,6 +75,23 @@ def render_table(result: BenchResult, console: Console) -> None:
     for pr in result.points:
         for note in pr.notes:
             console.print(f"• {escape(pr.point.label)}: {escape(note)}")
+
+
+def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
+               console: Console) -> None:
+    """One row per point: each term's percentile with its 95% CI, verdict and goodput."""
+    from servelab.bench import report
+
+    table = Table(title=f"SLO {escape(slo.label)}", title_justify="left")
+    for title in ("point", *(t.label for t in slo.terms), "verdict", "goodput req/s",
+                  "good/measured"):
+        table.add_column(escape(title), justify="right")
+    for pr, r in zip(result.points, results, strict=True):
+        cells = [f"{report.fmt(t.value_ms)} [{report.fmt(t.ci_low_ms)}, "
+                 f"{report.fmt(t.ci_high_ms)}]" for t in r.terms]
+        table.add_row(escape(pr.point.label), *cells, r.verdict, report.fmt(r.goodput),
+                      f"{r.good}/{r.measured}")
+    console.print(table)
 
 
 def bench(
@@ -120,6 +140,33 @@ def bench(
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompt filler and Poisson arrivals."),
+    profile: str = typer.Option("poisson", "--profile", help="Arrivals with --request-rate: "
+                                "constant, poisson, gamma, ramp."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps "
+                                     "(gamma, ramp): 1 = Poisson, < 1 burstier."),
+    ramp_end_rate: float | None = typer.Option(None, "--ramp-end-rate", help="ramp: the rate "
+                                               "reached at the last request, req/s."),
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="Replay a JSONL trace (Mooncake format: timestamp ms, input_length, "
+        "output_length per line): arrival times and exact lengths.")] = None,
+    shared_prefix: int = typer.Option(0, "--shared-prefix", help="Tokens of a shared system "
+                                      "prompt at the start of every prompt (prefix caching)."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="Distinct shared prompts "
+                                      "the requests cycle through."),
+    depths: str = typer.Option("0", "--depths", help="Context-depth grid: tokens of shared, "
+                               "cached context before each prompt, e.g. 0,1024,4096."),
+    turns: int = typer.Option(1, "--turns", help="Turns per conversation; each turn's prompt "
+                              "extends the previous one by the prompt length (history)."),
+    dataset: Annotated[Path | None, typer.Option(
+        "--dataset", help="Prompts from a ShareGPT JSON or JSONL file, cut/filled to each "
+        "prompt length (see --dataset-lengths).")] = None,
+    dataset_lengths: str = typer.Option("exact", "--dataset-lengths", help="exact: cut or "
+                                        "fill each text to the prompt length; natural: as "
+                                        "written (measured by the server's count)."),
+    dataset_output: str = typer.Option("fixed", "--dataset-output", help="fixed: "
+                                       "--output-len; reference: the dataset answer's tokens."),
+    slo: str | None = typer.Option(None, "--slo", help="Evaluate an SLO per point, e.g. "
+                                   "ttft_p99=500,tpot_p50=40 (ms): verdict and goodput."),
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
@@ -132,8 +179,11 @@ def bench(
 ) -> None:
     """Benchmark an OpenAI-compatible endpoint: TTFT, TPOT, ITL, decode/prefill tok/s, with CIs."""
     from servelab.bench import report, vllm_compat
+    from servelab.bench.datasets import load_dataset
+    from servelab.bench.profiles import PROFILES, load_trace
     from servelab.bench.result import write_json_atomic
     from servelab.bench.run import BenchConfig, run_bench
+    from servelab.bench.slo import evaluate, parse_slo
     from servelab.bench.transport import Timeouts
     from servelab.bench.workload import WorkloadSpec
 
@@ -148,11 +198,30 @@ def bench(
             raise UsageError(f"--chat-template-kwargs is not JSON: {exc}") from None
         if not isinstance(kwargs, dict):
             raise UsageError("--chat-template-kwargs must be a JSON object")
+    slo_spec = parse_slo(slo) if slo is not None else None
+    if profile not in PROFILES or profile == "trace":
+        raise UsageError(f"--profile must be one of constant, poisson, gamma, ramp, not "
+                         f"{profile!r} (replay a trace with --trace)")
+    if trace is not None:
+        load_trace(trace)  # a bad trace is a one-line error before anything runs
+    if dataset is not None:
+        load_dataset(dataset)
+    if dataset_lengths not in ("exact", "natural"):
+        raise UsageError(f"--dataset-lengths must be exact or natural, not {dataset_lengths!r}")
+    if dataset_output not in ("fixed", "reference"):
+        raise UsageError(f"--dataset-output must be fixed or reference, not {dataset_output!r}")
     spec = WorkloadSpec(
         prompt_lens=_ints(prompt_lens, "--prompt-lens"), output_len=output_len,
         concurrency=_ints(concurrency, "--concurrency"), request_rate=request_rate,
         requests=requests, duration_s=duration, warmup_requests=warmup, ci_target=ci_target,
         max_repeats=max_repeats, subtract_min_latency=subtract_min_latency, seed=seed,
+        profile=profile, burstiness=burstiness, ramp_end_rate=ramp_end_rate,  # type: ignore[arg-type]
+        trace=str(trace) if trace is not None else None, shared_prefix_len=shared_prefix,
+        prefix_groups=prefix_groups, turns=turns,
+        depths=() if depths.strip() == "0" else _ints(depths, "--depths"),
+        dataset=str(dataset) if dataset is not None else None,
+        dataset_lengths="natural" if dataset_lengths == "natural" else "exact",
+        dataset_output="reference" if dataset_output == "reference" else "fixed",
     )
     cfg = BenchConfig(
         base_url=url, workload=spec, model=model,
@@ -184,16 +253,29 @@ def bench(
     if export_vllm is not None:
         for pr in result.points:
             name = f"vllm-p{pr.point.prompt_len}-o{pr.point.output_len}-c{pr.point.concurrency}"
+            name += f"-d{pr.point.depth}" if pr.point.depth else ""
             write_json_atomic(export_vllm / f"{name}.json", vllm_compat.to_vllm(
                 pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True))
+    slo_results = ([evaluate(slo_spec, pr.samples) for pr in result.points]
+                   if slo_spec is not None else None)
     if as_csv:
         _emit(report.to_csv(result), out)
     elif as_markdown:
         _emit(report.to_markdown(result), out)
     elif as_json or out is not None:
-        _emit(json.dumps(result.to_json(), indent=1) + "\n", out)
+        data = result.to_json()
+        if slo_spec is not None and slo_results is not None:
+            data["slo"] = {"terms": slo_spec.to_json(), "label": slo_spec.label,
+                           "points": [r.to_json() for r in slo_results]}
+        _emit(json.dumps(data, indent=1) + "\n", out)
     if not (as_json or as_csv or as_markdown):
-        render_table(result, Console(highlight=False))
+        console = Console(highlight=False)
+        render_table(result, console)
+        if slo_spec is not None and slo_results is not None:
+            render_slo(result, slo_spec, slo_results, console)
+    tc = result.token_check
+    if tc is not None and not tc.ok:  # written and shown; the exit status says it is wrong
+        raise BenchError(f"{result.base_url}: token counts disagree: {'; '.join(tc.problems)}")
     dead = [pr for pr in result.points if pr.metrics.completed == 0]
     if dead:  # the result is written and shown; the exit status says it is unusable
         pr = dead[0]
@@ -231,7 +313,41 @@ def bench_import(
             f"{report.fmt(mine.tpot_ms.median if mine.tpot_ms else None)} ms")
 
 
+def bench_translate(
+    path: Annotated[Path, typer.Argument(help="A servelab bench result JSON (--out).")],
+    as_json: bool = typer.Option(False, "--json", help="Print every tool's full metric set "
+                                 "per point as JSON."),
+) -> None:
+    """Show one result under vllm bench serve's, AIPerf's and GuideLLM's metric names."""
+    from servelab.bench import report, translate
+    from servelab.bench.result import load
+
+    result = load(path)
+    per_point = [translate.translate(pr, model=result.model,
+                                     backend=f"openai-{result.endpoint}")
+                 for pr in result.points]
+    if as_json:
+        sys.stdout.write(json.dumps({"points": [
+            {"label": pr.point.label, **t} for pr, t in zip(result.points, per_point,
+                                                             strict=True)]}, indent=1) + "\n")
+        return
+    console = Console(highlight=False)
+    for pr, t in zip(result.points, per_point, strict=True):
+        table = Table(title=f"{escape(pr.point.label)} · same timestamps, three tools' names",
+                      title_justify="left")
+        for title in ("quantity", "tool", "metric name", "value"):  # names never wrap
+            table.add_column(title, justify="right" if title == "value" else "left",
+                             no_wrap=title != "quantity")
+        for concept, *paths in translate.CONCEPTS:
+            for i, (tool, key) in enumerate(zip(translate.TOOLS, paths, strict=True)):
+                v = translate.lookup(t[tool], key)
+                table.add_row(concept if i == 0 else "", tool, escape(key), report.fmt(v),
+                              end_section=i == len(paths) - 1)
+        console.print(table)
+
+
 def register(app: typer.Typer) -> None:
-    """Attach ``bench`` and ``bench-import`` to the root app."""
+    """Attach ``bench``, ``bench-import`` and ``bench-translate`` to the root app."""
     app.command("bench")(bench)
     app.command("bench-import")(bench_import)
+    app.command("bench-translate")(bench_translate)

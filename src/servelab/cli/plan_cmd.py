@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -12,10 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.defaults import ENGINE_VERSION, PROMPT_LENS, prompt_lens_text
+from servelab.defaults import ENGINE_VERSION, prompt_lens_text
 from servelab.errors import UsageError
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.parallel import LINKS, Topology, topology_for
+from servelab.plan.parallel import LINKS, topology_for
 from servelab.units import format_bytes as human_bytes
 from servelab.units import parse_float_list, parse_int_list, parse_size
 
@@ -23,7 +22,6 @@ if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.hardware.profiles import HardwareProfile
     from servelab.plan.build import Plan
     from servelab.plan.speedmodel import Fit
-    from servelab.store.model import RunRecord
 
 GIB = 1 << 30
 
@@ -67,80 +65,6 @@ def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareP
             compute={k: v.best for k, v in pr.matmul.items()},
         )
     return hw
-
-
-def make_plan(
-    checkpoint: str,
-    *,
-    hardware: HardwareProfile,
-    revision: str | None = None,
-    max_model_len: int | None = None,
-    kv_cache_memory_bytes: int | None = None,
-    gpu_memory_utilization: float = 0.9,
-    kv_cache_dtype: str = "auto",
-    engine_version: str = ENGINE_VERSION,
-    prompt_lens: Sequence[int] = PROMPT_LENS,
-    db: str | None = None,
-    use_store: bool = True,
-    priors: Path | None = None,
-    enable_prefix_caching: bool = True,
-    acceptance_lengths: Sequence[float] = (),
-    draft_tokens: int = 0,
-    overhead_bytes: int | None = None,
-    layout: ParallelLayout | None = None,
-    topology: Topology | None = None,
-) -> Plan:
-    """Read the checkpoint's headers and plan it (the CLI's library call)."""
-    from servelab.checkpoint.report import build_report
-    from servelab.checkpoint.sources import load_checkpoint
-    from servelab.hardware.host import host_has_avx512_bf16
-    from servelab.plan.build import build_plan
-    from servelab.plan.weights import weights_from_report
-
-    source = load_checkpoint(checkpoint, revision=revision)
-    report = build_report(source)
-    weights = weights_from_report(report, name=checkpoint)
-    config = dict(source.config or {})
-    if not config:
-        raise UsageError(
-            "the checkpoint has no config.json; plan needs its dimensions", path=checkpoint
-        )
-    from servelab.pipeline.calibration import calibration_for
-    from servelab.plan.priors import load_priors
-
-    runs = stored_runs(db, hardware.name) if use_store else []
-    calibration = calibration_for(runs, hardware, weights, priors=load_priors(priors))
-    return build_plan(
-        config,
-        weights,
-        hardware,
-        max_model_len=max_model_len,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        gpu_memory_utilization=gpu_memory_utilization,
-        kv_cache_dtype=kv_cache_dtype,
-        engine_version=engine_version,
-        prompt_lens=prompt_lens,
-        enable_prefix_caching=enable_prefix_caching,
-        calibration=calibration,
-        acceptance_lengths=acceptance_lengths,
-        draft_tokens=draft_tokens,
-        overhead_bytes=overhead_bytes,
-        layout=layout,
-        topology=topology,
-        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
-    )
-
-
-def stored_runs(db: str | None, hardware: str) -> list[RunRecord]:
-    """Successful runs on ``hardware`` from the results database (none when ``db`` is unset
-    and the default database does not exist: planning never creates one)."""
-    from servelab.store.db import ENV_DB, data_dir, open_store
-    from servelab.store.model import STATUS_OK, RunFilter
-
-    if db is None and not os.environ.get(ENV_DB) and not (data_dir() / "results.db").exists():
-        return []
-    with open_store(db) as store:
-        return store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
 
 
 def fit_line(kind: str, fit: Fit | None) -> str:
@@ -425,12 +349,13 @@ def plan(
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
     each rank's KV pool, and decode with its communication term.
     """
+    from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.markdown import plan_markdown
 
     if as_json and as_markdown:
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)
-    result = make_plan(
+    result = plan_checkpoint(
         checkpoint,
         hardware=hw,
         revision=revision,
@@ -484,6 +409,7 @@ def explain(
     as_markdown: bool = typer.Option(False, "--markdown", help="Print it as Markdown."),
 ) -> None:
     """Explain why two builds decode at different (predicted) speeds: bytes vs kernels."""
+    from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.explain import explain as explain_builds
     from servelab.plan.markdown import explain_markdown
 
@@ -491,7 +417,7 @@ def explain(
         raise UsageError("--json and --markdown cannot be used together")
     hw = _hardware(hardware, hardware_file or [], probe)
     plans = [
-        make_plan(
+        plan_checkpoint(
             x,
             hardware=hw,
             engine_version=engine_version,

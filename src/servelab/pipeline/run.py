@@ -39,12 +39,11 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
-from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile, get_profile
-from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.environment import engine_environment
+from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.summary import SummaryRow, summarize
-from servelab.plan.build import Plan, build_plan
+from servelab.plan.build import Plan
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
@@ -181,35 +180,32 @@ def make_run_plan(
     store: Store | None,
 ) -> Plan:
     """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
-    if not config:
-        raise UsageError("the checkpoint has no config.json; plan needs its dimensions")
     serving = get_engine(recipe.engine.name)
     flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
-    config, weights = apply_dtype_flag(config, weights, flags.dtype)
+    if config:
+        config, weights = apply_dtype_flag(config, weights, flags.dtype)
     runs = (
         store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
         if store is not None
         else []
     )
     # Each engine its own calibration: samples carry their run's engine_name.
-    calibration = calibration_for(runs, hardware, weights, engine=serving.name)
-    plan = build_plan(
+    plan = calibrated_plan(
         config,
         weights,
         hardware,
+        runs,
+        engine=serving.name,
         max_model_len=flags.max_model_len,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
         # Other engines get vLLM's verified arithmetic as a stand-in, labelled as such.
         engine_version=engine_version if serving.kv_arithmetic else STANDIN_VLLM_VERSION,
-        engine_name=serving.name,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
-        calibration=calibration,
         layout=flags.layout,
-        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
     )
     if serving.kv_arithmetic:
         return plan

@@ -117,3 +117,44 @@ def memory_split(split: MemorySplit, *, kv_cache_gib: float | None, title: str) 
         ax.set_title(title)
         fig.legend(fontsize=7, loc="outside lower center", ncols=3, frameon=False)
         return _to_svg(fig)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both axes (lower latency x, higher throughput y),
+    ordered by latency."""
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or y > front[-1][1]:
+            front.append((x, y))
+    return front
+
+
+def pareto(series: Mapping[str, Sequence[tuple[float, float, int]]], *, y_label: str,
+           title: str) -> str:
+    """Throughput against latency, one marker series per prompt length (points labelled with
+    their concurrency), and the Pareto front over all of them as a step line."""
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+        ax = fig.add_subplot()
+        every: list[tuple[float, float]] = []
+        for i, (label, pts) in enumerate(series.items()):
+            color = _COLORS[i % len(_COLORS)]
+            ordered = sorted(pts)
+            ax.plot([p[0] for p in ordered], [p[1] for p in ordered], marker="o", color=color,
+                    linestyle=":", label=label)
+            for x, y, c in ordered:
+                ax.annotate(f"c={c}", (x, y), textcoords="offset points", xytext=(4, 3),
+                            fontsize=7, color=color)
+            every += [(x, y) for x, y, _ in pts]
+        front = pareto_front(every)
+        if len(front) > 1:
+            ax.step([p[0] for p in front], [p[1] for p in front], where="post",
+                    color="#57606a", linewidth=1.2, alpha=0.8, label="Pareto front")
+        ax.set_xlabel("time per output token (ms, per stream; lower is better)")
+        ax.set_ylabel(y_label)
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.set_title(title)
+        if series:
+            ax.legend(fontsize=7, loc="best")
+        return _to_svg(fig)

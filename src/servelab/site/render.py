@@ -218,11 +218,53 @@ def _plot_files(page: RecipePage) -> dict[str, str]:
             kv = obs[-1].kv_cache.value
         out[f"{page.slug}-memory.svg"] = plots.memory_split(
             page.memory, kv_cache_gib=kv, title=f"{page.build_name}: memory split")
+    pareto = pareto_series(page)
+    if pareto is not None:
+        series_, y_label = pareto
+        out[f"{page.slug}-pareto.svg"] = plots.pareto(
+            series_, y_label=y_label, title=f"{page.build_name}: throughput vs latency")
     for i, series in enumerate(page.history):
         if series.points:
             out[f"{page.slug}-history-{i}.svg"] = plots.history(
                 series, title=f"{page.build_name}: {series.metric}")
     return out
+
+
+_PARALLEL_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
+
+
+def engine_gpus(page: RecipePage) -> int:
+    """GPUs one engine of the recipe uses: the product of its TP, PP and DP sizes."""
+    n = 1
+    params = dict(page.key_params)
+    for flag in _PARALLEL_FLAGS:
+        v = params.get(flag) or params.get(flag.replace("-", "_"))
+        if v is not None and v.isdigit() and int(v) > 0:
+            n *= int(v)
+    return n
+
+
+def pareto_series(page: RecipePage
+                  ) -> tuple[dict[str, list[tuple[float, float, int]]], str] | None:
+    """Points of the throughput/latency plot for the newest engine version: per prompt length,
+    (TPOT ms = 1000 ÷ per-stream decode, streams × per-stream decode ÷ GPUs, streams), from
+    the single-stream and several-stream measurements; None with fewer than two points."""
+    version = prose.primary_version(page)
+    gpus = engine_gpus(page)
+    out: dict[str, list[tuple[float, float, int]]] = {}
+    rows = [(r.prompt_tokens, 1, r.measured.value) for r in prose.rows_for(page.decode, version)]
+    rows += [(r.prompt_tokens, r.concurrency, r.decode.value) for r in page.concurrent
+             if r.engine_version == version]
+    for prompt, streams, decode in rows:
+        if decode > 0:
+            out.setdefault(f"prompt {prompt:,}", []).append(
+                (1000.0 / decode, streams * decode / gpus, streams))
+    if sum(len(v) for v in out.values()) < 2 or not page.concurrent:
+        return None
+    per = "GPU" if page.hardware not in ("host", "cpu") else "engine"
+    label = (f"output tok/s per {per} (streams × per-stream decode"
+             + (f" ÷ {gpus} GPUs)" if gpus > 1 else ")"))
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0].split()[1].replace(",", "")))), label
 
 
 def decode_lengths(index: ModelIndexPage) -> list[int]:

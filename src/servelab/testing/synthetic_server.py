@@ -48,6 +48,8 @@ class FaultKind(StrEnum):
     BAD_JSON = "bad_json"
     MISSING_USAGE = "missing_usage"
     USAGE_MISMATCH = "usage_mismatch"
+    MISCOUNT = "miscount"
+    """The stream is correct, but ``/metrics`` counts one generated token more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,26 +84,40 @@ class SyntheticConfig:
     max_model_len: int = 65536
     default_max_tokens: int = 16
     fault: Fault | None = None
+    itl_per_running_s: float = 0.0
+    """Load-dependent decode: each gap is ``itl_s + itl_per_running_s × (running − 1)``,
+    ``running`` = streams in flight when the chunk goes out (a known capacity to search)."""
+    prefix_block: int = 16
+    """Tokens per prefix-cache block: the server keeps every full block of every prompt it
+    saw (chained hashes of its words) and counts looked-up and cached prompt tokens as vLLM's
+    ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` counters; 0 turns it off."""
+
+
+def prompt_words(body: dict[str, Any]) -> list[str]:
+    """The words a request's prompt consists of (message contents in order for chat)."""
+    if "messages" in body:
+        words: list[str] = []
+        for msg in body["messages"]:
+            content = msg.get("content", "") if isinstance(msg, dict) else ""
+            if isinstance(content, list):
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            words += str(content).split()
+        return words
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        prompt = " ".join(str(x) for x in prompt)
+    return str(prompt).split()
 
 
 def count_prompt_tokens(body: dict[str, Any]) -> int:
     """Prompt tokens under this server's tokenization rule (see module docstring)."""
     if "messages" in body:
-        total = 0
-        for msg in body["messages"]:
-            content = msg.get("content", "") if isinstance(msg, dict) else ""
-            if isinstance(content, list):
-                content = " ".join(
-                    str(p.get("text", "")) for p in content if isinstance(p, dict)
-                )
-            total += len(str(content).split()) + CHAT_TOKENS_PER_MESSAGE
-        return total
+        n_msgs = sum(1 for _ in body["messages"])
+        return len(prompt_words(body)) + CHAT_TOKENS_PER_MESSAGE * n_msgs
     prompt = body.get("prompt", "")
-    if isinstance(prompt, list):
-        if prompt and all(isinstance(x, int) for x in prompt):
-            return len(prompt)
-        prompt = " ".join(str(x) for x in prompt)
-    return len(str(prompt).split())
+    if isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+        return len(prompt)
+    return len(prompt_words(body))
 
 
 @dataclass
@@ -114,6 +130,8 @@ class _Counters:
     spec_draft_tokens: int = 0
     spec_accepted: int = 0
     running: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
     faults: dict[str, int] = field(default_factory=dict)
 
 
@@ -183,7 +201,7 @@ class _Stream:
     """One streaming response, advanced by timer callbacks on the server loop."""
 
     __slots__ = ("conn", "cum", "fault", "frames", "handle", "idx", "prompt_tokens", "server",
-                 "t_first")
+                 "t_due", "t_first")
 
     def __init__(self, conn: _ServerConn, server: _Core, body: dict[str, Any], chat: bool,
                  fault: Fault | None) -> None:
@@ -224,6 +242,7 @@ class _Stream:
     def start(self, t_recv: float) -> None:
         cfg = self.server.cfg
         self.t_first = t_recv + cfg.ttft_s + cfg.prefill_s_per_token * self.prompt_tokens
+        self.t_due = self.t_first
         self.server.counters.running += 1
         self.handle = self.server.loop.call_at(self.t_first, self.tick)
 
@@ -237,7 +256,9 @@ class _Stream:
         end = len(self.frames)
         now = self.server.loop.time()
         j = i + 1
-        while j < end and j - i < cfg.max_chunks_per_write and self.t_first + j * cfg.itl_s <= now:
+        loaded = cfg.itl_per_running_s > 0
+        while (not loaded and j < end and j - i < cfg.max_chunks_per_write
+               and self.t_first + j * cfg.itl_s <= now):
             j += 1
         fault = self.fault
         action = ""
@@ -260,6 +281,11 @@ class _Stream:
         if self.idx >= end:
             self.finish()
             conn.response_done()
+            return
+        if loaded:  # the gap depends on the load now; planned times do not drift
+            running = self.server.counters.running
+            self.t_due += cfg.itl_s + cfg.itl_per_running_s * max(running - 1, 0)
+            self.handle = self.server.loop.call_at(self.t_due, self.tick)
             return
         self.handle = self.server.loop.call_at(self.t_first + self.idx * cfg.itl_s, self.tick)
 
@@ -358,6 +384,26 @@ class _Core:
         self.loop = loop
         self.counters = _Counters()
         self.render_cache: dict[tuple[Any, ...], tuple[tuple[bytes, ...], tuple[int, ...]]] = {}
+        self.prefix_blocks: set[int] = set()
+
+    def prefix_lookup(self, body: dict[str, Any], n_prompt: int) -> None:
+        """Count cached leading blocks of this prompt, then cache all its full blocks."""
+        b = self.cfg.prefix_block
+        if b <= 0:
+            return
+        words = prompt_words(body)
+        h = 0
+        hits = 0
+        missed = False
+        for k in range(len(words) // b):
+            h = hash((h, *words[k * b:(k + 1) * b]))
+            if not missed and h in self.prefix_blocks:
+                hits += b
+            else:
+                missed = True
+                self.prefix_blocks.add(h)
+        self.counters.prefix_queries += n_prompt
+        self.counters.prefix_hits += min(hits, max(n_prompt - 1, 0))
 
     def _reply(self, conn: _ServerConn, status: int, obj: Any, extra: bytes = b"") -> None:
         conn.write(_response(status, json.dumps(obj).encode(), extra=extra))
@@ -419,6 +465,9 @@ class _Core:
             self._reply(conn, 400, {"error": {"message": "prompt too long"}})
             return
         c.prompt_tokens += n_prompt
+        if fault is not None and fault.kind is FaultKind.MISCOUNT:
+            c.generation_tokens += 1
+        self.prefix_lookup(body, n_prompt)
         t_recv = self.loop.time()
         if fault is not None and fault.kind is FaultKind.SLOW_FIRST_BYTE:
             t_recv += fault.delay_s
@@ -469,6 +518,10 @@ class _Core:
             f'vllm:generation_tokens_total{{model_name="{m}"}} {float(c.generation_tokens)}',
             "# TYPE vllm:num_requests_running gauge",
             f'vllm:num_requests_running{{model_name="{m}"}} {float(c.running)}',
+            "# TYPE vllm:prefix_cache_queries counter",
+            f'vllm:prefix_cache_queries_total{{model_name="{m}"}} {float(c.prefix_queries)}',
+            "# TYPE vllm:prefix_cache_hits counter",
+            f'vllm:prefix_cache_hits_total{{model_name="{m}"}} {float(c.prefix_hits)}',
             "# TYPE synthetic:generation_requests_total counter",
             f"synthetic:generation_requests_total {float(c.generation_requests)}",
         ]
@@ -526,7 +579,8 @@ class SyntheticServer:
         c = self._core.counters
         return {"requests": c.requests, "generation_requests": c.generation_requests,
                 "prompt_tokens": c.prompt_tokens, "generation_tokens": c.generation_tokens,
-                "running": c.running, "faults": dict(c.faults)}
+                "running": c.running, "prefix_cache_queries": c.prefix_queries,
+                "prefix_cache_hits": c.prefix_hits, "faults": dict(c.faults)}
 
     def start(self) -> SyntheticServer:
         """Start serving; returns once the socket is bound."""
@@ -605,6 +659,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--prefill-us-per-token", type=float, default=0.0)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--itl-per-running-ms", type=float, default=0.0)
     p.add_argument("--max-chunks-per-write", type=int, default=16)
     p.add_argument("--model", default="synthetic")
     p.add_argument("--fault", choices=[k.value for k in FaultKind], default=None)
@@ -615,6 +670,7 @@ def main(argv: list[str] | None = None) -> None:
                           prefill_s_per_token=args.prefill_us_per_token / 1e6,
                           tokens_per_chunk=args.tokens_per_chunk, model=args.model,
                           max_chunks_per_write=args.max_chunks_per_write,
+                          itl_per_running_s=args.itl_per_running_ms / 1e3,
                           fault=fault)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(cfg, args.host, args.port))

@@ -1,0 +1,138 @@
+"""``servelab capacity``: the highest request rate or concurrency that meets an SLO.
+
+Thin layer over :func:`servelab.bench.capacity.run_capacity`: options in, one table of
+probes and one summary line out (or ``--json``: schema ``servelab.capacity/1``, see
+:meth:`servelab.bench.capacity.CapacityResult.to_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servelab.cli.output import JsonOpt
+from servelab.errors import UsageError
+
+if TYPE_CHECKING:  # loaded only when the command runs (fast --help)
+    from servelab.bench.capacity import CapacityResult, Probe
+
+
+def render(res: CapacityResult, console: Console) -> None:
+    """The probes as a table, then the answer."""
+    from servelab.bench import report
+
+    var = res.spec.variable
+    unit = "req/s" if var == "rate" else "streams"
+    table = Table(title=f"servelab capacity · {escape(res.model)} · SLO {escape(res.slo.label)}",
+                  title_justify="left")
+    for title in ("#", var, "purpose", *(t.label for t in res.slo.terms), "verdict",
+                  "goodput req/s", "out tok/s", "requests", "send lag p99 ms"):
+        table.add_column(escape(title), justify="right")
+    for i, p in enumerate(res.probes, 1):
+        cells = [f"{report.fmt(t.value_ms)} [{report.fmt(t.ci_low_ms)}, "
+                 f"{report.fmt(t.ci_high_ms)}]" for t in p.slo.terms]
+        verdict = ("met" if p.met else "missed") + ("" if p.decided_by_ci else " (estimate)")
+        lag = p.metrics.dispatch_lag_ms
+        table.add_row(str(i), report.fmt(p.value), p.purpose, *cells, verdict,
+                      report.fmt(p.slo.goodput), report.fmt(p.metrics.output_throughput),
+                      str(p.requests), report.fmt(lag.p99 if lag else None))
+    console.print(table)
+    o = res.outcome
+    if o.capacity is None:
+        console.print(f"capacity: none found in [{res.spec.low:g}, {res.spec.high:g}] {unit}")
+    else:
+        above = (f", missed at {o.bracket_high:g}" if o.bracket_high is not None
+                 else f", the top of the range ({res.spec.high:g})")
+        console.print(f"capacity: {o.capacity:.4g} {unit} (met and confirmed{above}; "
+                      f"{res.requests} requests in {len(res.probes)} probes)")
+    for note in res.notes:
+        console.print(f"• {escape(note)}")
+
+
+def capacity(
+    url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    slo: str = typer.Option(..., "--slo", help="SLO terms, e.g. ttft_p99=500,tpot_p50=40 "
+                            "(ms; all must hold; a failed request counts as too slow)."),
+    variable: str = typer.Option("rate", "--variable", help="What to search: rate (open loop, "
+                                 "req/s) or concurrency (closed loop)."),
+    low: float = typer.Option(0.25, "--low", help="Lowest value searched."),
+    high: float = typer.Option(256.0, "--high", help="Highest value searched."),
+    start: float | None = typer.Option(None, "--start", help="First value probed."),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="Rates: stop when the bracket "
+                                    "is within ± this fraction."),
+    confirm: int = typer.Option(2, "--confirm", help="Reruns confirming the answer."),
+    max_rounds: int = typer.Option(3, "--max-rounds", help="Batches per probe while the CI "
+                                   "cannot decide the verdict."),
+    prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per request."),
+    output_len: int = typer.Option(128, "--output-len", help="Output tokens per request."),
+    requests: int | None = typer.Option(None, "--requests", help="Measured requests per batch "
+                                        "(default max(3, 2 × concurrency); rates: 20)."),
+    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests per probe "
+                                      "(default: the concurrency; rates: 4)."),
+    profile: str = typer.Option("poisson", "--profile", help="Arrivals when searching a rate: "
+                                "constant, poisson, gamma."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps."),
+    max_concurrency: int = typer.Option(4096, "--max-concurrency", help="Rates: cap on "
+                                        "requests in flight."),
+    model: str | None = typer.Option(None, "--model", help="Served model name."),
+    endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
+                                       help="Bearer token (never written to results)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrivals."),
+    as_json: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
+) -> None:
+    """Find the highest request rate or concurrency that meets an SLO (bisection, CIs, reruns)."""
+    from servelab.bench.capacity import SearchSpec, run_capacity
+    from servelab.bench.profiles import PROFILES
+    from servelab.bench.result import write_json_atomic
+    from servelab.bench.run import BenchConfig
+    from servelab.bench.slo import parse_slo
+    from servelab.bench.transport import Timeouts
+    from servelab.bench.workload import WorkloadSpec
+
+    if variable not in ("rate", "concurrency"):
+        raise UsageError(f"--variable must be rate or concurrency, not {variable!r}")
+    if endpoint not in ("completions", "chat"):
+        raise UsageError(f"--endpoint must be completions or chat, not {endpoint!r}")
+    if profile not in PROFILES or profile in ("trace", "ramp"):
+        raise UsageError(f"--profile must be constant, poisson or gamma, not {profile!r}")
+    slo_spec = parse_slo(slo)
+    spec = SearchSpec(variable="rate" if variable == "rate" else "concurrency", low=low,
+                      high=high, start=start, tolerance=tolerance, confirm=confirm)
+    n_req = requests if requests is not None else (20 if variable == "rate" else None)
+    work = WorkloadSpec(prompt_lens=(prompt_len,), output_len=output_len,
+                        concurrency=(max_concurrency,) if variable == "rate" else (1,),
+                        request_rate=1.0 if variable == "rate" else None, requests=n_req,
+                        warmup_requests=warmup, seed=seed, profile=profile,  # type: ignore[arg-type]
+                        burstiness=burstiness)
+    cfg = BenchConfig(base_url=url, workload=work, model=model,
+                      endpoint="chat" if endpoint == "chat" else "completions",
+                      timeouts=Timeouts(first_byte_s=600.0, stall_s=120.0, total_s=3600.0),
+                      api_key=api_key, scrape_metrics=False)
+    err = Console(stderr=True, highlight=False)
+
+    def on_probe(p: Probe) -> None:
+        err.print(f"probe {p.value:g} ({p.purpose}): {'met' if p.met else 'missed'}, "
+                  f"{p.requests} requests")
+
+    res = run_capacity(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe)
+    data = res.to_json()
+    if out is not None:
+        write_json_atomic(out, data)
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+    else:
+        render(res, Console(highlight=False))
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``capacity`` to the root app."""
+    app.command("capacity")(capacity)

@@ -1,0 +1,192 @@
+"""Open-loop profiles, trace replay, shared prefixes, multi-turn conversations and the
+token cross-check, through `servelab bench` against the synthetic server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.bench.cli import servelab as _servelab
+
+from servelab.testing.synthetic_server import Fault, FaultKind, SyntheticConfig, SyntheticServer
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with SyntheticServer(SyntheticConfig(ttft_s=0.005, itl_s=0.002)) as srv:
+        yield srv
+
+
+def _bench(srv: SyntheticServer, tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "r.json"
+    r = _servelab("bench", srv.base_url, "--output-len", "4", "--max-repeats", "1",
+                  "--out", str(out), *args)
+    assert r.returncode == 0, r.stderr
+    data: dict[str, Any] = json.loads(out.read_text())
+    assert data["token_check"]["ok"] and data["token_check"]["counters_compared"]
+    return data
+
+
+@pytest.mark.timeout(120)
+def test_constant_rate_is_timed_from_the_schedule_with_lag_and_slo(
+        server: SyntheticServer, tmp_path: Path) -> None:
+    r = _servelab("bench", server.base_url, "--prompt-lens", "8", "--output-len", "4",
+                  "--request-rate", "40", "--profile", "constant", "--concurrency", "64",
+                  "--requests", "10", "--warmup", "0", "--max-repeats", "1",
+                  "--slo", "ttft_p90=5000,e2el_p50=9000")
+    assert r.returncode == 0, r.stderr
+    assert "SLO ttft_p90<=5000ms,e2el_p50<=9000ms" in r.stdout and "pass" in r.stdout
+    d = _bench(server, tmp_path, "--prompt-lens", "8", "--request-rate", "40", "--profile",
+               "constant", "--concurrency", "64", "--requests", "10", "--warmup", "0",
+               "--slo", "ttft_p90=5000")
+    smp = d["points"][0]["samples"]
+    sched = sorted(s["scheduled_ns"] for s in smp)
+    assert [b - a for a, b in itertools.pairwise(sched)] == pytest.approx(
+        [25_000_000] * 9, abs=2)  # exactly 1/rate apart: the schedule, not the sends
+    assert all(s["send_ns"] >= s["scheduled_ns"] - 2_000_000 for s in smp)
+    lag = d["points"][0]["metrics"]["dispatch_lag_ms"]
+    assert lag["n"] == 10
+    assert lag["max"] == pytest.approx(max((s["send_ns"] - s["scheduled_ns"]) / 1e6
+                                           for s in smp))
+    assert d["slo"]["points"][0]["verdict"] == "pass"
+    assert d["slo"]["points"][0]["good"] == 10
+
+
+@pytest.mark.timeout(120)
+def test_trace_replay_sends_the_traced_lengths_at_the_traced_times(
+        server: SyntheticServer, tmp_path: Path) -> None:
+    tr = tmp_path / "trace.jsonl"
+    rows = [(0, 12, 3), (40, 30, 5), (45, 12, 2), (200, 20, 6)]
+    tr.write_text("".join(json.dumps({"timestamp": 5000 + t, "input_length": i,
+                                      "output_length": o}) + "\n" for t, i, o in rows))
+    d = _bench(server, tmp_path, "--prompt-lens", "8", "--trace", str(tr), "--warmup", "0",
+               "--concurrency", "16")
+    assert d["workload"]["profile"] == "trace"
+    smp = sorted(d["points"][0]["samples"], key=lambda s: s["scheduled_ns"])
+    assert [(s["prompt_tokens"], s["completion_tokens"]) for s in smp] == [
+        (i, o) for _, i, o in rows]
+    t0 = smp[0]["scheduled_ns"]
+    assert [round((s["scheduled_ns"] - t0) / 1e6) for s in smp] == [0, 40, 45, 200]
+    assert d["points"][0]["request_rate"] == pytest.approx(3 / 0.2)
+
+
+@pytest.mark.timeout(120)
+def test_shared_system_prompt_hits_the_prefix_cache(tmp_path: Path) -> None:
+    # The synthetic server caches 16-word blocks: a 32-token shared prompt is 2 blocks.
+    with SyntheticServer(SyntheticConfig(ttft_s=0.005, itl_s=0.002)) as srv:
+        d = _bench(srv, tmp_path, "--prompt-lens", "64", "--shared-prefix", "32",
+                   "--requests", "6", "--warmup", "1")
+    sc = d["server_counters"]
+    assert sc["prefix_cache_queries"] == 7 * 64
+    assert sc["prefix_cache_hits"] == 6 * 32  # every request after the first
+    assert sc["prefix_cache_hit_rate"] == pytest.approx(6 * 32 / (7 * 64))
+    assert all(s["prompt_tokens"] == 64 for s in d["points"][0]["samples"])
+    assert any("prefix cache: 42.9%" in n for n in d["notes"])
+
+
+@pytest.mark.timeout(120)
+def test_multi_turn_history_grows_and_is_reused(tmp_path: Path) -> None:
+    with SyntheticServer(SyntheticConfig(ttft_s=0.005, itl_s=0.002)) as srv:
+        d = _bench(srv, tmp_path, "--prompt-lens", "32", "--turns", "3", "--requests", "3",
+                   "--warmup", "1")
+    smp = d["points"][0]["samples"]
+    assert [s["prompt_tokens"] for s in smp if not s["warmup"]] == [32, 64, 96]
+    assert [s["send_ns"] for s in smp] == sorted(s["send_ns"] for s in smp)
+    sc = d["server_counters"]  # 2 conversations (warm-up included): turn t reuses turn t-1
+    assert sc["prefix_cache_queries"] == 2 * (32 + 64 + 96)
+    assert sc["prefix_cache_hits"] == 2 * (32 + 64)
+
+
+@pytest.mark.timeout(60)
+def test_server_client_token_mismatch_fails_loudly(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    cfg = SyntheticConfig(ttft_s=0.005, itl_s=0.002, fault=Fault(FaultKind.MISCOUNT, every=3))
+    with SyntheticServer(cfg) as srv:
+        r = _servelab("bench", srv.base_url, "--prompt-lens", "8", "--output-len", "4",
+                      "--requests", "6", "--warmup", "0", "--max-repeats", "1",
+                      "--out", str(out))
+    assert r.returncode == 1
+    assert "token counts disagree" in r.stderr and "26 generated tokens" in r.stderr
+    tc = json.loads(out.read_text())["token_check"]
+    assert not tc["ok"] and tc["client_completion_tokens"] == 24
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--profile", "zipf"], "--profile"),
+    (["--request-rate", "2", "--profile", "ramp"], "end rate"),
+    (["--shared-prefix", "64", "--prompt-lens", "64"], "shared prefix"),
+    (["--turns", "2", "--request-rate", "3"], "closed loop"),
+    (["--slo", "ttft_p99"], "--slo"),
+])
+def test_bad_workload_options_exit_2(server: SyntheticServer, args: list[str],
+                                     needle: str) -> None:
+    r = _servelab("bench", server.base_url, *args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_trace_is_one_line_naming_the_file(server: SyntheticServer, tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"timestamp": "soon"}\n')
+    r = _servelab("bench", server.base_url, "--trace", str(p))
+    assert r.returncode == 2 and "t.jsonl" in r.stderr and "line 1" in r.stderr
+
+
+def _sharegpt(tmp_path: Path) -> Path:
+    p = tmp_path / "sg.json"
+    long = " ".join(f"w{i}" for i in range(60))
+    p.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": long},
+                           {"from": "gpt", "value": "one two three"}]},
+        {"conversations": [{"from": "gpt", "value": "no human turn"}]},
+        {"conversations": [{"from": "human", "value": "short question here"},
+                           {"from": "gpt", "value": "a b c d e"}]},
+    ]))
+    return p
+
+
+@pytest.mark.timeout(120)
+def test_sharegpt_prompts_cut_and_filled_to_exact_lengths(
+        server: SyntheticServer, tmp_path: Path) -> None:
+    d = _bench(server, tmp_path, "--dataset", str(_sharegpt(tmp_path)), "--prompt-lens", "24",
+               "--requests", "4", "--warmup", "0", "--dataset-output", "reference")
+    smp = d["points"][0]["samples"]
+    assert all(s["prompt_tokens"] == 24 == s["prompt_len"] for s in smp)
+    # the long text is cut, the short one filled; answers as long as the references
+    assert sorted(s["completion_tokens"] for s in smp) == [3, 3, 5, 5]
+
+
+@pytest.mark.timeout(120)
+def test_jsonl_prompts_at_natural_length(server: SyntheticServer, tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"prompt": "alpha beta gamma", "output_len": 2}\n{"text": ""}\n'
+                 '{"prompt": "one two three four five six"}\n')
+    d = _bench(server, tmp_path, "--dataset", str(p), "--dataset-lengths", "natural",
+               "--requests", "2", "--warmup", "0", "--dataset-output", "reference")
+    got = sorted((s["prompt_tokens"], s["completion_tokens"]) for s in d["points"][0]["samples"])
+    assert got == [(4, 2), (7, 4)]  # unique tag + the words; no reference → --output-len
+
+
+def test_bad_dataset_is_one_line_naming_the_file(server: SyntheticServer,
+                                                 tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"prompt": "x", "output_len": -1}\n')
+    r = _servelab("bench", server.base_url, "--dataset", str(p))
+    assert r.returncode == 2 and "d.jsonl" in r.stderr and "output_len" in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_depth_grid_puts_cached_context_before_the_new_tokens(tmp_path: Path) -> None:
+    with SyntheticServer(SyntheticConfig(ttft_s=0.005, itl_s=0.002)) as srv:
+        d = _bench(srv, tmp_path, "--prompt-lens", "16", "--depths", "0,64", "--requests", "3",
+                   "--warmup", "1")
+    assert [(p["prompt_len"], p["depth"]) for p in d["points"]] == [(16, 0), (16, 64)]
+    deep = d["points"][1]["samples"]
+    assert all(s["prompt_tokens"] == 80 for s in deep)
+    sc = d["server_counters"]  # depth 0: nothing shared; depth 64: 4 blocks after the 1st
+    assert sc["prefix_cache_hits"] == 3 * 64
+    assert sc["prefix_cache_queries"] == 4 * 16 + 4 * 80
