@@ -56,9 +56,8 @@ def install(
         result, changed = install_engine(build, base=base, force=force, on_step=on_step)
     versions = ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items()))
     verb = "installed" if changed else "already installed"
-    out.print(
-        f"[bold green]{verb}[/] {escape(build)}: {escape(str(result.python))} ({escape(versions)})"
-    )
+    where = escape(str(result.executable or result.python))
+    out.print(f"[bold green]{verb}[/] {escape(build)}: {where} ({escape(versions)})")
 
 
 @app.command("list")
