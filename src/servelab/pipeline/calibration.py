@@ -1,7 +1,8 @@
 """Calibration inputs from the results store: past runs become speed-model samples. Pure.
 
 A stored run carries its measured single-stream decode/prefill per prompt length (metrics at
-points ``p{N}-c1``) and the plan made before it: bytes read per token (weights + KV + state),
+its concurrency-1 points, :class:`~servelab.points.PointKey`) and the plan made before it
+(read with :func:`~servelab.plan.document.read_plan`): bytes read per token (weights + KV + state),
 prefill FLOPs and bytes, the kernel path, and the checkpoint report (layer count). Together
 they give one :class:`~servelab.plan.speedmodel.Sample` per point. Where an export redacted
 ``bytes_per_token`` (older exports did), it is rebuilt from its parts (weight, KV and state
@@ -14,16 +15,22 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from servelab.hardware.profiles import HardwareProfile
+from servelab.plan.document import read_plan
 from servelab.plan.ledger import LedgerRow, ledger
 from servelab.plan.predict import lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
 from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate
 from servelab.plan.weights import Weights
+from servelab.points import PointKey
 from servelab.store.model import STATUS_OK, RunRecord
 
 
 def _num(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _map(v: object) -> Mapping[str, Any] | None:
+    return v if isinstance(v, Mapping) else None
 
 
 def decode_bytes(point: Mapping[str, Any]) -> float | None:
@@ -60,42 +67,34 @@ def model_key(run: RunRecord, weight_bytes: float | None) -> str:
 
 def samples_from_run(run: RunRecord) -> list[Sample]:
     """Decode and prefill samples of one successful run (empty when it lacks inputs)."""
-    speed = (run.prediction or {}).get("speed")
-    if run.status != STATUS_OK or not isinstance(speed, Mapping) or not run.hardware:
-        return []
+    plan = read_plan(run.prediction)
+    speed = _map(plan.raw.get("speed")) or plan.raw
     layers = run_layers(run)
-    if not layers:
+    if run.status != STATUS_OK or not run.hardware or not layers or not plan.decode:
         return []
-    kernel = speed.get("kernel_path")
-    path = str(kernel.get("name")) if isinstance(kernel, Mapping) else "unknown"
+    kernel = _map(speed.get("kernel_path"))
+    path = str(kernel.get("name")) if kernel else "unknown"
     engine = run.engine_name or "vllm"
     compute = str(speed.get("compute_precision") or "bf16")
-    decode_points = [p for p in speed.get("decode") or [] if isinstance(p, Mapping)]
-    wb = _num(decode_points[0].get("weight_bytes")) if decode_points else None
-    model = model_key(run, wb)
+    model = model_key(run, _num(plan.decode[0].raw.get("weight_bytes")))
     out: list[Sample] = []
-    for point in decode_points:
-        length = point.get("context_len")
-        measured = run.metric("decode_tok_s", f"p{length}-c1") if isinstance(length, int) else None
-        nbytes = decode_bytes(point)
-        if measured is None or measured.value <= 0 or not nbytes or not isinstance(length, int):
+    for point in (*plan.decode, *plan.prefill):
+        n = point.tokens
+        measured = run.metric(f"{point.kind}_tok_s", PointKey(n, 1).label)
+        if measured is None or measured.value <= 0:
+            continue
+        nbytes: float | None
+        flops: float | None
+        if point.kind == "decode":
+            nbytes, flops, seconds = decode_bytes(point.raw), 0.0, 1.0 / measured.value
+        else:
+            nbytes, flops = _num(point.raw.get("bytes_read")), _num(point.raw.get("flops"))
+            seconds = n / measured.value
+        if not nbytes or flops is None or (point.kind == "prefill" and not flops):
             continue
         out.append(
-            Sample(model, engine, path, run.hardware, "decode", length, layers, nbytes, 0.0,
-                   1.0 / measured.value, f"run {run.run_id}", compute)
-        )
-    for point in speed.get("prefill") or []:
-        if not isinstance(point, Mapping):
-            continue
-        length = point.get("prompt_len")
-        flops, nbytes = _num(point.get("flops")), _num(point.get("bytes_read"))
-        measured = run.metric("prefill_tok_s", f"p{length}-c1") if isinstance(length, int) else None
-        if measured is None or measured.value <= 0 or not flops or not nbytes:
-            continue
-        assert isinstance(length, int)
-        out.append(
-            Sample(model, engine, path, run.hardware, "prefill", length, layers, nbytes, flops,
-                   length / measured.value, f"run {run.run_id}", compute)
+            Sample(model, engine, path, run.hardware, point.kind, n, layers, nbytes, flops,
+                   seconds, f"run {run.run_id}", compute)
         )
     return out
 

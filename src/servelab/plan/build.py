@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.defaults import ENGINE_VERSION
+from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
@@ -45,7 +45,7 @@ from servelab.plan.parallel import (
     topology_for,
     weights_per_gpu,
 )
-from servelab.plan.predict import DEFAULT_PROMPT_LENS, SpeedPrediction, predict_speed
+from servelab.plan.predict import SpeedPrediction, predict_speed
 from servelab.plan.speedmodel import Calibration
 from servelab.plan.weights import Weights
 
@@ -141,7 +141,7 @@ def build_plan(
     gpu_memory_utilization: float = 0.9,
     kv_cache_dtype: str = "auto",
     engine_version: str = ENGINE_VERSION,
-    prompt_lens: Sequence[int] = DEFAULT_PROMPT_LENS,
+    prompt_lens: Sequence[int] = PROMPT_LENS,
     enable_prefix_caching: bool = True,
     block_size: int | None = None,
     overhead_bytes: int | None = None,

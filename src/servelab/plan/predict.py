@@ -42,14 +42,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from servelab.defaults import PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.kv import attention_bytes_per_token_per_layer, mamba_state_bytes
 from servelab.plan.modelcfg import DTYPE_BYTES, ModelDims
 from servelab.plan.speedmodel import Calibration, Fit, features, interval
 from servelab.plan.weights import Weights
-
-DEFAULT_PROMPT_LENS = (512, 2048, 8192)
 
 
 @dataclass(frozen=True)
@@ -242,7 +241,7 @@ def predict_speed(
     dims: ModelDims,
     hardware: HardwareProfile,
     *,
-    prompt_lens: Sequence[int] = DEFAULT_PROMPT_LENS,
+    prompt_lens: Sequence[int] = PROMPT_LENS,
     kv_dtype_bytes: int | None = None,
     ssm_dtype: str = "float32",
     calibration: Calibration | None = None,
