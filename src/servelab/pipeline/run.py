@@ -25,6 +25,7 @@ from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import (
     LOG_NAME,
@@ -53,6 +54,9 @@ from servelab.units import format_bytes
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
+# The vLLM version servelab's KV arithmetic is checked against: the stand-in for engines
+# whose own KV pool servelab does not model.
+STANDIN_VLLM_VERSION = ENGINE_VERSION
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -176,7 +180,8 @@ def make_run_plan(
     store: Store | None,
 ) -> Plan:
     """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
-    flags = get_engine(recipe.engine.name).plan_knobs(recipe.engine)
+    serving = get_engine(recipe.engine.name)
+    flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
@@ -185,20 +190,31 @@ def make_run_plan(
         if store is not None
         else []
     )
-    return calibrated_plan(
+    # Each engine its own calibration: samples carry their run's engine_name.
+    plan = calibrated_plan(
         config,
         weights,
         hardware,
         runs,
+        engine=serving.name,
         max_model_len=flags.max_model_len,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
-        engine_version=engine_version,
+        # Other engines get vLLM's verified arithmetic as a stand-in, labelled as such.
+        engine_version=engine_version if serving.kv_arithmetic else STANDIN_VLLM_VERSION,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
     )
+    if serving.kv_arithmetic:
+        return plan
+    note = (
+        f"{serving.name} is not vLLM: the KV pool and memory above follow vLLM "
+        f"{plan.engine_version}'s arithmetic and are not checked against this engine; its "
+        "log's KV cells and bytes are recorded"
+    )
+    return replace(plan, engine_version=engine_version, notes=(*plan.notes, note))
 
 
 @dataclass
