@@ -18,29 +18,36 @@ pytestmark = pytest.mark.engine
 def test_exact_prompt_lengths_and_engine_counters(vllm_engine: Any, endpoint: str) -> None:
     eng = vllm_engine("qwen3_moe")
     kwargs = {"enable_thinking": False} if endpoint == "chat" else None
-    res = run_bench(BenchConfig(
-        eng.base_url, WorkloadSpec(prompt_lens=(64, 256), output_len=128, requests=2,
-                                   max_repeats=1, warmup_requests=1),
-        model=eng.served_model_name, endpoint="chat" if endpoint == "chat" else "completions",
-        chat_template_kwargs=kwargs))
-    assert res.prompt_source == "server /tokenize"
-    samples = [s for pr in res.points for s in pr.samples]
-    assert len(samples) == 6
-    for s in samples:
-        assert s.ok, (s.error, s.error_detail)
-        assert s.prompt_tokens == s.prompt_len  # exact length, verified by usage
-        assert s.completion_tokens == 128
-        assert s.chunk_tokens is not None and sum(s.chunk_tokens) == 128
-    for pr in res.points:
-        m = pr.metrics
-        assert m.prompt_len_mismatches == 0 and m.failed == 0
-        assert m.prefill_tok_s is not None and m.prefill_tok_s.min > 0
-        assert m.ttft_ms is not None
-        # A fast engine can coalesce a whole stream into one chunk: then TPOT is unknown
-        # (never invented). Where a stream spans chunks, decode tok/s is 1/TPOT and > 0.
-        if m.decode_tok_s is not None:
-            assert m.tpot_ms is not None and m.decode_tok_s.min > 0
-            assert m.decode_tok_s.max == pytest.approx(1000 / m.tpot_ms.min, rel=1e-9)
+    # A starved API server (two shared cores) can hold a whole stream back and send it in a
+    # few bulk chunks, and then servelab reports no decode speed rather than invent one. A
+    # measured decode needs one stream that spans reads: try up to three benches for it,
+    # checking every invariant on each.
+    for _attempt in range(3):
+        res = run_bench(BenchConfig(
+            eng.base_url, WorkloadSpec(prompt_lens=(64, 256), output_len=128, requests=2,
+                                       max_repeats=1, warmup_requests=1),
+            model=eng.served_model_name, endpoint="chat" if endpoint == "chat" else "completions",
+            chat_template_kwargs=kwargs))
+        assert res.prompt_source == "server /tokenize"
+        samples = [s for pr in res.points for s in pr.samples]
+        assert len(samples) == 6
+        for s in samples:
+            assert s.ok, (s.error, s.error_detail)
+            assert s.prompt_tokens == s.prompt_len  # exact length, verified by usage
+            assert s.completion_tokens == 128
+            assert s.chunk_tokens is not None and sum(s.chunk_tokens) == 128
+        for pr in res.points:
+            m = pr.metrics
+            assert m.prompt_len_mismatches == 0 and m.failed == 0
+            assert m.prefill_tok_s is not None and m.prefill_tok_s.min > 0
+            assert m.ttft_ms is not None
+            # Where a stream spans chunks, decode tok/s is 1/TPOT and > 0; where the engine
+            # coalesced it into one chunk, TPOT is unknown (never invented).
+            if m.decode_tok_s is not None:
+                assert m.tpot_ms is not None and m.decode_tok_s.min > 0
+                assert m.decode_tok_s.max == pytest.approx(1000 / m.tpot_ms.min, rel=1e-9)
+        if any(pr.metrics.decode_tok_s is not None for pr in res.points):
+            break
     assert any(pr.metrics.decode_tok_s is not None for pr in res.points)
     # The engine's own counters over the run agree with usage, token for token.
     sc = res.server_counters
