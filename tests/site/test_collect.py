@@ -205,7 +205,12 @@ def test_point_names_and_params() -> None:
     assert PointKey.parse("p100-cmax") == PointKey(100, None)
     assert PointKey.parse("warm", [100, 300, 200]) == PointKey(200, None)
     assert PointKey.parse("warm") is None
-    for key in (PointKey(2048, 1), PointKey(100, None), PointKey(8192, 16)):
+    assert PointKey.parse("p512-d4096-c1") == PointKey(512, 1, 4096)
+    assert PointKey(512, 1, 4096).label == "p512-d4096-c1"
+    assert PointKey(512, 1, 0).label == "p512-c1"  # labels without a depth stay as they were
+    assert PointKey.parse("vllm-p512-o128-c1-d4096") == PointKey(512, 1, 4096)
+    for key in (PointKey(2048, 1), PointKey(100, None), PointKey(8192, 16),
+                PointKey(64, None, 128)):
         assert PointKey.parse(key.label) == key  # one key: written and read back the same
     assert key_params(("--a", "1", "--flag", "--b=2")) == (("a", "1"), ("flag", "true"),
                                                             ("b", "2"))

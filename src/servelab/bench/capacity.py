@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -289,11 +289,60 @@ class CapacityRunner:
         return probe.met
 
 
+def unsearchable(profile: str, variable: Variable) -> str | None:
+    """Why arrivals of ``profile`` cannot be searched for a capacity (``None``: they can).
+
+    A probe judges the SLO at one request rate: a ramp sweeps the rate within the run and a
+    trace replays its own arrival times and lengths, so neither has a rate to bisect.
+    (Searching a concurrency is closed loop: the profile plays no part.)
+    """
+    if variable != "rate":
+        return None
+    if profile == "trace":
+        return ("a trace replays its own arrival times and lengths, so there is no request "
+                "rate to search (replay it with 'servelab bench --trace')")
+    if profile == "ramp":
+        return ("a ramp changes the request rate within the run, so a probe has no single "
+                "rate to judge the SLO at (use constant, poisson or gamma; watch a ramp with "
+                "'servelab bench --profile ramp')")
+    return None
+
+
+def run_capacities(cfg: BenchConfig, slo: Slo, spec: SearchSpec, *, max_rounds: int = 3,
+                   on_probe: ProbeFn | None = None) -> tuple[CapacityResult, ...]:
+    """One capacity search per prompt length of the workload, in order (each a fresh
+    :func:`run_capacity` with the workload's other settings)."""
+    return tuple(
+        run_capacity(replace(cfg, workload=replace(cfg.workload, prompt_lens=(n,))), slo, spec,
+                     max_rounds=max_rounds, on_probe=on_probe)
+        for n in dict.fromkeys(cfg.workload.prompt_lens))
+
+
+def capacities_json(results: Sequence[CapacityResult]) -> dict[str, Any]:
+    """Several prompt lengths' searches (schema ``servelab.capacities/1``): a
+    ``capacities`` summary row per length, and each search's full ``servelab.capacity/1``
+    document under ``results``."""
+    return {"schema": "servelab.capacities/1",
+            "capacities": [{"prompt_len": r.prompt_len, "capacity": r.outcome.capacity,
+                            "bracket": [r.outcome.capacity, r.outcome.bracket_high],
+                            "exhausted": r.outcome.exhausted, "probes": len(r.probes),
+                            "requests": r.requests} for r in results],
+            "results": [r.to_json() for r in results]}
+
+
 def run_capacity(cfg: BenchConfig, slo: Slo, spec: SearchSpec, *, max_rounds: int = 3,
                  on_probe: ProbeFn | None = None) -> CapacityResult:
     """Search the capacity of ``cfg.base_url`` for the SLO (workload: its first prompt
-    length, its output length, its profile; for rates its largest concurrency caps)."""
+    length, its output length, its profile; for rates its largest concurrency caps).
+    :func:`run_capacities` searches every prompt length. Raises :class:`UsageError` for a
+    workload whose arrivals have no rate to search (:func:`unsearchable`)."""
     w = cfg.workload
+    why = unsearchable("trace" if w.trace is not None else w.profile, spec.variable)
+    if why is None and (w.depths or w.turns > 1 or w.dataset is not None):
+        why = ("a probe sends fixed-length prompts; depth grids, multi-turn and dataset "
+               "workloads are 'servelab bench' workloads")
+    if why is not None:
+        raise UsageError(f"capacity: {why}")
     if spec.variable == "rate":  # the cap is no warm-up size: a few requests warm up
         w = replace(w, request_rate=w.request_rate or 1.0, concurrency=(max(w.concurrency),),
                     warmup_requests=4 if w.warmup_requests is None else w.warmup_requests)

@@ -65,9 +65,11 @@ class _Collector:
         "prompt_tokens",
         "send",
         "text_chunks",
+        "texts",
     )
 
-    def __init__(self, send: int, chat: bool, continuous: bool) -> None:
+    def __init__(self, send: int, chat: bool, continuous: bool,
+                 texts: list[str] | None = None) -> None:
         self.send = send
         self.chat = chat
         self.continuous = continuous
@@ -75,6 +77,7 @@ class _Collector:
         self.chunk_tokens: list[int] | None = [] if continuous else None
         self.last_ct = 0
         self.text_chunks = 0
+        self.texts = texts
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.finish_reason: str | None = None
@@ -103,6 +106,8 @@ class _Collector:
                     text = c0.get("text")
                 if text:
                     self.text_chunks += 1
+                    if self.texts is not None:
+                        self.texts.append(text)
                 fr = c0.get("finish_reason")
                 if fr:
                     self.finish_reason = str(fr)
@@ -215,15 +220,18 @@ class BenchClient:
         deadline_ns: int | None = None,
         warmup: bool = False,
         scheduled_ns: int | None = None,
+        answer: list[str] | None = None,
     ) -> RequestSample:
         """Send one streaming request and return what was measured.
 
         ``scheduled_ns`` (open loop, on the ``perf_counter_ns`` clock) is kept relative to
-        ``t0_ns`` like the send time, so the dispatch lag is known per request.
+        ``t0_ns`` like the send time, so the dispatch lag is known per request. With
+        ``answer`` (a multi-turn conversation's history), the streamed text pieces are
+        appended to it; other requests keep no text.
         """
         payload = json.dumps(self.body(spec), separators=(",", ":")).encode()
         send = time.perf_counter_ns()
-        col = _Collector(send, self._chat, self.options.continuous_usage)
+        col = _Collector(send, self._chat, self.options.continuous_usage, answer)
         ex = await self.transport.post(
             self._path, payload, col.on_data, send_ns=send, deadline_ns=deadline_ns
         )

@@ -43,7 +43,9 @@ class TokenCounter(Protocol):
 
 
 class ServerTokenCounter:
-    """Counts with the server's ``POST /tokenize`` (vLLM's schema)."""
+    """Counts with the server's ``POST /tokenize``: vLLM's schema (``{"model", "prompt"}``
+    → ``{"count"}``), else llama.cpp's (``{"content", "add_special"}`` → ``{"tokens"}``),
+    which has no chat form (chat prompts then need the local tokenizer)."""
 
     def __init__(self, base_url: str, model: str, *, chat: bool = False,
                  chat_template_kwargs: dict[str, Any] | None = None,
@@ -55,6 +57,7 @@ class ServerTokenCounter:
         self._kwargs = chat_template_kwargs
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(timeout=timeout_s, headers=headers)
+        self._llamacpp = False  # set once the server turned out to speak llama.cpp's schema
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -78,17 +81,49 @@ class ServerTokenCounter:
                 body["chat_template_kwargs"] = self._kwargs
         else:
             body["prompt"] = prompt
-        try:
-            r = self._http.post(self._url, json=body)
-        except httpx.HTTPError as exc:
-            raise BenchError(f"{self._url}: {type(exc).__name__}: {exc}") from exc
+        if not self._llamacpp:
+            data = self._answer(self._post(body))
+            if "count" in data:
+                return int(data["count"])
+            tokens = data.get("tokens")
+            if not isinstance(tokens, list):
+                raise BenchError(f"{self._url}: unexpected /tokenize answer")
+            if tokens or not prompt:
+                return len(tokens)
+            # llama.cpp answers vLLM's schema with no tokens (it reads only "content") and
+            # has no chat form.
+            if self._chat:
+                raise BenchError(f"{self._url}: no chat tokenization on this server")
+            self._llamacpp = True
+            self.source = "server /tokenize (llama.cpp)"
+        data = self._answer(self._post(self._llamacpp_body(prompt)))
+        if not isinstance(data.get("tokens"), list):
+            raise BenchError(f"{self._url}: unexpected /tokenize answer")
+        return len(data["tokens"])
+
+    def _answer(self, r: httpx.Response) -> dict[str, Any]:
         if r.status_code != 200:
             raise BenchError(f"{self._url}: HTTP {r.status_code}")
         try:
             data = r.json()
-            return int(data["count"]) if "count" in data else len(data["tokens"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except ValueError as exc:
             raise BenchError(f"{self._url}: unexpected /tokenize answer") from exc
+        if not isinstance(data, dict):
+            raise BenchError(f"{self._url}: unexpected /tokenize answer")
+        return data
+
+
+    @staticmethod
+    def _llamacpp_body(prompt: str) -> dict[str, Any]:
+        # llama-server tokenizes a completion prompt with its special tokens (BOS if the
+        # model adds one); count the same way.
+        return {"content": prompt, "add_special": True}
+
+    def _post(self, body: dict[str, Any]) -> httpx.Response:
+        try:
+            return self._http.post(self._url, json=body)
+        except httpx.HTTPError as exc:
+            raise BenchError(f"{self._url}: {type(exc).__name__}: {exc}") from exc
 
 
 class LocalTokenCounter:

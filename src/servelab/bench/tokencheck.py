@@ -40,6 +40,11 @@ class TokenCheck:
         """No disagreement was found."""
         return not self.problems
 
+    @property
+    def failure(self) -> str | None:
+        """Why the run is wrong (``token counts disagree: ...``); ``None`` when it is not."""
+        return None if self.ok else f"token counts disagree: {'; '.join(self.problems)}"
+
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (``token_check`` of a result)."""
         return {"ok": self.ok, "requests": self.requests,

@@ -30,7 +30,7 @@ from servelab.bench.prompts import PromptBuilder
 from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.stats import Drift, drift
 from servelab.defaults import OUTPUT_LEN, PROMPT_LENS
-from servelab.errors import UsageError
+from servelab.errors import BenchError, UsageError
 
 HEADLINE = ("decode_tok_s", "ttft_ms")
 """Metrics whose confidence interval decides when a point has enough samples."""
@@ -73,8 +73,8 @@ class WorkloadSpec:
     prefix_groups: int = 1
     """How many distinct shared prompts the requests cycle through."""
     turns: int = 1
-    """Turns per conversation: turn t's prompt is turn t-1's prompt plus ``prompt_len`` new
-    tokens, sent after turn t-1 ended (closed loop only)."""
+    """Turns per conversation: turn t's prompt is turn t-1's prompt, the answer it streamed
+    (verbatim) and ``prompt_len`` new tokens, sent after turn t-1 ended (closed loop only)."""
     depths: tuple[int, ...] = ()
     """Context-depth grid: at depth d every prompt is d tokens of context shared by the
     point's requests (cached after the warm-up) followed by ``prompt_len`` new tokens, so
@@ -409,13 +409,26 @@ class WorkloadRunner:
             if sp.dataset_output == "reference" and not (arrival and arrival.output_len):
                 olen = self._reference_len(conv % len(self.dataset), entry) or olen
             return [RequestSpec(p.text, p.target_len, olen)]
-        out = []
-        for t in range(sp.turns):
-            n = pt.depth + plen + t * (plen - sp.shared_prefix_len)
-            p = self.builder.extend(base, n)
-            out.append(RequestSpec(p.text, n, olen))
-            base = p.text
-        return out
+        n = pt.depth + plen
+        return [RequestSpec(self.builder.extend(base, n).text, n, olen)]
+
+    def _next_turn(self, pt: Point, prev: RequestSpec, answer: str,
+                   s: RequestSample) -> RequestSpec:
+        """The next turn of a conversation: the previous prompt and its streamed answer
+        verbatim (the history), then a new user message of ``prompt_len`` minus the shared
+        prefix tokens. Its length is the previous prompt's plus the answer's tokens (as the
+        server counted them) plus the new message's; when the answer re-tokenizes longer in
+        context (or the turn failed), the history is counted instead."""
+        new = pt.prompt_len - self.spec.shared_prefix_len
+        history = prev.prompt + answer
+        if s.ok and s.completion_tokens is not None:
+            n = prev.prompt_len + s.completion_tokens + new
+            try:
+                return RequestSpec(self.builder.extend(history, n).text, n, prev.max_tokens)
+            except BenchError:
+                pass  # the answer takes more tokens in context than it streamed
+        n = self.builder.counter.count(history) + new
+        return RequestSpec(self.builder.extend(history, n).text, n, prev.max_tokens)
 
     def _reference_len(self, i: int, entry: Entry) -> int | None:
         """Tokens of the entry's reference answer (counted once), or its ``output_len``."""
@@ -436,10 +449,11 @@ class WorkloadRunner:
         warm = phase == "warmup"
         if not self.spec.open_loop:
             convs = [self._conversation(pt) for _ in range(-(-n // self.spec.turns))]
+            total = len(convs) * self.spec.turns
         else:
             arrivals = self._profile(pt).schedule(n, self._rng.randrange(2**32))
             convs = [self._conversation(pt, a) for a in arrivals]
-        total = sum(len(c) for c in convs)
+            total = len(convs)
 
         def record(s: RequestSample) -> None:
             results.append(s)
@@ -453,11 +467,17 @@ class WorkloadRunner:
                 while queue:
                     if budget_end is not None and time.perf_counter_ns() >= budget_end:
                         return
-                    for rs in queue.pop():
+                    (rs,) = queue.pop()
+                    for turn in range(1, self.spec.turns + 1):
+                        answer: list[str] | None = [] if turn < self.spec.turns else None
                         s = await self.client.send(rs, self._next_index(), t0_ns=self._t0,
-                                                   deadline_ns=deadline, warmup=warm)
+                                                   deadline_ns=deadline, warmup=warm,
+                                                   answer=answer)
                         record(s)
                         await self._backoff(s, deadline)
+                        if answer is None:
+                            break
+                        rs = self._next_turn(pt, rs, "".join(answer), s)
 
             await asyncio.gather(*(worker() for _ in range(min(pt.concurrency, len(convs)))))
             return results

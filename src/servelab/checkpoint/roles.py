@@ -141,6 +141,8 @@ def _gguf_part_role(part: str) -> Role:
         return Role.MTP
     if part.startswith(("ffn_gate_inp", "exp_probs")):
         return Role.ROUTER
+    if part in ("attn_q_norm", "attn_k_norm"):  # HF: self_attn.q_norm, inside attention
+        return Role.ATTENTION
     if "norm" in part:
         return Role.NORM
     if part.endswith("_exps"):

@@ -274,8 +274,8 @@ def bench(
         if slo_spec is not None and slo_results is not None:
             render_slo(result, slo_spec, slo_results, console)
     tc = result.token_check
-    if tc is not None and not tc.ok:  # written and shown; the exit status says it is wrong
-        raise BenchError(f"{result.base_url}: token counts disagree: {'; '.join(tc.problems)}")
+    if tc is not None and tc.failure:  # written and shown; the exit status says it is wrong
+        raise BenchError(f"{result.base_url}: {tc.failure}")
     dead = [pr for pr in result.points if pr.metrics.completed == 0]
     if dead:  # the result is written and shown; the exit status says it is unusable
         pr = dead[0]

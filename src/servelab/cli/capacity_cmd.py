@@ -1,8 +1,10 @@
 """``servelab capacity``: the highest request rate or concurrency that meets an SLO.
 
-Thin layer over :func:`servelab.bench.capacity.run_capacity`: options in, one table of
-probes and one summary line out (or ``--json``: schema ``servelab.capacity/1``, see
-:meth:`servelab.bench.capacity.CapacityResult.to_json`).
+Thin layer over :func:`servelab.bench.capacity.run_capacities`: options in; per prompt
+length one table of probes and one summary line, then (several lengths) one table of the
+capacity at each length. ``--json``: schema ``servelab.capacity/1`` for one prompt length
+(:meth:`servelab.bench.capacity.CapacityResult.to_json`), ``servelab.capacities/1`` for
+several (:func:`servelab.bench.capacity.capacities_json`).
 """
 
 from __future__ import annotations
@@ -24,13 +26,36 @@ if TYPE_CHECKING:  # loaded only when the command runs (fast --help)
     from servelab.bench.capacity import CapacityResult, Probe
 
 
+def _unit(res: CapacityResult) -> str:
+    return "req/s" if res.spec.variable == "rate" else "streams"
+
+
+def render_capacities(results: tuple[CapacityResult, ...], console: Console) -> None:
+    """One row per prompt length: its capacity and the search behind it."""
+    from servelab.bench import report
+
+    first = results[0]
+    table = Table(title=f"capacity per prompt length · SLO {escape(first.slo.label)}",
+                  title_justify="left")
+    for title in ("prompt tokens", f"capacity {_unit(first)}", "missed at", "probes",
+                  "requests"):
+        table.add_column(escape(title), justify="right")
+    for r in results:
+        o = r.outcome
+        cap = "none found" if o.capacity is None else f"{o.capacity:.4g}"
+        table.add_row(str(r.prompt_len), cap, report.fmt(o.bracket_high), str(len(r.probes)),
+                      str(r.requests))
+    console.print(table)
+
+
 def render(res: CapacityResult, console: Console) -> None:
     """The probes as a table, then the answer."""
     from servelab.bench import report
 
     var = res.spec.variable
-    unit = "req/s" if var == "rate" else "streams"
-    table = Table(title=f"servelab capacity · {escape(res.model)} · SLO {escape(res.slo.label)}",
+    unit = _unit(res)
+    table = Table(title=f"servelab capacity · {escape(res.model)} · {res.prompt_len} prompt "
+                  f"tokens · SLO {escape(res.slo.label)}",
                   title_justify="left")
     for title in ("#", var, "purpose", *(t.label for t in res.slo.terms), "verdict",
                   "goodput req/s", "out tok/s", "requests", "send lag p99 ms"):
@@ -70,14 +95,17 @@ def capacity(
     confirm: int = typer.Option(2, "--confirm", help="Reruns confirming the answer."),
     max_rounds: int = typer.Option(3, "--max-rounds", help="Batches per probe while the CI "
                                    "cannot decide the verdict."),
-    prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per request."),
+    prompt_lens: str = typer.Option("512", "--prompt-lens", "--prompt-len", help="Prompt "
+                                     "tokens per request; a comma list searches each length "
+                                     "(one capacity per length)."),
     output_len: int = typer.Option(128, "--output-len", help="Output tokens per request."),
     requests: int | None = typer.Option(None, "--requests", help="Measured requests per batch "
                                         "(default max(3, 2 × concurrency); rates: 20)."),
     warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests per probe "
                                       "(default: the concurrency; rates: 4)."),
     profile: str = typer.Option("poisson", "--profile", help="Arrivals when searching a rate: "
-                                "constant, poisson, gamma."),
+                                "constant, poisson, gamma (ramp and trace have no single "
+                                "rate to search)."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps."),
     max_concurrency: int = typer.Option(4096, "--max-concurrency", help="Rates: cap on "
                                         "requests in flight."),
@@ -90,25 +118,33 @@ def capacity(
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
 ) -> None:
     """Find the highest request rate or concurrency that meets an SLO (bisection, CIs, reruns)."""
-    from servelab.bench.capacity import SearchSpec, run_capacity
+    from servelab.bench.capacity import SearchSpec, capacities_json, run_capacities, unsearchable
     from servelab.bench.profiles import PROFILES
     from servelab.bench.result import write_json_atomic
     from servelab.bench.run import BenchConfig
     from servelab.bench.slo import parse_slo
     from servelab.bench.transport import Timeouts
     from servelab.bench.workload import WorkloadSpec
+    from servelab.units import parse_int_list
 
     if variable not in ("rate", "concurrency"):
         raise UsageError(f"--variable must be rate or concurrency, not {variable!r}")
     if endpoint not in ("completions", "chat"):
         raise UsageError(f"--endpoint must be completions or chat, not {endpoint!r}")
-    if profile not in PROFILES or profile in ("trace", "ramp"):
+    why = unsearchable(profile, "rate" if variable == "rate" else "concurrency")
+    if why is not None:
+        raise UsageError(f"--profile {profile}: {why}")
+    if profile not in PROFILES:
         raise UsageError(f"--profile must be constant, poisson or gamma, not {profile!r}")
+    try:
+        lens = tuple(parse_int_list(prompt_lens, "--prompt-lens"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     slo_spec = parse_slo(slo)
     spec = SearchSpec(variable="rate" if variable == "rate" else "concurrency", low=low,
                       high=high, start=start, tolerance=tolerance, confirm=confirm)
     n_req = requests if requests is not None else (20 if variable == "rate" else None)
-    work = WorkloadSpec(prompt_lens=(prompt_len,), output_len=output_len,
+    work = WorkloadSpec(prompt_lens=lens, output_len=output_len,
                         concurrency=(max_concurrency,) if variable == "rate" else (1,),
                         request_rate=1.0 if variable == "rate" else None, requests=n_req,
                         warmup_requests=warmup, seed=seed, profile=profile,  # type: ignore[arg-type]
@@ -123,14 +159,18 @@ def capacity(
         err.print(f"probe {p.value:g} ({p.purpose}): {'met' if p.met else 'missed'}, "
                   f"{p.requests} requests")
 
-    res = run_capacity(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe)
-    data = res.to_json()
+    results = run_capacities(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe)
+    data = results[0].to_json() if len(results) == 1 else capacities_json(results)
     if out is not None:
         write_json_atomic(out, data)
     if as_json:
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
-    else:
-        render(res, Console(highlight=False))
+        return
+    console = Console(highlight=False)
+    for res in results:
+        render(res, console)
+    if len(results) > 1:
+        render_capacities(results, console)
 
 
 def register(app: typer.Typer) -> None:

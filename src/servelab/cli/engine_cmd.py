@@ -56,9 +56,8 @@ def install(
         result, changed = install_engine(build, base=base, force=force, on_step=on_step)
     versions = ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items()))
     verb = "installed" if changed else "already installed"
-    out.print(
-        f"[bold green]{verb}[/] {escape(build)}: {escape(str(result.python))} ({escape(versions)})"
-    )
+    where = escape(str(result.executable or result.python))
+    out.print(f"[bold green]{verb}[/] {escape(build)}: {where} ({escape(versions)})")
 
 
 @app.command("list")
@@ -90,7 +89,7 @@ def list_cmd(
             escape(e.engine_version or "?"),
             escape(v.get("torch", "?")),
             escape(v.get("transformers", "?")),
-            escape(str(e.python)),
+            escape(str(e.executable or e.python)),
             escape(e.installed_at or "?"),
         )
     out.print(table)

@@ -64,7 +64,7 @@ class LogNotice:
 
 @dataclass(frozen=True)
 class EngineFacts:
-    """What one vLLM log says. Every field is ``None`` (or empty) when the log is silent.
+    """What one engine log says. Every field is ``None`` (or empty) when the log is silent.
 
     Units are in the names: ``*_gib`` GiB, ``*_s`` seconds, ``*_pct`` percent.
     ``max_concurrency`` is the engine's "Maximum concurrency for N tokens per request: X"
@@ -72,6 +72,10 @@ class EngineFacts:
     took X GiB"; CPU builds print only ``checkpoint_gib``. ``startup_s`` is measured from
     the first to the last timestamp of the startup (second resolution), up to the line
     that starts the HTTP server.
+
+    llama.cpp fills ``kv_cache_gib`` (the KV buffer it allocated) and ``kv_cache_type``,
+    ``threads``, ``offloaded_layers`` of ``offload_total_layers`` and ``parallel_slots``;
+    its KV "cells" are ``kv_pool_tokens``.
     """
 
     version: str | None = None
@@ -104,6 +108,12 @@ class EngineFacts:
     compile_s: float | None = None
     startup_s: float | None = None
     server_url: str | None = None
+    kv_cache_gib: float | None = None
+    kv_cache_type: str | None = None
+    threads: int | None = None
+    offloaded_layers: int | None = None
+    offload_total_layers: int | None = None
+    parallel_slots: int | None = None
     tensor_parallel_size: int | None = None
     pipeline_parallel_size: int | None = None
     data_parallel_size: int | None = None

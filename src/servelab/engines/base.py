@@ -10,7 +10,8 @@ What an engine provides:
 * install/version: its installable :attr:`Engine.builds` (each a pip-installable venv);
 * the recipe's ``[engine]`` table: :attr:`Engine.section`, a subclass of
   :class:`EngineSectionBase` whose ``name`` literal is the tag of the tagged union;
-* argv from recipe flags: :meth:`Engine.argv`;
+* argv from recipe flags: :meth:`Engine.argv`; the model it serves from a local
+  checkpoint: :meth:`Engine.local_model`;
 * readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
 * KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
@@ -41,8 +42,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Engine",
     "EngineSectionBase",
+    "LogParsingEngine",
     "PlanKnobs",
+    "check_extra_args",
     "models_ready",
+    "parse_lines",
 ]
 
 
@@ -146,6 +150,11 @@ class Engine(Protocol):
         """The server's argument list (never a shell string)."""
         ...
 
+    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+        """What the server loads for local checkpoint ``path`` (a built ``synth`` model
+        when ``synth``); checks it exists (and prepares it) only when ``build``."""
+        ...
+
     def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
         """One readiness poll: True once the server answers requests for the model."""
         ...
@@ -161,6 +170,46 @@ class Engine(Protocol):
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """The settings of ``section`` that the memory/KV planner reads."""
         ...
+
+
+def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[str, ...]:
+    """Validate a recipe's ``extra`` arguments: no NUL, none of the ``managed`` flags."""
+    for arg in args:
+        if "\x00" in arg:
+            raise ValueError("arguments must not contain NUL characters")
+        name = arg.split("=", 1)[0]
+        if name in managed:
+            raise ValueError(f"{name} is set by servelab from the recipe; remove it from extra")
+    return args
+
+
+def parse_lines(parser: LineParser, text: str) -> EngineFacts:
+    """Feed every line of ``text`` to ``parser`` and return its facts."""
+    for line in text.splitlines():
+        parser.feed(line)
+    return parser.facts()
+
+
+class LogParsingEngine:
+    """Readiness and log facts shared by engines with ``/health`` and a line parser.
+
+    Subclasses set :attr:`parser` (a class whose instances are :class:`LineParser`).
+    """
+
+    parser: type[LineParser]
+    health_path: str | None = "/health"
+
+    def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
+        """:attr:`health_path` is 200 and ``/v1/models`` lists ``served_model_name``."""
+        return models_ready(client, base_url, served_model_name, health=self.health_path)
+
+    def log_parser(self) -> LineParser:
+        """A fresh live parser of this engine's output."""
+        return self.parser()
+
+    def parse_log(self, text: str) -> EngineFacts:
+        """Facts from a whole log text."""
+        return parse_lines(self.log_parser(), text)
 
 
 def models_ready(

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.engine.install import probe_versions
+from servelab.engine.install import launcher_versions
 from servelab.engine.launch import resolve_launcher
 from servelab.engine.recipe import Recipe
 from servelab.errors import ServelabError
@@ -61,7 +61,7 @@ def engine_environment(recipe: Recipe) -> EngineEnvironment:
         if install is not None:
             torch = install.versions.get("torch")
         elif recipe.engine.executable is None:
-            versions = probe_versions(Path(launcher[0]), build=recipe.engine.build, timeout=60)
+            versions = launcher_versions(Path(launcher[0]), build=recipe.engine.build)
             torch = versions.get("torch")
     except ServelabError:
         torch = None

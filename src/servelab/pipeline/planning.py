@@ -50,19 +50,23 @@ def calibrated_plan(
     *,
     priors: Path | None = None,
     where: str | Path | None = None,
+    engine: str = "vllm",
     **knobs: Any,
 ) -> Plan:
     """:func:`~servelab.plan.build.build_plan` calibrated from ``runs`` and the priors.
 
     ``knobs`` are build_plan's engine and workload options (max_model_len, layout, ...);
-    ``where`` names the checkpoint in the error when it has no config.
+    ``where`` names the checkpoint in the error when it has no config; ``engine`` (the
+    recipe's engine name) picks that engine's own calibration and labels the plan.
     """
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions",
                          path=where)
-    calibration = calibration_for(runs, hardware, weights, priors=load_priors(priors))
+    calibration = calibration_for(
+        runs, hardware, weights, engine=engine, priors=load_priors(priors)
+    )
     return build_plan(
-        dict(config), weights, hardware, calibration=calibration,
+        dict(config), weights, hardware, calibration=calibration, engine_name=engine,
         cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
         **knobs,
     )

@@ -20,11 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from servelab.bench.result import write_json_atomic
+from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
+from servelab.defaults import ENGINE_VERSION
 from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import (
     LOG_NAME,
@@ -53,6 +54,9 @@ from servelab.units import format_bytes
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
+# The vLLM version servelab's KV arithmetic is checked against: the stand-in for engines
+# whose own KV pool servelab does not model.
+STANDIN_VLLM_VERSION = ENGINE_VERSION
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -176,7 +180,8 @@ def make_run_plan(
     store: Store | None,
 ) -> Plan:
     """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
-    flags = get_engine(recipe.engine.name).plan_knobs(recipe.engine)
+    serving = get_engine(recipe.engine.name)
+    flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
@@ -185,20 +190,31 @@ def make_run_plan(
         if store is not None
         else []
     )
-    return calibrated_plan(
+    # Each engine its own calibration: samples carry their run's engine_name.
+    plan = calibrated_plan(
         config,
         weights,
         hardware,
         runs,
+        engine=serving.name,
         max_model_len=flags.max_model_len,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
-        engine_version=engine_version,
+        # Other engines get vLLM's verified arithmetic as a stand-in, labelled as such.
+        engine_version=engine_version if serving.kv_arithmetic else STANDIN_VLLM_VERSION,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
     )
+    if serving.kv_arithmetic:
+        return plan
+    note = (
+        f"{serving.name} is not vLLM: the KV pool and memory above follow vLLM "
+        f"{plan.engine_version}'s arithmetic and are not checked against this engine; its "
+        "log's KV cells and bytes are recorded"
+    )
+    return replace(plan, engine_version=engine_version, notes=(*plan.notes, note))
 
 
 @dataclass
@@ -239,6 +255,33 @@ def _log_file_tail(run_dir: Path, lines: int = 40) -> str | None:
     if not log.is_file():
         return None
     return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+
+def bench_record(
+    bench: BenchResult,
+    *,
+    run_dir: Path,
+    started: datetime,
+    fields: dict[str, Any],
+    log_tail: str | None = None,
+) -> RunRecord:
+    """The run record of a finished benchmark: its samples and metrics, and *failed* (step
+    ``bench``, with the engine's log tail) when the client's and the server's token counts
+    disagree — numbers from a miscounting client or server are not a measurement."""
+    record = run_from_bench_json(
+        bench.to_json(), source=str(run_dir), started_at=started, finished_at=utcnow(), **fields
+    )
+    extra = {**(record.extra or {}), "run_dir": str(run_dir), "platform": platform.platform()}
+    failure = bench.token_check.failure if bench.token_check is not None else None
+    if failure is None:
+        return replace(record, extra=extra)
+    return replace(
+        record,
+        status=STATUS_FAILED,
+        status_reason=f"bench: {redact_text(failure)}",
+        log_tail=redact_text(log_tail) if log_tail else None,
+        extra={**extra, "failed_step": "bench"},
+    )
 
 
 def run_recipe(
@@ -331,8 +374,7 @@ def run_recipe(
                 ),
                 on_progress=lambda ev: emit(RunEvent("bench", "progress", bench=ev)),
             )
-            bench_doc = bench.to_json()
-            write_json_atomic(run_dir / "bench.json", bench_doc)
+            write_json_atomic(run_dir / "bench.json", bench.to_json())
             engine.check_alive()
             emit(RunEvent("bench", "done", f"{sum(len(p.samples) for p in bench.points)} requests"))
         finally:
@@ -343,24 +385,17 @@ def run_recipe(
             emit(RunEvent("stop", "done", "engine stopped"))
 
         step = "record"
-        record = run_from_bench_json(
-            bench_doc,
-            source=str(run_dir),
-            started_at=state.started,
-            finished_at=utcnow(),
-            **state.fields,
-        )
-        summary = summarize(
-            record.metrics, state.fields.get("prediction"), recipe.bench.prompt_tokens
-        )
+        record = bench_record(bench, run_dir=run_dir, started=state.started,
+                              fields=state.fields, log_tail=state.log_tail)
+        if record.status == STATUS_FAILED:
+            emit(RunEvent("bench", "failed", record.status_reason or ""))
+        else:
+            summary = summarize(
+                record.metrics, state.fields.get("prediction"), recipe.bench.prompt_tokens
+            )
         record = replace(
             record,
-            extra={
-                **(record.extra or {}),
-                "run_dir": str(run_dir),
-                "summary": [r.to_dict() for r in summary],
-                "platform": platform.platform(),
-            },
+            extra={**(record.extra or {}), "summary": [r.to_dict() for r in summary]},
         )
     except (ServelabError, KeyboardInterrupt) as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)

@@ -71,6 +71,7 @@ class Plan:
     gpu_weights: GpuWeights
     topology: Topology
     parallel_decode: tuple[ParallelDecode, ...]
+    engine_name: str = "vllm"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -80,7 +81,11 @@ class Plan:
             "predicted": True,
             "checkpoint": self.checkpoint,
             "hardware": self.hardware.to_dict(),
-            "engine": {"name": "vllm", "version": self.engine_version, "platform": self.platform},
+            "engine": {
+                "name": self.engine_name,
+                "version": self.engine_version,
+                "platform": self.platform,
+            },
             "weights": {
                 "resident_bytes": w.resident_bytes,
                 "decode_bytes_per_token": w.decode_bytes_per_token,
@@ -146,6 +151,7 @@ def build_plan(
     layout: ParallelLayout | None = None,
     topology: Topology | None = None,
     cpu_avx512_bf16: bool = True,
+    engine_name: str = "vllm",
 ) -> Plan:
     """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules.
 
@@ -260,6 +266,7 @@ def build_plan(
         gpu_weights=gpu_w,
         topology=topo,
         parallel_decode=pdec,
+        engine_name=engine_name,
     )
 
 

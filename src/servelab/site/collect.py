@@ -122,7 +122,8 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
         gpus = run_layout(run).world_size
         for point in run.points:
             pid = PointKey.parse(point)
-            if pid is None or not pid.concurrency or pid.concurrency < 2 or pid not in decode:
+            if (pid is None or not pid.concurrency or pid.concurrency < 2 or pid.depth
+                    or pid not in decode):
                 continue
             ttft_s = METRICS["ttft_s"].sample_values(run, point)
             ttft = None
@@ -136,7 +137,8 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
 
 
 def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
-    return {p.prompt_tokens: v for p, v in points.items() if p.concurrency in (1, None)}
+    return {p.prompt_tokens: v for p, v in points.items()
+            if p.concurrency in (1, None) and not p.depth}
 
 
 # --- predictions ------------------------------------------------------------------------------
@@ -245,10 +247,13 @@ def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
     obs = observation(run)
     rule = f"vLLM {plan.kv_engine_version or '?'} KV arithmetic ({plan.kv_rule or '?'})"
     out: list[PlanCheck] = []
-    if plan.kv_tokens is not None and obs.kv_tokens is not None:
+    engine = (run.prediction or {}).get("engine")
+    # The KV arithmetic is vLLM's: other engines' pools are not checked against it.
+    vllm = not isinstance(engine, Mapping) or engine.get("name", "vllm") == "vllm"
+    if vllm and plan.kv_tokens is not None and obs.kv_tokens is not None:
         out.append(PlanCheck("KV pool", Predicted(float(plan.kv_tokens), "tokens", rule,
                                                   run.run_id), obs.kv_tokens))
-    if plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
+    if vllm and plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
         out.append(PlanCheck("max concurrency at full context",
                              Predicted(plan.kv_max_concurrency, "x", rule, run.run_id),
                              obs.max_concurrency))
@@ -383,7 +388,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
                 seen.setdefault(point, None)
         for point in seen:
             pid = PointKey.parse(point)
-            if pid is None or pid.concurrency not in (1, None):
+            if pid is None or pid.concurrency not in (1, None) or pid.depth:
                 continue
             series = analyse_series(runs, metric, point)
             if len(series.rows) < 2:
@@ -446,7 +451,8 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
     mtp = rep.get("mtp") if isinstance(rep.get("mtp"), Mapping) else {}
     quant = rep.get("quant") if isinstance(rep.get("quant"), Mapping) else {}
     model = latest.model_id or key
-    served = _arg_value(args, "--served-model-name") or str(facts.get("model") or model)
+    served = (_arg_value(args, "--served-model-name") or _arg_value(args, "--alias")
+              or str(facts.get("model") or model))
     if share.is_local_path(served):  # an engine without a served name logs its model path
         served = ref.id
     versions = tuple(sorted(by_version, key=prose.version_key))
@@ -499,6 +505,7 @@ def build_row(page: RecipePage) -> BuildRow:
         weights=obs[-1].weights if obs else None,
         checkpoint_bytes=page.memory.total_bytes if page.memory else None,
         last_verified=prose.latest_verification(page),
+        engine=page.software.engine_name,
     )
 
 

@@ -87,7 +87,7 @@ def format_bytes_gib(n_bytes: int) -> str:
     return _small_gib(n_bytes / GIB) or f"{n_bytes / GIB:.2f} GiB"
 
 
-_ENGINE_NAMES = {"vllm": "vLLM", "vllm-cpu": "vLLM", "sglang": "SGLang"}
+_ENGINE_NAMES = {"vllm": "vLLM", "vllm-cpu": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp"}
 
 
 def engine_display_name(name: str | None) -> str:

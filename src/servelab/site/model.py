@@ -336,6 +336,7 @@ class BuildRow:
     weights: Measured | None
     checkpoint_bytes: int | None
     last_verified: Verification | None
+    engine: str = "vLLM"  # display name: builds of one model may run on different engines
 
 
 @dataclass(frozen=True)

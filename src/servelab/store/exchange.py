@@ -302,13 +302,19 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
     )
 
 
-def point_name(prompt_len: Any, concurrency: Any, source: str) -> str:
-    """The label of a bench point (:class:`~servelab.points.PointKey`); integers required."""
-    if not isinstance(prompt_len, int) or isinstance(prompt_len, bool) or not (
-        concurrency is None or (isinstance(concurrency, int) and not isinstance(concurrency, bool))
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def point_name(prompt_len: Any, concurrency: Any, source: str, depth: Any = 0) -> str:
+    """The label of a bench point (:class:`~servelab.points.PointKey`); integers required
+    (``depth`` may be absent: documents written before depth grids have none)."""
+    if not _is_int(prompt_len) or not (concurrency is None or _is_int(concurrency)) or not (
+        depth is None or (_is_int(depth) and depth >= 0)
     ):
-        raise InputError("bench point needs integer prompt_len and concurrency", path=source)
-    return point_label(prompt_len, concurrency)
+        raise InputError("bench point needs integer prompt_len, concurrency and depth",
+                         path=source)
+    return point_label(prompt_len, concurrency, depth or 0)
 
 
 _BENCH_METRICS = (
@@ -359,7 +365,8 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
     """A RunRecord from a ``servelab.bench/1`` document (``BenchResult.to_json()``).
 
     Every measured (non-warm-up) request becomes a :class:`Sample` at point
-    ``p{prompt_len}-c{concurrency}``; each point's summaries (mean with ``ci95``) become
+    ``p{prompt_len}-c{concurrency}`` (``p{prompt_len}-d{depth}-c{concurrency}`` for a point of
+    a depth grid); each point's summaries (mean with ``ci95``) become
     metrics; the headline decode/prefill are those of the concurrency-1 point (with a decode
     figure) whose prompt length is nearest 2,048 tokens. ``fields`` set or override any
     RunRecord field (recipe, engine, hardware, ...), so the run pipeline can call this with
@@ -376,7 +383,7 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
     for pt in points:
         if not isinstance(pt, dict):
             raise InputError("bench point is not an object", path=source)
-        name = point_name(pt.get("prompt_len"), pt.get("concurrency"), source)
+        name = point_name(pt.get("prompt_len"), pt.get("concurrency"), source, pt.get("depth"))
         for raw in pt.get("samples") or []:
             smp = _bench_sample(raw, name, source)
             if smp is not None:
@@ -401,7 +408,8 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
                     unit=unit,
                 )
             )
-        if pt.get("concurrency") == 1 and isinstance(pt.get("prompt_len"), int):
+        if (pt.get("concurrency") == 1 and isinstance(pt.get("prompt_len"), int)
+                and not pt.get("depth")):
             dist = abs(int(pt["prompt_len"]) - 2048)
             # a point where no request could be timed per token (whole answer in one
             # chunk) has no decode figure: the nearest point that has one is the headline

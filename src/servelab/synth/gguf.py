@@ -3,11 +3,13 @@
 The result is a real GGUF file (``gguf.GGUFWriter``) that llama.cpp loads and serves:
 llama.cpp's tensor names (``gguf.get_tensor_name_map``), the Q/K row permutation of its
 ``llama`` architecture (llama.cpp applies RoPE to interleaved pairs, Hugging Face to
-halves), the model's byte-level BPE vocabulary and merges as a ``gpt2`` tokenizer with
-the ``gpt-2`` pre-tokenizer, and its chat template.
+halves), per-expert weights stacked into one ``[experts, out, in]`` plane per layer
+(``blk.N.ffn_gate_exps`` ...) for ``qwen3_moe``, the model's byte-level BPE vocabulary and
+merges as a ``gpt2`` tokenizer with the ``gpt-2`` pre-tokenizer, and its chat template.
 
-Weight types: ``F32``, ``F16`` or ``Q8_0`` (``gguf.quants``); 1-D tensors (norms) stay
-``F32`` as in llama.cpp's own converter. Supported architectures: ``llama``.
+Weight types: ``F32``, ``F16`` or ``Q8_0`` (``gguf.quants``); 1-D tensors (norms) and
+MoE routers stay ``F32`` as in llama.cpp's own converter. Supported architectures: ``llama``,
+``qwen3_moe``.
 
 ``torch`` and ``safetensors`` (the ``synth`` extra) read the bf16 source tensors.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,11 +28,13 @@ import numpy as np
 
 from servelab.errors import InputError, UsageError
 
-__all__ = ["GGUF_TYPES", "GgufType", "write_gguf"]
+__all__ = ["GGUF_TYPES", "GgufType", "ensure_gguf", "gguf_path", "write_gguf"]
 
 GgufType = Literal["F32", "F16", "Q8_0"]
 GGUF_TYPES: tuple[GgufType, ...] = ("F32", "F16", "Q8_0")
-SUPPORTED = ("llama",)
+SUPPORTED = ("llama", "qwen3_moe")
+_GGUF_ARCH = {"llama": "llama", "qwen3_moe": "qwen3moe"}
+_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.weight$")
 
 
 def _permute(w: np.ndarray[Any, Any], n_head: int) -> np.ndarray[Any, Any]:
@@ -109,7 +114,7 @@ def _add_vocab(writer: Any, model_dir: Path, cfg: Mapping[str, Any]) -> None:
 
 
 def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
-    """Write ``model_dir`` (a tiny HF llama checkpoint) as GGUF ``out``; returns ``out``.
+    """Write ``model_dir`` (a tiny HF llama or qwen3_moe checkpoint) as GGUF ``out``.
 
     Written to a temporary file next to ``out`` and renamed, so ``out`` is complete or
     absent.
@@ -132,7 +137,10 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
     n_head = int(cfg["num_attention_heads"])
     n_kv = int(cfg.get("num_key_value_heads") or n_head)
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // n_head)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)
+    model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE}[arch]
+    names = gguf.get_tensor_name_map(model_arch, n_layers)
+    n_experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+    rope = cfg.get("rope_parameters") or {}
     ftype = {
         "F32": gguf.LlamaFileType.ALL_F32,
         "F16": gguf.LlamaFileType.MOSTLY_F16,
@@ -144,7 +152,7 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        writer = gguf.GGUFWriter(tmp, "llama")
+        writer = gguf.GGUFWriter(tmp, _GGUF_ARCH[arch])
         writer.add_name(model_dir.name)
         writer.add_block_count(n_layers)
         writer.add_context_length(int(cfg.get("max_position_embeddings", 4096)))
@@ -155,21 +163,37 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
         writer.add_rope_dimension_count(head_dim)
-        writer.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+        writer.add_rope_freq_base(float(cfg.get("rope_theta", rope.get("rope_theta", 1e4))))
+        if n_experts:
+            writer.add_expert_count(n_experts)
+            writer.add_expert_used_count(int(cfg["num_experts_per_tok"]))
+            writer.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
         writer.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
         writer.add_vocab_size(int(cfg["vocab_size"]))
         writer.add_file_type(ftype)
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
         _add_vocab(writer, model_dir, cfg)
+        experts: dict[tuple[int, str], dict[int, np.ndarray[Any, Any]]] = {}
         for hf_name, data in _hf_tensors(model_dir):
+            if m := _EXPERT.match(hf_name):
+                layer, xid, w_name = int(m.group(1)), int(m.group(2)), m.group(3)
+                planes = experts.setdefault((layer, w_name), {})
+                planes[xid] = data
+                if len(planes) < n_experts:
+                    continue
+                hf_name = f"model.layers.{layer}.mlp.experts.{w_name}.weight"
+                data = np.stack([planes[i] for i in range(n_experts)])
+                del experts[(layer, w_name)]
+            elif arch == "llama" and hf_name.endswith("self_attn.q_proj.weight"):
+                data = _permute(data, n_head)
+            elif arch == "llama" and hf_name.endswith("self_attn.k_proj.weight"):
+                data = _permute(data, n_kv)
             name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
             if name is None:
                 raise UsageError(f"no GGUF name for tensor {hf_name!r}", path=model_dir)
-            if hf_name.endswith("self_attn.q_proj.weight"):
-                data = _permute(data, n_head)
-            elif hf_name.endswith("self_attn.k_proj.weight"):
-                data = _permute(data, n_kv)
             _add_tensor(writer, name, data, qtype)
+        if experts:
+            raise UsageError("incomplete expert planes in the checkpoint", path=model_dir)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file(progress=False)
@@ -180,10 +204,23 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
     return out
 
 
+def gguf_path(model_dir: Path, qtype: str) -> Path:
+    """Where the GGUF conversion of a (servelab-built) ``model_dir`` is cached."""
+    return model_dir.parent / f"{model_dir.name}-{qtype}.gguf"
+
+
+def ensure_gguf(model_dir: Path, qtype: GgufType) -> Path:
+    """The cached GGUF conversion of ``model_dir`` (written once, atomically)."""
+    out = gguf_path(model_dir, qtype)
+    if out.is_file():
+        return out
+    return write_gguf(model_dir, out, qtype=qtype)
+
+
 def _add_tensor(writer: Any, name: str, data: np.ndarray[Any, Any], qtype: GgufType) -> None:
     import gguf
 
-    if data.ndim <= 1 or qtype == "F32":
+    if data.ndim <= 1 or qtype == "F32" or ".ffn_gate_inp." in name:  # routers stay F32
         writer.add_tensor(name, data.astype(np.float32))
     elif qtype == "F16":
         writer.add_tensor(name, data.astype(np.float16))

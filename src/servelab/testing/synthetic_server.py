@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import socket
@@ -34,6 +35,8 @@ from enum import StrEnum
 from typing import Any
 
 CHAT_TOKENS_PER_MESSAGE = 3
+RECENT_BODIES = 256
+"""Generation requests whose prompts :meth:`SyntheticServer.prompts` can show."""
 
 
 class FaultKind(StrEnum):
@@ -385,6 +388,7 @@ class _Core:
         self.counters = _Counters()
         self.render_cache: dict[tuple[Any, ...], tuple[tuple[bytes, ...], tuple[int, ...]]] = {}
         self.prefix_blocks: set[int] = set()
+        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_BODIES)
 
     def prefix_lookup(self, body: dict[str, Any], n_prompt: int) -> None:
         """Count cached leading blocks of this prompt, then cache all its full blocks."""
@@ -446,6 +450,7 @@ class _Core:
     def _generate(self, conn: _ServerConn, body: dict[str, Any], chat: bool) -> None:
         c = self.counters
         c.generation_requests += 1
+        self.recent.append(body)
         rid = c.generation_requests
         cfg = self.cfg
         fault = cfg.fault if cfg.fault is not None and rid % cfg.fault.every == 0 else None
@@ -573,6 +578,17 @@ class SyntheticServer:
         assert self._core is not None and self._loop is not None
         fut = asyncio.run_coroutine_threadsafe(self._snapshot(), self._loop)
         return fut.result(5)
+
+    def prompts(self) -> list[str]:
+        """The prompts of the last :data:`RECENT_BODIES` generation requests, oldest first
+        (words joined by one space; a chat request's message contents in order)."""
+        assert self._core is not None and self._loop is not None
+        fut = asyncio.run_coroutine_threadsafe(self._prompts(), self._loop)
+        return fut.result(5)
+
+    async def _prompts(self) -> list[str]:
+        assert self._core is not None
+        return [" ".join(prompt_words(b)) for b in self._core.recent]
 
     async def _snapshot(self) -> dict[str, Any]:
         assert self._core is not None

@@ -11,16 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servelab.defaults import ENGINE_VERSION
-from servelab.engine.facts import EngineFacts, LineParser
 from servelab.engine.install import EngineBuild
-from servelab.engines.base import EngineSectionBase, PlanKnobs, models_ready
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.vllm.argv import build_argv
-from servelab.engines.vllm.logfacts import LogParser, parse_log
+from servelab.engines.vllm.logfacts import LogParser
 from servelab.engines.vllm.recipe import VllmSection
+from servelab.errors import CheckpointNotFoundError
 
 if TYPE_CHECKING:
-    import httpx
-
     from servelab.engine.recipe import Recipe
 
 __all__ = ["VLLM", "VllmEngine"]
@@ -57,10 +55,12 @@ BUILDS = (
 )
 
 
-class VllmEngine:
-    """vLLM's OpenAI-compatible server (``vllm.entrypoints.openai.api_server``)."""
+class VllmEngine(LogParsingEngine):
+    """vLLM's OpenAI-compatible server (``vllm.entrypoints.openai.api_server``); ready
+    when ``/health`` is 200 and ``/v1/models`` lists the served model."""
 
     name = "vllm"
+    parser = LogParser
     section: type[EngineSectionBase] = VllmSection
     builds: Sequence[EngineBuild] = BUILDS
     kv_arithmetic = True
@@ -82,17 +82,12 @@ class VllmEngine:
         """``python -m vllm.entrypoints.openai.api_server --model M ...`` (or ``vllm serve``)."""
         return build_argv(recipe, launcher=launcher, model=model, port=port)
 
-    def ready(self, client: httpx.Client, base_url: str, served_model_name: str) -> bool:
-        """``/health`` is 200 and ``/v1/models`` lists the served model."""
-        return models_ready(client, base_url, served_model_name, health="/health")
-
-    def log_parser(self) -> LineParser:
-        """A live vLLM log parser."""
-        return LogParser()
-
-    def parse_log(self, text: str) -> EngineFacts:
-        """Facts from a whole vLLM log."""
-        return parse_log(text)
+    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+        """vLLM loads the checkpoint directory itself (it must hold a ``config.json``)."""
+        if build and not synth and not (path.is_dir() and (path / "config.json").exists()):
+            why = "does not exist" if not path.exists() else "has no config.json"
+            raise CheckpointNotFoundError(f"model.path {why}", path=path)
+        return path
 
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """vLLM's flags that size memory and the KV pool."""

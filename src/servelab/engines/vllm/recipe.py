@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servelab.engines.base import EngineSectionBase
+from servelab.engines.base import EngineSectionBase, check_extra_args
 from servelab.plan.layout import ParallelLayout
 
 __all__ = ["MANAGED_FLAGS", "VllmFlags", "VllmSection"]
@@ -80,12 +80,9 @@ class VllmFlags(_Strict):
     @field_validator("extra")
     @classmethod
     def _extra(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        check_extra_args(v, MANAGED_FLAGS)
         for arg in v:
-            if "\x00" in arg:
-                raise ValueError("arguments must not contain NUL characters")
             name = arg.split("=", 1)[0]
-            if name in MANAGED_FLAGS:
-                raise ValueError(f"{name} is set by servelab from the recipe; remove it from extra")
             if name in LAYOUT_FLAGS:
                 raise ValueError(
                     f"{name} belongs in [engine.flags] (tensor_parallel_size, "

@@ -1,0 +1,147 @@
+"""llama.cpp behind the engine seam: its own ``llama-server``, serving GGUF files.
+
+Which server, and why: ``llama-server``, llama.cpp's native OpenAI-compatible server,
+compiled from the llama.cpp source that the pinned PyPI package ``llama-cpp-python``
+(0.3.36) vendors (:mod:`servelab.engines.llamacpp.build`). llama-cpp-python's own
+Python server was the other candidate, but its streamed completions carry no ``usage``
+(servelab counts tokens from ``usage`` only, never from chunks), it has no
+``ignore_eos`` (exact output lengths) and no ``/metrics``; the native server has all
+three, a ``/health`` that says when the model is loaded, and ``/tokenize``, so ``bench``
+talks to it unchanged. No registry ships a maintained ``llama-server`` binary for this
+platform (Debian bookworm has no llama.cpp package; the PyPI binary wheels bundle the
+library, not the server), and building from the registry's source keeps the engine
+pinned and reproducible: ``servelab engine install llamacpp`` needs only cmake and a C++
+compiler (on 2 idle cores the build takes minutes; see README).
+
+The recipe's ``[engine] name = "llamacpp"`` table is
+:class:`~servelab.engines.llamacpp.recipe.LlamaCppSection`. A ``model.synth`` model is
+converted to GGUF (``gguf_type``) by :mod:`servelab.synth.gguf`; a ``model.path`` names
+a ``.gguf`` file or a directory holding one.
+
+KV/memory: servelab's KV-pool arithmetic is vLLM's, so ``kv_arithmetic`` is False and
+plans made for this engine say so; the log's KV cells and bytes are recorded as facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from servelab.engine.install import EngineBuild
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
+from servelab.engines.llamacpp.build import LlamaServerBuilder
+from servelab.engines.llamacpp.logfacts import LogParser
+from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
+from servelab.errors import CheckpointNotFoundError
+from servelab.synth.gguf import ensure_gguf, gguf_path
+
+if TYPE_CHECKING:
+    from servelab.engine.recipe import Recipe
+
+__all__ = ["LLAMACPP", "LlamaCppEngine", "flag_args"]
+
+BUILDS = (
+    EngineBuild(
+        name="llamacpp",
+        engine="llamacpp",
+        packages=(),
+        remove=(),
+        versions=(("llama.cpp", ()),),
+        import_name="",
+        python_env="SERVELAB_LLAMACPP_SERVER",
+        builder=LlamaServerBuilder(),
+    ),
+)
+
+# (flag field, llama-server option), in the order they are emitted.
+_VALUED = (
+    ("ctx_size", "--ctx-size"),
+    ("parallel", "--parallel"),
+    ("threads", "--threads"),
+    ("threads_batch", "--threads-batch"),
+    ("n_gpu_layers", "--n-gpu-layers"),
+    ("batch_size", "--batch-size"),
+    ("ubatch_size", "--ubatch-size"),
+    ("cache_type_k", "--cache-type-k"),
+    ("cache_type_v", "--cache-type-v"),
+    ("flash_attn", "--flash-attn"),
+)
+
+
+def flag_args(flags: LlamaCppFlags) -> list[str]:
+    """llama-server flags as arguments, in a stable order; ``None`` flags are left out."""
+    out: list[str] = []
+    for name, option in _VALUED:
+        value = getattr(flags, name)
+        if value is not None:
+            out += [option, str(value)]
+    if flags.cont_batching is not None:
+        out.append("--cont-batching" if flags.cont_batching else "--no-cont-batching")
+    out += list(flags.extra)
+    return out
+
+
+def _section(recipe: Recipe) -> LlamaCppSection:
+    eng = recipe.engine
+    if not isinstance(eng, LlamaCppSection):
+        raise TypeError(f"not a llama.cpp recipe: engine {eng.name!r}")
+    return eng
+
+
+class LlamaCppEngine(LogParsingEngine):
+    """llama.cpp's ``llama-server``; ready when ``/health`` is 200 (it is 503 while the
+    model loads) and ``/v1/models`` lists the alias."""
+
+    name = "llamacpp"
+    parser = LogParser
+    section: type[EngineSectionBase] = LlamaCppSection
+    builds: Sequence[EngineBuild] = BUILDS
+    kv_arithmetic = False
+    metrics_path: str | None = "/metrics"
+    headline_metrics: tuple[str, ...] = (
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        "llamacpp:kv_cache_usage_ratio",
+    )
+
+    def argv(
+        self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
+    ) -> list[str]:
+        """``llama-server --model M.gguf --alias NAME --host H --port P --metrics ...``."""
+        eng = _section(recipe)
+        argv = [*launcher, "--model", str(model), "--alias", recipe.served_model_name()]
+        # Verbosity 4: the model, context and KV-cache lines the log facts are read from.
+        argv += ["--host", eng.host, "--port", str(port), "--metrics", "--log-verbosity", "4"]
+        argv += flag_args(eng.flags)
+        return argv
+
+    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+        """A GGUF file: the synth model converted to ``gguf_type`` (cached beside it), the
+        ``model.path`` file itself, or the one ``.gguf`` file in that directory."""
+        if synth:
+            qtype = _section(recipe).gguf_type
+            return ensure_gguf(path, qtype) if build else gguf_path(path, qtype)
+        if path.is_dir():
+            found = sorted(path.glob("*.gguf"))
+            if len(found) != 1:
+                raise CheckpointNotFoundError(
+                    f"model.path holds {len(found)} .gguf files; name one file", path=path
+                )
+            return found[0]
+        if build and not path.is_file():
+            raise CheckpointNotFoundError("model.path does not exist", path=path)
+        return path
+
+    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
+        """The context one slot gets; llama.cpp keeps its KV cache in F16 by default."""
+        if not isinstance(section, LlamaCppSection):
+            raise TypeError(f"not a llama.cpp engine table: {section.name!r}")
+        f = section.flags
+        per_slot = f.ctx_size // (f.parallel or 1) if f.ctx_size else None
+        return PlanKnobs(max_model_len=per_slot, enable_prefix_caching=True)
+
+
+LLAMACPP = LlamaCppEngine()
