@@ -1,10 +1,12 @@
 """How long ``servelab --help`` takes to start, side by side with the floor it cannot beat.
 
-The floor is a bare ``python -c "import typer"`` (the CLI framework alone); servelab's
-``--help`` adds its own command modules. Each is run ``--runs`` times as a fresh process;
-the script prints min and median wall time, median CPU time and the CPU ratio to the floor,
-and which heavy
-libraries ``--help`` imported (it should import none of them).
+The floor is a bare ``python -c "import typer"`` (the CLI framework alone). ``servelab --help``
+adds Typer's rich help renderer and the root's command list (from summaries, importing no
+command module); ``--version`` adds nothing; ``servelab plan --help`` builds one command's
+options. Each is run ``--runs`` times as a fresh process; the script prints min and median
+wall time, median CPU time and the CPU ratio to the floor, and which heavy libraries
+``--help`` imported (it should import none of them). To time another checkout's code with
+the same interpreter, put its ``src`` first: ``PYTHONPATH=/path/to/checkout/src``.
 
     python benchmarks/cli_startup.py --runs 20
 """
@@ -55,10 +57,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     args = ap.parse_args()
     floor = _time([sys.executable, "-c", "import typer"], args.runs)
-    helps = _time([sys.executable, "-m", "servelab", "--help"], args.runs)
+    servelab = [sys.executable, "-m", "servelab"]
+    rows = [("python -c 'import typer' (floor)", floor)]
+    for argv in (["--help"], ["--version"], ["plan", "--help"]):
+        rows.append(("servelab " + " ".join(argv), _time([*servelab, *argv], args.runs)))
     print(f"{'command':<34} {'wall min':>9} {'wall med':>9} {'cpu med':>8} {'× floor':>8}")
-    for name, (wall, cpu) in (("python -c 'import typer' (floor)", floor),
-                              ("servelab --help", helps)):
+    for name, (wall, cpu) in rows:
         ratio = statistics.median(cpu) / statistics.median(floor[1])
         print(f"{name:<34} {min(wall):9.3f} {statistics.median(wall):9.3f} "
               f"{statistics.median(cpu):8.3f} {ratio:8.2f}")

@@ -15,17 +15,31 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from functools import cache
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from servelab.errors import ServelabError
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
 
 INTERRUPTED = 130
+
+# Typer >= 0.2x vendors click, so its usage errors are not ``click.ClickException``; this is
+# the base class of whichever click Typer raises from.
+_CLICK_EXCEPTION: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
+
+@cache
+def err_console() -> Console:
+    """The stderr console for error lines (rich is imported only when one is printed)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def run_cli(invoke: Callable[[], object]) -> NoReturn:
@@ -33,25 +47,24 @@ def run_cli(invoke: Callable[[], object]) -> NoReturn:
     try:
         rc = invoke()
     except ServelabError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
+        from rich.markup import escape
+
+        err_console().print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+                            highlight=False)
         if os.environ.get("SERVELAB_DEBUG"):
             raise
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("[bold red]interrupted[/]")
+        err_console().print("[bold red]interrupted[/]")
         sys.exit(INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        err_console.print("aborted")
+        err_console().print("aborted")
         sys.exit(1)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except _CLICK_EXCEPTION as exc:  # click usage errors arrive here in non-standalone mode
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

@@ -54,11 +54,19 @@ class Table:
     caption: str | None = None
 
 
-def pick_format(as_json: bool, as_csv: bool, as_markdown: bool) -> str:
-    """The one output format asked for; UsageError when several are."""
+def pick_format(
+    as_json: bool,
+    as_csv: bool,
+    as_markdown: bool,
+    *,
+    offered: Sequence[str] = (JSON, CSV, MARKDOWN),
+) -> str:
+    """The one output format asked for; UsageError when several are (naming the ``offered``
+    flags: a command without ``--csv`` passes ``(JSON, MARKDOWN)``)."""
     chosen = [n for n, on in ((JSON, as_json), (CSV, as_csv), (MARKDOWN, as_markdown)) if on]
     if len(chosen) > 1:
-        raise UsageError(f"choose one of --json, --csv, --markdown (got {', '.join(chosen)})")
+        flags = ", ".join(f"--{f}" for f in offered)
+        raise UsageError(f"choose one of {flags} (got {', '.join(chosen)})")
     return chosen[0] if chosen else TABLE
 
 

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from servelab.cli.output import JSON, MARKDOWN, JsonOpt, MarkdownOpt, pick_format
 from servelab.defaults import ENGINE_VERSION, prompt_lens_text
 from servelab.errors import UsageError
 from servelab.plan.layout import ParallelLayout
@@ -318,10 +319,8 @@ def plan(
     overhead: str | None = typer.Option(
         None, "--overhead", help="Runtime overhead to budget (default 2GiB estimate)."
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the plan as JSON (schema servelab.plan/1)."
-    ),
-    as_markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
+    as_json: JsonOpt = False,
+    as_markdown: MarkdownOpt = False,
     tensor_parallel: int = typer.Option(
         1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size (GPUs per stage)."
     ),
@@ -348,12 +347,13 @@ def plan(
 
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
     each rank's KV pool, and decode with its communication term.
+
+    --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.markdown import plan_markdown
 
-    if as_json and as_markdown:
-        raise UsageError("--json and --markdown cannot be used together")
+    fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     hw = _hardware(hardware, hardware_file or [], probe)
     result = plan_checkpoint(
         checkpoint,
@@ -379,9 +379,9 @@ def plan(
             hw.name, intra_node=interconnect, inter_node=network, gpus_per_node=gpus_per_node
         ),
     )
-    if as_json:
+    if fmt == JSON:
         typer.echo(json.dumps(result.to_dict(), indent=2))
-    elif as_markdown:
+    elif fmt == MARKDOWN:
         typer.echo(plan_markdown(result), nl=False)
     else:
         render_plan(result, Console(highlight=False), fits_only=fits)
@@ -405,16 +405,18 @@ def explain(
         typer.Option("--db", help="Results database whose runs calibrate the prediction."),
     ] = None,
     no_store: bool = typer.Option(False, "--no-store", help="Predict from the shipped priors."),
-    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
-    as_markdown: bool = typer.Option(False, "--markdown", help="Print it as Markdown."),
+    as_json: JsonOpt = False,
+    as_markdown: MarkdownOpt = False,
 ) -> None:
-    """Explain why two builds decode at different (predicted) speeds: bytes vs kernels."""
+    """Explain why two builds decode at different (predicted) speeds: bytes vs kernels.
+
+    --json prints the explanation as one document, marked "predicted": true; --markdown as Markdown.
+    """
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.explain import explain as explain_builds
     from servelab.plan.markdown import explain_markdown
 
-    if as_json and as_markdown:
-        raise UsageError("--json and --markdown cannot be used together")
+    fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     hw = _hardware(hardware, hardware_file or [], probe)
     plans = [
         plan_checkpoint(
@@ -429,9 +431,9 @@ def explain(
         for x in (a, b)
     ]
     e = explain_builds(plans[0], plans[1])
-    if as_json:
+    if fmt == JSON:
         typer.echo(json.dumps(e.to_dict(), indent=2))
-    elif as_markdown:
+    elif fmt == MARKDOWN:
         typer.echo(explain_markdown(e), nl=False)
     else:
         console = Console(highlight=False)
