@@ -127,7 +127,7 @@ def calibration_for(
     roof = physical_prior(hardware, weights)
     low = lower_bounds(hardware, hardware.kernel_path(weights.scheme, moe=weights.moe).compute)
     cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k])
-    if not stored and any(f.level.startswith("prior") for f in (cal.decode, cal.prefill)):
+    if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
         note = f"shipped priors table {table.version} ({table.origin})"
         return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
     return cal

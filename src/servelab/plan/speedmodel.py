@@ -23,7 +23,8 @@ Where the fit comes from (:func:`calibrate`), first that applies:
 1. stored runs on the same (engine, kernel path, hardware), other models than the target;
 2. stored runs on the same (engine, hardware), any kernel path: a labelled **fallback**;
 3. the shipped priors (published measurements) for the hardware, same path first, then
-   pooled (labelled);
+   pooled (labelled): they carry the prediction when the store has no run on the hardware,
+   and are the prior of the levels above otherwise;
 4. the roofline alone: the physical prior (peak bandwidth and compute, no overheads).
 
 Every fit carries a relative interval half-width from leave-one-model-out residuals at its
@@ -217,15 +218,15 @@ def relative_errors(
 ) -> list[float]:
     """Leave-one-model-out errors of tokens/s (predicted / measured - 1) over ``samples``."""
     mine = [s for s in samples if s.kind == kind]
-    models = sorted({s.model for s in mine})
+    models = sorted({build_of(s.model) for s in mine})
     errs: list[float] = []
     if len(models) < 2:
         return errs
     for m in models:
-        train = [s for s in mine if s.model != m]
+        train = [s for s in mine if build_of(s.model) != m]
         theta = fit_samples(train, kind, prior, lower)
         for s in mine:
-            if s.model == m:
+            if build_of(s.model) == m:
                 pred = float(np.dot(theta, s.features))
                 errs.append(s.seconds / pred - 1.0 if pred > 0 else math.inf)
     return errs
@@ -257,10 +258,17 @@ class Target:
     model: str = ""
 
 
+def build_of(model: str) -> str:
+    """The model a build key names (``"m [0.3 MiB/token]"`` -> ``"m"``): leave-one-model-out
+    leaves out every build of a model, in the store and in the priors alike."""
+    return model.split(" [", 1)[0]
+
+
 def _kind_levels(levels: Sequence[Level], kind: str, target: Target) -> list[Level]:
     out = []
+    gone = build_of(target.model) if target.model else None
     for lv in levels:
-        keep = tuple(s for s in lv.samples if s.kind == kind and s.model != target.model)
+        keep = tuple(s for s in lv.samples if s.kind == kind and build_of(s.model) != gone)
         if keep:
             out.append(Level(lv.level, keep, lv.source, lv.fallback))
     return out
@@ -293,7 +301,7 @@ def fit_levels(
         prior = fit.theta
         theta = fit_samples(lv.samples, kind, prior, bound)
         errs = relative_errors(lv.samples, kind, prior, bound)
-        models = tuple(sorted({s.model for s in lv.samples}))
+        models = tuple(sorted({build_of(s.model) for s in lv.samples}))
         if errs:
             rel: float | None = error_bound(errs, len(models))
             basis = f"leave-one-model-out over {len(models)} models"
@@ -379,12 +387,12 @@ def levels_for(
             )
 
     split(same_hw, origin, f"fitted from {origin}")
-    if not same_hw:
-        pri = [
-            s for s in priors if s.engine == target.engine and s.hardware == target.hardware
-        ]
-        sources = sorted({s.source for s in pri})
-        split(pri, "prior", "prior from " + "; ".join(sources) if sources else "prior")
+    # The priors always sit below the stored runs: with no run on the hardware they carry
+    # the prediction; with a few, they are the fit's prior and lend their interval to a
+    # level that holds one model only.
+    pri = [s for s in priors if s.engine == target.engine and s.hardware == target.hardware]
+    sources = sorted({s.source for s in pri})
+    split(pri, "prior", "prior from " + "; ".join(sources) if sources else "prior")
     return levels
 
 
