@@ -33,7 +33,7 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     for r in rows:
         assert r["predicted"] is True and r["hardware"] == "h200"
         if r["predicted_tok_s"] is not None:
-            assert r["error"] == r["predicted_tok_s"] / r["measured_tok_s"] - 1
+            assert r["error"] == r["measured_tok_s"] / r["predicted_tok_s"] - 1
             assert r["inside_interval"] == (r["low"] <= r["measured_tok_s"] <= r["high"])
     # No other dense build was stored: Llama's prediction is a labelled fallback.
     llama = [r for r in rows if r["model"].startswith("llama") and r["kind"] == "decode"]

@@ -138,8 +138,8 @@ def report(
                 ("hardware", "build", "kind", "length", "measured", "predicted", "interval",
                  "error", "inside", "level"),
                 cells,
-                caption="predicted as if the build had never been run; error = predicted / "
-                "measured - 1",
+                caption="predicted as if the build had never been run; error = measured / "
+                "predicted - 1",
             ),
             Table(
                 "summary",

@@ -37,10 +37,11 @@ class LedgerRow:
 
     @property
     def error(self) -> float | None:
-        """predicted / measured - 1 (positive: predicted faster than measured)."""
-        if self.predicted_tok_s is None:
+        """measured / predicted - 1, as run summaries and pages state it (negative: the
+        build ran slower than predicted)."""
+        if not self.predicted_tok_s:
             return None
-        return self.predicted_tok_s / self.measured_tok_s - 1.0
+        return self.measured_tok_s / self.predicted_tok_s - 1.0
 
     @property
     def inside(self) -> bool | None:
