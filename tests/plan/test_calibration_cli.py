@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.cli_checks import assert_one_line_errors
 from typer.testing import CliRunner
 
-from servelab.cli.app import app, main
+from servelab.cli.app import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,9 +62,4 @@ def test_ledger_over_the_shipped_priors_and_errors(
         (["calibration", "report", "--priors-only", "--priors", str(bad)], "schema must be"),
         (["calibration", "report", "--priors-only", "-H", "b200"], "no measurement on b200"),
     ]
-    for argv, needle in cases:
-        with pytest.raises(SystemExit) as exc:
-            main(argv)
-        err = capsys.readouterr().err
-        assert exc.value.code == 2, (argv, err)
-        assert needle in err and len(err.strip().splitlines()) == 1
+    assert_one_line_errors(cases, capsys)

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.cli_checks import assert_one_line_errors
 from typer.testing import CliRunner
 
-from servelab.cli.app import app, main
+from servelab.cli.app import app
 from servelab.cli.plan_cmd import parse_bytes
 from servelab.errors import UsageError
 
@@ -113,12 +114,7 @@ def test_cli_errors_are_one_line_and_exit_2(
         (["plan", str(tiny_next), "--kv-cache-memory-bytes", "lots"], "byte count"),
         (["plan", str(tiny_next), "--engine-version", "next"], "engine version"),
     ]
-    for argv, needle in cases:
-        with pytest.raises(SystemExit) as exc:
-            main(argv)
-        err = capsys.readouterr().err
-        assert exc.value.code == 2, (argv, err)
-        assert needle in err and len(err.strip().splitlines()) == 1
+    assert_one_line_errors(cases, capsys)
 
 
 def test_parse_bytes() -> None:
