@@ -19,6 +19,7 @@ few seconds.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,6 +62,22 @@ def _session_engines(
     finally:
         for eng in engines.values():
             eng.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sigint_reaches_children() -> Iterator[None]:
+    """Tests press Ctrl-C on servelab processes they start (SIGINT). A suite launched in the
+    background by a non-interactive shell inherits SIGINT *ignored*, and children inherit
+    that, so the signal would never arrive: give the suite Python's own handler, which
+    children see as the default."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if before == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture(scope="session")
