@@ -17,7 +17,7 @@ from typing import Any
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.document import read_plan
 from servelab.plan.ledger import LedgerRow, ledger
-from servelab.plan.predict import lower_bounds, physical_prior
+from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
 from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate
 from servelab.plan.weights import Weights
@@ -114,8 +114,9 @@ def calibration_for(
     priors: PriorTable | None = None,
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
-    hardware, else the shipped priors, else the roofline alone (see
-    :mod:`servelab.plan.speedmodel`). Samples of build ``model`` are left out of the fit."""
+    hardware over the shipped priors (which carry the prediction when no run is stored),
+    else the roofline alone (see :mod:`servelab.plan.speedmodel`). Samples of build
+    ``model`` are left out of the fit."""
     stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
     table = priors or load_priors()
     target = Target(
@@ -142,15 +143,12 @@ def roofline_of_run(run: RunRecord) -> tuple[Coefficients, Coefficients] | None:
     speed = (run.prediction or {}).get("speed")
     if not isinstance(speed, Mapping):
         return None
-    bw, rate = _num(speed.get("bandwidth")), _num(speed.get("compute_rate"))
+    bw = _num(speed.get("bandwidth"))
     if not bw:
         return None
-    per_flop = 1.0 / rate if rate else 0.0
-    roof = {"decode": (1.0 / bw, 0.0, 0.0), "prefill": (per_flop, 1.0 / bw, 0.0, 0.0)}
+    roof = coefficients(bw, _num(speed.get("compute_rate")))
     hw = (run.prediction or {}).get("hardware")
-    cpu = isinstance(hw, Mapping) and hw.get("platform") == "cpu"
-    low = {**roof, "prefill": (0.0, 1.0 / bw, 0.0, 0.0)} if cpu else roof
-    return roof, low
+    return roof, bounds(roof, cpu=isinstance(hw, Mapping) and hw.get("platform") == "cpu")
 
 
 def ledger_for_runs(

@@ -367,24 +367,32 @@ def predict_speed(
     )
 
 
-def roofline_coefficients(hardware: HardwareProfile, compute: str) -> dict[str, tuple[float, ...]]:
-    """The roofline as speed-model coefficients: 1 / ceiling bandwidth per byte, 1 / peak rate
-    of ``compute`` per FLOP, no overheads (the prior of last resort and the lower bound)."""
-    bw, _ = hardware.effective_bandwidth_ceiling()
-    rate = hardware.compute_rate(compute) or hardware.compute_rate("bf16")
+def coefficients(bandwidth: float, rate: float | None) -> dict[str, tuple[float, ...]]:
+    """The roofline as speed-model coefficients: ``1 / bandwidth`` per byte, ``1 / rate`` per
+    FLOP (0 without a rate), no overheads."""
     per_flop = 1.0 / rate if rate else 0.0
-    return {"decode": (1.0 / bw, 0.0, 0.0), "prefill": (per_flop, 1.0 / bw, 0.0, 0.0)}
+    return {"decode": (1.0 / bandwidth, 0.0, 0.0), "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0)}
+
+
+def bounds(coef: dict[str, tuple[float, ...]], *, cpu: bool) -> dict[str, tuple[float, ...]]:
+    """What no fit may go below: ``coef`` itself, except the per-FLOP cost on a CPU, whose
+    ``host`` compute figure is a quick numpy probe that vLLM's oneDNN kernels beat (prefill
+    measured above it on the reference box): bounded by zero only."""
+    if not cpu:
+        return coef
+    return {**coef, "prefill": (0.0, *coef["prefill"][1:])}
+
+
+def roofline_coefficients(hardware: HardwareProfile, compute: str) -> dict[str, tuple[float, ...]]:
+    """:func:`coefficients` of ``hardware``'s ceiling bandwidth and ``compute``'s peak rate
+    (the prior of last resort and the lower bound)."""
+    bw, _ = hardware.effective_bandwidth_ceiling()
+    return coefficients(bw, hardware.compute_rate(compute) or hardware.compute_rate("bf16"))
 
 
 def lower_bounds(hardware: HardwareProfile, compute: str) -> dict[str, tuple[float, ...]]:
-    """What no fit may go below: the roofline's per-byte cost everywhere, and its per-FLOP cost
-    where the compute ceiling is a real one. On a CPU the ``host`` profile's compute is a quick
-    numpy probe that vLLM's oneDNN kernels beat (prefill measured above it on the reference
-    box), so there the per-FLOP cost is bounded by zero only."""
-    coef = roofline_coefficients(hardware, compute)
-    if hardware.platform == "cpu":
-        coef["prefill"] = (0.0, *coef["prefill"][1:])
-    return coef
+    """:func:`bounds` of :func:`roofline_coefficients` on ``hardware``."""
+    return bounds(roofline_coefficients(hardware, compute), cpu=hardware.platform == "cpu")
 
 
 def physical_prior(hardware: HardwareProfile, weights: Weights) -> dict[str, tuple[float, ...]]:
