@@ -232,21 +232,25 @@ phase_collect() {
   ls -la "$OUT"
 }
 
-# arch:layout:layers:dir for gen-sparse; recipes for cal-bg (run in this order).
-CAL_SPECS=(${CAL_SPECS:-llama-3.1-8b:bf16:32:llama-3.1-8b-bf16 \
-  qwen3-next-80b-a3b:bf16:12:qwen3-next-80b-a3b-bf16-12l \
-  qwen3-30b-a3b:bf16:24:qwen3-30b-a3b-bf16-24l})
-CAL_RECIPES=(${CAL_RECIPES:-llama-3.1-8b-bf16-h200 qwen3-next-80b-a3b-bf16-12l-h200 \
-  qwen3-30b-a3b-bf16-24l-h200})
+# arch:layout:layers:dir[:mtp] for gen-sparse; recipes for cal-bg (run in this order).
+# The first calibration session (2026-12-03 morning) ran llama-3.1-8b:bf16:32,
+# qwen3-next-80b-a3b:bf16:12 and qwen3-30b-a3b:bf16:24 (recipes of the same names); the second
+# (afternoon) adds a second model of every layer kind, the seed's model and an MTP run:
+CAL_SPECS=(${CAL_SPECS:-qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused \
+  llama-3.2-3b:bf16:28:llama-3.2-3b-bf16 \
+  qwen3-235b-a22b:bf16:16:qwen3-235b-a22b-bf16-16l \
+  llama-3.1-70b:bf16:16:llama-3.1-70b-bf16-16l})
+CAL_RECIPES=(${CAL_RECIPES:-qwen3.6-35b-a3b-bf16-h200 qwen3-235b-a22b-bf16-16l-h200 \
+  llama-3.2-3b-bf16-h200 qwen3.6-35b-a3b-bf16-mtp2-h200 llama-3.1-70b-bf16-16l-h200})
 
 phase_gen_sparse() {
   say "gen-sparse ${CAL_SPECS[*]}"
-  local spec arch layout layers dir
+  local spec arch layout layers dir mtp
   for spec in "${CAL_SPECS[@]}"; do
-    IFS=: read -r arch layout layers dir <<<"$spec"
+    IFS=: read -r arch layout layers dir mtp <<<"$spec"
     rm -rf "${WORK:?}/$dir"
     "$py" "$here/gen_checkpoint.py" --arch "$arch" --layout "$layout" --layers "$layers" \
-      --sparse --device cpu --out "$WORK/$dir" || return 1
+      --mtp "${mtp:-none}" --sparse --device cpu --out "$WORK/$dir" || return 1
   done
 }
 

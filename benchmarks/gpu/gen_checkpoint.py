@@ -43,6 +43,7 @@ from servelab.synth.replica import (  # noqa: E402
     QuantLayout,
     TensorSpec,
     quantization_config,
+    QWEN3_6_35B_A3B,
     replica_tensors,
     write_replica,
 )
@@ -162,11 +163,83 @@ QWEN3_NEXT_80B_A3B: Mapping[str, Any] = {
     "vocab_size": 151936,
 }
 
+#: meta-llama/Llama-3.2-3B config.json (published dimensions): a second, smaller dense model
+#: (tied embeddings).
+LLAMA_3_2_3B: Mapping[str, Any] = {
+    **LLAMA_3_1_8B,
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_attention_heads": 24,
+    "num_hidden_layers": 28,
+    "rope_scaling": {**LLAMA_3_1_8B["rope_scaling"], "factor": 32.0},
+    "tie_word_embeddings": True,
+}
+
+#: meta-llama/Llama-3.1-70B config.json (published dimensions): a dense model with large
+#: layers (served with fewer layers: the BF16 model does not fit one H200).
+LLAMA_3_1_70B: Mapping[str, Any] = {
+    **LLAMA_3_1_8B,
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+}
+
+#: Qwen/Qwen3-235B-A22B config.json (published dimensions): the large attention MoE
+#: (128 experts top-8 of intermediate 1536, hidden 4096, 64 Q / 4 KV heads).
+QWEN3_235B_A22B: Mapping[str, Any] = {
+    **QWEN3_30B_A3B,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 94,
+    "max_window_layers": 94,
+}
+
+
+def _qwen3_6_35b_a3b() -> dict[str, Any]:
+    """Qwen/Qwen3.6-35B-A3B (the seed's model; Qwen3.5-MoE architecture, a VL class in vLLM
+    0.26, served text-only with ``--language-model-only``), with the rope block of the real
+    config.json so transformers 5 builds the same M-RoPE."""
+    cfg = json.loads(json.dumps(QWEN3_6_35B_A3B))
+    cfg["text_config"]["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": 10000000,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [11, 11, 10],
+        "mrope_interleaved": True,
+    }
+    cfg["text_config"]["bos_token_id"] = None
+    cfg["text_config"]["eos_token_id"] = 248046
+    return cfg
+
+
 ARCHS: Mapping[str, Mapping[str, Any]] = {
     "qwen3-30b-a3b": QWEN3_30B_A3B,
+    "qwen3-235b-a22b": QWEN3_235B_A22B,
     "llama-3.1-8b": LLAMA_3_1_8B,
+    "llama-3.2-3b": LLAMA_3_2_3B,
+    "llama-3.1-70b": LLAMA_3_1_70B,
     "qwen3-next-80b-a3b": QWEN3_NEXT_80B_A3B,
+    "qwen3.6-35b-a3b": _qwen3_6_35b_a3b(),
 }
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The decoder's config: ``text_config`` of a VL config, else the config itself."""
+    inner = cfg.get("text_config")
+    return inner if isinstance(inner, dict) else cfg
+
+
+def set_layers(cfg: dict[str, Any], layers: int) -> None:
+    """Keep the first ``layers`` decoder layers (and their per-layer types)."""
+    t = text_config(cfg)
+    t["num_hidden_layers"] = layers
+    if "max_window_layers" in t:
+        t["max_window_layers"] = layers
+    if isinstance(t.get("layer_types"), list):
+        t["layer_types"] = t["layer_types"][:layers]
 
 #: Small dimensions of the same architecture for a CPU self-test (real vocabulary size).
 TINY_OVERRIDES: Mapping[str, Any] = {
@@ -250,8 +323,9 @@ def write_generation_files(out: Path, cfg: Mapping[str, Any]) -> int:
         "do_sample": False,
     }
     (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
+    t = text_config(dict(cfg))
     return build_full_vocab_tokenizer(
-        out, int(cfg["vocab_size"]), int(cfg["max_position_embeddings"])
+        out, int(t["vocab_size"]), int(t["max_position_embeddings"])
     )
 
 
@@ -336,30 +410,31 @@ def write_checkpoint(
         "write_s": round(write_s, 2),
         "total_s": round(time.perf_counter() - t0, 2),
         "layout": layout.kind,
-        "num_hidden_layers": cfg["num_hidden_layers"],
+        "num_hidden_layers": text_config(cfg)["num_hidden_layers"],
     }
 
 
 def write_sparse_checkpoint(
-    out: Path, config: Mapping[str, Any], layout: QuantLayout
+    out: Path, config: Mapping[str, Any], layout: QuantLayout, *, mtp: str = "none"
 ) -> dict[str, Any]:
     """Header replica (sparse shards: real names, dtypes, shapes and offsets, no data blocks),
     config, generation config and tokenizer. For engines started with ``--load-format dummy``,
     which draw random weights on the GPU and never read the shards; servelab inspects the
     headers exactly as it would a real export's."""
     t0 = time.perf_counter()
-    plan = write_replica(out, config, layout)
+    plan = write_replica(out, config, layout, mtp=mtp)
     cfg = json.loads((out / "config.json").read_text())
     n_tok = write_generation_files(out, cfg)
     return {
         "tensors": len(plan.tensors),
         "bytes": plan.total_bytes,
         "sparse": True,
+        "mtp": mtp,
         "tokenizer_size": n_tok,
         "total_s": round(time.perf_counter() - t0, 2),
         "layout": layout.kind,
         "model_type": cfg["model_type"],
-        "num_hidden_layers": cfg["num_hidden_layers"],
+        "num_hidden_layers": text_config(cfg)["num_hidden_layers"],
     }
 
 
@@ -379,17 +454,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="header replica only (serve with --load-format dummy); no weights are drawn",
     )
+    ap.add_argument(
+        "--mtp",
+        choices=("none", "fused", "per-expert"),
+        default="none",
+        help="ship a Qwen3.5 MTP head (sparse replicas of qwen3.6-35b-a3b only)",
+    )
     args = ap.parse_args(argv)
-    cfg = dict(ARCHS[args.arch])
+    cfg = json.loads(json.dumps(ARCHS[args.arch]))
     if args.tiny:
-        cfg.update(TINY_OVERRIDES)
+        text_config(cfg).update(TINY_OVERRIDES)
     if args.layers is not None:
-        cfg["num_hidden_layers"] = args.layers
-        if "max_window_layers" in cfg:
-            cfg["max_window_layers"] = args.layers
+        set_layers(cfg, args.layers)
     layout = QuantLayout(args.layout, quantize=TEXT_LINEARS if args.layout != "bf16" else ())
     if args.sparse:
-        summary = write_sparse_checkpoint(args.out, cfg, layout)
+        summary = write_sparse_checkpoint(args.out, cfg, layout, mtp=args.mtp)
         (args.out / "servelab-gen.json").write_text(json.dumps(summary, indent=2) + "\n")
         print(json.dumps(summary), flush=True)
         return 0
