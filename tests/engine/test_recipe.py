@@ -149,8 +149,9 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
         "--host", "127.0.0.1", "--port", "9000", "--metrics", "--log-verbosity", "4",
         "--ctx-size", "16384", "--parallel", "4",
     ]  # fmt: skip
-    # 16,384 cells over 4 slots: the planner sees 4,096 tokens per request.
-    assert engine.plan_knobs(rec.engine).max_model_len == 4096
+    # The planner gets llama-server's own KV flags: 16,384 cells over 4 slots.
+    settings = engine.plan_knobs(rec.engine).llamacpp
+    assert settings is not None and (settings.ctx_size, settings.parallel) == (16384, 4)
     base = 'name = "r"\n[model]\nsynth = "llama"\n[engine]\nname = "llamacpp"\n'
     assert "not a Python engine" in _err(base + 'python = "/venv/bin/python"\n', tmp_path)
     msg = _err(base + '[engine.flags]\nextra = ["--alias", "x"]\n', tmp_path)

@@ -14,8 +14,10 @@ What an engine provides:
   checkpoint: :meth:`Engine.local_model`;
 * readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
-* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
-  :attr:`Engine.kv_arithmetic` (whether servelab reproduces this engine's KV pool);
+* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads: vLLM's
+  knobs, or :class:`~servelab.plan.llamacpp_kv.LlamaCppKvSettings` for llama.cpp's own
+  arithmetic) and :attr:`Engine.kv_arithmetic` (whether servelab reproduces this engine's
+  KV pool);
 * metrics: :attr:`Engine.metrics_path` and :attr:`Engine.headline_metrics` (Prometheus).
 """
 
@@ -32,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from servelab.engine.facts import EngineFacts, LineParser
 from servelab.plan.layout import ParallelLayout
+from servelab.plan.llamacpp_kv import LlamaCppKvSettings
 
 if TYPE_CHECKING:
     import httpx
@@ -109,6 +112,7 @@ class PlanKnobs:
     dtype: str | None = None
     enable_prefix_caching: bool | None = None
     layout: ParallelLayout = field(default_factory=ParallelLayout)
+    llamacpp: LlamaCppKvSettings | None = None  # set: plan with llama.cpp's KV arithmetic
 
 
 class Engine(Protocol):

@@ -25,7 +25,6 @@ from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.defaults import ENGINE_VERSION
 from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import (
     LOG_NAME,
@@ -54,9 +53,6 @@ from servelab.units import format_bytes
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
-# The vLLM version servelab's KV arithmetic is checked against: the stand-in for engines
-# whose own KV pool servelab does not model.
-STANDIN_VLLM_VERSION = ENGINE_VERSION
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -201,20 +197,19 @@ def make_run_plan(
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
-        # Other engines get vLLM's verified arithmetic as a stand-in, labelled as such.
-        engine_version=engine_version if serving.kv_arithmetic else STANDIN_VLLM_VERSION,
+        engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
+        llamacpp_kv=flags.llamacpp,
     )
     if serving.kv_arithmetic:
         return plan
     note = (
-        f"{serving.name} is not vLLM: the KV pool and memory above follow vLLM "
-        f"{plan.engine_version}'s arithmetic and are not checked against this engine; its "
-        "log's KV cells and bytes are recorded"
+        f"servelab does not model {serving.name}'s own KV pool: the pool above follows "
+        f"vLLM {plan.engine_version}'s arithmetic"
     )
-    return replace(plan, engine_version=engine_version, notes=(*plan.notes, note))
+    return replace(plan, notes=(*plan.notes, note))
 
 
 @dataclass
@@ -349,7 +344,7 @@ def run_recipe(
             store=store if opts.calibrate else None,
         )
         state.fields["prediction"] = state.plan.to_dict()
-        emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv.tokens:,} tokens"))
+        emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))
 
         step = "start"
         emit(RunEvent("start", "start", "starting the engine"))

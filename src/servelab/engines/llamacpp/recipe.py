@@ -46,6 +46,9 @@ class LlamaCppFlags(BaseModel):
     cache_type_v: CacheType | None = None
     flash_attn: Literal["on", "off", "auto"] | None = None
     cont_batching: bool | None = None
+    kv_unified: bool | None = Field(
+        default=None, description="One KV stream all slots share (-kvu / -no-kvu)."
+    )
     extra: tuple[str, ...] = Field(
         default=(), description="Any further arguments, one per item."
     )
