@@ -48,6 +48,7 @@ __all__ = [
     "LogParsingEngine",
     "PlanKnobs",
     "check_extra_args",
+    "first_flag",
     "models_ready",
     "parse_lines",
 ]
@@ -185,6 +186,11 @@ def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[s
         if name in managed:
             raise ValueError(f"{name} is set by servelab from the recipe; remove it from extra")
     return args
+
+
+def first_flag(args: Sequence[str], names: Sequence[str]) -> str | None:
+    """The first option name among ``args`` (the part before any ``=``) that is in ``names``."""
+    return next((name for arg in args if (name := arg.split("=", 1)[0]) in names), None)
 
 
 def parse_lines(parser: LineParser, text: str) -> EngineFacts:

@@ -35,7 +35,7 @@ from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.llamacpp.build import LlamaServerBuilder
 from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
-from servelab.errors import CheckpointNotFoundError, UsageError
+from servelab.errors import CheckpointNotFoundError
 from servelab.plan.llamacpp_kv import LlamaCppKvSettings
 from servelab.synth.gguf import ensure_gguf, gguf_path
 
@@ -56,14 +56,6 @@ BUILDS = (
         builder=LlamaServerBuilder(),
     ),
 )
-
-# llama-server options that change the KV cache's size or layout.
-UNMODELLED_KV_FLAGS = ("--kv-unified-per-slot",)
-KV_FLAGS = (
-    "-c", "--ctx-size", "-np", "--parallel", "-ctk", "--cache-type-k", "-ctv",
-    "--cache-type-v", "-fa", "--flash-attn", "-kvu", "--kv-unified", "-no-kvu",
-    "--no-kv-unified", *UNMODELLED_KV_FLAGS,
-)  # fmt: skip
 
 # (flag field, llama-server option), in the order they are emitted.
 _VALUED = (
@@ -150,21 +142,11 @@ class LlamaCppEngine(LogParsingEngine):
 
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """The flags that shape llama.cpp's KV cache (its defaults where unset: F16 K and
-        V, flash attention auto, 4 unified slots); KV-shaping flags hidden in ``extra``
-        are refused, since the plan could not see them."""
+        V, flash attention auto, 4 unified slots); the recipe keeps such flags out of
+        ``extra``, so the plan sees them all."""
         if not isinstance(section, LlamaCppSection):
             raise TypeError(f"not a llama.cpp engine table: {section.name!r}")
         f = section.flags
-        for arg in f.extra:
-            name = arg.split("=", 1)[0]
-            if name in KV_FLAGS:
-                raise UsageError(
-                    f"engine.flags.extra sets {name}, which shapes the KV cache; set it as an "
-                    "engine.flags key (ctx_size, parallel, cache_type_k, cache_type_v, "
-                    "flash_attn, kv_unified) so the plan sees it"
-                    + ("" if name not in UNMODELLED_KV_FLAGS else
-                       "; servelab's llama.cpp KV arithmetic does not model it")
-                )
         settings = LlamaCppKvSettings(
             ctx_size=f.ctx_size,
             parallel=f.parallel,
