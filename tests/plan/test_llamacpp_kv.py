@@ -189,3 +189,17 @@ def test_the_engine_hands_its_flags_to_the_planner() -> None:
         LlamaCppFlags(extra=("--kv-unified-per-slot", "4096"))
     with pytest.raises(ValidationError, match="so that plan sees it"):
         LlamaCppFlags(extra=("-ctk=q8_0",))
+
+
+def test_plan_on_the_demo_recipe_predicts_the_line_its_engine_logged(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny-llamacpp-cpu.toml"
+    res = CliRunner().invoke(app, ["plan", str(recipe), "--no-store", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert (doc["engine"]["name"], doc["hardware"]["name"]) == ("llamacpp", "host")
+    log = (LOGS / "llamacpp-b1-cpu-qwen3moe-q8_0.log").read_text(encoding="utf-8")
+    assert doc["kv_pool"]["log_lines"] == [logged_kv_line(log)]
+    assert_one_line_errors(
+        [(["plan", str(recipe), "-c", "4096"], "a recipe sets its engine's flags")], capsys)

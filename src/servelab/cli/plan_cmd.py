@@ -274,9 +274,13 @@ def layout_options(tp: int, pp: int, dp: int, ep: bool) -> ParallelLayout:
 
 
 def plan(
-    checkpoint: str = typer.Argument(..., help="Local checkpoint directory or Hub repo id."),
-    hardware: str = typer.Option(
-        "dgx-spark", "--hardware", "-H", help="Hardware profile name (servelab hardware list)."
+    checkpoint: str = typer.Argument(
+        ..., help="Local checkpoint directory, GGUF file, Hub repo id, or a recipe (.toml)."
+    ),
+    hardware: str | None = typer.Option(
+        None, "--hardware", "-H",
+        help="Hardware profile name (servelab hardware list; default: a recipe's, else "
+        "dgx-spark).",
     ),
     hardware_file: Annotated[
         list[Path] | None,
@@ -403,7 +407,8 @@ def plan(
     """Plan memory, the KV pool and predicted speed for CHECKPOINT on a hardware profile.
 
     The KV pool follows vLLM's arithmetic, or llama.cpp's for a GGUF file (--engine
-    llamacpp; -c/-np/-ctk/-ctv/-fa/--kv-unified as llama-server's flags).
+    llamacpp; -c/-np/-ctk/-ctv/-fa/--kv-unified as llama-server's flags). A recipe is
+    planned as `servelab run` plans it: its model, its engine and that engine's flags.
 
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
     each rank's KV pool, and decode with its communication term.
@@ -412,22 +417,38 @@ def plan(
     """
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.llamacpp_kv import LlamaCppKvSettings
-    from servelab.plan.markdown import plan_markdown
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
-    hw = _hardware(hardware, hardware_file or [], probe)
+    vllm_only = {
+        "--max-model-len": max_model_len is not None,
+        "--kv-cache-memory-bytes": kv_cache_memory_bytes is not None,
+        "--kv-cache-dtype": kv_cache_dtype != "auto",
+        "-tp/-pp/-dp/--enable-expert-parallel": (tensor_parallel, pipeline_parallel,
+                                                 data_parallel, expert_parallel)
+        != (1, 1, 1, False),
+    }
+    llamacpp_only = {
+        "-c": ctx_size is not None, "-np": parallel is not None,
+        "-ctk": cache_type_k != "f16", "-ctv": cache_type_v != "f16",
+        "-fa": flash_attn != "auto", "--kv-unified": kv_unified is not None,
+    }
+    if checkpoint.endswith(".toml"):
+        if given := [k for k, v in {**vllm_only, **llamacpp_only}.items() if v]:
+            raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
+                             "[engine.flags]", path=checkpoint)
+        from servelab.engine.recipe import load_recipe
+        from servelab.pipeline.planning import stored_runs
+        from servelab.pipeline.run import plan_recipe
+
+        rec = load_recipe(Path(checkpoint))
+        hw = _hardware(hardware or rec.hardware or "host", hardware_file or [], probe)
+        result = plan_recipe(rec, hw, [] if no_store else stored_runs(db, hw.name))
+        _print_plan(result, fmt, fits)
+        return
+    hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)
     llamacpp = None
     if _use_llamacpp(engine, checkpoint):
-        vllm_only = {
-            "--max-model-len": max_model_len is not None,
-            "--kv-cache-memory-bytes": kv_cache_memory_bytes is not None,
-            "--kv-cache-dtype": kv_cache_dtype != "auto",
-            "-tp/-pp/-dp/--enable-expert-parallel": (tensor_parallel, pipeline_parallel,
-                                                     data_parallel, expert_parallel)
-            != (1, 1, 1, False),
-        }
-        given = [k for k, v in vllm_only.items() if v]
-        if given:
+        if given := [k for k, v in vllm_only.items() if v]:
             raise UsageError(
                 f"{', '.join(given)}: vLLM's flags; a llama.cpp plan takes -c, -np, -ctk, "
                 "-ctv, -fa and --kv-unified"
@@ -466,6 +487,12 @@ def plan(
         llamacpp_kv=llamacpp,
         engine="llamacpp" if llamacpp else "vllm",
     )
+    _print_plan(result, fmt, fits)
+
+
+def _print_plan(result: Plan, fmt: str, fits: bool) -> None:
+    from servelab.plan.markdown import plan_markdown
+
     if fmt == JSON:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     elif fmt == MARKDOWN:

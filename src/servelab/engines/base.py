@@ -140,6 +140,12 @@ class Engine(Protocol):
         ...
 
     @property
+    def default_version(self) -> str:
+        """The version whose rules the planner follows when the engine is not installed
+        and the recipe pins none (``servelab plan RECIPE``)."""
+        ...
+
+    @property
     def metrics_path(self) -> str | None:
         """Path of its Prometheus endpoint, or ``None`` when it has none."""
         ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import platform
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -173,19 +173,15 @@ def make_run_plan(
     hardware: HardwareProfile,
     *,
     engine_version: str,
-    store: Store | None,
+    runs: Sequence[RunRecord],
 ) -> Plan:
-    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
+    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run),
+    calibrated from ``runs`` (successful runs on ``hardware``)."""
     serving = get_engine(recipe.engine.name)
     flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
-    runs = (
-        store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
-        if store is not None
-        else []
-    )
     # Each engine its own calibration: samples carry their run's engine_name.
     plan = calibrated_plan(
         config,
@@ -221,6 +217,23 @@ class _RunState:
     plan: Plan | None = None
     facts: EngineFacts | None = None
     log_tail: str | None = None
+
+
+def plan_recipe(
+    recipe: Recipe, hardware: HardwareProfile, runs: Sequence[RunRecord]
+) -> Plan:
+    """``servelab plan RECIPE``: the plan ``servelab run`` would make, without a run (the
+    checkpoint read, a ``synth`` model built and converted as the engine loads it)."""
+    model_arg, model_dir = resolve_model(recipe)
+    source = load_checkpoint(
+        model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
+    )
+    try:
+        version = _engine_version_for_plan(recipe)
+    except ServelabError:  # not installed here: the version the recipe's engine pins
+        version = get_engine(recipe.engine.name).default_version
+    return make_run_plan(recipe, build_report(source), dict(source.config or {}), hardware,
+                         engine_version=version, runs=runs)
 
 
 def _engine_version_for_plan(recipe: Recipe) -> str:
@@ -341,7 +354,8 @@ def run_recipe(
             dict(source.config or {}),
             hardware,
             engine_version=engine_version,
-            store=store if opts.calibrate else None,
+            runs=store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
+            if opts.calibrate else [],
         )
         state.fields["prediction"] = state.plan.to_dict()
         emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
-from servelab.engines.llamacpp.build import LlamaServerBuilder
+from servelab.engines.llamacpp.build import BUILD_VERSION, LlamaServerBuilder
 from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
@@ -103,6 +103,7 @@ class LlamaCppEngine(LogParsingEngine):
     section: type[EngineSectionBase] = LlamaCppSection
     builds: Sequence[EngineBuild] = BUILDS
     kv_arithmetic = True
+    default_version = BUILD_VERSION
     metrics_path: str | None = "/metrics"
     headline_metrics: tuple[str, ...] = (
         "llamacpp:prompt_tokens_total",

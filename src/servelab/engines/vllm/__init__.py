@@ -64,6 +64,7 @@ class VllmEngine(LogParsingEngine):
     section: type[EngineSectionBase] = VllmSection
     builds: Sequence[EngineBuild] = BUILDS
     kv_arithmetic = True
+    default_version = ENGINE_VERSION
     metrics_path: str | None = "/metrics"
     headline_metrics: tuple[str, ...] = (
         "vllm:prompt_tokens_total",
