@@ -171,6 +171,11 @@ class Engine(Protocol):
         """The settings of ``section`` that the memory/KV planner reads."""
         ...
 
+    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+        """Variables servelab adds to the engine's environment because the recipe needs
+        them and does not set them (``[engine.env]`` always wins); recorded with the run."""
+        ...
+
 
 def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[str, ...]:
     """Validate a recipe's ``extra`` arguments: no NUL, none of the ``managed`` flags."""
@@ -210,6 +215,10 @@ class LogParsingEngine:
     def parse_log(self, text: str) -> EngineFacts:
         """Facts from a whole log text."""
         return parse_lines(self.log_parser(), text)
+
+    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+        """None by default."""
+        return {}
 
 
 def models_ready(

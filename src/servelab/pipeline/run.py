@@ -245,7 +245,8 @@ def _engine_version_for_plan(recipe: Recipe) -> str:
 def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
     facts = engine.facts
     state.facts = facts
-    state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s}))
+    state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s,
+                                                  "auto_env": dict(engine.spec.auto_env)}))
     state.fields["engine_args"] = redact_args(engine.spec.argv)
 
 
@@ -360,7 +361,9 @@ def run_recipe(
         engine = launch(recipe, run_dir=run_dir, port=opts.port, on_phase=on_phase)
         try:
             _fields_from_engine(state, engine)
-            emit(RunEvent("start", "done", f"ready at {engine.base_url}"))
+            set_env = "".join(f"; {k}={v} (set by servelab)"
+                              for k, v in engine.spec.auto_env.items())
+            emit(RunEvent("start", "done", f"ready at {engine.base_url}{set_env}"))
             step = "bench"
             emit(RunEvent("bench", "start", "benchmarking the recipe's workload"))
             bench = run_bench(
