@@ -74,7 +74,8 @@ class WorkloadSpec:
     """How many distinct shared prompts the requests cycle through."""
     turns: int = 1
     """Turns per conversation: turn t's prompt is turn t-1's prompt, the answer it streamed
-    (verbatim) and ``prompt_len`` new tokens, sent after turn t-1 ended (closed loop only)."""
+    (verbatim) and ``prompt_len`` new tokens, sent after turn t-1 ended (closed loop only).
+    On the chat endpoint the earlier turns are user / assistant messages."""
     depths: tuple[int, ...] = ()
     """Context-depth grid: at depth d every prompt is d tokens of context shared by the
     point's requests (cached after the warm-up) followed by ``prompt_len`` new tokens, so
@@ -414,12 +415,20 @@ class WorkloadRunner:
 
     def _next_turn(self, pt: Point, prev: RequestSpec, answer: str,
                    s: RequestSample) -> RequestSpec:
-        """The next turn of a conversation: the previous prompt and its streamed answer
-        verbatim (the history), then a new user message of ``prompt_len`` minus the shared
-        prefix tokens. Its length is the previous prompt's plus the answer's tokens (as the
-        server counted them) plus the new message's; when the answer re-tokenizes longer in
-        context (or the turn failed), the history is counted instead."""
+        """The next turn of a conversation: the history (the previous prompt and its streamed
+        answer, verbatim), then a new user message of ``prompt_len`` minus the shared prefix
+        tokens.
+
+        On the chat endpoint the history goes as alternating user / assistant messages and
+        the length is counted over the whole conversation as the chat template lays it out.
+        On completions the history is one text: its length is the previous prompt's plus the
+        answer's tokens (as the server counted them) plus the new message's; when the answer
+        re-tokenizes longer in context (or the turn failed), the history is counted instead."""
         new = pt.prompt_len - self.spec.shared_prefix_len
+        if self.client.options.endpoint == "chat":
+            turns = (*prev.history, (prev.prompt, answer))
+            n = self.builder.conversation_len(turns) + new
+            return RequestSpec(self.builder.extend("", n, turns).text, n, prev.max_tokens, turns)
         history = prev.prompt + answer
         if s.ok and s.completion_tokens is not None:
             n = prev.prompt_len + s.completion_tokens + new
