@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,3 +142,24 @@ def test_chat_multi_turn_sends_user_and_assistant_messages_with_exact_counts(
     assert res.token_check is not None and res.token_check.ok, res.token_check
     sc = res.server_counters
     assert sc is not None and sc.prompt_tokens == sum(lens)
+
+
+@pytest.mark.timeout(1200)
+def test_a_rate_grid_on_the_engine_is_stored_as_two_points(vllm_engine: Any,
+                                                           tmp_path: Path) -> None:
+    from servelab.store import open_store, run_from_bench_json
+
+    eng = vllm_engine("qwen3_moe")
+    res = run_bench(BenchConfig(
+        eng.base_url, WorkloadSpec(prompt_lens=(32,), output_len=4, concurrency=(2,),
+                                   request_rates=(2.0, 4.0), requests=3, max_repeats=1,
+                                   warmup_requests=1),
+        model=eng.served_model_name))
+    assert [pr.point.request_rate for pr in res.points] == [2.0, 4.0]
+    assert all(s.ok and s.prompt_tokens == 32 for pr in res.points for s in pr.samples)
+    assert res.token_check is not None and res.token_check.ok
+    with open_store(str(tmp_path / "runs.db")) as store:
+        back = store.get_run(store.add_run(run_from_bench_json(res.to_json())))
+    assert back.points == ("p32-c2-r2", "p32-c2-r4")
+    assert [len(back.samples_at(p)) for p in back.points] == [3, 3]
+    assert all(back.metric("ttft_s", p) is not None for p in back.points)

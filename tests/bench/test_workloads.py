@@ -131,6 +131,26 @@ def test_chat_history_goes_as_alternating_user_and_assistant_messages() -> None:
         plain.body(spec)
 
 
+@pytest.mark.timeout(120)
+def test_a_rate_grid_runs_every_rate_as_its_own_point(server: SyntheticServer,
+                                                      tmp_path: Path) -> None:
+    d = _bench(server, tmp_path, "--prompt-lens", "8,16", "--request-rate", "20,40",
+               "--profile", "gamma", "--burstiness", "0.5", "--concurrency", "4",
+               "--requests", "4", "--warmup", "0")
+    assert [(p["prompt_len"], p["request_rate"]) for p in d["points"]] == [
+        (8, 20.0), (8, 40.0), (16, 20.0), (16, 40.0)]
+    assert d["workload"]["request_rates"] == [20.0, 40.0]
+    r = _servelab("runs", "import", str(tmp_path / "r.json"), "--db",
+                  str(tmp_path / 'db.sqlite'))
+    assert r.returncode == 0, r.stderr
+    r = _servelab("runs", "export", "--db", str(tmp_path / 'db.sqlite'))
+    assert r.returncode == 0, r.stderr
+    (run,) = json.loads(r.stdout)["runs"]
+    assert sorted({s["point"] for s in run["samples"]}) == [
+        "p16-c4-r20-gamma0.5", "p16-c4-r40-gamma0.5", "p8-c4-r20-gamma0.5",
+        "p8-c4-r40-gamma0.5"]
+
+
 @pytest.mark.timeout(60)
 def test_server_client_token_mismatch_fails_loudly(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
@@ -151,6 +171,10 @@ def test_server_client_token_mismatch_fails_loudly(tmp_path: Path) -> None:
     (["--request-rate", "2", "--profile", "ramp"], "end rate"),
     (["--shared-prefix", "64", "--prompt-lens", "64"], "shared prefix"),
     (["--turns", "2", "--request-rate", "3"], "closed loop"),
+    (["--request-rate", "1,x"], "--request-rate"),
+    (["--request-rate", "1,0"], "--request-rate"),
+    (["--request-rate", "1,1"], "repeat"),
+    (["--request-rate", "1,2", "--profile", "ramp", "--ramp-end-rate", "4"], "own rates"),
     (["--slo", "ttft_p99"], "--slo"),
 ])
 def test_bad_workload_options_exit_2(server: SyntheticServer, args: list[str],

@@ -66,7 +66,26 @@ class ConversationCounter(TokenCounter, Protocol):
         ...
 
 
-class ServerTokenCounter:
+class _Counting:
+    """``count`` and ``count_conversation`` over one ``_count(history, prompt)``."""
+
+    _chat: bool
+
+    def _count(self, history: Sequence[Turn], prompt: str) -> int:
+        raise NotImplementedError
+
+    def count(self, prompt: str) -> int:
+        """Tokens of ``prompt`` (including any chat template)."""
+        return self._count((), prompt)
+
+    def count_conversation(self, history: Sequence[Turn], prompt: str) -> int:
+        """Tokens of a chat conversation: ``history`` then ``prompt`` (chat counters only)."""
+        if not self._chat:
+            raise BenchError("a conversation is counted only for the chat endpoint")
+        return self._count(history, prompt)
+
+
+class ServerTokenCounter(_Counting):
     """Counts with the server's ``POST /tokenize``: vLLM's schema (``{"model", "prompt"}``
     → ``{"count"}``), else llama.cpp's (``{"content", "add_special"}`` → ``{"tokens"}``),
     which has no chat form (chat prompts then need the local tokenizer)."""
@@ -95,17 +114,8 @@ class ServerTokenCounter:
             return False
         return True
 
-    def count(self, prompt: str) -> int:
-        """Tokens of ``prompt`` according to the server."""
-        return self._count((), prompt)
-
-    def count_conversation(self, history: Sequence[Turn], prompt: str) -> int:
-        """Tokens of a chat conversation according to the server (chat counters only)."""
-        if not self._chat:
-            raise BenchError("a conversation is counted only for the chat endpoint")
-        return self._count(history, prompt)
-
     def _count(self, history: Sequence[Turn], prompt: str) -> int:
+        """Tokens of ``prompt`` after ``history`` according to the server."""
         body: dict[str, Any] = {"model": self._model}
         if self._chat:
             body["messages"] = chat_messages(history, prompt)
@@ -159,7 +169,7 @@ class ServerTokenCounter:
             raise BenchError(f"{self._url}: {type(exc).__name__}: {exc}") from exc
 
 
-class LocalTokenCounter:
+class LocalTokenCounter(_Counting):
     """Counts with the model's own tokenizer files (``transformers.AutoTokenizer``)."""
 
     def __init__(self, tokenizer_dir: str | Path, *, chat: bool = False,
@@ -177,17 +187,9 @@ class LocalTokenCounter:
         except (OSError, ValueError) as exc:
             raise BenchError(f"cannot load a tokenizer: {exc}", path=tokenizer_dir) from exc
 
-    def count(self, prompt: str) -> int:
-        """Tokens of ``prompt`` (special tokens added as vLLM's completions endpoint does)."""
-        return self._count((), prompt)
-
-    def count_conversation(self, history: Sequence[Turn], prompt: str) -> int:
-        """Tokens of a chat conversation, templated as the server does (chat counters only)."""
-        if not self._chat:
-            raise BenchError("a conversation is counted only for the chat endpoint")
-        return self._count(history, prompt)
-
     def _count(self, history: Sequence[Turn], prompt: str) -> int:
+        """Tokens of ``prompt`` after ``history`` (special tokens added as vLLM's completions
+        endpoint does; the chat template as the server applies it)."""
         if self._chat:
             ids: Any = self._tok.apply_chat_template(
                 chat_messages(history, prompt), add_generation_prompt=True,

@@ -48,6 +48,8 @@ class WorkloadSpec:
     concurrency: tuple[int, ...] = (1,)
     request_rate: float | None = None
     """Requests per second, Poisson arrivals (open loop); None = closed loop."""
+    request_rates: tuple[float, ...] = ()
+    """A request-rate grid: every point runs at each rate (``request_rate`` is the first)."""
     requests: int | None = None
     """Measured requests per batch; default max(3, 2 × concurrency)."""
     duration_s: float | None = None
@@ -94,6 +96,18 @@ class WorkloadSpec:
             raise UsageError("output length must be >= 1")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise UsageError("concurrency must be >= 1")
+        if self.request_rates:
+            if self.request_rate is None:
+                object.__setattr__(self, "request_rate", self.request_rates[0])
+            elif self.request_rate not in self.request_rates:
+                raise UsageError("request_rate must be one of request_rates")
+            if any(r <= 0 for r in self.request_rates):
+                raise UsageError("request rates must be > 0")
+            if len(set(self.request_rates)) != len(self.request_rates):
+                raise UsageError("request rates must not repeat")
+            if len(self.request_rates) > 1 and (self.profile in ("ramp", "trace")
+                                                or self.trace is not None):
+                raise UsageError("a ramp or a trace sets its own rates: give one request rate")
         if self.request_rate is not None and self.request_rate <= 0:
             raise UsageError("request rate must be > 0")
         if self.requests is not None and self.requests < 1:
@@ -128,6 +142,11 @@ class WorkloadSpec:
             raise UsageError("multi-turn conversations run closed loop (no request rate)")
 
     @property
+    def rates(self) -> tuple[float | None, ...]:
+        """The request rates to sweep (``(None,)``: closed loop)."""
+        return self.request_rates or (self.request_rate,)
+
+    @property
     def open_loop(self) -> bool:
         """Requests follow an arrival schedule (rate or trace) rather than a closed loop."""
         return self.request_rate is not None or self.trace is not None
@@ -142,6 +161,7 @@ class WorkloadSpec:
         d["prompt_lens"] = list(self.prompt_lens)
         d["concurrency"] = list(self.concurrency)
         d["depths"] = list(self.depths)
+        d["request_rates"] = list(self.request_rates)
         return d
 
     @classmethod
@@ -151,6 +171,7 @@ class WorkloadSpec:
         d["prompt_lens"] = tuple(d["prompt_lens"])
         d["concurrency"] = tuple(d["concurrency"])
         d["depths"] = tuple(d.get("depths", ()))
+        d["request_rates"] = tuple(d.get("request_rates", ()))
         return cls(**d)
 
 
@@ -207,10 +228,12 @@ ProgressFn = Callable[[ProgressEvent], None]
 
 
 def points(spec: WorkloadSpec, trace: Trace | None = None) -> list[Point]:
-    """The sweep, prompt length outermost (a trace's rate is its mean rate)."""
-    rate = trace.mean_rate if trace is not None else spec.request_rate
-    return [Point(p, spec.output_len, c, rate, d)
-            for d in (spec.depths or (0,)) for p in spec.prompt_lens for c in spec.concurrency]
+    """The sweep, depth then prompt length outermost, request rate innermost (a trace's
+    rate is its mean rate)."""
+    rates = (trace.mean_rate,) if trace is not None else spec.rates
+    return [Point(p, spec.output_len, c, r, d)
+            for d in (spec.depths or (0,)) for p in spec.prompt_lens for c in spec.concurrency
+            for r in rates]
 
 
 def _failure_note(kind: str, n: int) -> str:

@@ -35,6 +35,16 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
         raise UsageError(str(exc)) from None
 
 
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    if any(not v > 0 or v == float("inf") for v in values):
+        raise UsageError(f"{what} values must be finite and > 0, got {text!r}")
+    return values
+
+
 def _emit(text: str, out: Path | None) -> None:
     if out is None:
         sys.stdout.write(text)
@@ -106,8 +116,9 @@ def bench(
                                    help="Tokens to generate per request (ignore_eos)."),
     concurrency: str = typer.Option("1", "--concurrency",
                                     help="Comma-separated concurrency levels to sweep."),
-    request_rate: float | None = typer.Option(None, "--request-rate", help="Poisson arrivals "
-                                              "at this many requests/s (concurrency caps)."),
+    request_rate: str | None = typer.Option(None, "--request-rate", help="Poisson arrivals "
+                                            "at this many requests/s (concurrency caps); "
+                                            "comma-separated for a grid, e.g. 1,2,4."),
     requests: int | None = typer.Option(None, "--requests", help="Measured requests per batch "
                                         "(default max(3, 2 × concurrency))."),
     duration: float | None = typer.Option(None, "--duration", help="Time budget per point, "
@@ -210,9 +221,11 @@ def bench(
         raise UsageError(f"--dataset-lengths must be exact or natural, not {dataset_lengths!r}")
     if dataset_output not in ("fixed", "reference"):
         raise UsageError(f"--dataset-output must be fixed or reference, not {dataset_output!r}")
+    rates = _floats(request_rate, "--request-rate") if request_rate is not None else ()
     spec = WorkloadSpec(
         prompt_lens=_ints(prompt_lens, "--prompt-lens"), output_len=output_len,
-        concurrency=_ints(concurrency, "--concurrency"), request_rate=request_rate,
+        concurrency=_ints(concurrency, "--concurrency"),
+        request_rate=rates[0] if rates else None, request_rates=rates,
         requests=requests, duration_s=duration, warmup_requests=warmup, ci_target=ci_target,
         max_repeats=max_repeats, subtract_min_latency=subtract_min_latency, seed=seed,
         profile=profile, burstiness=burstiness, ramp_end_rate=ramp_end_rate,  # type: ignore[arg-type]

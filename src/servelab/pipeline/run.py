@@ -113,7 +113,8 @@ def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
     """The recipe's ``[bench]`` table as a bench workload.
 
     ``repetitions`` measured requests per batch, repeated up to ``max_repetitions`` requests
-    in all until the 95 % CI is within ``ci_target_pct``; ``warmup`` requests excluded.
+    in all until the 95 % CI is within ``ci_target_pct``; ``warmup`` requests excluded;
+    ``request_rates`` (with ``arrival_profile``) sweep open-loop rates, concurrency capping.
     """
     batches = max(1, math.ceil(bench.max_repetitions / bench.repetitions))
     return WorkloadSpec(
@@ -124,6 +125,9 @@ def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
         max_repeats=batches,
         ci_target=bench.ci_target_pct / 100.0,
         warmup_requests=bench.warmup,
+        request_rates=tuple(bench.request_rates),
+        profile=bench.arrival_profile,
+        burstiness=bench.burstiness,
     )
 
 
