@@ -99,3 +99,15 @@ def test_a_rate_grid_is_stored_as_one_point_per_rate(db_url: str, tmp_path: Path
     rows = concurrent_rows({"1": got[0]})
     assert [(r.load, r.per_gpu) for r in rows] == [("20 req/s Poisson", None),
                                                     ("40 req/s Poisson", None)]
+
+
+def test_vllm_bench_serve_files_at_a_rate_keep_it_in_the_point() -> None:
+    from servelab.store.exchange import run_from_vllm_bench
+
+    doc = json.loads((Path(__file__).with_name("data")
+                      / "vllm-0.32-bench-serve-detailed.json").read_text())
+    (closed,) = run_from_vllm_bench(doc).points
+    assert PointKey.parse(closed) is not None and "-r" not in closed  # "inf": all at once
+    poisson = run_from_vllm_bench({**doc, "request_rate": 2.5}).points
+    gamma = run_from_vllm_bench({**doc, "request_rate": 2.5, "burstiness": 0.5}).points
+    assert poisson == (f"{closed}-r2.5",) and gamma == (f"{closed}-r2.5-gamma0.5",)
