@@ -71,9 +71,14 @@ class PointKey:
         ``p512-d4096-c1`` at context depth 4,096, ``p512-c8-r2`` at 2 requests/s)."""
         conc = "max" if self.concurrency is None else str(self.concurrency)
         depth = f"-d{self.depth}" if self.depth else ""
+        return f"p{self.prompt_tokens}{depth}-c{conc}{self.load_suffix}"
+
+    @property
+    def load_suffix(self) -> str:
+        """The label's open-loop part: ``-r2``, ``-r2-constant``, ``-trace``; empty for a
+        closed-loop point."""
         rate = f"-r{_num(self.rate)}" if self.rate is not None else ""
-        arrival = f"-{self.arrival}" if self.arrival else ""
-        return f"p{self.prompt_tokens}{depth}-c{conc}{rate}{arrival}"
+        return rate + (f"-{self.arrival}" if self.arrival else "")
 
     @property
     def single_stream(self) -> bool:

@@ -12,6 +12,7 @@ import pytest
 from tests.bench.cli import servelab as _servelab
 
 from servelab.errors import BenchError
+from servelab.store import read_import_file
 from servelab.testing.synthetic_server import Fault, FaultKind, SyntheticConfig, SyntheticServer
 
 
@@ -136,7 +137,7 @@ def test_a_rate_grid_runs_every_rate_as_its_own_point(server: SyntheticServer,
                                                       tmp_path: Path) -> None:
     d = _bench(server, tmp_path, "--prompt-lens", "8,16", "--request-rate", "20,40",
                "--profile", "gamma", "--burstiness", "0.5", "--concurrency", "4",
-               "--requests", "4", "--warmup", "0")
+               "--requests", "4", "--warmup", "0", "--export-vllm", str(tmp_path / "v"))
     assert [(p["prompt_len"], p["request_rate"]) for p in d["points"]] == [
         (8, 20.0), (8, 40.0), (16, 20.0), (16, 40.0)]
     assert d["workload"]["request_rates"] == [20.0, 40.0]
@@ -149,6 +150,13 @@ def test_a_rate_grid_runs_every_rate_as_its_own_point(server: SyntheticServer,
     assert sorted({s["point"] for s in run["samples"]}) == [
         "p16-c4-r20-gamma0.5", "p16-c4-r40-gamma0.5", "p8-c4-r20-gamma0.5",
         "p8-c4-r40-gamma0.5"]
+    # one vllm bench serve file per rate, each importing back to the same point
+    files = sorted((tmp_path / "v").glob("*.json"))
+    assert [f.name for f in files] == [
+        "vllm-p16-o4-c4-r20-gamma0.5.json", "vllm-p16-o4-c4-r40-gamma0.5.json",
+        "vllm-p8-o4-c4-r20-gamma0.5.json", "vllm-p8-o4-c4-r40-gamma0.5.json"]
+    (imported,) = read_import_file(files[1])
+    assert imported.points == ("p16-c4-r40-gamma0.5",)
 
 
 @pytest.mark.timeout(60)

@@ -31,6 +31,7 @@ from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.stats import Drift, drift
 from servelab.defaults import OUTPUT_LEN, PROMPT_LENS
 from servelab.errors import BenchError, UsageError
+from servelab.points import PointKey, arrival_tag
 
 HEADLINE = ("decode_tok_s", "ttft_ms")
 """Metrics whose confidence interval decides when a point has enough samples."""
@@ -234,6 +235,17 @@ def points(spec: WorkloadSpec, trace: Trace | None = None) -> list[Point]:
     return [Point(p, spec.output_len, c, r, d)
             for d in (spec.depths or (0,)) for p in spec.prompt_lens for c in spec.concurrency
             for r in rates]
+
+
+def point_key(pt: Point, spec: WorkloadSpec) -> PointKey:
+    """The key ``pt`` is stored under: its rate and arrival profile when open loop, ``trace``
+    for a replayed trace (whose rate is only its mean)."""
+    if spec.trace is not None or spec.profile == "trace":
+        return PointKey(pt.prompt_len, pt.concurrency, pt.depth, None, "trace")
+    if pt.request_rate is None:
+        return PointKey(pt.prompt_len, pt.concurrency, pt.depth)
+    return PointKey(pt.prompt_len, pt.concurrency, pt.depth, pt.request_rate,
+                    arrival_tag(spec.profile, spec.burstiness, spec.ramp_end_rate))
 
 
 def _failure_note(kind: str, n: int) -> str:

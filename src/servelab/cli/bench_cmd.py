@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -196,7 +197,7 @@ def bench(
     from servelab.bench.run import BenchConfig, run_bench
     from servelab.bench.slo import evaluate, parse_slo
     from servelab.bench.transport import Timeouts
-    from servelab.bench.workload import WorkloadSpec
+    from servelab.bench.workload import WorkloadSpec, point_key
 
     if endpoint not in ("completions", "chat"):
         raise UsageError(f"--endpoint must be completions or chat, not {endpoint!r}")
@@ -264,11 +265,15 @@ def bench(
 
         result = run_bench(cfg, on_progress=on_progress)
     if export_vllm is not None:
-        for pr in result.points:
+        date = datetime.fromisoformat(result.started_at.replace("Z", "+00:00"))
+        for pr in result.points:  # vllm-p2048-o128-c1, ...-c8-r2 (PointKey embedded)
             name = f"vllm-p{pr.point.prompt_len}-o{pr.point.output_len}-c{pr.point.concurrency}"
             name += f"-d{pr.point.depth}" if pr.point.depth else ""
+            name += point_key(pr.point, spec).load_suffix
             write_json_atomic(export_vllm / f"{name}.json", vllm_compat.to_vllm(
-                pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True))
+                pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True,
+                burstiness=spec.burstiness if spec.profile == "gamma" else None,
+                date=date.astimezone(UTC).strftime("%Y%m%d-%H%M%S")))
     slo_results = ([evaluate(slo_spec, pr.samples) for pr in result.points]
                    if slo_spec is not None else None)
     if as_csv:
