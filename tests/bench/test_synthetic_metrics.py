@@ -68,7 +68,7 @@ def test_speculative_chunks_per_token_itl_and_acceptance() -> None:
     assert sc.acceptance_rate == pytest.approx(1.0)
     assert sc.generation_tokens == 31 * 4  # 3 measured + 1 warm-up
     # 10 drafts of 2 per request, every draft token accepted at both positions
-    assert sc.spec_drafts == 40 and sc.spec_accepted_per_pos == (80.0 / 2, 80.0 / 2)
+    assert sc.spec_drafts == 40 and sc.spec_accepted_per_pos == (40.0, 40.0)
     assert sc.acceptance_rate_per_pos == (1.0, 1.0)
 
 

@@ -9,7 +9,8 @@
   a database.
 
 Speculative decode is predicted at the acceptance length the caller gives, else the one
-stored runs of the same checkpoint measured (:mod:`servelab.pipeline.speculative`).
+stored runs of the same checkpoint measured (:mod:`servelab.pipeline.speculative`); runs
+that drafted are not calibration samples of plain decode.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from servelab.analysis.acceptance import without_drafting
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
@@ -116,7 +118,7 @@ def plan_checkpoint(
     source = load_checkpoint(checkpoint, revision=revision)
     weights = weights_from_report(build_report(source), name=checkpoint)
     every = stored_runs(db, None) if use_store else []
-    runs = [r for r in every if r.hardware == hardware.name]
+    runs = without_drafting(r for r in every if r.hardware == hardware.name)
     spec = resolve_acceptance(acceptance, method=spec_method, draft_tokens=draft_tokens,
                               header_hash=source.header_sha256, runs=every,
                               use_store=use_store)
