@@ -4,7 +4,8 @@
 
     {"run_id": str, "status": "ok"|"failed", "reason": str|null, "run_dir": str,
      "recipe": str, "engine_version": str|null, "kv_pool_tokens": {"predicted": int|null,
-     "engine": int|null}, "summary": [SummaryRow.to_dict()...], "site": str|null}
+     "engine": int|null}, "summary": [SummaryRow.to_dict()...],
+     "speculative": SpeculativeSummary.to_dict() | null, "site": str|null}
 
 Predictions are labelled (``predicted_*``); measured values carry their 95 % CI.
 The exit status is 1 when the run failed (it is still recorded, with its reason).
@@ -32,6 +33,7 @@ from servelab.cli.output import DbOpt, JsonOpt, MarkdownOpt, Table, emit, num
 
 if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
     from servelab.pipeline.run import RunEvent, RunOutcome
+    from servelab.pipeline.speculative import SpeculativeSummary
     from servelab.pipeline.summary import SummaryRow
     from servelab.store.db import Store
 
@@ -138,6 +140,25 @@ def summary_tables(rows: tuple[SummaryRow, ...]) -> list[Table]:
     ]
 
 
+def speculative_table(s: SpeculativeSummary) -> Table:
+    """This run's measured acceptance beside the acceptance and speed predicted before it."""
+    rows = []
+    if s.measured is not None:
+        rates = ", ".join(f"{r:.3f}" for r in s.measured.position_rates)
+        rows.append(["acceptance length, this run", num(s.measured.acceptance_length, 3),
+                     f"measured ({s.measured.config.label}; per position {rates})" if rates
+                     else f"measured ({s.measured.config.label})"])
+    if s.source is not None:
+        used = ", ".join(f"{a:.3f}" for a in s.source.lengths) or "-"
+        rows.append(["acceptance length, prediction", used, s.source.detail])
+    if s.predicted is not None:
+        p = s.predicted
+        interval = (f"{num(p.predicted_low, 1)}–{num(p.predicted_high, 1)}"
+                    if p.predicted_low is not None and p.predicted_high is not None else "")
+        rows.append(["decode tok/s (predicted)", num(p.predicted_tok_s, 1) or "-", interval])
+    return Table("speculative decode", ("", "value", "source"), rows)
+
+
 def rebuild_site(store: Store, outdir: Path) -> Path:
     """Rebuild the whole static site from the store; returns the index path."""
     from servelab.site.build import publish  # matplotlib: only when a site is built
@@ -147,7 +168,10 @@ def rebuild_site(store: Store, outdir: Path) -> Path:
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     """The ``--json`` document (schema in the module docstring)."""
+    from servelab.pipeline.speculative import speculative_summary
+
     rec = outcome.record
+    spec = speculative_summary(rec, outcome.plan)
     return {
         "run_id": outcome.run_id,
         "status": rec.status,
@@ -160,6 +184,7 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
             "engine": outcome.facts.kv_pool_tokens if outcome.facts else None,
         },
         "summary": [r.to_dict() for r in outcome.summary],
+        "speculative": spec.to_dict() if spec is not None else None,
         "site": str(site) if site else None,
     }
 
@@ -254,10 +279,14 @@ def run(
                 ["engine log", num(kv["engine"], 0)],
             ],
         )
+        from servelab.pipeline.speculative import speculative_summary
+
+        spec = speculative_summary(outcome.record, outcome.plan)
         emit(
             "markdown" if as_markdown else "table",
             doc=doc,
-            tables=[*summary_tables(outcome.summary), kv_table],
+            tables=[*summary_tables(outcome.summary), kv_table,
+                    *([speculative_table(spec)] if spec is not None else [])],
         )
         err.print(escape(head), soft_wrap=True)
         if index is not None:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from servelab.engine.facts import EngineFacts, LineParser
 from servelab.plan.layout import ParallelLayout
+from servelab.plan.specsource import SpecConfig
 
 if TYPE_CHECKING:
     import httpx
@@ -109,6 +110,8 @@ class PlanKnobs:
     dtype: str | None = None
     enable_prefix_caching: bool | None = None
     layout: ParallelLayout = field(default_factory=ParallelLayout)
+    speculative: SpecConfig | None = None
+    """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
 
 
 class Engine(Protocol):

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from servelab.analysis.acceptance import without_drafting
 from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
@@ -42,9 +43,11 @@ from servelab.errors import ServelabError, UsageError
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
+from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
+from servelab.plan.specsource import AUTO
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
 from servelab.store.db import Store, recipe_hash
@@ -182,18 +185,27 @@ def make_run_plan(
     *,
     engine_version: str,
     store: Store | None,
+    header_hash: str | None = None,
 ) -> Plan:
-    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
+    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run).
+
+    A recipe that drafts (vLLM's ``speculative_config``) is also predicted with
+    speculative decode at the acceptance length stored runs of the same checkpoint
+    (``header_hash``), method and ``k`` measured; without one the plan says why.
+    """
     serving = get_engine(recipe.engine.name)
     flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
-    runs = (
-        store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
-        if store is not None
-        else []
-    )
+    every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
+    # a drafting run's decode speed is no plain-decode calibration sample
+    runs = without_drafting(r for r in every if r.hardware == hardware.name)
+    spec = flags.speculative
+    speculative = resolve_acceptance(
+        AUTO, method=spec.method, draft_tokens=spec.draft_tokens, header_hash=header_hash,
+        runs=every, use_store=store is not None,
+    ) if spec is not None else None
     # Each engine its own calibration: samples carry their run's engine_name.
     plan = calibrated_plan(
         config,
@@ -210,6 +222,8 @@ def make_run_plan(
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
+        speculative=speculative,
+        draft_tokens=spec.draft_tokens if spec is not None else 0,
     )
     if serving.kv_arithmetic:
         return plan
@@ -352,6 +366,7 @@ def run_recipe(
             hardware,
             engine_version=engine_version,
             store=store if opts.calibrate else None,
+            header_hash=source.header_sha256,
         )
         state.fields["prediction"] = state.plan.to_dict()
         emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv.tokens:,} tokens"))

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis import stats
+from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.errors import UsageError
@@ -540,6 +541,10 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
                          ("KV pool", obs.kv_tokens), ("max concurrency", obs.max_concurrency)):
         if value is not None:
             metrics.append((label, value))
+    acc = run_acceptance(run)
+    if acc is not None:  # vLLM's spec-decode counters over the run's workload
+        metrics.append((f"speculative acceptance length ({acc.config.label})",
+                        Measured(acc.acceptance_length, "tokens/step", _rid(run))))
     preds = sorted(predictions(run).items())
     tail = (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:]
     log = tuple(redact_text(line) for line in tail)

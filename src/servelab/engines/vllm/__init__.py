@@ -19,6 +19,7 @@ from servelab.engines.vllm.logfacts import LogParser
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import CheckpointNotFoundError
+from servelab.plan.specsource import spec_config_from_mapping
 
 if TYPE_CHECKING:
     from servelab.engine.recipe import Recipe
@@ -118,6 +119,7 @@ class VllmEngine(LogParsingEngine):
             dtype=f.dtype,
             enable_prefix_caching=f.enable_prefix_caching,
             layout=f.layout(),
+            speculative=spec_config_from_mapping(f.speculative_config),
         )
 
 
