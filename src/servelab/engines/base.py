@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from servelab.engine.facts import EngineFacts, LineParser
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.llamacpp_kv import LlamaCppKvSettings
+from servelab.plan.specsource import SpecConfig
 
 if TYPE_CHECKING:
     import httpx
@@ -114,6 +115,8 @@ class PlanKnobs:
     enable_prefix_caching: bool | None = None
     layout: ParallelLayout = field(default_factory=ParallelLayout)
     llamacpp: LlamaCppKvSettings | None = None  # set: plan with llama.cpp's KV arithmetic
+    speculative: SpecConfig | None = None
+    """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
 
 
 class Engine(Protocol):
@@ -182,6 +185,11 @@ class Engine(Protocol):
         """The settings of ``section`` that the memory/KV planner reads."""
         ...
 
+    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+        """Variables servelab adds to the engine's environment because the recipe needs
+        them and does not set them (``[engine.env]`` always wins); recorded with the run."""
+        ...
+
 
 def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[str, ...]:
     """Validate a recipe's ``extra`` arguments: no NUL, none of the ``managed`` flags."""
@@ -226,6 +234,10 @@ class LogParsingEngine:
     def parse_log(self, text: str) -> EngineFacts:
         """Facts from a whole log text."""
         return parse_lines(self.log_parser(), text)
+
+    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+        """None by default."""
+        return {}
 
 
 def models_ready(

@@ -18,6 +18,9 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
                   "weights_per_gpu": {...GpuWeights...}, "topology": {...},
                   "decode": [{context_len, memory_s, comm_s, comm: [...], tok_s,
                               tok_s_per_gpu, "predicted": true}]},
+     "speculative": {...AcceptanceSource: acceptance_source given|measured|none, method,
+                     draft_tokens, acceptance_lengths, detail, run_ids, spread, stdev,
+                     position_rates, measured} | null,
      "notes": [str]}
 
 Memory and KV figures are per GPU (the fullest GPU's weights, one rank's pool); the KV
@@ -47,6 +50,7 @@ from servelab.plan.parallel import (
     weights_per_gpu,
 )
 from servelab.plan.predict import SpeedPrediction, predict_speed
+from servelab.plan.specsource import AcceptanceSource
 from servelab.plan.speedmodel import Calibration
 from servelab.plan.weights import Weights
 
@@ -99,6 +103,8 @@ class Plan:
     def fits_one_request(self) -> bool:
         """The pool holds one full-length request (llama.cpp allocates each slot's)."""
         return self.kv.fits_one_request if self.kv is not None else True
+    speculative: AcceptanceSource | None = None
+    """Where the speculative prediction's acceptance length came from (or why there is none)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -145,6 +151,7 @@ class Plan:
                 "topology": self.topology.to_dict(),
                 "decode": [d.to_dict() for d in self.parallel_decode],
             },
+            "speculative": self.speculative.to_dict() if self.speculative else None,
             "notes": list(self.notes),
         }
 

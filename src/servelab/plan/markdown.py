@@ -128,6 +128,8 @@ def plan_markdown(plan: Plan) -> str:
     for kind, fit in (("decode", sp.decode_fit), ("prefill", sp.prefill_fit)):
         label = fit.label() if fit and not fit.is_roofline else "no data: roofline bound only"
         out.append(f"- {kind}: {label}")
+    if plan.speculative is not None:
+        out.append(f"- speculative decode: {plan.speculative.line}")
     if plan.notes or sp.notes:
         out += ["", "## Notes", ""] + [f"- {n}" for n in (*plan.notes, *sp.notes)]
     return "\n".join(out) + "\n"

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from servelab.analysis import stats
+from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.errors import UsageError
@@ -122,8 +123,8 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
         gpus = run_layout(run).world_size
         for point in run.points:
             pid = PointKey.parse(point)
-            if (pid is None or not pid.concurrency or pid.concurrency < 2 or pid.depth
-                    or pid not in decode):
+            if (pid is None or not pid.concurrency or pid.depth or pid not in decode
+                    or (pid.concurrency < 2 and not pid.open_loop)):
                 continue
             ttft_s = METRICS["ttft_s"].sample_values(run, point)
             ttft = None
@@ -131,14 +132,15 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
                 mean, low, high = mean_ci([v * 1000 for v in ttft_s])
                 ttft = Measured(mean, "ms", _rid(run), low, high, len(ttft_s))
             rows.append(ConcurrentRow(version, pid.prompt_tokens, pid.concurrency, decode[pid],
-                                      ttft, gpus))
+                                      ttft, gpus, pid.load, pid.rate))
     return tuple(sorted(rows, key=lambda r: (prose.version_key(r.engine_version),
-                                             r.prompt_tokens, r.concurrency)))
+                                             r.prompt_tokens, r.open_loop, r.concurrency,
+                                             r.rate or 0.0, r.load)))
 
 
 def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
     return {p.prompt_tokens: v for p, v in points.items()
-            if p.concurrency in (1, None) and not p.depth}
+            if p.concurrency in (1, None) and not p.depth and not p.open_loop}
 
 
 # --- predictions ------------------------------------------------------------------------------
@@ -413,7 +415,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
                 seen.setdefault(point, None)
         for point in seen:
             pid = PointKey.parse(point)
-            if pid is None or pid.concurrency not in (1, None) or pid.depth:
+            if pid is None or pid.concurrency not in (1, None) or pid.depth or pid.open_loop:
                 continue
             series = analyse_series(runs, metric, point)
             if len(series.rows) < 2:
@@ -564,6 +566,10 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
                          ("KV pool", obs.kv_tokens), ("max concurrency", obs.max_concurrency)):
         if value is not None:
             metrics.append((label, value))
+    acc = run_acceptance(run)
+    if acc is not None:  # vLLM's spec-decode counters over the run's workload
+        metrics.append((f"speculative acceptance length ({acc.config.label})",
+                        Measured(acc.acceptance_length, "tokens/step", _rid(run))))
     preds = sorted(predictions(run).items())
     tail = (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:]
     log = tuple(redact_text(line) for line in tail)
