@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,3 +110,56 @@ def test_shared_prefix_hits_the_engines_prefix_cache_and_capacity_search_runs(
                                               confirm=1), max_rounds=1)
     assert cap.outcome.capacity == 2 and cap.outcome.bracket_high is None
     assert all(p.metrics.completed == p.requests - 1 for p in cap.probes)
+
+
+@pytest.mark.timeout(1200)
+def test_chat_multi_turn_sends_user_and_assistant_messages_with_exact_counts(
+        vllm_engine: Any) -> None:
+    eng = vllm_engine("qwen3_moe")
+    counter = ServerTokenCounter(eng.base_url, eng.served_model_name, chat=True)
+    try:
+        # the engine's chat template lays out a conversation differently from the same
+        # texts flattened into one user message: the check below can tell the two apart
+        turns = (("hello there", "general kenobi"),)
+        as_messages = counter.count_conversation(turns, "next")
+        assert as_messages != counter.count("hello there general kenobi next")
+    finally:
+        counter.close()
+    res = run_bench(BenchConfig(
+        eng.base_url, WorkloadSpec(prompt_lens=(48,), output_len=8, turns=3, requests=3,
+                                   max_repeats=1, warmup_requests=0),
+        model=eng.served_model_name, endpoint="chat"))
+    samples = [s for pr in res.points for s in pr.samples]
+    assert len(samples) == 3
+    for s in samples:
+        assert s.ok, (s.error, s.error_detail)
+        # built as user / assistant messages and counted through the chat template; the
+        # engine's usage agrees token for token, so it templated the same messages
+        assert s.prompt_tokens == s.prompt_len and s.completion_tokens == 8
+    lens = [s.prompt_len for s in samples]
+    # each turn carries the previous one, its 8-token answer and 48 new tokens
+    assert all(b >= a + 8 + 48 for a, b in itertools.pairwise(lens)), lens
+    assert res.token_check is not None and res.token_check.ok, res.token_check
+    sc = res.server_counters
+    assert sc is not None and sc.prompt_tokens == sum(lens)
+
+
+@pytest.mark.timeout(1200)
+def test_a_rate_grid_on_the_engine_is_stored_as_two_points(vllm_engine: Any,
+                                                           tmp_path: Path) -> None:
+    from servelab.store import open_store, run_from_bench_json
+
+    eng = vllm_engine("qwen3_moe")
+    res = run_bench(BenchConfig(
+        eng.base_url, WorkloadSpec(prompt_lens=(32,), output_len=4, concurrency=(2,),
+                                   request_rates=(2.0, 4.0), requests=3, max_repeats=1,
+                                   warmup_requests=1),
+        model=eng.served_model_name))
+    assert [pr.point.request_rate for pr in res.points] == [2.0, 4.0]
+    assert all(s.ok and s.prompt_tokens == 32 for pr in res.points for s in pr.samples)
+    assert res.token_check is not None and res.token_check.ok
+    with open_store(str(tmp_path / "runs.db")) as store:
+        back = store.get_run(store.add_run(run_from_bench_json(res.to_json())))
+    assert back.points == ("p32-c2-r2", "p32-c2-r4")
+    assert [len(back.samples_at(p)) for p in back.points] == [3, 3]
+    assert all(back.metric("ttft_s", p) is not None for p in back.points)

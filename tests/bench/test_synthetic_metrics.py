@@ -67,6 +67,25 @@ def test_speculative_chunks_per_token_itl_and_acceptance() -> None:
     assert sc.mean_acceptance_length == pytest.approx(3.0)
     assert sc.acceptance_rate == pytest.approx(1.0)
     assert sc.generation_tokens == 31 * 4  # 3 measured + 1 warm-up
+    # 10 drafts of 2 per request, every draft token accepted at both positions
+    assert sc.spec_drafts == 40 and sc.spec_accepted_per_pos == (40.0, 40.0)
+    assert sc.acceptance_rate_per_pos == (1.0, 1.0)
+
+
+@pytest.mark.timeout(60)
+def test_speculative_partial_last_draft_per_position() -> None:
+    """30 tokens at 3 per chunk: 1 + 9 full drafts + one draft with only position 0
+    accepted, so acceptance length 1 + 19/10 and position rates (1.0, 0.9)."""
+    with SyntheticServer(SyntheticConfig(ttft_s=0.01, itl_s=0.002, tokens_per_chunk=3)) as srv:
+        res = run_bench(BenchConfig(srv.base_url, WorkloadSpec(
+            prompt_lens=(16,), output_len=30, requests=2, max_repeats=1, warmup_requests=0)))
+    sc = res.server_counters
+    assert sc is not None and sc.spec_drafts == 20 and sc.spec_accepted == 38
+    assert sc.mean_acceptance_length == pytest.approx(2.9)
+    assert sc.spec_accepted_per_pos == (20.0, 18.0)
+    assert sc.acceptance_rate_per_pos == pytest.approx((1.0, 0.9))
+    assert res.to_json()["server_counters"]["spec_decode_acceptance_rate_per_pos"] == \
+        pytest.approx([1.0, 0.9])
 
 
 @pytest.mark.timeout(60)

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from tests.bench.cli import servelab as _servelab
 
+from servelab.errors import BenchError
+from servelab.store import read_import_file
 from servelab.testing.synthetic_server import Fault, FaultKind, SyntheticConfig, SyntheticServer
 
 
@@ -95,19 +97,66 @@ def test_multi_turn_history_carries_the_answers(tmp_path: Path, endpoint: str) -
                    "--warmup", "1", "--endpoint", endpoint)
         prompts = srv.prompts()
     chat = 3 if endpoint == "chat" else 0  # the synthetic template's tokens per message
+    # completions: turn t is turn t-1's prompt, its 4-token answer and 32 new tokens; chat:
+    # the same words as user / assistant / user messages, each message adding the template's
+    # 3 tokens (the new message's 32 tokens are its content)
+    want = [32, 68, 104] if not chat else [32, 32 + 4 + 3 + 32 + 3, 74 + 4 + 3 + 32 + 3]
     smp = d["points"][0]["samples"]
-    # turn t: turn t-1's prompt, its 4-token answer, 32 new tokens
-    assert [s["prompt_tokens"] for s in smp if not s["warmup"]] == [32, 68, 104]
+    assert [s["prompt_tokens"] for s in smp if not s["warmup"]] == want
     assert [s["send_ns"] for s in smp] == sorted(s["send_ns"] for s in smp)
     # the model's streamed answer follows the previous prompt verbatim in the next turn
     gen = prompts[-6:]  # the warm-up conversation, then the measured one
     for conv in (gen[:3], gen[3:]):
         for prev, nxt in itertools.pairwise(conv):
             assert nxt.startswith(prev + " tok tok tok tok "), (prev, nxt)
-        assert [len(p.split()) + chat for p in conv] == [32, 68, 104]
+        assert [len(p.split()) + chat * msgs for p, msgs in zip(conv, (1, 3, 5), strict=True)
+                ] == want
     sc = d["server_counters"]  # 2 conversations: turn t reuses turn t-1's full 16-word blocks
-    assert sc["prefix_cache_queries"] == 2 * (32 + 68 + 104)
-    assert sc["prefix_cache_hits"] == 2 * ((32 - chat) // 16 * 16 + (68 - chat) // 16 * 16)
+    assert sc["prefix_cache_queries"] == 2 * sum(want)
+    words = [w - chat * msgs for w, msgs in zip(want, (1, 3, 5), strict=True)]
+    assert sc["prefix_cache_hits"] == 2 * (words[0] // 16 * 16 + words[1] // 16 * 16)
+
+
+def test_chat_history_goes_as_alternating_user_and_assistant_messages() -> None:
+    from servelab.bench.client import BenchClient, ClientOptions, RequestSpec
+
+    chat = BenchClient("http://127.0.0.1:9", ClientOptions(model="m", endpoint="chat"))
+    spec = RequestSpec("q3", 30, 4, history=(("q1", "a1"), ("q2", "a2")))
+    assert chat.body(spec)["messages"] == [
+        {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "q3"}]
+    plain = BenchClient("http://127.0.0.1:9", ClientOptions(model="m"))
+    assert plain.body(RequestSpec("q", 1, 4))["prompt"] == "q"
+    with pytest.raises(BenchError, match="chat endpoint"):
+        plain.body(spec)
+
+
+@pytest.mark.timeout(120)
+def test_a_rate_grid_runs_every_rate_as_its_own_point(server: SyntheticServer,
+                                                      tmp_path: Path) -> None:
+    d = _bench(server, tmp_path, "--prompt-lens", "8,16", "--request-rate", "20,40",
+               "--profile", "gamma", "--burstiness", "0.5", "--concurrency", "4",
+               "--requests", "4", "--warmup", "0", "--export-vllm", str(tmp_path / "v"))
+    assert [(p["prompt_len"], p["request_rate"]) for p in d["points"]] == [
+        (8, 20.0), (8, 40.0), (16, 20.0), (16, 40.0)]
+    assert d["workload"]["request_rates"] == [20.0, 40.0]
+    r = _servelab("runs", "import", str(tmp_path / "r.json"), "--db",
+                  str(tmp_path / 'db.sqlite'))
+    assert r.returncode == 0, r.stderr
+    r = _servelab("runs", "export", "--db", str(tmp_path / 'db.sqlite'))
+    assert r.returncode == 0, r.stderr
+    (run,) = json.loads(r.stdout)["runs"]
+    assert sorted({s["point"] for s in run["samples"]}) == [
+        "p16-c4-r20-gamma0.5", "p16-c4-r40-gamma0.5", "p8-c4-r20-gamma0.5",
+        "p8-c4-r40-gamma0.5"]
+    # one vllm bench serve file per rate, each importing back to the same point
+    files = sorted((tmp_path / "v").glob("*.json"))
+    assert [f.name for f in files] == [
+        "vllm-p16-o4-c4-r20-gamma0.5.json", "vllm-p16-o4-c4-r40-gamma0.5.json",
+        "vllm-p8-o4-c4-r20-gamma0.5.json", "vllm-p8-o4-c4-r40-gamma0.5.json"]
+    (imported,) = read_import_file(files[1])
+    assert imported.points == ("p16-c4-r40-gamma0.5",)
 
 
 @pytest.mark.timeout(60)
@@ -130,6 +179,10 @@ def test_server_client_token_mismatch_fails_loudly(tmp_path: Path) -> None:
     (["--request-rate", "2", "--profile", "ramp"], "end rate"),
     (["--shared-prefix", "64", "--prompt-lens", "64"], "shared prefix"),
     (["--turns", "2", "--request-rate", "3"], "closed loop"),
+    (["--request-rate", "1,x"], "--request-rate"),
+    (["--request-rate", "1,0"], "--request-rate"),
+    (["--request-rate", "1,1"], "repeat"),
+    (["--request-rate", "1,2", "--profile", "ramp", "--ramp-end-rate", "4"], "own rates"),
     (["--slo", "ttft_p99"], "--slo"),
 ])
 def test_bad_workload_options_exit_2(server: SyntheticServer, args: list[str],

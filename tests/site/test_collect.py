@@ -182,6 +182,28 @@ def test_points_with_several_streams_get_their_own_table() -> None:
     assert 'id="concurrent-table"' in html and "120.0 ms" in html
 
 
+def test_request_rate_points_are_rows_of_their_own_never_single_stream() -> None:
+    base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)
+    rated = tuple(Sample(point=point, index=i, ttft_s=0.1, tpot_s=1 / d, prompt_tokens=512,
+                         completion_tokens=32)
+                  for point, d0 in (("p512-c1-r2", 30.0), ("p512-c4-r2", 20.0),
+                                    ("p512-c4-r4", 10.0), ("p512-c4-r4-constant", 12.0))
+                  for i, d in enumerate((d0 - 1, d0, d0 + 1)))
+    run = dataclasses.replace(base, run_id="rates", samples=base.samples + rated)
+    [page] = site_from_records([run]).recipes
+    got = [(r.concurrency, r.load, round(r.decode.value)) for r in page.concurrent]
+    assert got == [(1, "2 req/s Poisson", 30), (4, "2 req/s Poisson", 20),
+                   (4, "4 req/s Poisson", 10), (4, "4 req/s constant", 12)]
+    assert all(r.per_gpu is None for r in page.concurrent)  # streams varied: no per-GPU sum
+    # the single-stream table keeps the closed-loop points only: as without the rate points
+    [plain] = site_from_records([dataclasses.replace(base, run_id="rates")]).recipes
+    assert page.decode == plain.decode
+    site = render_site(site_from_records([run]))
+    html, md = site["recipes/tiny-bf16.html"], site["recipes/tiny-bf16.md"]
+    for text in (html, md):
+        assert "4 req/s Poisson" in text and "4 req/s constant" in text and "≤ 4" in text
+
+
 
 def test_tokens_per_gpu_follow_the_runs_parallel_layout() -> None:
     base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)

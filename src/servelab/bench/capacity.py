@@ -344,10 +344,11 @@ def run_capacity(cfg: BenchConfig, slo: Slo, spec: SearchSpec, *, max_rounds: in
     if why is not None:
         raise UsageError(f"capacity: {why}")
     if spec.variable == "rate":  # the cap is no warm-up size: a few requests warm up
-        w = replace(w, request_rate=w.request_rate or 1.0, concurrency=(max(w.concurrency),),
+        w = replace(w, request_rate=w.request_rate or 1.0, request_rates=(),
+                    concurrency=(max(w.concurrency),),
                     warmup_requests=4 if w.warmup_requests is None else w.warmup_requests)
     else:
-        w = replace(w, request_rate=None)
+        w = replace(w, request_rate=None, request_rates=())
     w = replace(w, max_repeats=1)
     ses = open_session(replace(cfg, workload=w))
 

@@ -16,8 +16,10 @@ from typing import Any, Literal
 
 import orjson
 
+from servelab.bench.prompts import Turn, chat_messages
 from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.transport import StreamFault, StreamingTransport, Timeouts
+from servelab.errors import BenchError
 
 EndpointKind = Literal["completions", "chat"]
 
@@ -43,11 +45,16 @@ class ClientOptions:
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request: its prompt text, the length it was built to, and the output length."""
+    """One request: its prompt text, the length it was built to, and the output length.
+
+    ``history``: the earlier turns of a chat conversation, sent before ``prompt`` as
+    alternating user / assistant messages (``prompt_len`` counts them all, templated).
+    """
 
     prompt: str
     prompt_len: int
     max_tokens: int
+    history: tuple[Turn, ...] = ()
 
 
 class _Collector:
@@ -201,10 +208,12 @@ class BenchClient:
             "stream_options": stream_options,
         }
         if self._chat:
-            body["messages"] = [{"role": "user", "content": spec.prompt}]
+            body["messages"] = chat_messages(spec.history, spec.prompt)
             if o.chat_template_kwargs is not None:
                 body["chat_template_kwargs"] = o.chat_template_kwargs
         else:
+            if spec.history:
+                raise BenchError("chat history needs the chat endpoint")
             body["prompt"] = spec.prompt
         if o.ignore_eos:
             body["ignore_eos"] = True

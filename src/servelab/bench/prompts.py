@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
 
@@ -31,6 +32,20 @@ _WORDS = (
 _PAD_UNITS = ("\n", " .", " ,", " !", " ?", " ;", ".", " 1")
 
 
+Turn = tuple[str, str]
+"""One earlier turn of a chat conversation: the user's message and the assistant's answer."""
+
+
+def chat_messages(history: Sequence[Turn], prompt: str) -> list[dict[str, str]]:
+    """The ``messages`` of a chat request: the earlier turns as alternating ``user`` /
+    ``assistant`` messages, then ``prompt`` as the new user message."""
+    out: list[dict[str, str]] = []
+    for user, assistant in history:
+        out += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    out.append({"role": "user", "content": prompt})
+    return out
+
+
 class TokenCounter(Protocol):
     """Counts prompt tokens the way the server will."""
 
@@ -42,7 +57,35 @@ class TokenCounter(Protocol):
         ...
 
 
-class ServerTokenCounter:
+@runtime_checkable
+class ConversationCounter(TokenCounter, Protocol):
+    """A chat counter that also counts a whole conversation (earlier turns + new message)."""
+
+    def count_conversation(self, history: Sequence[Turn], prompt: str) -> int:
+        """Tokens of :func:`chat_messages` ``(history, prompt)`` with the generation prompt."""
+        ...
+
+
+class _Counting:
+    """``count`` and ``count_conversation`` over one ``_count(history, prompt)``."""
+
+    _chat: bool
+
+    def _count(self, history: Sequence[Turn], prompt: str) -> int:
+        raise NotImplementedError
+
+    def count(self, prompt: str) -> int:
+        """Tokens of ``prompt`` (including any chat template)."""
+        return self._count((), prompt)
+
+    def count_conversation(self, history: Sequence[Turn], prompt: str) -> int:
+        """Tokens of a chat conversation: ``history`` then ``prompt`` (chat counters only)."""
+        if not self._chat:
+            raise BenchError("a conversation is counted only for the chat endpoint")
+        return self._count(history, prompt)
+
+
+class ServerTokenCounter(_Counting):
     """Counts with the server's ``POST /tokenize``: vLLM's schema (``{"model", "prompt"}``
     → ``{"count"}``), else llama.cpp's (``{"content", "add_special"}`` → ``{"tokens"}``),
     which has no chat form (chat prompts then need the local tokenizer)."""
@@ -71,11 +114,11 @@ class ServerTokenCounter:
             return False
         return True
 
-    def count(self, prompt: str) -> int:
-        """Tokens of ``prompt`` according to the server."""
+    def _count(self, history: Sequence[Turn], prompt: str) -> int:
+        """Tokens of ``prompt`` after ``history`` according to the server."""
         body: dict[str, Any] = {"model": self._model}
         if self._chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = chat_messages(history, prompt)
             body["add_generation_prompt"] = True
             if self._kwargs is not None:
                 body["chat_template_kwargs"] = self._kwargs
@@ -126,7 +169,7 @@ class ServerTokenCounter:
             raise BenchError(f"{self._url}: {type(exc).__name__}: {exc}") from exc
 
 
-class LocalTokenCounter:
+class LocalTokenCounter(_Counting):
     """Counts with the model's own tokenizer files (``transformers.AutoTokenizer``)."""
 
     def __init__(self, tokenizer_dir: str | Path, *, chat: bool = False,
@@ -144,11 +187,12 @@ class LocalTokenCounter:
         except (OSError, ValueError) as exc:
             raise BenchError(f"cannot load a tokenizer: {exc}", path=tokenizer_dir) from exc
 
-    def count(self, prompt: str) -> int:
-        """Tokens of ``prompt`` (special tokens added as vLLM's completions endpoint does)."""
+    def _count(self, history: Sequence[Turn], prompt: str) -> int:
+        """Tokens of ``prompt`` after ``history`` (special tokens added as vLLM's completions
+        endpoint does; the chat template as the server applies it)."""
         if self._chat:
             ids: Any = self._tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                chat_messages(history, prompt), add_generation_prompt=True,
                 tokenize=True, **self._kwargs)
             if hasattr(ids, "keys"):
                 ids = ids["input_ids"]
@@ -192,27 +236,43 @@ class PromptBuilder:
         """A prompt of exactly ``n_tokens`` tokens; BenchError when that cannot be hit."""
         return self.extend("", n_tokens)
 
-    def extend(self, base: str, n_tokens: int) -> Prompt:
+    def extend(self, base: str, n_tokens: int, history: Sequence[Turn] = ()) -> Prompt:
         """A prompt of exactly ``n_tokens`` tokens that starts with ``base`` verbatim.
 
         ``base`` is a shared system prompt or the history of a conversation: a server with
         prefix caching can serve its tokens from cache. After it come a unique tag and
-        filler, so two extensions of the same base share exactly the base.
+        filler, so two extensions of the same base share exactly the base. With ``history``
+        (earlier chat turns) the prompt is the conversation's new user message and
+        ``n_tokens`` counts the whole conversation, as the chat template lays it out.
         """
         if n_tokens < 1:
             raise BenchError(f"prompt length must be >= 1, got {n_tokens}")
+        count = self._counter_for(history)
         self._serial += 1
         prefix = (base + " " if base else "") + f"{self._tag}-{self._serial:06d}:"
-        key = (len(base), n_tokens)
+        key = (len(base) + sum(len(u) + len(a) for u, a in history), n_tokens)
         guess = self._words_for.get(key)
         if guess is not None:
             text = self._text(prefix, guess[0]) + guess[1]
-            c = self.counter.count(text)
+            c = count(text)
             if c == n_tokens:
                 return Prompt(text, n_tokens, c)
-        words, pad, c = self._search(prefix, n_tokens)
+        words, pad, c = self._search(prefix, n_tokens, count)
         self._words_for[key] = (words, pad)
         return Prompt(self._text(prefix, words) + pad, n_tokens, c)
+
+    def conversation_len(self, history: Sequence[Turn]) -> int:
+        """Tokens of ``history`` followed by an empty new user message (template included)."""
+        return self._counter_for(history)("")
+
+    def _counter_for(self, history: Sequence[Turn]) -> Callable[[str], int]:
+        """``count(text)`` of a new message after ``history`` (the plain count without)."""
+        if not history:
+            return self.counter.count
+        counter = self.counter
+        if not isinstance(counter, ConversationCounter):
+            raise BenchError(f"{counter.source} cannot count a chat conversation")
+        return lambda text: counter.count_conversation(history, text)
 
     def fit(self, text: str, n_tokens: int | None) -> Prompt:
         """A dataset text behind a unique tag: cut (whole words) and filled to exactly
@@ -232,10 +292,11 @@ class PromptBuilder:
             else:
                 hi = mid - 1
         base = " ".join([head, *words[:lo]])
-        n_words, pad, c = self._search(base, n_tokens)
+        n_words, pad, c = self._search(base, n_tokens, self.counter.count)
         return Prompt(self._text(base, n_words) + pad, n_tokens, c)
 
-    def _pad(self, text: str, have: int, n: int) -> str | None:
+    @staticmethod
+    def _pad(text: str, have: int, n: int, count: Callable[[str], int]) -> str | None:
         """A suffix of short units that brings ``text`` (``have`` tokens) to exactly ``n``.
 
         Filler words can be several tokens each (small vocabularies), so the word count
@@ -245,15 +306,16 @@ class PromptBuilder:
             pad, c = "", have
             for _ in range(n - have + 2):
                 pad += unit
-                c = self.counter.count(text + pad)
+                c = count(text + pad)
                 if c == n:
                     return pad
                 if c > n:
                     break
         return None
 
-    def _search(self, prefix: str, n: int) -> tuple[int, str, int]:
-        base = self.counter.count(self._text(prefix, 0))
+    def _search(self, prefix: str, n: int,
+                count: Callable[[str], int]) -> tuple[int, str, int]:
+        base = count(self._text(prefix, 0))
         if base > n:
             raise BenchError(f"cannot build a {n}-token prompt: the unique prefix and template "
                              f"alone take {base} tokens")
@@ -264,7 +326,7 @@ class PromptBuilder:
         w = n - base
         for _ in range(40):
             w = min(max(w, 1), len(self._filler))
-            c = self.counter.count(self._text(prefix, w))
+            c = count(self._text(prefix, w))
             if c == n:
                 return w, "", c
             if c < n:
@@ -279,7 +341,7 @@ class PromptBuilder:
             if hi is not None and hi - lo <= 1:
                 break
             w = nxt
-        pad = self._pad(self._text(prefix, lo), lo_count, n)
+        pad = self._pad(self._text(prefix, lo), lo_count, n, count)
         if pad is not None:
             return lo, pad, n
         raise BenchError(f"cannot build a prompt of exactly {n} tokens with "

@@ -42,9 +42,12 @@ def _dist(prefix: str, values_ms: list[float], out: dict[str, Any]) -> None:
         out[f"p{_pct_key(p)}_{prefix}_ms"] = float(np.percentile(a, p))
 
 
-def to_vllm(pr: PointResult, *, model: str, backend: str, detailed: bool = False
-            ) -> dict[str, Any]:
-    """A ``vllm bench serve``-style result dict for one point (warm-up excluded)."""
+def to_vllm(pr: PointResult, *, model: str, backend: str, detailed: bool = False,
+            burstiness: float | None = None, date: str | None = None) -> dict[str, Any]:
+    """A ``vllm bench serve``-style result dict for one point (warm-up excluded);
+    ``burstiness``: the gamma shape of the arrivals (vLLM's ``--burstiness``), if any;
+    ``date``: when the run started, ``YYYYmmdd-HHMMSS`` UTC as vLLM writes it (so that
+    ``servelab runs import`` takes the file)."""
     measured = [s for s in pr.samples if not s.warmup]
     ok = [s for s in measured if s.ok]
     m = pr.metrics
@@ -67,6 +70,10 @@ def to_vllm(pr: PointResult, *, model: str, backend: str, detailed: bool = False
         "total_token_throughput": m.total_token_throughput,
         "max_concurrent_requests": m.max_concurrent_requests,
     }
+    if burstiness is not None:
+        out["burstiness"] = burstiness
+    if date is not None:
+        out["date"] = date
     for k in _METRICS:
         _dist(k, cols[k], out)
     if detailed:

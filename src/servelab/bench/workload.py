@@ -31,6 +31,7 @@ from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.stats import Drift, drift
 from servelab.defaults import OUTPUT_LEN, PROMPT_LENS
 from servelab.errors import BenchError, UsageError
+from servelab.points import PointKey, arrival_tag
 
 HEADLINE = ("decode_tok_s", "ttft_ms")
 """Metrics whose confidence interval decides when a point has enough samples."""
@@ -48,6 +49,8 @@ class WorkloadSpec:
     concurrency: tuple[int, ...] = (1,)
     request_rate: float | None = None
     """Requests per second, Poisson arrivals (open loop); None = closed loop."""
+    request_rates: tuple[float, ...] = ()
+    """A request-rate grid: every point runs at each rate (``request_rate`` is the first)."""
     requests: int | None = None
     """Measured requests per batch; default max(3, 2 × concurrency)."""
     duration_s: float | None = None
@@ -74,7 +77,8 @@ class WorkloadSpec:
     """How many distinct shared prompts the requests cycle through."""
     turns: int = 1
     """Turns per conversation: turn t's prompt is turn t-1's prompt, the answer it streamed
-    (verbatim) and ``prompt_len`` new tokens, sent after turn t-1 ended (closed loop only)."""
+    (verbatim) and ``prompt_len`` new tokens, sent after turn t-1 ended (closed loop only).
+    On the chat endpoint the earlier turns are user / assistant messages."""
     depths: tuple[int, ...] = ()
     """Context-depth grid: at depth d every prompt is d tokens of context shared by the
     point's requests (cached after the warm-up) followed by ``prompt_len`` new tokens, so
@@ -93,6 +97,18 @@ class WorkloadSpec:
             raise UsageError("output length must be >= 1")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise UsageError("concurrency must be >= 1")
+        if self.request_rates:
+            if self.request_rate is None:
+                object.__setattr__(self, "request_rate", self.request_rates[0])
+            elif self.request_rate not in self.request_rates:
+                raise UsageError("request_rate must be one of request_rates")
+            if any(r <= 0 for r in self.request_rates):
+                raise UsageError("request rates must be > 0")
+            if len(set(self.request_rates)) != len(self.request_rates):
+                raise UsageError("request rates must not repeat")
+            if len(self.request_rates) > 1 and (self.profile in ("ramp", "trace")
+                                                or self.trace is not None):
+                raise UsageError("a ramp or a trace sets its own rates: give one request rate")
         if self.request_rate is not None and self.request_rate <= 0:
             raise UsageError("request rate must be > 0")
         if self.requests is not None and self.requests < 1:
@@ -127,6 +143,11 @@ class WorkloadSpec:
             raise UsageError("multi-turn conversations run closed loop (no request rate)")
 
     @property
+    def rates(self) -> tuple[float | None, ...]:
+        """The request rates to sweep (``(None,)``: closed loop)."""
+        return self.request_rates or (self.request_rate,)
+
+    @property
     def open_loop(self) -> bool:
         """Requests follow an arrival schedule (rate or trace) rather than a closed loop."""
         return self.request_rate is not None or self.trace is not None
@@ -141,6 +162,7 @@ class WorkloadSpec:
         d["prompt_lens"] = list(self.prompt_lens)
         d["concurrency"] = list(self.concurrency)
         d["depths"] = list(self.depths)
+        d["request_rates"] = list(self.request_rates)
         return d
 
     @classmethod
@@ -150,6 +172,7 @@ class WorkloadSpec:
         d["prompt_lens"] = tuple(d["prompt_lens"])
         d["concurrency"] = tuple(d["concurrency"])
         d["depths"] = tuple(d.get("depths", ()))
+        d["request_rates"] = tuple(d.get("request_rates", ()))
         return cls(**d)
 
 
@@ -206,10 +229,23 @@ ProgressFn = Callable[[ProgressEvent], None]
 
 
 def points(spec: WorkloadSpec, trace: Trace | None = None) -> list[Point]:
-    """The sweep, prompt length outermost (a trace's rate is its mean rate)."""
-    rate = trace.mean_rate if trace is not None else spec.request_rate
-    return [Point(p, spec.output_len, c, rate, d)
-            for d in (spec.depths or (0,)) for p in spec.prompt_lens for c in spec.concurrency]
+    """The sweep, depth then prompt length outermost, request rate innermost (a trace's
+    rate is its mean rate)."""
+    rates = (trace.mean_rate,) if trace is not None else spec.rates
+    return [Point(p, spec.output_len, c, r, d)
+            for d in (spec.depths or (0,)) for p in spec.prompt_lens for c in spec.concurrency
+            for r in rates]
+
+
+def point_key(pt: Point, spec: WorkloadSpec) -> PointKey:
+    """The key ``pt`` is stored under: its rate and arrival profile when open loop, ``trace``
+    for a replayed trace (whose rate is only its mean)."""
+    if spec.trace is not None or spec.profile == "trace":
+        return PointKey(pt.prompt_len, pt.concurrency, pt.depth, None, "trace")
+    if pt.request_rate is None:
+        return PointKey(pt.prompt_len, pt.concurrency, pt.depth)
+    return PointKey(pt.prompt_len, pt.concurrency, pt.depth, pt.request_rate,
+                    arrival_tag(spec.profile, spec.burstiness, spec.ramp_end_rate))
 
 
 def _failure_note(kind: str, n: int) -> str:
@@ -414,12 +450,20 @@ class WorkloadRunner:
 
     def _next_turn(self, pt: Point, prev: RequestSpec, answer: str,
                    s: RequestSample) -> RequestSpec:
-        """The next turn of a conversation: the previous prompt and its streamed answer
-        verbatim (the history), then a new user message of ``prompt_len`` minus the shared
-        prefix tokens. Its length is the previous prompt's plus the answer's tokens (as the
-        server counted them) plus the new message's; when the answer re-tokenizes longer in
-        context (or the turn failed), the history is counted instead."""
+        """The next turn of a conversation: the history (the previous prompt and its streamed
+        answer, verbatim), then a new user message of ``prompt_len`` minus the shared prefix
+        tokens.
+
+        On the chat endpoint the history goes as alternating user / assistant messages and
+        the length is counted over the whole conversation as the chat template lays it out.
+        On completions the history is one text: its length is the previous prompt's plus the
+        answer's tokens (as the server counted them) plus the new message's; when the answer
+        re-tokenizes longer in context (or the turn failed), the history is counted instead."""
         new = pt.prompt_len - self.spec.shared_prefix_len
+        if self.client.options.endpoint == "chat":
+            turns = (*prev.history, (prev.prompt, answer))
+            n = self.builder.conversation_len(turns) + new
+            return RequestSpec(self.builder.extend("", n, turns).text, n, prev.max_tokens, turns)
         history = prev.prompt + answer
         if s.ok and s.completion_tokens is not None:
             n = prev.prompt_len + s.completion_tokens + new

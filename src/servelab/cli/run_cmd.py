@@ -3,8 +3,14 @@
 ``run --json`` prints::
 
     {"run_id": str, "status": "ok"|"failed", "reason": str|null, "run_dir": str,
-     "recipe": str, "engine_version": str|null, "kv_pool_tokens": {"predicted": int|null,
-     "engine": int|null}, "summary": [SummaryRow.to_dict()...], "site": str|null}
+     "recipe": str, "engine_version": str|null, "kv_arithmetic": "vLLM"|"llama.cpp"|null,
+     "kv_pool_tokens": {"predicted": int|null, "engine": int|null},
+     "kv_cache_mib": {"predicted": float|null, "engine": float|null},
+     "summary": [SummaryRow.to_dict()...],
+     "speculative": SpeculativeSummary.to_dict() | null, "site": str|null}
+
+``kv_cache_mib`` is llama.cpp's KV cache (K and V of every layer) in MiB as its log
+prints it, two decimals; ``null`` for vLLM, whose log states the pool in tokens.
 
 Predictions are labelled (``predicted_*``); measured values carry their 95 % CI.
 The exit status is 1 when the run failed (it is still recorded, with its reason).
@@ -32,6 +38,7 @@ from servelab.cli.output import DbOpt, JsonOpt, MarkdownOpt, Table, emit, num
 
 if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
     from servelab.pipeline.run import RunEvent, RunOutcome
+    from servelab.pipeline.speculative import SpeculativeSummary
     from servelab.pipeline.summary import SummaryRow
     from servelab.store.db import Store
 
@@ -138,6 +145,25 @@ def summary_tables(rows: tuple[SummaryRow, ...]) -> list[Table]:
     ]
 
 
+def speculative_table(s: SpeculativeSummary) -> Table:
+    """This run's measured acceptance beside the acceptance and speed predicted before it."""
+    rows = []
+    if s.measured is not None:
+        rates = ", ".join(f"{r:.3f}" for r in s.measured.position_rates)
+        rows.append(["acceptance length, this run", num(s.measured.acceptance_length, 3),
+                     f"measured ({s.measured.config.label}; per position {rates})" if rates
+                     else f"measured ({s.measured.config.label})"])
+    if s.source is not None:
+        used = ", ".join(f"{a:.3f}" for a in s.source.lengths) or "-"
+        rows.append(["acceptance length, prediction", used, s.source.detail])
+    if s.predicted is not None:
+        p = s.predicted
+        interval = (f"{num(p.predicted_low, 1)}–{num(p.predicted_high, 1)}"
+                    if p.predicted_low is not None and p.predicted_high is not None else "")
+        rows.append(["decode tok/s (predicted)", num(p.predicted_tok_s, 1) or "-", interval])
+    return Table("speculative decode", ("", "value", "source"), rows)
+
+
 def rebuild_site(store: Store, outdir: Path) -> Path:
     """Rebuild the whole static site from the store; returns the index path."""
     from servelab.site.build import publish  # matplotlib: only when a site is built
@@ -147,7 +173,12 @@ def rebuild_site(store: Store, outdir: Path) -> Path:
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     """The ``--json`` document (schema in the module docstring)."""
-    rec = outcome.record
+    from servelab.pipeline.speculative import speculative_summary
+    from servelab.plan.llamacpp_kv import log_mib
+
+    rec, plan, facts = outcome.record, outcome.plan, outcome.facts
+    lkv = plan.llamacpp_kv if plan else None
+    spec = speculative_summary(rec, plan)
     return {
         "run_id": outcome.run_id,
         "status": rec.status,
@@ -155,13 +186,36 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
         "run_dir": str(outcome.run_dir),
         "recipe": rec.recipe_name,
         "engine_version": rec.engine_version,
+        "kv_arithmetic": plan.kv_arithmetic if plan else None,
         "kv_pool_tokens": {
-            "predicted": outcome.plan.kv.tokens if outcome.plan else None,
-            "engine": outcome.facts.kv_pool_tokens if outcome.facts else None,
+            "predicted": plan.kv_tokens if plan else None,
+            "engine": facts.kv_pool_tokens if facts else None,
+        },
+        "kv_cache_mib": {
+            "predicted": round(log_mib(lkv.total_bytes), 2) if lkv else None,
+            "engine": round(facts.kv_cache_gib * 1024, 2)
+            if lkv and facts and facts.kv_cache_gib is not None else None,
         },
         "summary": [r.to_dict() for r in outcome.summary],
+        "speculative": spec.to_dict() if spec is not None else None,
         "site": str(site) if site else None,
     }
+
+
+def _kv_table(doc: dict[str, object]) -> Table:
+    """Predicted KV pool (by the engine's own arithmetic) against the engine's log."""
+    kv, mib, rules = doc["kv_pool_tokens"], doc["kv_cache_mib"], doc["kv_arithmetic"]
+    assert isinstance(kv, dict) and isinstance(mib, dict)
+    label = f"predicted (servelab plan, {rules} arithmetic)" if rules else "predicted"
+    if rules != "llama.cpp":
+        return Table("KV pool", ("", "tokens"),
+                     [[label, num(kv["predicted"], 0)], ["engine log", num(kv["engine"], 0)]])
+    return Table(
+        "KV cache",
+        ("", "tokens", "MiB"),
+        [[label, num(kv["predicted"], 0), num(mib["predicted"], 2)],
+         ["engine log", num(kv["engine"], 0), num(mib["engine"], 2)]],
+    )
 
 
 def run(
@@ -244,20 +298,15 @@ def run(
         head = f"run {outcome.run_id}: {outcome.record.status}" + (
             f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
         )
-        kv = doc["kv_pool_tokens"]
-        assert isinstance(kv, dict)
-        kv_table = Table(
-            "KV pool",
-            ("", "tokens"),
-            [
-                ["predicted (servelab plan)", num(kv["predicted"], 0)],
-                ["engine log", num(kv["engine"], 0)],
-            ],
-        )
+        kv_table = _kv_table(doc)
+        from servelab.pipeline.speculative import speculative_summary
+
+        spec = speculative_summary(outcome.record, outcome.plan)
         emit(
             "markdown" if as_markdown else "table",
             doc=doc,
-            tables=[*summary_tables(outcome.summary), kv_table],
+            tables=[*summary_tables(outcome.summary), kv_table,
+                    *([speculative_table(spec)] if spec is not None else [])],
         )
         err.print(escape(head), soft_wrap=True)
         if index is not None:

@@ -61,6 +61,7 @@ _FACT_ROWS: tuple[tuple[str, str, str], ...] = (
     ("graph_capture_gib", "graph memory", "GiB"),
     ("init_engine_s", "engine init", "s"),
     ("startup_s", "startup (log)", "s"),
+    ("cpu_threads_bind", "OpenMP cores per rank", ""),
 )
 
 
@@ -136,6 +137,7 @@ def _ready_payload(engine: EngineProcess, run_dir: Path) -> dict[str, Any]:
         "log_path": str(engine.log_path),
         "ready_s": engine.ready_s,
         "argv": redact_args(engine.spec.argv),
+        "auto_env": dict(engine.spec.auto_env),
         "facts": engine.facts.to_dict(),
     }
 

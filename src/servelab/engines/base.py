@@ -14,8 +14,10 @@ What an engine provides:
   checkpoint: :meth:`Engine.local_model`;
 * readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
-* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
-  :attr:`Engine.kv_arithmetic` (whether servelab reproduces this engine's KV pool);
+* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads: vLLM's
+  knobs, or :class:`~servelab.plan.llamacpp_kv.LlamaCppKvSettings` for llama.cpp's own
+  arithmetic) and :attr:`Engine.kv_arithmetic` (whether servelab reproduces this engine's
+  KV pool);
 * metrics: :attr:`Engine.metrics_path` and :attr:`Engine.headline_metrics` (Prometheus).
 """
 
@@ -32,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from servelab.engine.facts import EngineFacts, LineParser
 from servelab.plan.layout import ParallelLayout
+from servelab.plan.llamacpp_kv import LlamaCppKvSettings
+from servelab.plan.specsource import SpecConfig
 
 if TYPE_CHECKING:
     import httpx
@@ -45,6 +49,7 @@ __all__ = [
     "LogParsingEngine",
     "PlanKnobs",
     "check_extra_args",
+    "first_flag",
     "models_ready",
     "parse_lines",
 ]
@@ -109,6 +114,9 @@ class PlanKnobs:
     dtype: str | None = None
     enable_prefix_caching: bool | None = None
     layout: ParallelLayout = field(default_factory=ParallelLayout)
+    llamacpp: LlamaCppKvSettings | None = None  # set: plan with llama.cpp's KV arithmetic
+    speculative: SpecConfig | None = None
+    """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
 
 
 class Engine(Protocol):
@@ -132,6 +140,12 @@ class Engine(Protocol):
     @property
     def kv_arithmetic(self) -> bool:
         """True when servelab's planner reproduces this engine's KV pool (checked in tests)."""
+        ...
+
+    @property
+    def default_version(self) -> str:
+        """The version whose rules the planner follows when the engine is not installed
+        and the recipe pins none (``servelab plan RECIPE``)."""
         ...
 
     @property
@@ -171,6 +185,11 @@ class Engine(Protocol):
         """The settings of ``section`` that the memory/KV planner reads."""
         ...
 
+    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+        """Variables servelab adds to the engine's environment because the recipe needs
+        them and does not set them (``[engine.env]`` always wins); recorded with the run."""
+        ...
+
 
 def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[str, ...]:
     """Validate a recipe's ``extra`` arguments: no NUL, none of the ``managed`` flags."""
@@ -181,6 +200,11 @@ def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[s
         if name in managed:
             raise ValueError(f"{name} is set by servelab from the recipe; remove it from extra")
     return args
+
+
+def first_flag(args: Sequence[str], names: Sequence[str]) -> str | None:
+    """The first option name among ``args`` (the part before any ``=``) that is in ``names``."""
+    return next((name for arg in args if (name := arg.split("=", 1)[0]) in names), None)
 
 
 def parse_lines(parser: LineParser, text: str) -> EngineFacts:
@@ -210,6 +234,10 @@ class LogParsingEngine:
     def parse_log(self, text: str) -> EngineFacts:
         """Facts from a whole log text."""
         return parse_lines(self.log_parser(), text)
+
+    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+        """None by default."""
+        return {}
 
 
 def models_ready(

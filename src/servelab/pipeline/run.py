@@ -20,12 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from servelab.analysis.acceptance import without_drafting
 from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.defaults import ENGINE_VERSION
 from servelab.engine.facts import EngineFacts, Phase
 from servelab.engine.launch import (
     LOG_NAME,
@@ -42,9 +42,11 @@ from servelab.errors import ServelabError, UsageError
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
+from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
 from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
+from servelab.plan.specsource import AUTO
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
 from servelab.store.db import Store, recipe_hash
@@ -54,9 +56,6 @@ from servelab.units import format_bytes
 
 GIB = 1024**3
 DEFAULT_HARDWARE = "host"
-# The vLLM version servelab's KV arithmetic is checked against: the stand-in for engines
-# whose own KV pool servelab does not model.
-STANDIN_VLLM_VERSION = ENGINE_VERSION
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -113,7 +112,8 @@ def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
     """The recipe's ``[bench]`` table as a bench workload.
 
     ``repetitions`` measured requests per batch, repeated up to ``max_repetitions`` requests
-    in all until the 95 % CI is within ``ci_target_pct``; ``warmup`` requests excluded.
+    in all until the 95 % CI is within ``ci_target_pct``; ``warmup`` requests excluded;
+    ``request_rates`` (with ``arrival_profile``) sweep open-loop rates, concurrency capping.
     """
     batches = max(1, math.ceil(bench.max_repetitions / bench.repetitions))
     return WorkloadSpec(
@@ -124,6 +124,9 @@ def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
         max_repeats=batches,
         ci_target=bench.ci_target_pct / 100.0,
         warmup_requests=bench.warmup,
+        request_rates=tuple(bench.request_rates),
+        profile=bench.arrival_profile,
+        burstiness=bench.burstiness,
     )
 
 
@@ -178,18 +181,27 @@ def make_run_plan(
     *,
     engine_version: str,
     store: Store | None,
+    header_hash: str | None = None,
 ) -> Plan:
-    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run)."""
+    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run).
+
+    A recipe that drafts (vLLM's ``speculative_config``) is also predicted with
+    speculative decode at the acceptance length stored runs of the same checkpoint
+    (``header_hash``), method and ``k`` measured; without one the plan says why.
+    """
     serving = get_engine(recipe.engine.name)
     flags = serving.plan_knobs(recipe.engine)
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
-    runs = (
-        store.list_runs(RunFilter(hardware=hardware.name, status=STATUS_OK))
-        if store is not None
-        else []
-    )
+    every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
+    # a drafting run's decode speed is no plain-decode calibration sample
+    runs = without_drafting(r for r in every if r.hardware == hardware.name)
+    spec = flags.speculative
+    speculative = resolve_acceptance(
+        AUTO, method=spec.method, draft_tokens=spec.draft_tokens, header_hash=header_hash,
+        runs=every, use_store=store is not None,
+    ) if spec is not None else None
     # Each engine its own calibration: samples carry their run's engine_name.
     plan = calibrated_plan(
         config,
@@ -201,20 +213,21 @@ def make_run_plan(
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
-        # Other engines get vLLM's verified arithmetic as a stand-in, labelled as such.
-        engine_version=engine_version if serving.kv_arithmetic else STANDIN_VLLM_VERSION,
+        engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
+        llamacpp_kv=flags.llamacpp,
+        speculative=speculative,
+        draft_tokens=spec.draft_tokens if spec is not None else 0,
     )
     if serving.kv_arithmetic:
         return plan
     note = (
-        f"{serving.name} is not vLLM: the KV pool and memory above follow vLLM "
-        f"{plan.engine_version}'s arithmetic and are not checked against this engine; its "
-        "log's KV cells and bytes are recorded"
+        f"servelab does not model {serving.name}'s own KV pool: the pool above follows "
+        f"vLLM {plan.engine_version}'s arithmetic"
     )
-    return replace(plan, engine_version=engine_version, notes=(*plan.notes, note))
+    return replace(plan, notes=(*plan.notes, note))
 
 
 @dataclass
@@ -226,6 +239,23 @@ class _RunState:
     plan: Plan | None = None
     facts: EngineFacts | None = None
     log_tail: str | None = None
+
+
+def plan_recipe(recipe: Recipe, hardware: HardwareProfile, store: Store | None) -> Plan:
+    """``servelab plan RECIPE``: the plan ``servelab run`` would make (calibrated from
+    ``store`` when given), without a run; the checkpoint is read, a ``synth`` model built
+    and converted as the engine loads it."""
+    model_arg, model_dir = resolve_model(recipe)
+    source = load_checkpoint(
+        model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
+    )
+    try:
+        version = _engine_version_for_plan(recipe)
+    except ServelabError:  # not installed here: the version the recipe's engine pins
+        version = get_engine(recipe.engine.name).default_version
+    return make_run_plan(recipe, build_report(source), dict(source.config or {}), hardware,
+                         engine_version=version, store=store,
+                         header_hash=source.header_sha256)
 
 
 def _engine_version_for_plan(recipe: Recipe) -> str:
@@ -245,7 +275,8 @@ def _engine_version_for_plan(recipe: Recipe) -> str:
 def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
     facts = engine.facts
     state.facts = facts
-    state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s}))
+    state.fields.update(fields_from_engine_facts({**facts.to_dict(), "ready_s": engine.ready_s,
+                                                  "auto_env": dict(engine.spec.auto_env)}))
     state.fields["engine_args"] = redact_args(engine.spec.argv)
 
 
@@ -347,9 +378,10 @@ def run_recipe(
             hardware,
             engine_version=engine_version,
             store=store if opts.calibrate else None,
+            header_hash=source.header_sha256,
         )
         state.fields["prediction"] = state.plan.to_dict()
-        emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv.tokens:,} tokens"))
+        emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))
 
         step = "start"
         emit(RunEvent("start", "start", "starting the engine"))
@@ -360,7 +392,9 @@ def run_recipe(
         engine = launch(recipe, run_dir=run_dir, port=opts.port, on_phase=on_phase)
         try:
             _fields_from_engine(state, engine)
-            emit(RunEvent("start", "done", f"ready at {engine.base_url}"))
+            set_env = "".join(f"; {k}={v} (set by servelab)"
+                              for k, v in engine.spec.auto_env.items())
+            emit(RunEvent("start", "done", f"ready at {engine.base_url}{set_env}"))
             step = "bench"
             emit(RunEvent("bench", "start", "benchmarking the recipe's workload"))
             bench = run_bench(

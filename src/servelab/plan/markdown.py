@@ -14,8 +14,8 @@ def _gib(n: float) -> str:
 
 def _parallel_markdown(plan: Plan) -> list[str]:
     """Layout, per-stage weights and decode with its communication term (multi-GPU only)."""
-    lay = plan.layout
-    if lay.is_single:
+    lay, kv = plan.layout, plan.kv
+    if lay.is_single or kv is None:
         return []
     out = [
         "",
@@ -23,12 +23,12 @@ def _parallel_markdown(plan: Plan) -> list[str]:
         "",
     ]
     for i, ((lo, hi), w) in enumerate(
-        zip(plan.kv.stage_layers, plan.gpu_weights.per_stage, strict=True)
+        zip(kv.stage_layers, plan.gpu_weights.per_stage, strict=True)
     ):
         out.append(f"- stage {i}: layers {lo}-{hi - 1}, {_gib(w)} of weights per GPU")
-    if plan.kv.kv_heads_per_rank:
-        rep = " (replicated)" if plan.kv.kv_heads_replicated else ""
-        out.append(f"- KV heads per rank: {plan.kv.kv_heads_per_rank}{rep}")
+    if kv.kv_heads_per_rank:
+        rep = " (replicated)" if kv.kv_heads_replicated else ""
+        out.append(f"- KV heads per rank: {kv.kv_heads_per_rank}{rep}")
     out += [
         "",
         "| context | memory term | communication term (predicted) | tok/s | tok/s per GPU |",
@@ -43,13 +43,32 @@ def _parallel_markdown(plan: Plan) -> list[str]:
     return out
 
 
+def _kv_markdown(plan: Plan) -> list[str]:
+    """The KV section: vLLM's pool or llama.cpp's cache, by the plan's engine."""
+    if plan.llamacpp_kv is not None:
+        lines = ["## KV cache (llama.cpp arithmetic, predicted)", ""]
+        return lines + [f"- {label}: {value}" for label, value in plan.llamacpp_kv.rows()]
+    kv = plan.kv
+    assert kv is not None
+    return [
+        "## KV pool (vLLM arithmetic)",
+        "",
+        f"- `{kv.log_line}` (predicted engine log)",
+        f"- block size {kv.block_size} tokens"
+        + (" (aligned to the mamba page)" if kv.block_size_was_aligned else ""),
+        f"- {len(kv.groups)} group(s), {kv.num_blocks:,} blocks of {kv.bytes_per_block:,} bytes, "
+        f"{kv.blocks_per_request} blocks per request at {kv.max_model_len:,} tokens",
+        f"- rule: {kv.rule}",
+    ]
+
+
 def plan_markdown(plan: Plan) -> str:
     """The plan as Markdown; every speed is marked *predicted*."""
-    kv, mem, sp = plan.kv, plan.memory, plan.speed
+    mem, sp = plan.memory, plan.speed
     out = [
         f"# Plan: {plan.checkpoint} on {plan.hardware.name}",
         "",
-        f"vLLM {plan.engine_version} ({plan.platform} rules). All speeds are **predicted**.",
+        f"{plan.rules_label}. All speeds are **predicted**.",
         "",
         "## Memory",
         "",
@@ -60,18 +79,11 @@ def plan_markdown(plan: Plan) -> str:
         f"| overhead | {_gib(mem.overhead_bytes)} | {mem.overhead_source} |",
         f"| total | {_gib(mem.total_bytes)} | of {_gib(mem.budget_bytes)} budget |",
         "",
-        f"Fits: **{'yes' if mem.fits and kv.fits_one_request else 'no'}**, headroom "
+        f"Fits: **{'yes' if mem.fits and plan.fits_one_request else 'no'}**, headroom "
         f"{_gib(mem.headroom_bytes)}; largest context at concurrency 1: "
         f"{plan.largest_context_c1:,} tokens.",
         "",
-        "## KV pool",
-        "",
-        f"- `{kv.log_line}` (predicted engine log)",
-        f"- block size {kv.block_size} tokens"
-        + (" (aligned to the mamba page)" if kv.block_size_was_aligned else ""),
-        f"- {len(kv.groups)} group(s), {kv.num_blocks:,} blocks of {kv.bytes_per_block:,} bytes, "
-        f"{kv.blocks_per_request} blocks per request at {kv.max_model_len:,} tokens",
-        f"- rule: {kv.rule}",
+        *_kv_markdown(plan),
         "",
         "## Decode (predicted, single stream)",
         "",
@@ -116,6 +128,8 @@ def plan_markdown(plan: Plan) -> str:
     for kind, fit in (("decode", sp.decode_fit), ("prefill", sp.prefill_fit)):
         label = fit.label() if fit and not fit.is_roofline else "no data: roofline bound only"
         out.append(f"- {kind}: {label}")
+    if plan.speculative is not None:
+        out.append(f"- speculative decode: {plan.speculative.line}")
     if plan.notes or sp.notes:
         out += ["", "## Notes", ""] + [f"- {n}" for n in (*plan.notes, *sp.notes)]
     return "\n".join(out) + "\n"

@@ -24,10 +24,11 @@ How records map to pages:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from servelab.analysis import stats
+from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.errors import UsageError
@@ -122,8 +123,8 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
         gpus = run_layout(run).world_size
         for point in run.points:
             pid = PointKey.parse(point)
-            if (pid is None or not pid.concurrency or pid.concurrency < 2 or pid.depth
-                    or pid not in decode):
+            if (pid is None or not pid.concurrency or pid.depth or pid not in decode
+                    or (pid.concurrency < 2 and not pid.open_loop)):
                 continue
             ttft_s = METRICS["ttft_s"].sample_values(run, point)
             ttft = None
@@ -131,14 +132,15 @@ def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[Concurren
                 mean, low, high = mean_ci([v * 1000 for v in ttft_s])
                 ttft = Measured(mean, "ms", _rid(run), low, high, len(ttft_s))
             rows.append(ConcurrentRow(version, pid.prompt_tokens, pid.concurrency, decode[pid],
-                                      ttft, gpus))
+                                      ttft, gpus, pid.load, pid.rate))
     return tuple(sorted(rows, key=lambda r: (prose.version_key(r.engine_version),
-                                             r.prompt_tokens, r.concurrency)))
+                                             r.prompt_tokens, r.open_loop, r.concurrency,
+                                             r.rate or 0.0, r.load)))
 
 
 def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
     return {p.prompt_tokens: v for p, v in points.items()
-            if p.concurrency in (1, None) and not p.depth}
+            if p.concurrency in (1, None) and not p.depth and not p.open_loop}
 
 
 # --- predictions ------------------------------------------------------------------------------
@@ -231,12 +233,47 @@ def observation(run: RunRecord) -> EngineObservation:
         attention_backend=f.get("attention_backend"),
         moe_backend=str(moe) if moe else None,
         weights=measured(weights, "GiB"),
-        kv_cache=measured(_num(f, "kv_available_gib"), "GiB"),
+        # vLLM: the memory it made available for KV; llama.cpp: the cache it allocated
+        kv_cache=measured(_num(f, "kv_available_gib") or _num(f, "kv_cache_gib"), "GiB"),
         kv_tokens=measured(kv_tokens, "tokens"),
         max_concurrency=measured(_num(f, "max_concurrency"), "x"),
         fallback_line=fallback,
         profiling_skipped_line=_warning(f, "kv-profiling-skipped", paths),
     )
+
+
+def _kv_checks(
+    run: RunRecord, plan: PlanDocument, obs: EngineObservation, kv_pool: Mapping[str, Any]
+) -> Iterator[PlanCheck]:
+    """The KV pool as planned by the run's engine's own arithmetic, against its log: vLLM's
+    pool (tokens, concurrency) or llama.cpp's cache (tokens, MiB as its log prints them).
+    A stored plan that followed another engine's arithmetic is not checked."""
+    engine = (run.prediction or {}).get("engine")
+    name = engine.get("name", "vllm") if isinstance(engine, Mapping) else "vllm"
+    if name == "llamacpp" and kv_pool.get("engine") == "llamacpp":
+        rule = f"llama.cpp KV arithmetic ({plan.kv_rule or '?'})"
+        if plan.kv_tokens is not None and obs.kv_tokens is not None:
+            yield PlanCheck("KV cache tokens", Predicted(float(plan.kv_tokens), "tokens", rule,
+                                                         run.run_id), obs.kv_tokens)
+        size = kv_pool.get("bytes")
+        logged = _num(_facts(run), "kv_cache_gib")
+        if isinstance(size, int) and logged is not None:
+            yield PlanCheck(
+                "KV cache size",
+                Predicted(round(size / 2**20, 2), "MiB", rule + "; MiB to two decimals, as "
+                          "llama.cpp prints it", run.run_id),
+                Measured(round(logged * 1024, 2), "MiB", _rid(run)))
+        return
+    if name != "vllm":
+        return
+    rule = f"vLLM {plan.kv_engine_version or '?'} KV arithmetic ({plan.kv_rule or '?'})"
+    if plan.kv_tokens is not None and obs.kv_tokens is not None:
+        yield PlanCheck("KV pool", Predicted(float(plan.kv_tokens), "tokens", rule,
+                                             run.run_id), obs.kv_tokens)
+    if plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
+        yield PlanCheck("max concurrency at full context",
+                        Predicted(plan.kv_max_concurrency, "x", rule, run.run_id),
+                        obs.max_concurrency)
 
 
 def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
@@ -245,18 +282,8 @@ def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
     if not isinstance((run.prediction or {}).get("kv_pool"), Mapping):
         return ()
     obs = observation(run)
-    rule = f"vLLM {plan.kv_engine_version or '?'} KV arithmetic ({plan.kv_rule or '?'})"
-    out: list[PlanCheck] = []
-    engine = (run.prediction or {}).get("engine")
-    # The KV arithmetic is vLLM's: other engines' pools are not checked against it.
-    vllm = not isinstance(engine, Mapping) or engine.get("name", "vllm") == "vllm"
-    if vllm and plan.kv_tokens is not None and obs.kv_tokens is not None:
-        out.append(PlanCheck("KV pool", Predicted(float(plan.kv_tokens), "tokens", rule,
-                                                  run.run_id), obs.kv_tokens))
-    if vllm and plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
-        out.append(PlanCheck("max concurrency at full context",
-                             Predicted(plan.kv_max_concurrency, "x", rule, run.run_id),
-                             obs.max_concurrency))
+    kv_pool: Mapping[str, Any] = (run.prediction or {})["kv_pool"]
+    out = list(_kv_checks(run, plan, obs, kv_pool))
     resident = plan.weights_resident_bytes
     if resident is not None and obs.weights is not None and (
             # the engine prints GiB with two decimals: below that there is nothing to compare
@@ -388,7 +415,7 @@ def history_series(runs: Sequence[RunRecord]) -> tuple[HistorySeries, ...]:
                 seen.setdefault(point, None)
         for point in seen:
             pid = PointKey.parse(point)
-            if pid is None or pid.concurrency not in (1, None) or pid.depth:
+            if pid is None or pid.concurrency not in (1, None) or pid.depth or pid.open_loop:
                 continue
             series = analyse_series(runs, metric, point)
             if len(series.rows) < 2:
@@ -539,6 +566,10 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
                          ("KV pool", obs.kv_tokens), ("max concurrency", obs.max_concurrency)):
         if value is not None:
             metrics.append((label, value))
+    acc = run_acceptance(run)
+    if acc is not None:  # vLLM's spec-decode counters over the run's workload
+        metrics.append((f"speculative acceptance length ({acc.config.label})",
+                        Measured(acc.acceptance_length, "tokens/step", _rid(run))))
     preds = sorted(predictions(run).items())
     tail = (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:]
     log = tuple(redact_text(line) for line in tail)

@@ -110,10 +110,20 @@ class ConcurrentRow:
     decode: Measured  # per-stream tok/s (1 / TPOT, mean over requests)
     ttft: Measured | None = None  # ms
     gpus: int = 1  # GPUs the engine spanned (TP x PP x DP from its command line)
+    load: str = "closed loop"  # or the open-loop arrivals, e.g. "2 req/s Poisson"
+    rate: float | None = None  # requests/s of an open-loop load
 
     @property
-    def per_gpu(self) -> Measured:
-        """Output tok/s per GPU: streams x per-stream decode / GPUs (from measured values)."""
+    def open_loop(self) -> bool:
+        """Requests arrived on a schedule; ``concurrency`` only capped them."""
+        return self.load != "closed loop"
+
+    @property
+    def per_gpu(self) -> Measured | None:
+        """Output tok/s per GPU: streams x per-stream decode / GPUs (from measured values);
+        ``None`` under an open-loop load, where the streams in flight varied."""
+        if self.open_loop:
+            return None
         d = self.decode
         scale = self.concurrency / self.gpus
         return Measured(

@@ -254,7 +254,7 @@ def pareto_series(page: RecipePage
     out: dict[str, list[tuple[float, float, int]]] = {}
     rows = [(r.prompt_tokens, 1, r.measured.value) for r in prose.rows_for(page.decode, version)]
     rows += [(r.prompt_tokens, r.concurrency, r.decode.value) for r in page.concurrent
-             if r.engine_version == version]
+             if r.engine_version == version and not r.open_loop]
     for prompt, streams, decode in rows:
         if decode > 0:
             out.setdefault(f"prompt {prompt:,}", []).append(

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError
-from servelab.points import point_label
+from servelab.points import arrival_tag, point_label
 from servelab.store.db import Store
 from servelab.store.model import (
     EXPORT_SCHEMA,
@@ -197,7 +197,15 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
     out_lens = _ints(doc.get("output_lens"))
     errors = doc.get("errors") if isinstance(doc.get("errors"), list) else None
     conc = doc.get("max_concurrency")
-    if in_lens:
+    raw_rate = doc.get("request_rate")  # "inf" (or absent): all at once, closed loop
+    rate = (float(raw_rate) if isinstance(raw_rate, int | float)
+            and not isinstance(raw_rate, bool) and 0 < raw_rate < float("inf") else None)
+    burst = doc.get("burstiness")
+    shape = float(burst) if isinstance(burst, int | float) else 1.0
+    if in_lens and rate is not None:  # vLLM's arrivals: gamma gaps, Poisson at shape 1
+        point = point_label(round(statistics.median(in_lens)), conc, 0, rate,
+                            arrival_tag("poisson" if shape == 1 else "gamma", shape))
+    elif in_lens:
         point = point_label(round(statistics.median(in_lens)), conc)
     else:
         point = f"c{conc if conc is not None else 'max'}"  # no prompt length: not a PointKey
@@ -306,15 +314,30 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def point_name(prompt_len: Any, concurrency: Any, source: str, depth: Any = 0) -> str:
+def point_name(prompt_len: Any, concurrency: Any, source: str, depth: Any = 0,
+               rate: Any = None, workload: Any = None) -> str:
     """The label of a bench point (:class:`~servelab.points.PointKey`); integers required
-    (``depth`` may be absent: documents written before depth grids have none)."""
+    (``depth`` may be absent: documents written before depth grids have none). An open-loop
+    point (``rate``) carries its rate and the ``workload``'s arrival profile; a trace replay
+    carries ``trace`` instead of its mean rate."""
     if not _is_int(prompt_len) or not (concurrency is None or _is_int(concurrency)) or not (
         depth is None or (_is_int(depth) and depth >= 0)
     ):
         raise InputError("bench point needs integer prompt_len, concurrency and depth",
                          path=source)
-    return point_label(prompt_len, concurrency, depth or 0)
+    if rate is not None and (not isinstance(rate, int | float) or isinstance(rate, bool)
+                             or rate <= 0):
+        raise InputError(f"bench point has a bad request_rate: {rate!r}", path=source)
+    w = workload if isinstance(workload, dict) else {}
+    profile = str(w.get("profile") or "poisson")
+    if rate is None or profile == "trace" or w.get("trace"):
+        arrival = "trace" if rate is not None else ""
+        return point_label(prompt_len, concurrency, depth or 0, None, arrival)
+    burst = w.get("burstiness")
+    end = w.get("ramp_end_rate")
+    arrival = arrival_tag(profile, float(burst) if isinstance(burst, int | float) else 1.0,
+                          float(end) if isinstance(end, int | float) else None)
+    return point_label(prompt_len, concurrency, depth or 0, float(rate), arrival)
 
 
 _BENCH_METRICS = (
@@ -366,8 +389,9 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
 
     Every measured (non-warm-up) request becomes a :class:`Sample` at point
     ``p{prompt_len}-c{concurrency}`` (``p{prompt_len}-d{depth}-c{concurrency}`` for a point of
-    a depth grid); each point's summaries (mean with ``ci95``) become
-    metrics; the headline decode/prefill are those of the concurrency-1 point (with a decode
+    a depth grid, ``...-r{rate}[-profile]`` for an open-loop point); each point's summaries
+    (mean with ``ci95``) become metrics; the headline decode/prefill are those of the
+    closed-loop concurrency-1 point (with a decode
     figure) whose prompt length is nearest 2,048 tokens. ``fields`` set or override any
     RunRecord field (recipe, engine, hardware, ...), so the run pipeline can call this with
     what it knows about the serving side.
@@ -383,7 +407,8 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
     for pt in points:
         if not isinstance(pt, dict):
             raise InputError("bench point is not an object", path=source)
-        name = point_name(pt.get("prompt_len"), pt.get("concurrency"), source, pt.get("depth"))
+        name = point_name(pt.get("prompt_len"), pt.get("concurrency"), source, pt.get("depth"),
+                          pt.get("request_rate"), doc.get("workload"))
         for raw in pt.get("samples") or []:
             smp = _bench_sample(raw, name, source)
             if smp is not None:
@@ -409,7 +434,7 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
                 )
             )
         if (pt.get("concurrency") == 1 and isinstance(pt.get("prompt_len"), int)
-                and not pt.get("depth")):
+                and not pt.get("depth") and pt.get("request_rate") is None):
             dist = abs(int(pt["prompt_len"]) - 2048)
             # a point where no request could be timed per token (whole answer in one
             # chunk) has no decode figure: the nearest point that has one is the headline

@@ -132,6 +132,7 @@ class _Counters:
     spec_drafts: int = 0
     spec_draft_tokens: int = 0
     spec_accepted: int = 0
+    spec_accepted_per_pos: dict[int, int] = field(default_factory=dict)
     running: int = 0
     prefix_queries: int = 0
     prefix_hits: int = 0
@@ -302,6 +303,9 @@ class _Stream:
             c.spec_drafts += drafts
             c.spec_draft_tokens += drafts * (self.server.cfg.tokens_per_chunk - 1)
             c.spec_accepted += sent - self.idx
+            for m in range(1, self.idx):  # chunk m: one verified token + its accepted drafts
+                for pos in range(self.cum[m] - self.cum[m - 1] - 1):
+                    c.spec_accepted_per_pos[pos] = c.spec_accepted_per_pos.get(pos, 0) + 1
         if self.conn.stream is self:
             self.conn.stream = None
 
@@ -540,6 +544,12 @@ class _Core:
                 "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
                 f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{m}"}} '
                 f"{float(c.spec_accepted)}",
+                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+            ]
+            lines += [
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="{m}",'
+                f'position="{pos}"}} {float(c.spec_accepted_per_pos.get(pos, 0))}'
+                for pos in range(self.cfg.tokens_per_chunk - 1)
             ]
         return "\n".join(lines) + "\n"
 

@@ -18,8 +18,10 @@ The recipe's ``[engine] name = "llamacpp"`` table is
 converted to GGUF (``gguf_type``) by :mod:`servelab.synth.gguf`; a ``model.path`` names
 a ``.gguf`` file or a directory holding one.
 
-KV/memory: servelab's KV-pool arithmetic is vLLM's, so ``kv_arithmetic`` is False and
-plans made for this engine say so; the log's KV cells and bytes are recorded as facts.
+KV/memory: servelab computes llama.cpp's own KV cache (:mod:`servelab.plan.llamacpp_kv`:
+cells per slot and in all, K and V bytes per layer for each cache type) from the model
+and the flags servelab passes, so ``kv_arithmetic`` is True; :meth:`plan_knobs` hands the
+planner those flags. Tests hold the plan equal to the log's ``llama_kv_cache`` line.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from typing import TYPE_CHECKING
 
 from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
-from servelab.engines.llamacpp.build import LlamaServerBuilder
+from servelab.engines.llamacpp.build import BUILD_VERSION, LlamaServerBuilder
 from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
+from servelab.plan.llamacpp_kv import LlamaCppKvSettings
 from servelab.synth.gguf import ensure_gguf, gguf_path
 
 if TYPE_CHECKING:
@@ -78,6 +81,8 @@ def flag_args(flags: LlamaCppFlags) -> list[str]:
             out += [option, str(value)]
     if flags.cont_batching is not None:
         out.append("--cont-batching" if flags.cont_batching else "--no-cont-batching")
+    if flags.kv_unified is not None:
+        out.append("--kv-unified" if flags.kv_unified else "--no-kv-unified")
     out += list(flags.extra)
     return out
 
@@ -97,7 +102,8 @@ class LlamaCppEngine(LogParsingEngine):
     parser = LogParser
     section: type[EngineSectionBase] = LlamaCppSection
     builds: Sequence[EngineBuild] = BUILDS
-    kv_arithmetic = False
+    kv_arithmetic = True
+    default_version = BUILD_VERSION
     metrics_path: str | None = "/metrics"
     headline_metrics: tuple[str, ...] = (
         "llamacpp:prompt_tokens_total",
@@ -136,12 +142,21 @@ class LlamaCppEngine(LogParsingEngine):
         return path
 
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
-        """The context one slot gets; llama.cpp keeps its KV cache in F16 by default."""
+        """The flags that shape llama.cpp's KV cache (its defaults where unset: F16 K and
+        V, flash attention auto, 4 unified slots); the recipe keeps such flags out of
+        ``extra``, so the plan sees them all."""
         if not isinstance(section, LlamaCppSection):
             raise TypeError(f"not a llama.cpp engine table: {section.name!r}")
         f = section.flags
-        per_slot = f.ctx_size // (f.parallel or 1) if f.ctx_size else None
-        return PlanKnobs(max_model_len=per_slot, enable_prefix_caching=True)
+        settings = LlamaCppKvSettings(
+            ctx_size=f.ctx_size,
+            parallel=f.parallel,
+            kv_unified=f.kv_unified,
+            cache_type_k=f.cache_type_k or "f16",
+            cache_type_v=f.cache_type_v or "f16",
+            flash_attn=f.flash_attn or "auto",
+        )
+        return PlanKnobs(enable_prefix_caching=True, llamacpp=settings)
 
 
 LLAMACPP = LlamaCppEngine()

@@ -19,9 +19,12 @@ from pathlib import Path
 from servelab.engine.install import Step, run_logged
 from servelab.errors import EngineError
 
-__all__ = ["LLAMA_CPP_PYTHON", "LlamaServerBuilder"]
+__all__ = ["BUILD_VERSION", "LLAMA_CPP_PYTHON", "LlamaServerBuilder"]
 
 LLAMA_CPP_PYTHON = "0.3.36"  # the PyPI release whose vendored llama.cpp is built
+# What that build reports (``llama-server --version``, its log): the sdist carries no git
+# history, so llama.cpp's build number is 1 and the commit is the name set below.
+BUILD_VERSION = f"b1-llama-cpp-python-{LLAMA_CPP_PYTHON}"
 SERVER = "llama-server"
 
 _CMAKE_OPTIONS = (

@@ -12,8 +12,10 @@ each line carries llama.cpp's prefix ``M.SS.mmm.uuu L`` (time since start, level
 * ``offloaded_layers`` / ``offload_total_layers``: ``offloaded 29/29 layers to GPU``;
 * ``threads``: ``system_info: n_threads = 2 (n_threads_batch = 2) / 2 | ...``;
 * ``kv_pool_tokens``, ``kv_cache_gib``, ``kv_cache_type``: ``llama_kv_cache: size = 1.00
-  MiB (2048 cells, 2 layers, 2/2 seqs), K (f16): ...`` — cells per stream times streams
-  (one stream per slot unless the cache is unified), so the tokens the cache holds;
+  MiB (2048 cells, 2 layers, 2/2 seqs), K (f16): 0.50 MiB, V (f16): 0.50 MiB`` — cells
+  per stream times streams (one stream per slot unless the cache is unified), so the
+  tokens the cache holds; the same line gives ``kv_cells``, ``kv_layers``,
+  ``kv_streams``, ``kv_k_mib``, ``kv_cache_type_v`` and ``kv_v_mib``;
   ``kv_device``: the device of ``... KV buffer size``;
 * ``max_model_len``: ``n_ctx_seq = 2048`` (the context one slot can use),
   ``parallel_slots``: ``n_slots = 2``;
@@ -44,8 +46,8 @@ _RE_MODEL_BUF = re.compile(rf"(\S+) model buffer size =\s+{_NUM} (B|KiB|MiB|GiB)
 _RE_OFFLOAD = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _RE_KV_BUF = re.compile(r"(\S+) KV buffer size =")
 _RE_KV = re.compile(
-    rf"llama_kv_cache: size =\s+{_NUM} (B|KiB|MiB|GiB)\s+\(\s*(\d+) cells,\s*\d+ layers,"
-    rf"\s*\d+/\s*(\d+) seqs\), K \((\w+)\)"
+    rf"llama_kv_cache: size =\s+{_NUM} (B|KiB|MiB|GiB)\s+\(\s*(\d+) cells,\s*(\d+) layers,"
+    rf"\s*\d+/\s*(\d+) seqs\), K \((\w+)\):\s+{_NUM} MiB, V \((\w+)\):\s+{_NUM} MiB"
 )
 _RE_N_CTX_SEQ = re.compile(r"llama_context: n_ctx_seq\s+= (\d+)")
 _RE_SLOTS = re.compile(r"n_slots = (\d+)")
@@ -120,9 +122,16 @@ class LogParser:
             self._once("offloaded_layers", int(m.group(1)))
             self._once("offload_total_layers", int(m.group(2)))
         elif m := _RE_KV.search(msg):
+            cells, layers, streams = int(m.group(3)), int(m.group(4)), int(m.group(5))
             self._once("kv_cache_gib", _gib(m.group(1), m.group(2)))
-            self._once("kv_pool_tokens", int(m.group(3)) * int(m.group(4)))
-            self._once("kv_cache_type", m.group(5))
+            self._once("kv_pool_tokens", cells * streams)
+            self._once("kv_cells", cells)
+            self._once("kv_layers", layers)
+            self._once("kv_streams", streams)
+            self._once("kv_cache_type", m.group(6))
+            self._once("kv_k_mib", float(m.group(7)))
+            self._once("kv_cache_type_v", m.group(8))
+            self._once("kv_v_mib", float(m.group(9)))
         elif m := _RE_KV_BUF.search(msg):
             self._once("kv_device", m.group(1))
         elif m := _RE_N_CTX_SEQ.search(msg):
@@ -148,6 +157,12 @@ class LogParser:
             kv_pool_tokens=_int(f.get("kv_pool_tokens")),
             kv_cache_gib=_float(f.get("kv_cache_gib")),
             kv_cache_type=_str(f.get("kv_cache_type")),
+            kv_cache_type_v=_str(f.get("kv_cache_type_v")),
+            kv_cells=_int(f.get("kv_cells")),
+            kv_streams=_int(f.get("kv_streams")),
+            kv_layers=_int(f.get("kv_layers")),
+            kv_k_mib=_float(f.get("kv_k_mib")),
+            kv_v_mib=_float(f.get("kv_v_mib")),
             threads=_int(f.get("threads")),
             offloaded_layers=_int(f.get("offloaded_layers")),
             offload_total_layers=_int(f.get("offload_total_layers")),

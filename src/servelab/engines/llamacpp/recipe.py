@@ -16,13 +16,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servelab.engines.base import EngineSectionBase, check_extra_args
+from servelab.engines.base import EngineSectionBase, check_extra_args, first_flag
 
 __all__ = ["MANAGED_FLAGS", "LlamaCppFlags", "LlamaCppSection"]
 
 # Arguments servelab sets from the recipe; repeating them in ``extra`` is an error.
 MANAGED_FLAGS = (
     "-m", "--model", "--port", "--host", "-a", "--alias", "--metrics", "-lv", "--log-verbosity",
+)  # fmt: skip
+
+# llama-server options that change the KV cache: the plan must see them, so they are
+# [engine.flags] keys (or, the last, not modelled at all), never ``extra``.
+UNMODELLED_KV_FLAGS = ("--kv-unified-per-slot",)
+KV_FLAGS = (
+    "-c", "--ctx-size", "-np", "--parallel", "-ctk", "--cache-type-k", "-ctv",
+    "--cache-type-v", "-fa", "--flash-attn", "-kvu", "--kv-unified", "-no-kvu",
+    "--no-kv-unified", *UNMODELLED_KV_FLAGS,
 )  # fmt: skip
 
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -46,6 +55,9 @@ class LlamaCppFlags(BaseModel):
     cache_type_v: CacheType | None = None
     flash_attn: Literal["on", "off", "auto"] | None = None
     cont_batching: bool | None = None
+    kv_unified: bool | None = Field(
+        default=None, description="One KV stream all slots share (-kvu / -no-kvu)."
+    )
     extra: tuple[str, ...] = Field(
         default=(), description="Any further arguments, one per item."
     )
@@ -53,7 +65,18 @@ class LlamaCppFlags(BaseModel):
     @field_validator("extra")
     @classmethod
     def _extra(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return check_extra_args(v, MANAGED_FLAGS)
+        check_extra_args(v, MANAGED_FLAGS)
+        if (name := first_flag(v, KV_FLAGS)) is not None:
+            if name in UNMODELLED_KV_FLAGS:
+                raise ValueError(
+                    f"{name} changes the KV cache in a way servelab's plan does not model"
+                )
+            raise ValueError(
+                f"{name} belongs in [engine.flags] (ctx_size, parallel, cache_type_k, "
+                "cache_type_v, flash_attn, kv_unified) so that plan sees it; remove it from "
+                "extra"
+            )
+        return v
 
 
 class LlamaCppSection(EngineSectionBase):

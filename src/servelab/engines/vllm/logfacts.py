@@ -83,6 +83,7 @@ _RE_PARALLEL_CFG = re.compile(
 _RE_EXECUTOR_CFG = re.compile(r"distributed_executor_backend='?(\w+)")
 _RE_DIST_INIT = re.compile(r"world_size=(\d+) rank=\d+ (?:local_rank=\d+ )?.*backend=(\w+)")
 _RE_WORLD = re.compile(r"\bworld_size=(\d+)")
+_RE_OMP_BIND = re.compile(r"\bVLLM_CPU_OMP_THREADS_BIND='([^']*)'")
 _RE_NCCL = re.compile(r"vLLM is using nccl==([\w.+-]+)")
 _RE_SHM_OFF = re.compile(r"CPU SHM communicator disabled")
 _RE_RAY = re.compile(
@@ -238,6 +239,8 @@ class LogParser:
             f["comm_transport"] = "torch.distributed (gloo); CPU shared-memory communicator off"
         if _RE_RAY.search(msg):
             f["executor"] = "ray"
+        if m := _RE_OMP_BIND.search(msg):
+            f["cpu_threads_bind"] = m.group(1)
         if m := _RE_EP.search(msg):
             f["expert_parallel_size"] = int(m.group(1))
             f["experts_per_rank"] = int(m.group(2))

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servelab.engines.base import EngineSectionBase, check_extra_args
+from servelab.engines.base import EngineSectionBase, check_extra_args, first_flag
 from servelab.plan.layout import ParallelLayout
 
 __all__ = ["MANAGED_FLAGS", "VllmFlags", "VllmSection"]
@@ -81,14 +81,12 @@ class VllmFlags(_Strict):
     @classmethod
     def _extra(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         check_extra_args(v, MANAGED_FLAGS)
-        for arg in v:
-            name = arg.split("=", 1)[0]
-            if name in LAYOUT_FLAGS:
-                raise ValueError(
-                    f"{name} belongs in [engine.flags] (tensor_parallel_size, "
-                    "pipeline_parallel_size, data_parallel_size, enable_expert_parallel, "
-                    "distributed_executor_backend) so that plan sees it; remove it from extra"
-                )
+        if (name := first_flag(v, LAYOUT_FLAGS)) is not None:
+            raise ValueError(
+                f"{name} belongs in [engine.flags] (tensor_parallel_size, "
+                "pipeline_parallel_size, data_parallel_size, enable_expert_parallel, "
+                "distributed_executor_backend) so that plan sees it; remove it from extra"
+            )
         return v
 
     def layout(self) -> ParallelLayout:
