@@ -39,11 +39,11 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.synth.replica import (  # noqa: E402
+    QWEN3_6_35B_A3B,
     TEXT_LINEARS,
     QuantLayout,
     TensorSpec,
     quantization_config,
-    QWEN3_6_35B_A3B,
     replica_tensors,
     write_replica,
 )

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             "kind": s.kind,
             "length": s.length,
             "layers": s.layers,
+            "expert_slots": s.expert_slots,
+            "platform": s.platform,
             "bytes_read": int(s.bytes_read),
             "flops": float(s.flops),
             "tok_s": round(s.tok_s, 2),

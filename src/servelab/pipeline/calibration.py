@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from servelab.analysis.acceptance import spec_config_of
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.document import read_plan
 from servelab.plan.ledger import LedgerRow, ledger
 from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
-from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate
+from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
 from servelab.store.model import STATUS_OK, RunRecord
@@ -56,6 +57,25 @@ def run_layers(run: RunRecord) -> int | None:
     return None
 
 
+def run_experts(run: RunRecord) -> int:
+    """Routed experts per MoE layer of the run's checkpoint (the plan's dims, else inspect's
+    report; 0 for a dense model or when neither says)."""
+    dims = (run.prediction or {}).get("dims")
+    if isinstance(dims, Mapping) and isinstance(dims.get("num_experts"), int):
+        return int(dims["num_experts"])
+    report = run.checkpoint_report or {}
+    experts = report.get("experts") if isinstance(report, Mapping) else None
+    total = experts.get("total") if isinstance(experts, Mapping) else None
+    return int(total) if isinstance(total, int) else 0
+
+
+def run_platform(run: RunRecord) -> str:
+    """The platform of the hardware the run's plan was made for (``cuda`` if unrecorded)."""
+    hw = (run.prediction or {}).get("hardware")
+    platform = hw.get("platform") if isinstance(hw, Mapping) else None
+    return str(platform) if platform else "cuda"
+
+
 def model_key(run: RunRecord, weight_bytes: float | None) -> str:
     """The build a run measured, for leave-one-model-out: model id plus weight bytes per
     token (so a BF16 and an FP32 cast of one checkpoint are two builds)."""
@@ -66,7 +86,11 @@ def model_key(run: RunRecord, weight_bytes: float | None) -> str:
 
 
 def samples_from_run(run: RunRecord) -> list[Sample]:
-    """Decode and prefill samples of one successful run (empty when it lacks inputs)."""
+    """Decode and prefill samples of one successful run (empty when it lacks inputs, and for
+    a run that drafted: its decode speed is tokens per verification step x steps per second,
+    not a plain decode measurement)."""
+    if spec_config_of(run) is not None:
+        return []
     plan = read_plan(run.prediction)
     speed = _map(plan.raw.get("speed")) or plan.raw
     layers = run_layers(run)
@@ -77,6 +101,9 @@ def samples_from_run(run: RunRecord) -> list[Sample]:
     engine = run.engine_name or "vllm"
     compute = str(speed.get("compute_precision") or "bf16")
     model = model_key(run, _num(plan.decode[0].raw.get("weight_bytes")))
+    experts = run_experts(run)
+    slots = expert_slots(layers if experts else 0, experts)
+    platform = run_platform(run)
     out: list[Sample] = []
     for point in (*plan.decode, *plan.prefill):
         n = point.tokens
@@ -94,7 +121,7 @@ def samples_from_run(run: RunRecord) -> list[Sample]:
             continue
         out.append(
             Sample(model, engine, path, run.hardware, point.kind, n, layers, nbytes, flops,
-                   seconds, f"run {run.run_id}", compute)
+                   seconds, f"run {run.run_id}", compute, slots, platform)
         )
     return out
 

@@ -47,7 +47,7 @@ from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.kv import attention_bytes_per_token_per_layer, mamba_state_bytes
 from servelab.plan.modelcfg import DTYPE_BYTES, ModelDims
-from servelab.plan.speedmodel import Calibration, Fit, features, interval
+from servelab.plan.speedmodel import Calibration, Fit, expert_slots, features, interval
 from servelab.plan.weights import Weights
 
 
@@ -219,6 +219,12 @@ def mtp_step_cost(
     return step_bytes, step_layers
 
 
+def model_expert_slots(dims: ModelDims) -> int:
+    """MoE layers x routed experts of ``dims`` (every decoder layer of a MoE model counts as a
+    MoE layer; 0 for a dense model)."""
+    return expert_slots(dims.num_layers if dims.num_experts > 0 else 0, dims.num_experts)
+
+
 def _predicted(
     fit: Fit | None, row: Sequence[float], tokens: float, bound: float
 ) -> tuple[float | None, ...]:
@@ -268,6 +274,8 @@ def predict_speed(
     if rate is None:
         notes.append(f"{hardware.name} has no {path.compute} compute figure: prefill not predicted")
     layers = dims.num_layers
+    slots = model_expert_slots(dims)
+    on = hardware.platform
     decode: list[DecodePoint] = []
     prefill: list[PrefillPoint] = []
     for p in prompt_lens:
@@ -276,7 +284,8 @@ def predict_speed(
         )
         total = w + kv + st
         roof = roofline_decode_tok_s(total, bw)
-        tok, lo, hi = _predicted(dfit, features("decode", total, layers), 1.0, roof)
+        row = features("decode", total, layers, expert_slots=slots, platform=on)
+        tok, lo, hi = _predicted(dfit, row, 1.0, roof)
         decode.append(
             DecodePoint(
                 context_len=p,
@@ -299,7 +308,8 @@ def predict_speed(
             proof = p / max(t_c, t_b)
             # On a CPU the compute figure is a quick probe, not a ceiling (see lower_bounds).
             cap = p / t_b if hardware.platform == "cpu" else proof
-            ptok, plo, phi = _predicted(pfit, features("prefill", nbytes, layers, flops), p, cap)
+            row = features("prefill", nbytes, layers, flops, expert_slots=slots, platform=on)
+            ptok, plo, phi = _predicted(pfit, row, p, cap)
             prefill.append(
                 PrefillPoint(
                     prompt_len=p,
@@ -332,7 +342,14 @@ def predict_speed(
                     f"acceptance length {a} must lie in [1, draft tokens + 1 = {draft_tokens + 1}]"
                 )
             mroof = a * bw / step_bytes
-            tok, lo, hi = _predicted(dfit, features("decode", step_bytes, step_layers), a, mroof)
+            row = features(
+                "decode",
+                step_bytes,
+                step_layers,
+                expert_slots=step_layers * dims.num_experts if slots else 0,
+                platform=on,
+            )
+            tok, lo, hi = _predicted(dfit, row, a, mroof)
             mtp.append(
                 MtpPoint(
                     acceptance_length=a,
@@ -371,7 +388,10 @@ def coefficients(bandwidth: float, rate: float | None) -> dict[str, tuple[float,
     """The roofline as speed-model coefficients: ``1 / bandwidth`` per byte, ``1 / rate`` per
     FLOP (0 without a rate), no overheads."""
     per_flop = 1.0 / rate if rate else 0.0
-    return {"decode": (1.0 / bandwidth, 0.0, 0.0), "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0)}
+    return {
+        "decode": (1.0 / bandwidth, 0.0, 0.0, 0.0),
+        "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0, 0.0),
+    }
 
 
 def bounds(coef: dict[str, tuple[float, ...]], *, cpu: bool) -> dict[str, tuple[float, ...]]:

@@ -34,7 +34,7 @@ _REQUIRED = {
     "tok_s": int | float,
     "source": str,
 }
-_OPTIONAL = {"note": str, "compute": str}
+_OPTIONAL = {"note": str, "compute": str, "expert_slots": int, "platform": str}
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,12 @@ def _sample(row: Any, where: str) -> Sample:
     unknown = set(row) - set(_REQUIRED) - set(_OPTIONAL)
     if unknown:
         raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    for key, typ in _REQUIRED.items():
+    for key in _REQUIRED:
         if key not in row:
             raise InputError(f"{where}: missing {key}")
-        value = row[key]
-        if isinstance(value, bool) or not isinstance(value, typ):
+    for key, typ in {**_REQUIRED, **_OPTIONAL}.items():
+        value = row.get(key)
+        if key in row and (isinstance(value, bool) or not isinstance(value, typ)):
             raise InputError(f"{where}: {key} has the wrong type ({type(value).__name__})")
     if row["kind"] not in KINDS:
         raise InputError(f"{where}: kind must be decode or prefill")
@@ -82,6 +83,8 @@ def _sample(row: Any, where: str) -> Sample:
             seconds=tokens / float(row["tok_s"]),
             source=row["source"],
             compute=row.get("compute", "bf16"),
+            expert_slots=int(row.get("expert_slots", 0)),
+            platform=row.get("platform", "cuda"),
         )
     except UsageError as exc:
         raise InputError(f"{where}: {exc}") from exc

