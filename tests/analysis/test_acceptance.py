@@ -14,7 +14,6 @@ from servelab.analysis.acceptance import (
     measured_configs,
     run_acceptance,
     spec_config_of,
-    without_drafting,
 )
 from servelab.pipeline.speculative import resolve_acceptance
 from servelab.plan.specsource import SpecConfig, parse_acceptance_option
@@ -81,8 +80,8 @@ def test_no_matching_run_is_none_and_plan_says_why() -> None:
     plain = RunRecord(started_at=datetime(2026, 12, 3, tzinfo=UTC), run_id="p",
                       checkpoint_header_hash=HASH)
     assert run_acceptance(plain) is None
-    # a drafting run is no plain-decode calibration sample; a plain run is
-    assert without_drafting([*runs, plain]) == [plain]
+    # a drafting run is no plain-decode calibration sample; an MTP one is a step sample
+    assert spec_config_of(runs[0]) is not None and spec_config_of(plain) is None
     src = resolve_acceptance("auto", method="mtp", draft_tokens=3, header_hash=HASH, runs=runs)
     assert src is not None and src.kind == "none" and src.lengths == ()
     assert src.line.startswith("no speculative-decode prediction: no stored run")

@@ -100,3 +100,31 @@ def test_every_h200_calibration_run_becomes_samples() -> None:
     assert models == {"llama-3.1-8b-bf16-random", "qwen3-30b-a3b-bf16-24l-random",
                       "qwen3-next-bf16-12l-random"}
     assert {s.kernel_path for s in samples} == {"bf16 dense (default)", "bf16 MoE (default)"}
+
+
+def test_an_mtp_run_is_a_speculative_step_sample_and_an_ngram_run_is_none() -> None:
+    """t_step = measured acceptance / measured tok/s, costed by the plan's stored step."""
+    steps = [{"context_len": 512, "draft_tokens": 2, "step_bytes": int(4 * GB),
+              "step_layers": 42, "expert_slots": 42 * 128}]
+
+    def drafting(method: str) -> RunRecord:
+        base = _run("m", 300.0, 3 * GB, 40)
+        assert base.prediction is not None
+        spec = json.dumps({"method": method, "num_speculative_tokens": 2})
+        counters = {"spec_decode_num_drafts": 100.0, "spec_decode_num_draft_tokens": 200.0,
+                    "spec_decode_num_accepted_tokens": 80.0}  # acceptance 1.8
+        speed = {**base.prediction["speed"], "spec_steps": steps}
+        return RunRecord(
+            started_at=base.started_at, run_id="r-" + method, recipe_name="m", model_id="m",
+            engine_name="vllm", hardware="h200", status="ok",
+            engine_args=("python", "--speculative-config", spec),
+            prediction={**base.prediction, "speed": speed}, metrics=base.metrics,
+            extra={"bench": {"server_counters": counters}},
+        )
+
+    (s,) = samples_from_run(drafting("qwen3_next_mtp"))
+    assert s.kind == "decode" and s.length == 512 and s.model.endswith("[mtp k=2 step]")
+    assert s.seconds == pytest.approx(1.8 / 300.0)
+    assert (s.bytes_read, s.layers, s.expert_slots) == (4 * GB, 42, 42 * 128)
+    assert "speculative step: mtp k=2, measured acceptance 1.80" in s.source
+    assert samples_from_run(drafting("ngram")) == []

@@ -36,7 +36,6 @@ __all__ = [
     "measured_configs",
     "run_acceptance",
     "spec_config_of",
-    "without_drafting",
 ]
 
 SPEC_FLAG = "--speculative-config"
@@ -75,12 +74,6 @@ def spec_config_of(run: RunRecord) -> SpecConfig | None:
     """The run's speculative config: from the engine's arguments as launched, else from the
     recipe text; None when the run did not record one."""
     return _config_from_args(run.engine_args) or _config_from_recipe(run.recipe_text)
-
-
-def without_drafting(runs: Iterable[RunRecord]) -> list[RunRecord]:
-    """The runs that served without speculative decoding: a drafting run's decode speed is
-    tokens per verification step × steps per second, not a plain decode measurement."""
-    return [r for r in runs if spec_config_of(r) is None]
 
 
 def _counters(run: RunRecord) -> tuple[CounterDelta | None, tuple[float, ...]]:

@@ -60,7 +60,9 @@ def quantize(
 
 @synth_app.command("mtp")
 def mtp(
-    src: Annotated[Path, typer.Argument(help="A tiny qwen3_5_moe_text checkpoint directory.")],
+    src: Annotated[
+        Path, typer.Argument(help="A tiny qwen3_5_moe_text or qwen3_next checkpoint directory.")
+    ],
     out_dir: Annotated[Path, typer.Argument(help="New directory for the variant.")],
     ship: bool = typer.Option(
         False,

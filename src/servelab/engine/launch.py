@@ -52,16 +52,25 @@ LOG_NAME = "engine.log"
 FACTS_NAME = "engine-facts.json"
 
 
-def synth_model_dir(arch: str, overrides: dict[str, object] | None = None) -> Path:
-    """Deterministic cache directory of a tiny generated model."""
-    key = json.dumps({"arch": arch, "overrides": overrides or {}}, sort_keys=True, default=str)
+def synth_model_dir(
+    arch: str, overrides: dict[str, object] | None = None, *, mtp: bool = False
+) -> Path:
+    """Deterministic cache directory of a tiny generated model (``mtp``: with an MTP head)."""
+    spec: dict[str, object] = {"arch": arch, "overrides": overrides or {}}
+    if mtp:  # the key of a model without a head stays what it always was
+        spec["mtp"] = True
+    key = json.dumps(spec, sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return synth_models_dir() / f"{arch}-{digest}"
 
 
-def ensure_synth_model(arch: str, overrides: dict[str, object] | None = None) -> Path:
-    """Build the tiny model once (atomically: temp dir, then rename) and return its dir."""
-    target = synth_model_dir(arch, overrides)
+def ensure_synth_model(
+    arch: str, overrides: dict[str, object] | None = None, *, mtp: bool = False
+) -> Path:
+    """Build the tiny model once (atomically: temp dir, then rename) and return its dir;
+    ``mtp``: the same weights plus a random MTP head (:func:`servelab.synth.quantize.
+    add_mtp_head`)."""
+    target = synth_model_dir(arch, overrides, mtp=mtp)
     if (target / "config.json").exists():
         return target
     from servelab.synth.tiny import make_tiny_model
@@ -69,7 +78,14 @@ def ensure_synth_model(arch: str, overrides: dict[str, object] | None = None) ->
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
-        make_tiny_model(arch, tmp, overrides=overrides)
+        if mtp:
+            from servelab.synth.quantize import add_mtp_head
+
+            base = ensure_synth_model(arch, overrides)
+            shutil.rmtree(tmp)
+            add_mtp_head(base, tmp)
+        else:
+            make_tiny_model(arch, tmp, overrides=overrides)
         try:
             os.replace(tmp, target)
         except OSError:
@@ -140,7 +156,9 @@ def resolve_model(recipe: Recipe, *, build: bool = True) -> tuple[str, Path | No
     if m.synth is not None:
         overrides = dict(m.synth_overrides)
         path = (
-            ensure_synth_model(m.synth, overrides) if build else synth_model_dir(m.synth, overrides)
+            ensure_synth_model(m.synth, overrides, mtp=m.synth_mtp)
+            if build
+            else synth_model_dir(m.synth, overrides, mtp=m.synth_mtp)
         )
         path = engine.local_model(recipe, path, synth=True, build=build)
         return str(path), path

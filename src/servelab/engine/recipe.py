@@ -78,6 +78,10 @@ class ModelSection(_Strict):
         default=None, description="Build a tiny random model of this architecture."
     )
     synth_overrides: dict[str, Any] = Field(default_factory=dict)
+    synth_mtp: bool = Field(
+        default=False,
+        description="Give the tiny model a random MTP head (qwen3_next, qwen3_5_moe_text).",
+    )
     served_name: str | None = Field(default=None, description="Name clients use in requests.")
 
     @model_validator(mode="after")
@@ -92,6 +96,8 @@ class ModelSection(_Strict):
             raise ValueError("revision only applies to repo")
         if self.synth_overrides and self.synth is None:
             raise ValueError("synth_overrides only applies to synth")
+        if self.synth_mtp and self.synth not in ("qwen3_next", "qwen3_5_moe_text"):
+            raise ValueError("synth_mtp applies to synth = qwen3_next or qwen3_5_moe_text")
         return self
 
     @field_validator("repo")

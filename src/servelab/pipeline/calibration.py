@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from servelab.analysis.acceptance import spec_config_of
+from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.document import read_plan
 from servelab.plan.ledger import LedgerRow, ledger
@@ -86,11 +86,11 @@ def model_key(run: RunRecord, weight_bytes: float | None) -> str:
 
 
 def samples_from_run(run: RunRecord) -> list[Sample]:
-    """Decode and prefill samples of one successful run (empty when it lacks inputs, and for
-    a run that drafted: its decode speed is tokens per verification step x steps per second,
-    not a plain decode measurement)."""
+    """Decode and prefill samples of one successful run (empty when it lacks inputs). A run
+    that drafted gives :func:`step_samples` instead: its decode speed is tokens per
+    verification step x steps per second, not a plain decode measurement."""
     if spec_config_of(run) is not None:
-        return []
+        return step_samples(run)
     plan = read_plan(run.prediction)
     speed = _map(plan.raw.get("speed")) or plan.raw
     layers = run_layers(run)
@@ -122,6 +122,45 @@ def samples_from_run(run: RunRecord) -> list[Sample]:
         out.append(
             Sample(model, engine, path, run.hardware, point.kind, n, layers, nbytes, flops,
                    seconds, f"run {run.run_id}", compute, slots, platform)
+        )
+    return out
+
+
+def step_samples(run: RunRecord) -> list[Sample]:
+    """Decode-form samples of one speculative step from an MTP run: at each measured
+    single-stream decode point, ``t_step = acceptance length / tok/s`` (the run's own measured
+    acceptance), with the step's cost from the plan stored with the run (its ``spec_steps``).
+    Empty for other methods (an n-gram draft costs the device nothing, which the MTP step
+    form does not describe), without a measured acceptance, or without stored step costs."""
+    measured = run_acceptance(run)
+    if measured is None or measured.config.method != "mtp" or not run.hardware:
+        return []
+    speed = _map((run.prediction or {}).get("speed")) or {}
+    raw_steps = speed.get("spec_steps")
+    steps = {
+        int(st["context_len"]): st
+        for st in (raw_steps if isinstance(raw_steps, list) else [])
+        if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
+    }
+    plan = read_plan(run.prediction)
+    kernel = _map(speed.get("kernel_path"))
+    path = str(kernel.get("name")) if kernel else "unknown"
+    model = model_key(run, _num(plan.decode[0].raw.get("weight_bytes")) if plan.decode else None)
+    model += f" [{measured.config.label} step]"  # build_of() still names the model
+    a = measured.acceptance_length
+    out: list[Sample] = []
+    for n, st in sorted(steps.items()):
+        tok_s = run.metric("decode_tok_s", PointKey(n, 1).label)
+        nbytes, layers = _num(st.get("step_bytes")), st.get("step_layers")
+        if tok_s is None or tok_s.value <= 0 or not nbytes or not isinstance(layers, int):
+            continue
+        out.append(
+            Sample(model, run.engine_name or "vllm", path, run.hardware, "decode", n, layers,
+                   nbytes, 0.0, a / tok_s.value,
+                   f"run {run.run_id} (speculative step: {measured.config.label}, "
+                   f"measured acceptance {a:.2f})",
+                   str(speed.get("compute_precision") or "bf16"),
+                   int(st.get("expert_slots") or 0), run_platform(run))
         )
     return out
 

@@ -21,7 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servelab.analysis.acceptance import without_drafting
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
@@ -126,7 +125,8 @@ def plan_checkpoint(
     source = load_checkpoint(checkpoint, revision=revision)
     weights = weights_from_report(build_report(source), name=checkpoint)
     every = stored_runs(db, None) if use_store else []
-    runs = without_drafting(r for r in every if r.hardware == hardware.name)
+    # drafting runs calibrate the speculative step, not plain decode (pipeline.calibration)
+    runs = [r for r in every if r.hardware == hardware.name]
     spec = resolve_acceptance(acceptance, method=spec_method, draft_tokens=draft_tokens,
                               header_hash=source.header_sha256, runs=every,
                               use_store=use_store)

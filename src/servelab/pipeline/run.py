@@ -20,7 +20,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from servelab.analysis.acceptance import without_drafting
 from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
@@ -195,8 +194,8 @@ def make_run_plan(
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
     every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
-    # a drafting run's decode speed is no plain-decode calibration sample
-    runs = without_drafting(r for r in every if r.hardware == hardware.name)
+    # drafting runs calibrate the speculative step, not plain decode (pipeline.calibration)
+    runs = [r for r in every if r.hardware == hardware.name]
     spec = flags.speculative
     speculative = resolve_acceptance(
         AUTO, method=spec.method, draft_tokens=spec.draft_tokens, header_hash=header_hash,

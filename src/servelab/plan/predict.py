@@ -103,6 +103,20 @@ class MtpPoint:
 
 
 @dataclass(frozen=True)
+class SpecStep:
+    """What one speculative step costs at a context length, whatever the acceptance: the
+    decode form's inputs for verifying ``k + 1`` tokens and ``k`` draft passes. Stored with
+    every plan that drafts, so a run's measured speed and acceptance calibrate the form
+    (``t_step = acceptance / tok/s``) even when no acceptance was known when it was planned."""
+
+    context_len: int
+    draft_tokens: int
+    step_bytes: int
+    step_layers: int
+    expert_slots: int
+
+
+@dataclass(frozen=True)
 class SpeedPrediction:
     """Roofline bounds and calibrated predictions (with their fits) for decode and prefill."""
 
@@ -116,6 +130,7 @@ class SpeedPrediction:
     decode: tuple[DecodePoint, ...]
     prefill: tuple[PrefillPoint, ...]
     mtp: tuple[MtpPoint, ...] = ()
+    spec_steps: tuple[SpecStep, ...] = ()
     decode_fit: Fit | None = None
     prefill_fit: Fit | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -217,6 +232,26 @@ def mtp_step_cost(
     step_bytes = int(verify + k * draft_bytes_per_step(weights))
     step_layers = dims.num_layers + k * max(dims.mtp_layers, 1)
     return step_bytes, step_layers
+
+
+def spec_step(
+    weights: Weights, dims: ModelDims, draft_tokens: int, context_len: int, kv_state_bytes: int
+) -> SpecStep:
+    """:class:`SpecStep` at ``context_len`` (``kv_state_bytes``: the KV and state one decode
+    step reads there)."""
+    step_bytes, step_layers = mtp_step_cost(
+        weights, dims, draft_tokens, kv_state_bytes=kv_state_bytes
+    )
+    slots = step_layers * dims.num_experts if dims.num_experts > 0 else 0
+    return SpecStep(context_len, draft_tokens, step_bytes, step_layers, slots)
+
+
+def step_features(step: SpecStep, platform: str) -> tuple[float, ...]:
+    """The decode form's design row for one speculative step."""
+    return features(
+        "decode", step.step_bytes, step.step_layers, expert_slots=step.expert_slots,
+        platform=platform,
+    )
 
 
 def model_expert_slots(dims: ModelDims) -> int:
@@ -326,29 +361,25 @@ def predict_speed(
                 )
             )
     mtp: list[MtpPoint] = []
+    steps = tuple(
+        spec_step(weights, dims, draft_tokens, d.context_len, d.kv_bytes + d.state_bytes)
+        for d in decode
+        if draft_tokens > 0
+    )
     if acceptance_lengths:
         if draft_tokens <= 0:
             raise UsageError("speculative prediction needs at least one draft token")
         if weights.mtp_bytes <= 0:
             notes.append("the checkpoint ships no MTP head: draft cost is the lm_head alone")
         base = decode[0]
-        kv_state = base.kv_bytes + base.state_bytes
-        step_bytes, step_layers = mtp_step_cost(
-            weights, dims, draft_tokens, kv_state_bytes=kv_state
-        )
+        step_bytes, step_layers = steps[0].step_bytes, steps[0].step_layers
         for a in acceptance_lengths:
             if not 1.0 <= a <= draft_tokens + 1:
                 raise UsageError(
                     f"acceptance length {a} must lie in [1, draft tokens + 1 = {draft_tokens + 1}]"
                 )
             mroof = a * bw / step_bytes
-            row = features(
-                "decode",
-                step_bytes,
-                step_layers,
-                expert_slots=step_layers * dims.num_experts if slots else 0,
-                platform=on,
-            )
+            row = step_features(steps[0], on)
             tok, lo, hi = _predicted(dfit, row, a, mroof)
             mtp.append(
                 MtpPoint(
@@ -378,6 +409,7 @@ def predict_speed(
         decode=tuple(decode),
         prefill=tuple(prefill),
         mtp=tuple(mtp),
+        spec_steps=steps,
         decode_fit=dfit,
         prefill_fit=pfit,
         notes=tuple(notes),

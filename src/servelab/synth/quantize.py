@@ -283,26 +283,35 @@ def declare_mtp(
 def add_mtp_head(
     src: Path, dst: Path, *, declare: bool = True, fused_experts: bool = False, seed: int = 0
 ) -> Path:
-    """Copy ``src`` (a Qwen3.5-MoE text checkpoint) adding a random-weight Qwen3.5 MTP head.
+    """Copy ``src`` (a Qwen3.5-MoE text or a Qwen3-Next checkpoint) adding a random-weight MTP
+    head of the same form (both name it ``mtp.*``; vLLM serves Qwen3-Next's with
+    ``{"method": "qwen3_next_mtp"}``).
 
     Names and shapes come from :func:`servelab.synth.replica.replica_tensors`
     (``mtp.fc``, ``mtp.pre_fc_norm_*``, ``mtp.layers.0.*``, ``mtp.norm``). ``declare``:
-    also set ``mtp_num_hidden_layers: 1`` in the config.
+    also declare one MTP layer in the config (``mtp_num_hidden_layers`` for Qwen3.5,
+    ``num_nextn_predict_layers`` for Qwen3-Next). The head's dtype is the checkpoint's.
     """
     import torch
 
     tensors, config = _load(src)
     cfg = dict(config)
     cfg.setdefault("mtp_num_hidden_layers", 1)
-    if cfg.get("model_type") != "qwen3_5_moe_text":
-        raise UsageError("add_mtp_head needs a qwen3_5_moe_text checkpoint")
+    key = _MTP_KEYS.get(str(cfg.get("model_type")))
+    if key is None:
+        raise UsageError("add_mtp_head needs a qwen3_5_moe_text or qwen3_next checkpoint")
     plan = replica_tensors(cfg, mtp="fused" if fused_experts else "per-expert")
+    dtype = next(iter(tensors.values())).dtype if tensors else torch.bfloat16
     gen = torch.Generator().manual_seed(seed)
     for spec in plan.tensors:
         if spec.name.startswith("mtp."):
-            tensors[spec.name] = (torch.randn(spec.shape, generator=gen) * 0.02).to(torch.bfloat16)
+            tensors[spec.name] = (torch.randn(spec.shape, generator=gen) * 0.02).to(dtype)
     if declare:
-        config["mtp_num_hidden_layers"] = 1
+        config[key] = 1
     else:
-        config.pop("mtp_num_hidden_layers", None)
+        config.pop(key, None)
     return _write(dst, src, tensors, config)
+
+
+#: The config key that declares MTP layers, per model type add_mtp_head supports.
+_MTP_KEYS = {"qwen3_5_moe_text": "mtp_num_hidden_layers", "qwen3_next": "num_nextn_predict_layers"}
