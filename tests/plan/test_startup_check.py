@@ -101,6 +101,8 @@ def test_defaults_follow_vllms_batch_defaults() -> None:
     assert seqs(replace(h200, name="a100-80gb", description="NVIDIA A100 80GB")) == 256
     assert seqs(h200, StartupOptions(max_num_batched_tokens=512)) == 512  # capped by it
     assert seqs(h200, StartupOptions(max_num_seqs=2048, max_num_batched_tokens=512)) == 2048
+    assert seqs(h200, StartupOptions(performance_mode="throughput")) == 2048
+    assert seqs(h200, StartupOptions(max_num_seqs=8, performance_mode="throughput")) == 8
     # CPU: 128 x TP x PP (one replica's ranks; DP replicas each have their own)
     assert seqs(h200, platform="cpu", layout=ParallelLayout(tensor=2, data=2)) == 256
 
@@ -128,8 +130,9 @@ def test_recipe_flags_and_extra_feed_the_check() -> None:
     assert (f.startup().max_num_seqs, f.startup().enforce_eager) == (64, True)
     f = VllmFlags(extra=("-cc", '{"cudagraph_mode": "PIECEWISE"}', "-O0"))
     assert (f.startup().cudagraph_mode, f.startup().optimization_level) == ("PIECEWISE", 0)
-    f = VllmFlags(extra=("--compilation-config.cudagraph_mode", "FULL"))
-    assert f.startup().cudagraph_mode == "FULL"
+    f = VllmFlags(extra=("--compilation-config.cudagraph_mode", "FULL",
+                         "--performance-mode", "throughput"))
+    assert (f.startup().cudagraph_mode, f.startup().performance_mode) == ("FULL", "throughput")
     # the committed H200 recipe passes --max-num-seqs 64 in extra (after the refusal)
     rec = parse_recipe((H200_BUILD / "recipe.toml").read_text(),
                        source=H200_BUILD / "recipe.toml")

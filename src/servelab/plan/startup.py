@@ -65,6 +65,7 @@ class StartupOptions:
     enforce_eager: bool = False
     cudagraph_mode: str | None = None  # vLLM's CUDAGraphMode name, as the user gave it
     optimization_level: int | None = None  # -O
+    performance_mode: str | None = None  # --performance-mode ("throughput" doubles defaults)
 
     def graphs(self) -> tuple[str, str]:
         """Whether the engine captures FULL graphs (``GRAPHS_*``) and why servelab says so."""
@@ -96,8 +97,8 @@ def effective_max_num_seqs(
     hardware: HardwareProfile, platform: str, layout: ParallelLayout, opts: StartupOptions
 ) -> MaxNumSeqs:
     """The user's ``max_num_seqs``, else vLLM's OpenAI-server default for this device
-    (``_set_default_max_num_seqs_and_batched_tokens_args``: capped at a user's
-    ``max_num_batched_tokens``)."""
+    (``_set_default_max_num_seqs_and_batched_tokens_args``: doubled by
+    ``--performance-mode throughput``, capped at a user's ``max_num_batched_tokens``)."""
     if opts.max_num_seqs is not None:
         return MaxNumSeqs(opts.max_num_seqs, "--max-num-seqs")
     if platform == "cpu":
@@ -110,6 +111,8 @@ def effective_max_num_seqs(
     else:
         value = GPU_MAX_NUM_SEQS
         source = "vLLM's default on a GPU with < 70 GiB or an A100"
+    if opts.performance_mode == "throughput":
+        value, source = 2 * value, f"{source}, doubled by --performance-mode throughput"
     mnbt = opts.max_num_batched_tokens
     if mnbt is not None and mnbt < value:
         return MaxNumSeqs(mnbt, f"{source}, capped at --max-num-batched-tokens")

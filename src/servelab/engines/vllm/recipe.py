@@ -116,6 +116,7 @@ class VllmFlags(_Strict):
             enforce_eager=eager,
             cudagraph_mode=_cudagraph_mode(x),
             optimization_level=_optimization_level(x),
+            performance_mode=flag_value(x, ("--performance-mode",)),
         )
 
 
