@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from tests.plan.inputs import planning_inputs
 
 from servelab.hardware.profiles import BUILTIN, get_profile
-from servelab.pipeline.calibration import calibration_for
+from servelab.pipeline.calibration import calibration_for, samples_from_runs
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.explain import explain
 from servelab.plan.ledger import ledger
-from servelab.plan.predict import roofline_coefficients
+from servelab.plan.predict import model_expert_slots, roofline_coefficients
 from servelab.plan.priors import shipped_priors
+from servelab.plan.speedmodel import Sample
+from servelab.store.exchange import run_from_dict
 
 GIB = 1 << 30
 SPARK = BUILTIN["dgx-spark"]
@@ -65,6 +68,29 @@ def test_seed_fp8_left_out_of_the_priors_is_still_predicted_within_ten_percent()
         assert "fallback: no TRITON Fp8 W8A8 data" in r.source
 
 
+def test_h200_priors_are_the_committed_runs() -> None:
+    """The H200 rows are benchmarks/priors/from_runs.py over the committed exports: same
+    builds, same costs (expert slots included), same measured tok/s."""
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "results"
+    runs = []
+    for export in (results / "run-h200-qwen3-30b-a3b-fp8.json",
+                   results / "calibration-2026-12-03" / "runs-h200-calibration.json",
+                   results / "calibration-2026-12-03-pm" / "runs-h200-calibration.json"):
+        doc = json.loads(export.read_text(encoding="utf-8"))
+        runs += [run_from_dict(r, source=str(export)) for r in doc["runs"]]
+    measured: dict[tuple[str, str, int], Sample] = {}
+    for s in samples_from_runs(runs):
+        measured.setdefault((s.model.split(" [")[0], s.kind, s.length), s)
+    rows = [s for s in shipped_priors().samples if s.hardware == "h200"]
+    assert len(rows) == len(measured) == 42
+    for r in rows:
+        m = measured[(r.model, r.kind, r.length)]
+        assert (r.layers, r.expert_slots, r.bytes_read) == (m.layers, m.expert_slots,
+                                                           int(m.bytes_read))
+        assert r.tok_s == pytest.approx(m.tok_s, abs=0.01)
+    assert {r.expert_slots for r in rows if r.model.startswith("qwen3.6")} == {40 * 256}
+
+
 def test_priors_table_costs_are_servelab_arithmetic(
     qwen36_fp8: Path, qwen36_bf16: Path, qwen36_nvfp4a16: Path
 ) -> None:
@@ -73,11 +99,13 @@ def test_priors_table_costs_are_servelab_arithmetic(
     rows = [s for s in shipped_priors().samples if s.hardware == "dgx-spark"]
     assert {s.model for s in rows} == set(builds)
     for name, path in builds.items():
-        sp = _plan(path, calibrated=False).speed
+        plan = _plan(path, calibrated=False)
+        sp = plan.speed
         decode = {d.context_len: d.bytes_per_token for d in sp.decode}
         prefill = {p.prompt_len: (p.flops, p.bytes_read) for p in sp.prefill}
         for s in (s for s in rows if s.model == name):
             assert s.kernel_path == sp.kernel_path.name and s.layers == 40
+            assert s.expert_slots == model_expert_slots(plan.dims) == 40 * 256
             if s.kind == "decode":
                 assert s.bytes_read == decode[s.length]
             else:
