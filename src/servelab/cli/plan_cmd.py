@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.output import JSON, MARKDOWN, JsonOpt, MarkdownOpt, pick_format
@@ -110,6 +111,8 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         f"headroom {_gib(mem.headroom_bytes)}; "
         f"largest context at concurrency 1: {plan.largest_context_c1:,} tokens"
     )
+    for finding in plan.findings:
+        console.print(f"[bold yellow]warning:[/] {escape(finding.line)}")
     if fits_only:
         return
     if not lay.is_single:
@@ -411,6 +414,14 @@ def plan(
         None, "--kv-unified/--no-kv-unified",
         help="llama.cpp -kvu: one KV stream shared by all slots.",
     ),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", min=1,
+        help="vLLM --max-num-seqs (default: vLLM's for the hardware: 1024 on a GPU with "
+        ">= 70 GiB, else 256; on CPU 128 per rank); checked against a hybrid's mamba blocks.",
+    ),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs."
+    ),
 ) -> None:
     """Plan memory, the KV pool and predicted speed for CHECKPOINT on a hardware profile.
 
@@ -421,11 +432,15 @@ def plan(
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
     each rank's KV pool, and decode with its communication term.
 
+    A start-up refusal the plan foresees (a hybrid model's mamba cache blocks below
+    max_num_seqs) is printed as a warning with its fix.
+
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.llamacpp_kv import LlamaCppKvSettings
     from servelab.plan.specsource import parse_acceptance_option
+    from servelab.plan.startup import StartupOptions
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     vllm_only = {
@@ -435,6 +450,8 @@ def plan(
         "-tp/-pp/-dp/--enable-expert-parallel": (tensor_parallel, pipeline_parallel,
                                                  data_parallel, expert_parallel)
         != (1, 1, 1, False),
+        "--max-num-seqs": max_num_seqs is not None,
+        "--enforce-eager": enforce_eager,
     }
     llamacpp_only = {
         "-c": ctx_size is not None, "-np": parallel is not None,
@@ -499,6 +516,7 @@ def plan(
         ),
         llamacpp_kv=llamacpp,
         engine="llamacpp" if llamacpp else "vllm",
+        startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
     )
     _print_plan(result, fmt, fits)
 

@@ -7,7 +7,11 @@
      "kv_pool_tokens": {"predicted": int|null, "engine": int|null},
      "kv_cache_mib": {"predicted": float|null, "engine": float|null},
      "summary": [SummaryRow.to_dict()...],
-     "speculative": SpeculativeSummary.to_dict() | null, "site": str|null}
+     "speculative": SpeculativeSummary.to_dict() | null,
+     "warnings": [StartupFinding.to_dict()...], "site": str|null}
+
+``warnings`` are start-up refusals the plan foresaw (printed before the engine starts;
+they never stop the run).
 
 ``kv_cache_mib`` is llama.cpp's KV cache (K and V of every layer) in MiB as its log
 prints it, two decimals; ``null`` for vLLM, whose log states the pool in tokens.
@@ -94,6 +98,9 @@ class RunProgress:
             return
         if ev.status == "done":
             self.progress.update(task, total=1, completed=1, detail=escape(ev.detail))
+        elif ev.status == "warning":
+            self.progress.console.print(f"[bold yellow]warning:[/] {escape(ev.detail)}",
+                                        soft_wrap=True)
         elif ev.status == "failed":
             self.progress.update(
                 task, total=1, completed=0, detail=f"[red]failed:[/] {escape(ev.detail)}"
@@ -198,6 +205,7 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
         },
         "summary": [r.to_dict() for r in outcome.summary],
         "speculative": spec.to_dict() if spec is not None else None,
+        "warnings": [f.to_dict() for f in plan.findings] if plan else [],
         "site": str(site) if site else None,
     }
 

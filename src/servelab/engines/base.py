@@ -36,6 +36,7 @@ from servelab.engine.facts import EngineFacts, LineParser
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.llamacpp_kv import LlamaCppKvSettings
 from servelab.plan.specsource import SpecConfig
+from servelab.plan.startup import StartupOptions
 
 if TYPE_CHECKING:
     import httpx
@@ -50,6 +51,7 @@ __all__ = [
     "PlanKnobs",
     "check_extra_args",
     "first_flag",
+    "flag_value",
     "models_ready",
     "parse_lines",
 ]
@@ -117,6 +119,8 @@ class PlanKnobs:
     llamacpp: LlamaCppKvSettings | None = None  # set: plan with llama.cpp's KV arithmetic
     speculative: SpecConfig | None = None
     """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
+    startup: StartupOptions = field(default_factory=StartupOptions)
+    """What the planner's start-up checks read (max_num_seqs, CUDA graph flags)."""
 
 
 class Engine(Protocol):
@@ -205,6 +209,23 @@ def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[s
 def first_flag(args: Sequence[str], names: Sequence[str]) -> str | None:
     """The first option name among ``args`` (the part before any ``=``) that is in ``names``."""
     return next((name for arg in args if (name := arg.split("=", 1)[0]) in names), None)
+
+
+def flag_value(args: Sequence[str], names: Sequence[str]) -> str | None:
+    """The value ``args`` give an option of ``names`` (``--name V`` or ``--name=V``; the last
+    one wins, as with argparse); ``""`` for a bare flag, ``None`` when it is absent."""
+    found: str | None = None
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name not in names:
+            continue
+        if eq:
+            found = value
+        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+            found = args[i + 1]
+        else:
+            found = ""
+    return found
 
 
 def parse_lines(parser: LineParser, text: str) -> EngineFacts:

@@ -61,10 +61,11 @@ StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
 @dataclass(frozen=True)
 class RunEvent:
-    """Progress of a run: a step starting/ending, an engine phase, or a bench request."""
+    """Progress of a run: a step starting/ending, an engine phase, a bench request, or a
+    warning (a start-up refusal the plan foresees; the run goes on)."""
 
     step: StepName
-    status: Literal["start", "done", "failed", "progress"]
+    status: Literal["start", "done", "failed", "progress", "warning"]
     detail: str = ""
     phase: Phase | None = None
     bench: ProgressEvent | None = None
@@ -217,6 +218,7 @@ def make_run_plan(
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
         llamacpp_kv=flags.llamacpp,
+        startup=flags.startup,
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
     )
@@ -381,6 +383,8 @@ def run_recipe(
         )
         state.fields["prediction"] = state.plan.to_dict()
         emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))
+        for finding in state.plan.findings:  # shown before the engine starts; never blocks
+            emit(RunEvent("plan", "warning", finding.line))
 
         step = "start"
         emit(RunEvent("start", "start", "starting the engine"))

@@ -22,7 +22,12 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
      "speculative": {...AcceptanceSource: acceptance_source given|measured|none, method,
                      draft_tokens, acceptance_lengths, detail, run_ids, spread, stdev,
                      position_rates, measured} | null,
+     "startup": {"max_num_seqs": {"value", "source"} | null,
+                 "findings": [{check, predicted, conditional, message, fix, max_num_seqs,
+                               max_num_seqs_source, mamba_blocks}]},
      "notes": [str]}
+
+``startup.findings`` are start-up refusals the plan foresees (:mod:`servelab.plan.startup`).
 
 Memory and KV figures are per GPU (the fullest GPU's weights, one rank's pool); the KV
 pool's tokens and concurrency are one replica's, as that replica's engine logs them.
@@ -53,6 +58,13 @@ from servelab.plan.parallel import (
 from servelab.plan.predict import SpeedPrediction, predict_speed
 from servelab.plan.specsource import AcceptanceSource
 from servelab.plan.speedmodel import Calibration
+from servelab.plan.startup import (
+    MaxNumSeqs,
+    StartupFinding,
+    StartupOptions,
+    check_mamba_blocks,
+    effective_max_num_seqs,
+)
 from servelab.plan.weights import Weights
 
 SCHEMA = "servelab.plan/1"
@@ -106,6 +118,10 @@ class Plan:
         return self.kv.fits_one_request if self.kv is not None else True
     speculative: AcceptanceSource | None = None
     """Where the speculative prediction's acceptance length came from (or why there is none)."""
+    max_num_seqs: MaxNumSeqs | None = None
+    """The engine's max_num_seqs (given or vLLM's default); None for a llama.cpp plan."""
+    findings: tuple[StartupFinding, ...] = ()
+    """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -155,6 +171,10 @@ class Plan:
                 "decode": [d.to_dict() for d in self.parallel_decode],
             },
             "speculative": self.speculative.to_dict() if self.speculative else None,
+            "startup": {
+                "max_num_seqs": self.max_num_seqs.to_dict() if self.max_num_seqs else None,
+                "findings": [f.to_dict() for f in self.findings],
+            },
             "notes": list(self.notes),
         }
 
@@ -196,12 +216,14 @@ def build_plan(
     cpu_avx512_bf16: bool = True,
     engine_name: str = "vllm",
     llamacpp_kv: LlamaCppKvSettings | None = None,
+    startup: StartupOptions | None = None,
 ) -> Plan:
     """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules, or
     llama.cpp's when ``llamacpp_kv`` (its ``llama-server`` flags) is given.
 
     ``layout`` spreads the model over several GPUs of ``hardware`` (each one a GPU of
-    that profile); memory and fit are judged per GPU.
+    that profile); memory and fit are judged per GPU. ``startup`` (max_num_seqs, graph
+    flags) feeds the start-up checks (:mod:`servelab.plan.startup`).
     """
     dims = model_dims(config)
     lay = layout or ParallelLayout()
@@ -209,6 +231,8 @@ def build_plan(
     gpu_w = weights_per_gpu(weights, dims.num_layers, lay)
     kv: KvPoolPlan | None = None
     lkv: LlamaCppKvPlan | None = None
+    seqs: MaxNumSeqs | None = None
+    findings: list[StartupFinding] = []
     if llamacpp_kv is not None:
         if not lay.is_single:
             raise UsageError("servelab plans llama.cpp on one device: no parallel layout")
@@ -243,6 +267,10 @@ def build_plan(
             overhead_bytes=overhead_bytes,
         )
         kv_dtype_bytes, ssm_dtype = kv.kv_dtype_bytes, kv.mamba_ssm_dtype or "float32"
+        opts = startup or StartupOptions()
+        seqs = effective_max_num_seqs(hardware, platform, lay, opts)
+        if (finding := check_mamba_blocks(kv, seqs, opts, hardware)) is not None:
+            findings.append(finding)
         if draft_tokens and weights.mtp_tensors and dims.mtp_layers:
             notes.append(
                 f"{dims.mtp_layers} MTP draft attention layer(s) and "
@@ -316,6 +344,8 @@ def build_plan(
         parallel_decode=pdec,
         engine_name=engine_name,
         llamacpp_kv=lkv,
+        max_num_seqs=seqs,
+        findings=tuple(findings),
     )
 
 

@@ -82,6 +82,7 @@ def plan_markdown(plan: Plan) -> str:
         f"Fits: **{'yes' if mem.fits and plan.fits_one_request else 'no'}**, headroom "
         f"{_gib(mem.headroom_bytes)}; largest context at concurrency 1: "
         f"{plan.largest_context_c1:,} tokens.",
+        *(x for f in plan.findings for x in ("", f"**Warning (predicted):** {f.line}.")),
         "",
         *_kv_markdown(plan),
         "",

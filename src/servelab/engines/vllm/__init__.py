@@ -121,6 +121,7 @@ class VllmEngine(LogParsingEngine):
             enable_prefix_caching=f.enable_prefix_caching,
             layout=f.layout(),
             speculative=spec_config_from_mapping(f.speculative_config),
+            startup=f.startup(),
         )
 
 

@@ -9,12 +9,15 @@ Layout::
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servelab.engines.base import EngineSectionBase, check_extra_args, first_flag
+from servelab.engines.base import EngineSectionBase, check_extra_args, first_flag, flag_value
 from servelab.plan.layout import ParallelLayout
+from servelab.plan.startup import StartupOptions
 
 __all__ = ["MANAGED_FLAGS", "VllmFlags", "VllmSection"]
 
@@ -98,6 +101,58 @@ class VllmFlags(_Strict):
             expert=bool(self.enable_expert_parallel),
             backend=self.distributed_executor_backend,
         )
+
+    def startup(self) -> StartupOptions:
+        """What plan's start-up checks read: max_num_seqs, max_num_batched_tokens and the
+        CUDA graph flags, from the named flags or ``extra`` (which comes later on the
+        command line, so it wins)."""
+        x = self.extra
+        seqs = _int(flag_value(x, ("--max-num-seqs",)), self.max_num_seqs)
+        mnbt = _int(flag_value(x, ("--max-num-batched-tokens",)), self.max_num_batched_tokens)
+        eager = bool(self.enforce_eager) or flag_value(x, ("--enforce-eager",)) == ""
+        return StartupOptions(
+            max_num_seqs=seqs,
+            max_num_batched_tokens=mnbt,
+            enforce_eager=eager,
+            cudagraph_mode=_cudagraph_mode(x),
+            optimization_level=_optimization_level(x),
+            performance_mode=flag_value(x, ("--performance-mode",)),
+        )
+
+
+def _int(text: str | None, default: int | None) -> int | None:
+    """An integer option's value from ``extra`` (else ``default``: the named flag)."""
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        return default  # vLLM itself rejects it at start
+
+
+def _cudagraph_mode(extra: tuple[str, ...]) -> str | None:
+    """``cudagraph_mode`` from ``--compilation-config``/``-cc`` (JSON or dotted key)."""
+    dotted = flag_value(extra, ("--compilation-config.cudagraph_mode", "-cc.cudagraph_mode"))
+    if dotted:
+        return dotted
+    text = flag_value(extra, ("--compilation-config", "-cc"))
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    mode = doc.get("cudagraph_mode") if isinstance(doc, dict) else None
+    return str(mode) if mode is not None else None
+
+
+def _optimization_level(extra: tuple[str, ...]) -> int | None:
+    """``-O0`` .. ``-O3`` / ``--optimization-level N``."""
+    level = flag_value(extra, ("--optimization-level", "-O"))
+    for arg in extra:
+        if m := re.fullmatch(r"-O(\d)", arg):
+            level = m.group(1)
+    return _int(level, None)
 
 
 class VllmSection(EngineSectionBase):

@@ -1,0 +1,207 @@
+"""vLLM start-up refusals servelab can foresee from a plan, before a 2-5 minute engine start.
+
+One check so far: a hybrid (mamba / Gated DeltaNet) model whose decode CUDA graphs are
+FULL graphs needs one mamba cache block per decode sequence, and vLLM refuses to start
+when ``max_num_seqs`` exceeds the pool's blocks (``vllm/config/compilation.py`` in 0.26.0
+and 0.32.0)::
+
+    max_num_seqs (1024) exceeds available Mamba cache blocks (794). Each decode sequence
+    requires one Mamba cache block, so CUDA graph capture cannot proceed. ...
+
+It fires when the KV cache config has mamba layers, the cudagraph mode has FULL graphs,
+and ``max_num_seqs > num_blocks`` (one rank's blocks: :attr:`KvPoolPlan.num_blocks`).
+``max_num_seqs`` is the recipe's or the CLI's, else vLLM's default for the OpenAI server
+(``EngineArgs.get_batch_defaults``): 1024 on a GPU with >= 70 GiB that is not an A100,
+else 256; on CPU 128 x (TP x PP), where there are no CUDA graphs and the check never fires.
+Unless the user set them, servelab cannot know the graph mode: vLLM picks it from the
+attention backend, which depends on the hardware (FULL decode graphs on the H200; only
+PIECEWISE on the seed's DGX Spark). The finding says so rather than claim a certainty.
+
+Pure: plan figures and flags in, frozen dataclasses out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.hardware.profiles import GIB, HardwareProfile
+from servelab.plan.kv import KvPoolPlan
+from servelab.plan.layout import ParallelLayout
+from servelab.plan.modelcfg import LINEAR
+
+# vLLM's defaults for the OpenAI API server (EngineArgs.get_batch_defaults).
+LARGE_GPU_BYTES = 70 * GIB
+LARGE_GPU_MAX_NUM_SEQS = 1024
+GPU_MAX_NUM_SEQS = 256
+CPU_MAX_NUM_SEQS_PER_RANK = 128
+
+# cudagraph modes (vLLM's CUDAGraphMode names) and what servelab knows of them.
+FULL_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+NO_FULL_MODES = ("NONE", "PIECEWISE")
+GRAPHS_FULL = "full"  # the user asked for a mode with FULL graphs
+GRAPHS_NONE = "no-full"  # --enforce-eager, -O0, or a mode without FULL graphs
+GRAPHS_ENGINE = "engine-default"  # vLLM picks by attention backend
+
+# Which decode graphs vLLM captured on a hardware profile when left to choose, and where
+# that was seen (the engine log's "Capturing CUDA graphs (...)" lines).
+OBSERVED_GRAPHS: Mapping[str, tuple[bool, str]] = {
+    "h200": (True, "vLLM 0.26.0 captures FULL decode CUDA graphs on the H200 and refused "
+                   "such a start there"),
+    "dgx-spark": (False, "the seed's vLLM 0.26.0 log on the DGX Spark shows only PIECEWISE "
+                         "capture, so it may start there"),
+}
+
+CHECK_MAMBA_BLOCKS = "mamba-blocks-vs-max-num-seqs"
+
+
+@dataclass(frozen=True)
+class StartupOptions:
+    """The engine flags the start-up checks read (``None``: the engine's default)."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    cudagraph_mode: str | None = None  # vLLM's CUDAGraphMode name, as the user gave it
+    optimization_level: int | None = None  # -O
+    performance_mode: str | None = None  # --performance-mode ("throughput" doubles defaults)
+
+    def graphs(self) -> tuple[str, str]:
+        """Whether the engine captures FULL graphs (``GRAPHS_*``) and why servelab says so."""
+        if self.enforce_eager:
+            return GRAPHS_NONE, "--enforce-eager: no CUDA graphs"
+        if self.optimization_level == 0:
+            return GRAPHS_NONE, "-O0: no CUDA graphs"
+        mode = (self.cudagraph_mode or "").upper()
+        if mode in FULL_MODES:
+            return GRAPHS_FULL, f"cudagraph_mode {mode}"
+        if mode in NO_FULL_MODES:
+            return GRAPHS_NONE, f"cudagraph_mode {mode}: no FULL graphs"
+        return GRAPHS_ENGINE, "vLLM picks the cudagraph mode from the attention backend"
+
+
+@dataclass(frozen=True)
+class MaxNumSeqs:
+    """The ``max_num_seqs`` the engine will run with, and where it comes from."""
+
+    value: int
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"value": self.value, "source": self.source}
+
+
+def effective_max_num_seqs(
+    hardware: HardwareProfile, platform: str, layout: ParallelLayout, opts: StartupOptions
+) -> MaxNumSeqs:
+    """The user's ``max_num_seqs``, else vLLM's OpenAI-server default for this device
+    (``_set_default_max_num_seqs_and_batched_tokens_args``: doubled by
+    ``--performance-mode throughput``, capped at a user's ``max_num_batched_tokens``)."""
+    if opts.max_num_seqs is not None:
+        return MaxNumSeqs(opts.max_num_seqs, "--max-num-seqs")
+    if platform == "cpu":
+        ranks = layout.gpus_per_replica
+        value = CPU_MAX_NUM_SEQS_PER_RANK * ranks
+        source = f"vLLM's CPU default, 128 x {ranks} rank{'s' if ranks != 1 else ''}"
+    elif hardware.memory_bytes >= LARGE_GPU_BYTES and not _is_a100(hardware):
+        value = LARGE_GPU_MAX_NUM_SEQS
+        source = "vLLM's default on a GPU with >= 70 GiB, not an A100"
+    else:
+        value = GPU_MAX_NUM_SEQS
+        source = "vLLM's default on a GPU with < 70 GiB or an A100"
+    if opts.performance_mode == "throughput":
+        value, source = 2 * value, f"{source}, doubled by --performance-mode throughput"
+    mnbt = opts.max_num_batched_tokens
+    if mnbt is not None and mnbt < value:
+        return MaxNumSeqs(mnbt, f"{source}, capped at --max-num-batched-tokens")
+    return MaxNumSeqs(value, source)
+
+
+def _is_a100(hardware: HardwareProfile) -> bool:
+    return "a100" in f"{hardware.name} {hardware.description}".lower()
+
+
+@dataclass(frozen=True)
+class StartupFinding:
+    """A start-up refusal the plan foresees: what, how sure, and the fix."""
+
+    check: str
+    conditional: bool  # it depends on the graph mode, which servelab cannot know here
+    message: str
+    fix: str
+    max_num_seqs: int
+    max_num_seqs_source: str
+    mamba_blocks: int
+
+    @property
+    def line(self) -> str:
+        """One line for a terminal: the message and the fix."""
+        return f"{self.message}; fix: {self.fix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``predicted``: a plan's finding, not an engine's log)."""
+        return {
+            "check": self.check,
+            "predicted": True,
+            "conditional": self.conditional,
+            "message": self.message,
+            "fix": self.fix,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_seqs_source": self.max_num_seqs_source,
+            "mamba_blocks": self.mamba_blocks,
+        }
+
+
+def _gib_up(n: int) -> str:
+    """Bytes as GiB, rounded up to 0.01 GiB (a pool that size holds them)."""
+    return f"{-(-n * 100 // GIB) / 100:,.2f} GiB"
+
+
+def has_mamba_layers(kv: KvPoolPlan) -> bool:
+    """Whether the pool has a mamba-state group (vLLM's ``has_mamba_layers``)."""
+    return any(g.kind == LINEAR for g in kv.groups)
+
+
+def check_mamba_blocks(
+    kv: KvPoolPlan,
+    seqs: MaxNumSeqs,
+    opts: StartupOptions,
+    hardware: HardwareProfile,
+) -> StartupFinding | None:
+    """vLLM's "max_num_seqs exceeds available Mamba cache blocks" refusal, foreseen.
+
+    ``None`` when it cannot fire: a pool without mamba layers, a CPU platform (no CUDA
+    graphs), no FULL graphs, or enough blocks.
+    """
+    if kv.platform == "cpu" or not has_mamba_layers(kv) or seqs.value <= kv.num_blocks:
+        return None
+    graphs, why = opts.graphs()
+    if graphs == GRAPHS_NONE:
+        return None
+    numbers = (
+        f"max_num_seqs {seqs.value:,} ({seqs.source}) exceeds the {kv.num_blocks:,} mamba "
+        f"cache blocks of this KV pool"
+    )
+    observed = OBSERVED_GRAPHS.get(hardware.name)
+    if graphs == GRAPHS_FULL:
+        conditional, when = False, f"vLLM will refuse to start ({why})"
+    elif observed is not None and observed[0]:
+        conditional, when = False, f"vLLM will refuse to start ({observed[1]})"
+    else:
+        seen = observed[1] if observed is not None else (
+            "it did on the H200; whether it does here depends on the attention backend")
+        conditional, when = True, (
+            f"vLLM will refuse to start if it captures FULL decode CUDA graphs ({seen})")
+    return StartupFinding(
+        check=CHECK_MAMBA_BLOCKS,
+        conditional=conditional,
+        message=f"{numbers}: {when}",
+        fix=f"pass --max-num-seqs <= {kv.num_blocks:,}, or a KV pool of at least "
+            f"{_gib_up(seqs.value * kv.bytes_per_block)} per GPU "
+            f"({seqs.value:,} blocks x {kv.bytes_per_block:,} bytes)",
+        max_num_seqs=seqs.value,
+        max_num_seqs_source=seqs.source,
+        mamba_blocks=kv.num_blocks,
+    )
