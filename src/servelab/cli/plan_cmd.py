@@ -410,12 +410,16 @@ def plan(
     flash_attn: str = typer.Option(
         "auto", "--flash-attn", "-fa", help="llama.cpp -fa: on, off or auto."
     ),
-    kv_unified: bool | None = typer.Option(
-        None, "--kv-unified/--no-kv-unified",
-        help="llama.cpp -kvu: one KV stream shared by all slots.",
+    # Two plain flags, not "--kv-unified/--no-kv-unified": the pair would widen the help's
+    # short-name column until option names are cut at 80 columns.
+    kv_unified_on: bool = typer.Option(
+        False, "--kv-unified", help="llama.cpp -kvu: one KV stream shared by all slots."
+    ),
+    kv_unified_off: bool = typer.Option(
+        False, "--no-kv-unified", help="llama.cpp --no-kv-unified: one KV stream per slot."
     ),
     max_num_seqs: int | None = typer.Option(
-        None, "--max-num-seqs", min=1,
+        None, "--max-num-seqs",
         help="vLLM --max-num-seqs (default: vLLM's for the hardware: 1024 on a GPU with "
         ">= 70 GiB, else 256; on CPU 128 per rank); checked against a hybrid's mamba blocks.",
     ),
@@ -443,6 +447,13 @@ def plan(
     from servelab.plan.startup import StartupOptions
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
+    if kv_unified_on and kv_unified_off:
+        raise UsageError("--kv-unified and --no-kv-unified exclude each other")
+    kv_unified = True if kv_unified_on else False if kv_unified_off else None
+    # checked here, not with min=1: Typer would print "<int range> [x>=1]" as the metavar and
+    # widen the help's metavar column until option names are cut at 80 columns
+    if max_num_seqs is not None and max_num_seqs < 1:
+        raise UsageError(f"--max-num-seqs must be at least 1, got {max_num_seqs}")
     vllm_only = {
         "--max-model-len": max_model_len is not None,
         "--kv-cache-memory-bytes": kv_cache_memory_bytes is not None,
