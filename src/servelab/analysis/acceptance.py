@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.bench.specdecode import CounterDelta
+from servelab.engines.base import flag_value
 from servelab.plan.specsource import SpecConfig, normalize_method, spec_config_from_mapping
 from servelab.store.model import STATUS_OK, RunRecord
 
@@ -42,19 +43,13 @@ SPEC_FLAG = "--speculative-config"
 
 
 def _config_from_args(args: tuple[str, ...]) -> SpecConfig | None:
-    for i, arg in enumerate(args):
-        text: str | None = None
-        if arg == SPEC_FLAG and i + 1 < len(args):
-            text = args[i + 1]
-        elif arg.startswith(SPEC_FLAG + "="):
-            text = arg.partition("=")[2]
-        if text is None:
-            continue
-        try:
-            return spec_config_from_mapping(json.loads(text))
-        except json.JSONDecodeError:
-            return None
-    return None
+    text = flag_value(args, (SPEC_FLAG,))
+    if not text:
+        return None
+    try:
+        return spec_config_from_mapping(json.loads(text))
+    except json.JSONDecodeError:
+        return None
 
 
 def _config_from_recipe(text: str | None) -> SpecConfig | None:

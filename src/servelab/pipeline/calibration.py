@@ -12,11 +12,12 @@ bytes), which every plan stores.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.hardware.profiles import HardwareProfile
-from servelab.plan.document import read_plan
+from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.ledger import LedgerRow, ledger
 from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
@@ -85,6 +86,35 @@ def model_key(run: RunRecord, weight_bytes: float | None) -> str:
     return f"{name} [{weight_bytes / 2**20:,.1f} MiB/token]"
 
 
+@dataclass(frozen=True)
+class _RunBuild:
+    """What every sample of one run shares: build key, engine, kernel path, compute
+    precision and platform, read from the run and the plan stored with it."""
+
+    model: str
+    engine: str
+    kernel_path: str
+    compute: str
+    platform: str
+
+
+def _run_build(run: RunRecord, plan: PlanDocument) -> _RunBuild:
+    speed = _speed(plan)
+    kernel = _map(speed.get("kernel_path"))
+    weight = _num(plan.decode[0].raw.get("weight_bytes")) if plan.decode else None
+    return _RunBuild(
+        model=model_key(run, weight),
+        engine=run.engine_name or "vllm",
+        kernel_path=str(kernel.get("name")) if kernel else "unknown",
+        compute=str(speed.get("compute_precision") or "bf16"),
+        platform=run_platform(run),
+    )
+
+
+def _speed(plan: PlanDocument) -> Mapping[str, Any]:
+    return _map(plan.raw.get("speed")) or plan.raw
+
+
 def samples_from_run(run: RunRecord) -> list[Sample]:
     """Decode and prefill samples of one successful run (empty when it lacks inputs). A run
     that drafted gives :func:`step_samples` instead: its decode speed is tokens per
@@ -92,18 +122,11 @@ def samples_from_run(run: RunRecord) -> list[Sample]:
     if spec_config_of(run) is not None:
         return step_samples(run)
     plan = read_plan(run.prediction)
-    speed = _map(plan.raw.get("speed")) or plan.raw
     layers = run_layers(run)
     if run.status != STATUS_OK or not run.hardware or not layers or not plan.decode:
         return []
-    kernel = _map(speed.get("kernel_path"))
-    path = str(kernel.get("name")) if kernel else "unknown"
-    engine = run.engine_name or "vllm"
-    compute = str(speed.get("compute_precision") or "bf16")
-    model = model_key(run, _num(plan.decode[0].raw.get("weight_bytes")))
-    experts = run_experts(run)
-    slots = expert_slots(layers if experts else 0, experts)
-    platform = run_platform(run)
+    b = _run_build(run, plan)
+    slots = expert_slots(layers, run_experts(run))
     out: list[Sample] = []
     for point in (*plan.decode, *plan.prefill):
         n = point.tokens
@@ -120,8 +143,8 @@ def samples_from_run(run: RunRecord) -> list[Sample]:
         if not nbytes or flops is None or (point.kind == "prefill" and not flops):
             continue
         out.append(
-            Sample(model, engine, path, run.hardware, point.kind, n, layers, nbytes, flops,
-                   seconds, f"run {run.run_id}", compute, slots, platform)
+            Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
+                   flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform)
         )
     return out
 
@@ -135,18 +158,15 @@ def step_samples(run: RunRecord) -> list[Sample]:
     measured = run_acceptance(run)
     if measured is None or measured.config.method != "mtp" or not run.hardware:
         return []
-    speed = _map((run.prediction or {}).get("speed")) or {}
-    raw_steps = speed.get("spec_steps")
+    plan = read_plan(run.prediction)
+    raw_steps = _speed(plan).get("spec_steps")
     steps = {
         int(st["context_len"]): st
         for st in (raw_steps if isinstance(raw_steps, list) else [])
         if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
     }
-    plan = read_plan(run.prediction)
-    kernel = _map(speed.get("kernel_path"))
-    path = str(kernel.get("name")) if kernel else "unknown"
-    model = model_key(run, _num(plan.decode[0].raw.get("weight_bytes")) if plan.decode else None)
-    model += f" [{measured.config.label} step]"  # build_of() still names the model
+    b = _run_build(run, plan)
+    model = f"{b.model} [{measured.config.label} step]"  # build_of() still names the model
     a = measured.acceptance_length
     out: list[Sample] = []
     for n, st in sorted(steps.items()):
@@ -155,12 +175,11 @@ def step_samples(run: RunRecord) -> list[Sample]:
         if tok_s is None or tok_s.value <= 0 or not nbytes or not isinstance(layers, int):
             continue
         out.append(
-            Sample(model, run.engine_name or "vllm", path, run.hardware, "decode", n, layers,
+            Sample(model, b.engine, b.kernel_path, run.hardware, "decode", n, layers,
                    nbytes, 0.0, a / tok_s.value,
                    f"run {run.run_id} (speculative step: {measured.config.label}, "
                    f"measured acceptance {a:.2f})",
-                   str(speed.get("compute_precision") or "bf16"),
-                   int(st.get("expert_slots") or 0), run_platform(run))
+                   b.compute, int(st.get("expert_slots") or 0), b.platform)
         )
     return out
 

@@ -242,7 +242,7 @@ def spec_step(
     step_bytes, step_layers = mtp_step_cost(
         weights, dims, draft_tokens, kv_state_bytes=kv_state_bytes
     )
-    slots = step_layers * dims.num_experts if dims.num_experts > 0 else 0
+    slots = expert_slots(step_layers, dims.num_experts)
     return SpecStep(context_len, draft_tokens, step_bytes, step_layers, slots)
 
 
@@ -257,7 +257,7 @@ def step_features(step: SpecStep, platform: str) -> tuple[float, ...]:
 def model_expert_slots(dims: ModelDims) -> int:
     """MoE layers x routed experts of ``dims`` (every decoder layer of a MoE model counts as a
     MoE layer; 0 for a dense model)."""
-    return expert_slots(dims.num_layers if dims.num_experts > 0 else 0, dims.num_experts)
+    return expert_slots(dims.num_layers, dims.num_experts)
 
 
 def _predicted(

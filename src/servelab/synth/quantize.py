@@ -280,6 +280,10 @@ def declare_mtp(
     return _write(dst, src, tensors, config)
 
 
+#: The config key that declares MTP layers, per model type add_mtp_head supports.
+_MTP_KEYS = {"qwen3_5_moe_text": "mtp_num_hidden_layers", "qwen3_next": "num_nextn_predict_layers"}
+
+
 def add_mtp_head(
     src: Path, dst: Path, *, declare: bool = True, fused_experts: bool = False, seed: int = 0
 ) -> Path:
@@ -312,6 +316,3 @@ def add_mtp_head(
         config.pop(key, None)
     return _write(dst, src, tensors, config)
 
-
-#: The config key that declares MTP layers, per model type add_mtp_head supports.
-_MTP_KEYS = {"qwen3_5_moe_text": "mtp_num_hidden_layers", "qwen3_next": "num_nextn_predict_layers"}
