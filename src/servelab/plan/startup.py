@@ -119,6 +119,58 @@ def effective_max_num_seqs(
     return MaxNumSeqs(value, source)
 
 
+#: vLLM's ceiling on the largest CUDA graph it captures by default (tokens per step).
+MAX_CAPTURE_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class GraphCapture:
+    """The largest step (tokens) vLLM captures a CUDA graph for, and where that comes from.
+
+    A prefill of more tokens than ``max_tokens`` runs without a graph: every kernel of every
+    layer is launched from the host, which costs milliseconds per prompt on a small or hybrid
+    model (measured on the H200: Llama-3.2-3B's 512-token prefill took 18 ms with graphs up to
+    512 tokens and 38 ms with graphs up to 128; benchmarks/RESULTS.md). 0: no graphs at all.
+    """
+
+    max_tokens: int
+    source: str
+
+    def graphed(self, tokens: int) -> bool:
+        """Whether a step of ``tokens`` tokens replays a captured graph."""
+        return 0 < tokens <= self.max_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"max_tokens": self.max_tokens, "source": self.source}
+
+
+def graph_capture(
+    max_num_seqs: int,
+    *,
+    platform: str = "cuda",
+    spec_tokens: int = 0,
+    enforce_eager: bool = False,
+    max_num_batched_tokens: int | None = None,
+) -> GraphCapture:
+    """vLLM's largest CUDA graph capture size (``VllmConfig._set_cudagraph_sizes``):
+    ``min(2 x max_num_seqs, 512)``, times ``1 + k`` with ``k`` speculative tokens per step,
+    capped at ``max_num_batched_tokens``; none on a CPU or with ``--enforce-eager``. Seen in
+    vLLM 0.26.0's logged ``max_cudagraph_capture_size`` on the H200: 512 by default, 128 with
+    ``--max-num-seqs 64``, 384 with ``--max-num-seqs 64`` and MTP k=2."""
+    if platform == "cpu":
+        return GraphCapture(0, "no CUDA graphs on a CPU")
+    if enforce_eager:
+        return GraphCapture(0, "--enforce-eager: no CUDA graphs")
+    size = min(2 * max_num_seqs, MAX_CAPTURE_TOKENS) * (1 + max(spec_tokens, 0))
+    why = f"vLLM: min(2 x max_num_seqs {max_num_seqs:,}, {MAX_CAPTURE_TOKENS})"
+    if spec_tokens > 0:
+        why += f" x (1 + {spec_tokens} speculative tokens)"
+    if max_num_batched_tokens is not None and max_num_batched_tokens < size:
+        size, why = max_num_batched_tokens, f"{why}, capped at max_num_batched_tokens"
+    return GraphCapture(size, why)
+
+
 def _is_a100(hardware: HardwareProfile) -> bool:
     return "a100" in f"{hardware.name} {hardware.description}".lower()
 
