@@ -235,13 +235,16 @@ phase_collect() {
 # arch:layout:layers:dir[:mtp] for gen-sparse; recipes for cal-bg (run in this order).
 # The first calibration session (2026-12-03 morning) ran llama-3.1-8b:bf16:32,
 # qwen3-next-80b-a3b:bf16:12 and qwen3-30b-a3b:bf16:24 (recipes of the same names); the second
-# (afternoon) adds a second model of every layer kind, the seed's model and an MTP run:
-CAL_SPECS=(${CAL_SPECS:-qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused \
+# (afternoon) llama-3.2-3b:bf16:28, qwen3-235b-a22b:bf16:16 and qwen3.6-35b-a3b:bf16:40:fused;
+# the third (evening) both hybrids under one set of flags, a second FP8 MoE build, both CUDA
+# graph regimes of one model, and an MTP run:
+CAL_SPECS=(${CAL_SPECS:-qwen3-next-80b-a3b:bf16:12:qwen3-next-80b-a3b-bf16-12l \
+  qwen3-235b-a22b:fp8-block:16:qwen3-235b-a22b-fp8-16l \
   llama-3.2-3b:bf16:28:llama-3.2-3b-bf16 \
-  qwen3-235b-a22b:bf16:16:qwen3-235b-a22b-bf16-16l \
-  llama-3.1-70b:bf16:16:llama-3.1-70b-bf16-16l})
-CAL_RECIPES=(${CAL_RECIPES:-qwen3.6-35b-a3b-bf16-h200 qwen3-235b-a22b-bf16-16l-h200 \
-  llama-3.2-3b-bf16-h200 qwen3.6-35b-a3b-bf16-mtp2-h200 llama-3.1-70b-bf16-16l-h200})
+  qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused})
+CAL_RECIPES=(${CAL_RECIPES:-qwen3-next-80b-a3b-bf16-12l-mns64-h200 qwen3-235b-a22b-fp8-16l-h200 \
+  llama-3.2-3b-bf16-graphs512-h200 qwen3.6-35b-a3b-bf16-mns256-h200 \
+  qwen3.6-35b-a3b-bf16-mtp2-h200})
 
 phase_gen_sparse() {
   say "gen-sparse ${CAL_SPECS[*]}"
