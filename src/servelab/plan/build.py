@@ -59,11 +59,13 @@ from servelab.plan.predict import SpeedPrediction, predict_speed
 from servelab.plan.specsource import AcceptanceSource
 from servelab.plan.speedmodel import Calibration
 from servelab.plan.startup import (
+    GraphCapture,
     MaxNumSeqs,
     StartupFinding,
     StartupOptions,
     check_mamba_blocks,
     effective_max_num_seqs,
+    graph_capture,
 )
 from servelab.plan.weights import Weights
 
@@ -232,6 +234,7 @@ def build_plan(
     kv: KvPoolPlan | None = None
     lkv: LlamaCppKvPlan | None = None
     seqs: MaxNumSeqs | None = None
+    graph: GraphCapture | None = None
     findings: list[StartupFinding] = []
     if llamacpp_kv is not None:
         if not lay.is_single:
@@ -269,6 +272,13 @@ def build_plan(
         kv_dtype_bytes, ssm_dtype = kv.kv_dtype_bytes, kv.mamba_ssm_dtype or "float32"
         opts = startup or StartupOptions()
         seqs = effective_max_num_seqs(hardware, platform, lay, opts)
+        graph = graph_capture(
+            seqs.value,
+            platform=platform,
+            spec_tokens=draft_tokens,
+            enforce_eager=opts.no_graphs,
+            max_num_batched_tokens=opts.max_num_batched_tokens,
+        )
         if (finding := check_mamba_blocks(kv, seqs, opts, hardware)) is not None:
             findings.append(finding)
         if draft_tokens and weights.mtp_tensors and dims.mtp_layers:
@@ -297,6 +307,7 @@ def build_plan(
         calibration=calibration,
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
+        graph_tokens=graph.max_tokens if graph is not None else None,
     )
     topo = topology or topology_for(hardware.name)
     bw, _ = hardware.effective_bandwidth_ceiling()

@@ -67,6 +67,13 @@ class StartupOptions:
     optimization_level: int | None = None  # -O
     performance_mode: str | None = None  # --performance-mode ("throughput" doubles defaults)
 
+    @property
+    def no_graphs(self) -> bool:
+        """Whether the engine captures no CUDA graph at all (``--enforce-eager``, ``-O0`` or
+        cudagraph mode ``NONE``; a ``PIECEWISE`` mode still captures graphs)."""
+        mode = (self.cudagraph_mode or "").upper()
+        return self.enforce_eager or self.optimization_level == 0 or mode == "NONE"
+
     def graphs(self) -> tuple[str, str]:
         """Whether the engine captures FULL graphs (``GRAPHS_*``) and why servelab says so."""
         if self.enforce_eager:
