@@ -160,17 +160,17 @@ def test_run_summary_compares_planned_and_logged(qwen36_bf16: Path) -> None:
                            (64, 2, "qwen3.6-35b-a3b-bf16-mtp2-h200")):
         facts = _log_facts(f"calibration-2026-12-03-eve/{build}")
         table = _table(_h200_plan(qwen36_bf16, seqs, k), facts)
-        [row] = table.rows
-        assert row[1] == row[2] == f"{LOGGED['calibration-2026-12-03-eve/' + build]:,}"
+        logged = f"{LOGGED['calibration-2026-12-03-eve/' + build]:,}"
+        assert [list(r) for r in table.rows] == [["predicted (servelab plan)", logged],
+                                                 ["engine log", logged]]
     # a start vLLM refused: its log states the mamba blocks the plan predicted (794)
     refused = _table(_h200_plan(qwen36_bf16, 1024), parse_log(REFUSAL))
-    assert [list(r) for r in refused.rows] == [
-        ["largest CUDA graph (tokens per step)", "512", "not in the log"],
-        ["mamba cache blocks", "794", "794"],
-    ]
+    assert refused.columns == ("", "largest graph, tokens", "mamba blocks")
+    assert [list(r) for r in refused.rows] == [["predicted (servelab plan)", "512", "794"],
+                                               ["engine log", "not in the log", "794"]]
     # no log at all (the engine never started)
-    assert list(_table(_h200_plan(qwen36_bf16, 64), None).rows[0]) == [
-        "largest CUDA graph (tokens per step)", "128", "not in the log"]
+    assert [r[1] for r in _table(_h200_plan(qwen36_bf16, 64), None).rows] == [
+        "128", "not in the log"]
 
 
 def test_run_summary_on_vllm_cpu_says_no_graphs(qwen36_bf16: Path, tmp_path: Path) -> None:
@@ -178,7 +178,6 @@ def test_run_summary_on_vllm_cpu_says_no_graphs(qwen36_bf16: Path, tmp_path: Pat
     plan = plan_checkpoint(str(qwen36_bf16), hardware=profile, use_store=False,
                            max_model_len=4096, kv_cache_memory_bytes=2**30)
     facts = parse_log((ENGINE_LOGS / "vllm-0.32.0-cpu-qwen3_next.log").read_text("utf-8"))
-    assert list(_table(plan, facts).rows[0]) == [
-        "largest CUDA graph (tokens per step)", "0 (no CUDA graphs)", "0 (no CUDA graphs)"]
+    assert [r[1] for r in _table(plan, facts).rows] == ["0 (no graphs)", "0 (no graphs)"]
     silent = parse_log("INFO 12-03 10:00:00 [x.py:1] GPU KV cache size: 1,024 tokens")
-    assert list(_table(plan, silent).rows[0])[2] == "not in the log"
+    assert [r[1] for r in _table(plan, silent).rows] == ["0 (no graphs)", "not in the log"]

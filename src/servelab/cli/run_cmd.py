@@ -244,30 +244,30 @@ def _kv_table(doc: dict[str, object]) -> Table:
     )
 
 
-def _logged(value: int | None) -> str:
-    """An engine-log figure for a table: silent logs and 0 (no graphs) say so."""
+def _graph_cell(value: int | None, *, logged: bool) -> str:
+    """A capture size or block count for a table: 0 (no graphs) and a silent log say so."""
     if value is None:
-        return "not in the log"
-    return "0 (no CUDA graphs)" if value == 0 else num(value, 0)
+        return "not in the log" if logged else "-"
+    return "0 (no graphs)" if value == 0 else num(value, 0)
 
 
 def graphs_table(doc: dict[str, object]) -> Table | None:
     """Planned largest CUDA graph capture size (and a hybrid's mamba blocks, when the log
-    states them) against the engine's log; ``None`` for a plan without graphs to compare
-    (llama.cpp)."""
+    states them) against the engine's log, in the KV pool table's layout; ``None`` for a
+    plan without graphs to compare (llama.cpp)."""
     graphs, mamba = doc["cuda_graph_max_tokens"], doc["mamba_cache_blocks"]
     assert isinstance(graphs, dict) and isinstance(mamba, dict)
     if graphs["predicted"] is None:
         return None
-    planned = graphs["predicted"]
-    rows = [["largest CUDA graph (tokens per step)",
-             "0 (no CUDA graphs)" if planned == 0 else num(planned, 0),
-             _logged(graphs["engine"])]]
-    if mamba["engine"] is not None:
-        rows.append(["mamba cache blocks", num(mamba["predicted"], 0) or "-",
-                     _logged(mamba["engine"])])
-    return Table("CUDA graphs", ("", "predicted (servelab plan)", "engine log"), rows,
-                 caption="prefills longer than the largest graph run without graphs")
+    blocks = mamba["engine"] is not None
+    rows = [
+        [label, _graph_cell(graphs[key], logged=key == "engine"),
+         *([_graph_cell(mamba[key], logged=key == "engine")] if blocks else [])]
+        for label, key in (("predicted (servelab plan)", "predicted"), ("engine log", "engine"))
+    ]
+    return Table("CUDA graphs", ("", "largest graph, tokens", *(("mamba blocks",) if blocks
+                                                               else ())), rows,
+                 caption="longer prefills run without graphs")
 
 
 def run(
