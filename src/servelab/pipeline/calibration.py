@@ -20,7 +20,7 @@ from servelab.errors import ServelabError
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.ledger import LedgerRow, ledger
+from servelab.plan.ledger import LedgerRow, ledger, step_key
 from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
 from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
@@ -227,7 +227,7 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
         if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
     }
     b = _run_build(run, plan, name)
-    model = f"{b.model} [{measured.config.label} step]"  # build_of() still names the model
+    model = step_key(b.model, measured.config.label)  # build_of() still names the model
     a = measured.acceptance_length
     out: list[Sample] = []
     for n, st in sorted(steps.items()):
