@@ -187,6 +187,9 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
     b = _run_build(run, plan, name)
     slots = expert_slots(layers, run_experts(run))
     graph = run_graph_tokens(run)
+    dims = _map((run.prediction or {}).get("dims")) or {}
+    linear = dims.get("linear_attention_layers")
+    linear = linear if isinstance(linear, int) and 0 <= linear <= layers else 0
     out: list[Sample] = []
     for point in (*plan.decode, *plan.prefill):
         n = point.tokens
@@ -205,7 +208,8 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
         out.append(
             Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
                    flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform,
-                   eager=point.kind == "prefill" and graph is not None and n > graph)
+                   eager=point.kind == "prefill" and graph is not None and n > graph,
+                   linear_layers=linear)
         )
     return out
 
