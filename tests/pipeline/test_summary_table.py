@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from servelab.cli.output import emit
-from servelab.cli.run_cmd import summary_tables
+from servelab.cli.output import Table, emit
+from servelab.cli.run_cmd import graphs_table, summary_tables
 from servelab.pipeline.summary import SummaryRow
 
 
@@ -27,13 +27,27 @@ def test_summary_fits_80_columns_with_every_value_whole() -> None:
         _row("decode", 131072, 42.1, 99.0, None),
         _row("prefill", 131072, 12345.6, 123456.7, 23456.7),
     )
+    text = _whole_at_80(summary_tables(rows))
+    assert "374.6–397.8" in text and "337.5–527.4" in text and "131,072" in text
+
+
+def _whole_at_80(tables: list[Table]) -> str:
+    """The tables as printed at 80 columns; every cell on one line, not folded."""
     out = io.StringIO()
-    emit("table", doc={}, tables=summary_tables(rows),
+    emit("table", doc={}, tables=tables,
          console=Console(file=out, width=80, highlight=False, soft_wrap=False))
     text = out.getvalue()
     assert max(len(line) for line in text.splitlines()) <= 80
-    for table in summary_tables(rows):
+    for table in tables:
         for cells in table.rows:
             for cell in cells:
-                assert cell in text, cell  # on one line, not folded
-    assert "374.6–397.8" in text and "337.5–527.4" in text and "131,072" in text
+                assert cell in text, cell
+    return text
+
+
+def test_cuda_graph_table_fits_80_columns() -> None:
+    table = graphs_table({"cuda_graph_max_tokens": {"predicted": 1536, "engine": None},
+                          "mamba_cache_blocks": {"predicted": 12345, "engine": 794}})
+    assert table is not None
+    text = _whole_at_80([table])
+    assert "not in the log" in text and "1,536" in text and "12,345" in text

@@ -67,7 +67,14 @@ def test_ledger_over_the_shipped_priors_and_errors(
     assert fp8 and all(abs(r["error"]) < 0.10 and r["inside_interval"] for r in fp8)
     bad = tmp_path / "p.toml"
     bad.write_text('schema = "nope"\n')
+    flag = tmp_path / "flag.toml"
+    flag.write_text('schema = "servelab.priors/1"\nversion = "x"\n[[sample]]\nmodel = "m"\n'
+                    'engine = "vllm"\nengine_version = "0.26.0"\nkernel_path = "k"\n'
+                    'hardware = "h200"\nkind = "prefill"\nlength = 2048\nlayers = 2\n'
+                    'bytes_read = 1\nflops = 1.0\ntok_s = 1.0\nsource = "s"\neager = "yes"\n')
     cases = [
+        (["calibration", "report", "--priors-only", "--priors", str(flag)],
+         "sample [0]: eager must be true or false"),
         (["calibration", "report", "--db", str(tmp_path / "e.db")],
          "no measured single-stream points"),
         (["calibration", "report", "--priors-only", "--priors", str(bad)], "schema must be"),

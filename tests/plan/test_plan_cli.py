@@ -158,3 +158,26 @@ def test_plan_uses_a_measured_h200_probe(qwen36_fp8: Path) -> None:
     assert speed["compute_precision"] == "fp8"
     assert speed["compute_rate"] == saved["matmul_flops_per_s"]["fp8"]["best"]
     assert speed["bandwidth"] < 4.8e12  # measured below the 4.8 TB/s spec sheet
+
+
+def test_plan_predicts_a_prefill_past_the_largest_cuda_graph_as_launched_layer_by_layer(
+    qwen36_fp8: Path,
+) -> None:
+    """vLLM captures graphs up to min(2 x max_num_seqs, 512) tokens: with --max-num-seqs 64 (or
+    --enforce-eager) a 512-token prompt runs without one and is predicted slower; longer ones
+    are eager either way (H200 priors: the same Llama-3.2-3B prompt took 18 ms vs 38 ms)."""
+    base = ["plan", str(qwen36_fp8), "-H", "h200", "--engine-version", "0.26.0",
+            "--max-model-len", "40960", "--kv-cache-memory-bytes", "16GiB", "--no-store",
+            "--json"]
+
+    def prefill(*extra: str) -> dict[int, dict[str, object]]:
+        res = runner.invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        return {p["prompt_len"]: p for p in json.loads(res.output)["speed"]["prefill"]}
+
+    default, small, eager = prefill(), prefill("--max-num-seqs", "64"), prefill("--enforce-eager")
+    assert [p["eager"] for p in default.values()] == [False, True, True]
+    assert small[512]["eager"] is True and eager[512]["eager"] is True
+    fast, slow = default[512]["predicted_tok_s"], small[512]["predicted_tok_s"]
+    assert isinstance(fast, float) and isinstance(slow, float) and slow < 0.8 * fast
+    assert small[2048]["predicted_tok_s"] == default[2048]["predicted_tok_s"]

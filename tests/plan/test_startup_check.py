@@ -181,6 +181,8 @@ def test_plan_of_a_recipe_reads_its_max_num_seqs(
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["startup"] == {"max_num_seqs": {"value": 64, "source": "--max-num-seqs"},
+                              "graph_capture": {"max_tokens": 128, "source":
+                                                "vLLM: min(2 x max_num_seqs 64, 512)"},
                               "findings": []}
     assert_one_line_errors([(["plan", str(quiet), "--max-num-seqs", "8"],
                              "--max-num-seqs: a recipe sets its engine's flags")], capsys)
@@ -198,6 +200,9 @@ def test_servelab_run_warns_before_the_engine_starts(qwen36_bf16: Path, tmp_path
     assert proc.returncode == 1, proc.stderr
     err = " ".join(proc.stderr.split())
     assert "warning: max_num_seqs 1,024" in err and "--max-num-seqs <= 794" in err
+    # the run's document pairs the planned CUDA graph size with the log's (none: no start)
     doc = json.loads(proc.stdout)
+    assert doc["cuda_graph_max_tokens"] == {"predicted": 512, "engine": None}
+    assert doc["mamba_cache_blocks"] == {"predicted": 794, "engine": None}
     assert doc["reason"].startswith("start:")  # it did try to start the engine
     assert [w["mamba_blocks"] for w in doc["warnings"]] == [794]

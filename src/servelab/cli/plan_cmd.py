@@ -113,6 +113,8 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
     )
     for finding in plan.findings:
         console.print(f"[bold yellow]warning:[/] {escape(finding.line)}")
+    if plan.graph_capture is not None:
+        console.print(escape(plan.graph_capture.line), soft_wrap=True)
     if fits_only:
         return
     if not lay.is_single:
@@ -433,8 +435,10 @@ def plan(
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
     each rank's KV pool, and decode with its communication term.
 
-    A start-up refusal the plan foresees (a hybrid model's mamba cache blocks below
-    max_num_seqs) is printed as a warning with its fix.
+    A start-up refusal the plan foresees (a hybrid model's mamba cache
+    blocks below max_num_seqs) is printed as a warning with its fix.
+    One line gives the largest step vLLM captures a CUDA graph for
+    (longer prefills run without graphs).
 
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """

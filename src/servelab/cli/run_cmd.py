@@ -6,6 +6,8 @@
      "recipe": str, "engine_version": str|null, "kv_arithmetic": "vLLM"|"llama.cpp"|null,
      "kv_pool_tokens": {"predicted": int|null, "engine": int|null},
      "kv_cache_mib": {"predicted": float|null, "engine": float|null},
+     "cuda_graph_max_tokens": {"predicted": int|null, "engine": int|null},
+     "mamba_cache_blocks": {"predicted": int|null, "engine": int|null},
      "summary": [SummaryRow.to_dict()...],
      "speculative": SpeculativeSummary.to_dict() | null,
      "warnings": [StartupFinding.to_dict()...], "site": str|null}
@@ -15,6 +17,12 @@ they never stop the run).
 
 ``kv_cache_mib`` is llama.cpp's KV cache (K and V of every layer) in MiB as its log
 prints it, two decimals; ``null`` for vLLM, whose log states the pool in tokens.
+
+``cuda_graph_max_tokens`` is the largest step (tokens) vLLM captures a CUDA graph for: the
+plan's (``startup.graph_capture``) and the engine log's ``max_cudagraph_capture_size``
+(0: no graphs; ``null``: not planned, or not in the log). ``mamba_cache_blocks`` pairs a
+hybrid plan's blocks with the count the log states (vLLM states it only when it refuses
+to start over it).
 
 Predictions are labelled (``predicted_*``); measured values carry their 95 % CI.
 The exit status is 1 when the run failed (it is still recorded, with its reason).
@@ -182,6 +190,7 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     """The ``--json`` document (schema in the module docstring)."""
     from servelab.pipeline.speculative import speculative_summary
     from servelab.plan.llamacpp_kv import log_mib
+    from servelab.plan.startup import has_mamba_layers
 
     rec, plan, facts = outcome.record, outcome.plan, outcome.facts
     lkv = plan.llamacpp_kv if plan else None
@@ -202,6 +211,15 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
             "predicted": round(log_mib(lkv.total_bytes), 2) if lkv else None,
             "engine": round(facts.kv_cache_gib * 1024, 2)
             if lkv and facts and facts.kv_cache_gib is not None else None,
+        },
+        "cuda_graph_max_tokens": {
+            "predicted": plan.graph_capture.max_tokens if plan and plan.graph_capture else None,
+            "engine": facts.cudagraph_capture_max if facts else None,
+        },
+        "mamba_cache_blocks": {
+            "predicted": plan.kv.num_blocks
+            if plan and plan.kv is not None and has_mamba_layers(plan.kv) else None,
+            "engine": facts.mamba_cache_blocks if facts else None,
         },
         "summary": [r.to_dict() for r in outcome.summary],
         "speculative": spec.to_dict() if spec is not None else None,
@@ -224,6 +242,32 @@ def _kv_table(doc: dict[str, object]) -> Table:
         [[label, num(kv["predicted"], 0), num(mib["predicted"], 2)],
          ["engine log", num(kv["engine"], 0), num(mib["engine"], 2)]],
     )
+
+
+def _graph_cell(value: int | None, *, logged: bool) -> str:
+    """A capture size or block count for a table: 0 (no graphs) and a silent log say so."""
+    if value is None:
+        return "not in the log" if logged else "-"
+    return "0 (no graphs)" if value == 0 else num(value, 0)
+
+
+def graphs_table(doc: dict[str, object]) -> Table | None:
+    """Planned largest CUDA graph capture size (and a hybrid's mamba blocks, when the log
+    states them) against the engine's log, in the KV pool table's layout; ``None`` for a
+    plan without graphs to compare (llama.cpp)."""
+    graphs, mamba = doc["cuda_graph_max_tokens"], doc["mamba_cache_blocks"]
+    assert isinstance(graphs, dict) and isinstance(mamba, dict)
+    if graphs["predicted"] is None:
+        return None
+    blocks = mamba["engine"] is not None
+    rows = [
+        [label, _graph_cell(graphs[key], logged=key == "engine"),
+         *([_graph_cell(mamba[key], logged=key == "engine")] if blocks else [])]
+        for label, key in (("predicted (servelab plan)", "predicted"), ("engine log", "engine"))
+    ]
+    return Table("CUDA graphs", ("", "largest graph, tokens", *(("mamba blocks",) if blocks
+                                                               else ())), rows,
+                 caption="longer prefills run without graphs")
 
 
 def run(
@@ -304,6 +348,7 @@ def run(
             f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
         )
         kv_table = _kv_table(doc)
+        graphs = graphs_table(doc)
         from servelab.pipeline.speculative import speculative_summary
 
         spec = speculative_summary(outcome.record, outcome.plan)
@@ -311,6 +356,7 @@ def run(
             "markdown" if as_markdown else "table",
             doc=doc,
             tables=[*summary_tables(outcome.summary), kv_table,
+                    *([graphs] if graphs is not None else []),
                     *([speculative_table(spec)] if spec is not None else [])],
         )
         err.print(escape(head), soft_wrap=True)

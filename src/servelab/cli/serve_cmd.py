@@ -59,6 +59,8 @@ _FACT_ROWS: tuple[tuple[str, str, str], ...] = (
     ("padding_layers", "padding layers", ""),
     ("graph_capture_s", "graph capture", "s"),
     ("graph_capture_gib", "graph memory", "GiB"),
+    ("cudagraph_capture_max", "largest CUDA graph (0: none)", "tokens"),
+    ("mamba_cache_blocks", "mamba cache blocks", ""),
     ("init_engine_s", "engine init", "s"),
     ("startup_s", "startup (log)", "s"),
     ("cpu_threads_bind", "OpenMP cores per rank", ""),

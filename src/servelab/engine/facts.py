@@ -104,6 +104,13 @@ class EngineFacts:
     padding_layers: int | None = None
     graph_capture_s: float | None = None
     graph_capture_gib: float | None = None
+    cudagraph_capture_max: int | None = None
+    """Largest step (tokens) vLLM captured a CUDA graph for (``max_cudagraph_capture_size``
+    in its config dump); 0 when the dump says no graphs (``enforce_eager=True`` or
+    cudagraph_mode NONE)."""
+    mamba_cache_blocks: int | None = None
+    """Mamba cache blocks, as vLLM states them (0.26.0 and 0.32.0 only do in the refusal
+    "max_num_seqs (N) exceeds available Mamba cache blocks (M)")."""
     init_engine_s: float | None = None
     linear_kernel: str | None = None
     flash_attn_version: int | None = None

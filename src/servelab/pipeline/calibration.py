@@ -11,17 +11,20 @@ bytes), which every plan stores.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
-from servelab.hardware.profiles import HardwareProfile
+from servelab.errors import ServelabError
+from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.plan.document import PlanDocument, read_plan
+from servelab.plan.layout import ParallelLayout
 from servelab.plan.ledger import LedgerRow, ledger
 from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
 from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
+from servelab.plan.startup import StartupOptions, effective_max_num_seqs, graph_capture
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
 from servelab.store.model import STATUS_OK, RunRecord
@@ -77,10 +80,65 @@ def run_platform(run: RunRecord) -> str:
     return str(platform) if platform else "cuda"
 
 
-def model_key(run: RunRecord, weight_bytes: float | None) -> str:
-    """The build a run measured, for leave-one-model-out: model id plus weight bytes per
-    token (so a BF16 and an FP32 cast of one checkpoint are two builds)."""
-    name = run.model_id or run.recipe_name or run.run_id or "?"
+def run_graph_tokens(run: RunRecord) -> int | None:
+    """The largest step (tokens) the run's engine captured a CUDA graph for: what its log said
+    (engine facts ``cudagraph_capture_max``), else vLLM's rule
+    (:func:`~servelab.plan.startup.graph_capture`) on the flags it was started with and the
+    hardware's ``max_num_seqs`` default. ``None`` for another engine or an unknown profile."""
+    facts = _map(run.engine_facts) or {}
+    logged = facts.get("cudagraph_capture_max")
+    if isinstance(logged, int) and not isinstance(logged, bool):
+        return logged
+    if (run.engine_name or "vllm") != "vllm" or not run.hardware:
+        return None
+    args = _map(facts.get("non_default_args")) or {}
+    seqs = args.get("max_num_seqs")
+    batched = args.get("max_num_batched_tokens")
+    platform = run_platform(run)
+    if not isinstance(seqs, int):
+        try:
+            profile = get_profile(run.hardware)
+        except ServelabError:
+            return None
+        seqs = effective_max_num_seqs(
+            profile, platform, ParallelLayout(), StartupOptions()
+        ).value
+    spec = spec_config_of(run)
+    return graph_capture(
+        seqs,
+        platform=platform,
+        spec_tokens=spec.draft_tokens if spec else 0,
+        enforce_eager=bool(args.get("enforce_eager")),
+        max_num_batched_tokens=batched if isinstance(batched, int) else None,
+    ).max_tokens
+
+
+def run_name(run: RunRecord) -> str:
+    """The name a run gives what it served (model id, else recipe, else run id)."""
+    return run.model_id or run.recipe_name or run.run_id or "?"
+
+
+def checkpoint_names(runs: Sequence[RunRecord]) -> list[str]:
+    """One name per checkpoint: runs whose checkpoint headers hash alike served the same
+    tensors whatever they called them (an MTP run and a plain run of one checkpoint under two
+    served names), so leave-one-model-out must leave them out together. One name per run (in
+    order): the shortest (then first in order) among its checkpoint's runs; a run without a
+    header hash keeps its own."""
+    best: dict[str, str] = {}
+    for run in runs:
+        if run.checkpoint_header_hash:
+            name = run_name(run)
+            have = best.get(run.checkpoint_header_hash)
+            if have is None or (len(name), name) < (len(have), have):
+                best[run.checkpoint_header_hash] = name
+    return [best.get(run.checkpoint_header_hash or "", run_name(run)) for run in runs]
+
+
+def model_key(run: RunRecord, weight_bytes: float | None, name: str | None = None) -> str:
+    """The build a run measured, for leave-one-model-out: the model's ``name`` (default the
+    run's own, :func:`run_name`) plus weight bytes per token (so a BF16 and an FP32 cast of
+    one checkpoint are two builds)."""
+    name = name or run_name(run)
     if weight_bytes is None:
         return name
     return f"{name} [{weight_bytes / 2**20:,.1f} MiB/token]"
@@ -98,12 +156,12 @@ class _RunBuild:
     platform: str
 
 
-def _run_build(run: RunRecord, plan: PlanDocument) -> _RunBuild:
+def _run_build(run: RunRecord, plan: PlanDocument, name: str | None) -> _RunBuild:
     speed = _speed(plan)
     kernel = _map(speed.get("kernel_path"))
     weight = _num(plan.decode[0].raw.get("weight_bytes")) if plan.decode else None
     return _RunBuild(
-        model=model_key(run, weight),
+        model=model_key(run, weight, name),
         engine=run.engine_name or "vllm",
         kernel_path=str(kernel.get("name")) if kernel else "unknown",
         compute=str(speed.get("compute_precision") or "bf16"),
@@ -115,18 +173,20 @@ def _speed(plan: PlanDocument) -> Mapping[str, Any]:
     return _map(plan.raw.get("speed")) or plan.raw
 
 
-def samples_from_run(run: RunRecord) -> list[Sample]:
-    """Decode and prefill samples of one successful run (empty when it lacks inputs). A run
-    that drafted gives :func:`step_samples` instead: its decode speed is tokens per
-    verification step x steps per second, not a plain decode measurement."""
+def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
+    """Decode and prefill samples of one successful run (empty when it lacks inputs), under
+    the model ``name`` (default the run's own; see :func:`checkpoint_names`). A run that
+    drafted gives :func:`step_samples` instead: its decode speed is tokens per verification
+    step x steps per second, not a plain decode measurement."""
     if spec_config_of(run) is not None:
-        return step_samples(run)
+        return step_samples(run, name)
     plan = read_plan(run.prediction)
     layers = run_layers(run)
     if run.status != STATUS_OK or not run.hardware or not layers or not plan.decode:
         return []
-    b = _run_build(run, plan)
+    b = _run_build(run, plan, name)
     slots = expert_slots(layers, run_experts(run))
+    graph = run_graph_tokens(run)
     out: list[Sample] = []
     for point in (*plan.decode, *plan.prefill):
         n = point.tokens
@@ -144,12 +204,13 @@ def samples_from_run(run: RunRecord) -> list[Sample]:
             continue
         out.append(
             Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
-                   flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform)
+                   flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform,
+                   eager=point.kind == "prefill" and graph is not None and n > graph)
         )
     return out
 
 
-def step_samples(run: RunRecord) -> list[Sample]:
+def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
     """Decode-form samples of one speculative step from an MTP run: at each measured
     single-stream decode point, ``t_step = acceptance length / tok/s`` (the run's own measured
     acceptance), with the step's cost from the plan stored with the run (its ``spec_steps``).
@@ -165,7 +226,7 @@ def step_samples(run: RunRecord) -> list[Sample]:
         for st in (raw_steps if isinstance(raw_steps, list) else [])
         if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
     }
-    b = _run_build(run, plan)
+    b = _run_build(run, plan, name)
     model = f"{b.model} [{measured.config.label} step]"  # build_of() still names the model
     a = measured.acceptance_length
     out: list[Sample] = []
@@ -185,8 +246,10 @@ def step_samples(run: RunRecord) -> list[Sample]:
 
 
 def samples_from_runs(runs: Iterable[RunRecord]) -> list[Sample]:
-    """All samples of ``runs``."""
-    return [s for run in runs for s in samples_from_run(run)]
+    """All samples of ``runs``, runs of one checkpoint under one name."""
+    runs = list(runs)
+    names = checkpoint_names(runs)
+    return [s for run, name in zip(runs, names, strict=True) for s in samples_from_run(run, name)]
 
 
 def calibration_for(
@@ -243,8 +306,9 @@ def ledger_for_runs(
     with each run's own ceilings as the roofline. Pure."""
     stored: list[Sample] = []
     ceilings: dict[str, tuple[Coefficients, Coefficients]] = {}
-    for run in runs:
-        got = samples_from_run(run)
+    runs = list(runs)
+    for run, name in zip(runs, checkpoint_names(runs), strict=True):
+        got = samples_from_run(run, name)
         bounds = roofline_of_run(run)
         if not got or bounds is None:
             continue

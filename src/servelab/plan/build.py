@@ -23,11 +23,14 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
                      draft_tokens, acceptance_lengths, detail, run_ids, spread, stdev,
                      position_rates, measured} | null,
      "startup": {"max_num_seqs": {"value", "source"} | null,
+                 "graph_capture": {"max_tokens", "source"} | null,
                  "findings": [{check, predicted, conditional, message, fix, max_num_seqs,
                                max_num_seqs_source, mamba_blocks}]},
      "notes": [str]}
 
-``startup.findings`` are start-up refusals the plan foresees (:mod:`servelab.plan.startup`).
+``startup.findings`` are start-up refusals the plan foresees (:mod:`servelab.plan.startup`);
+``startup.graph_capture`` is the largest step (tokens) vLLM will capture a CUDA graph for
+(0: none), ``null`` for llama.cpp.
 
 Memory and KV figures are per GPU (the fullest GPU's weights, one rank's pool); the KV
 pool's tokens and concurrency are one replica's, as that replica's engine logs them.
@@ -59,11 +62,13 @@ from servelab.plan.predict import SpeedPrediction, predict_speed
 from servelab.plan.specsource import AcceptanceSource
 from servelab.plan.speedmodel import Calibration
 from servelab.plan.startup import (
+    GraphCapture,
     MaxNumSeqs,
     StartupFinding,
     StartupOptions,
     check_mamba_blocks,
     effective_max_num_seqs,
+    planned_graph_capture,
 )
 from servelab.plan.weights import Weights
 
@@ -120,6 +125,8 @@ class Plan:
     """Where the speculative prediction's acceptance length came from (or why there is none)."""
     max_num_seqs: MaxNumSeqs | None = None
     """The engine's max_num_seqs (given or vLLM's default); None for a llama.cpp plan."""
+    graph_capture: GraphCapture | None = None
+    """The largest step vLLM captures a CUDA graph for; None for a llama.cpp plan."""
     findings: tuple[StartupFinding, ...] = ()
     """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
 
@@ -173,6 +180,7 @@ class Plan:
             "speculative": self.speculative.to_dict() if self.speculative else None,
             "startup": {
                 "max_num_seqs": self.max_num_seqs.to_dict() if self.max_num_seqs else None,
+                "graph_capture": self.graph_capture.to_dict() if self.graph_capture else None,
                 "findings": [f.to_dict() for f in self.findings],
             },
             "notes": list(self.notes),
@@ -232,6 +240,7 @@ def build_plan(
     kv: KvPoolPlan | None = None
     lkv: LlamaCppKvPlan | None = None
     seqs: MaxNumSeqs | None = None
+    graphs: GraphCapture | None = None
     findings: list[StartupFinding] = []
     if llamacpp_kv is not None:
         if not lay.is_single:
@@ -269,6 +278,7 @@ def build_plan(
         kv_dtype_bytes, ssm_dtype = kv.kv_dtype_bytes, kv.mamba_ssm_dtype or "float32"
         opts = startup or StartupOptions()
         seqs = effective_max_num_seqs(hardware, platform, lay, opts)
+        graphs = planned_graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
         if (finding := check_mamba_blocks(kv, seqs, opts, hardware)) is not None:
             findings.append(finding)
         if draft_tokens and weights.mtp_tensors and dims.mtp_layers:
@@ -297,6 +307,7 @@ def build_plan(
         calibration=calibration,
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
+        graph_tokens=graphs.max_tokens if graphs is not None else None,
     )
     topo = topology or topology_for(hardware.name)
     bw, _ = hardware.effective_bandwidth_ceiling()
@@ -345,6 +356,7 @@ def build_plan(
         engine_name=engine_name,
         llamacpp_kv=lkv,
         max_num_seqs=seqs,
+        graph_capture=graphs,
         findings=tuple(findings),
     )
 

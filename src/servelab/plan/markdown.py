@@ -83,6 +83,7 @@ def plan_markdown(plan: Plan) -> str:
         f"{_gib(mem.headroom_bytes)}; largest context at concurrency 1: "
         f"{plan.largest_context_c1:,} tokens.",
         *(x for f in plan.findings for x in ("", f"**Warning (predicted):** {f.line}.")),
+        *(("", f"{plan.graph_capture.line} (predicted).") if plan.graph_capture else ()),
         "",
         *_kv_markdown(plan),
         "",

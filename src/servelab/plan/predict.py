@@ -84,6 +84,7 @@ class PrefillPoint:
     predicted_low: float | None
     predicted_high: float | None
     predicted: bool = True
+    eager: bool = False  # longer than the engine's largest CUDA graph: launched layer by layer
 
 
 @dataclass(frozen=True)
@@ -288,8 +289,12 @@ def predict_speed(
     calibration: Calibration | None = None,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
+    graph_tokens: int | None = None,
 ) -> SpeedPrediction:
-    """Predict decode and prefill speed on ``hardware`` (see module docs for the model)."""
+    """Predict decode and prefill speed on ``hardware`` (see module docs for the model).
+    ``graph_tokens``: the largest step the engine captures a CUDA graph for
+    (:func:`servelab.plan.startup.graph_capture`); a longer prompt's prefill is predicted as
+    launched layer by layer. ``None``: not known (no eager term)."""
     if not prompt_lens or any(p <= 0 for p in prompt_lens):
         raise UsageError("prompt lengths must be positive integers")
     if ssm_dtype not in DTYPE_BYTES:
@@ -343,7 +348,10 @@ def predict_speed(
             proof = p / max(t_c, t_b)
             # On a CPU the compute figure is a quick probe, not a ceiling (see lower_bounds).
             cap = p / t_b if hardware.platform == "cpu" else proof
-            row = features("prefill", nbytes, layers, flops, expert_slots=slots, platform=on)
+            eager = graph_tokens is not None and p > graph_tokens
+            row = features(
+                "prefill", nbytes, layers, flops, expert_slots=slots, platform=on, eager=eager
+            )
             ptok, plo, phi = _predicted(pfit, row, p, cap)
             prefill.append(
                 PrefillPoint(
@@ -358,6 +366,7 @@ def predict_speed(
                     predicted_tok_s=ptok,
                     predicted_low=plo,
                     predicted_high=phi,
+                    eager=eager,
                 )
             )
     mtp: list[MtpPoint] = []
@@ -422,7 +431,7 @@ def coefficients(bandwidth: float, rate: float | None) -> dict[str, tuple[float,
     per_flop = 1.0 / rate if rate else 0.0
     return {
         "decode": (1.0 / bandwidth, 0.0, 0.0, 0.0),
-        "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0, 0.0),
+        "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0, 0.0, 0.0),
     }
 
 

@@ -35,6 +35,7 @@ _REQUIRED = {
     "source": str,
 }
 _OPTIONAL = {"note": str, "compute": str, "expert_slots": int, "platform": str}
+_FLAGS = {"eager"}  # true/false keys (a prefill longer than the engine's largest CUDA graph)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class PriorTable:
 def _sample(row: Any, where: str) -> Sample:
     if not isinstance(row, dict):
         raise InputError(f"{where}: not a table")
-    unknown = set(row) - set(_REQUIRED) - set(_OPTIONAL)
+    unknown = set(row) - set(_REQUIRED) - set(_OPTIONAL) - _FLAGS
     if unknown:
         raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     for key in _REQUIRED:
@@ -63,6 +64,9 @@ def _sample(row: Any, where: str) -> Sample:
         value = row.get(key)
         if key in row and (isinstance(value, bool) or not isinstance(value, typ)):
             raise InputError(f"{where}: {key} has the wrong type ({type(value).__name__})")
+    for key in _FLAGS & set(row):
+        if not isinstance(row[key], bool):
+            raise InputError(f"{where}: {key} must be true or false")
     if row["kind"] not in KINDS:
         raise InputError(f"{where}: kind must be decode or prefill")
     if row["tok_s"] <= 0:
@@ -85,6 +89,7 @@ def _sample(row: Any, where: str) -> Sample:
             compute=row.get("compute", "bf16"),
             expert_slots=int(row.get("expert_slots", 0)),
             platform=row.get("platform", "cuda"),
+            eager=bool(row.get("eager", False)),
         )
     except UsageError as exc:
         raise InputError(f"{where}: {exc}") from exc

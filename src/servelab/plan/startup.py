@@ -140,6 +140,14 @@ class GraphCapture:
         """Whether a step of ``tokens`` tokens replays a captured graph."""
         return 0 < tokens <= self.max_tokens
 
+    @property
+    def line(self) -> str:
+        """One line for a terminal or a page."""
+        if self.max_tokens == 0:
+            return f"no CUDA graphs ({self.source}): every step runs without graphs"
+        return (f"CUDA graphs up to {self.max_tokens:,} tokens per step ({self.source}); "
+                "prefills longer than that run without graphs")
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {"max_tokens": self.max_tokens, "source": self.source}
@@ -169,6 +177,22 @@ def graph_capture(
     if max_num_batched_tokens is not None and max_num_batched_tokens < size:
         size, why = max_num_batched_tokens, f"{why}, capped at max_num_batched_tokens"
     return GraphCapture(size, why)
+
+
+def planned_graph_capture(
+    seqs: MaxNumSeqs, platform: str, opts: StartupOptions, *, spec_tokens: int = 0
+) -> GraphCapture:
+    """:func:`graph_capture` for a plan's engine flags: ``-O0`` and cudagraph_mode NONE
+    capture nothing, like ``--enforce-eager``."""
+    graphs, why = opts.graphs()
+    if platform != "cpu" and graphs == GRAPHS_NONE and not opts.enforce_eager and (
+        opts.optimization_level == 0 or (opts.cudagraph_mode or "").upper() == "NONE"
+    ):
+        return GraphCapture(0, why)
+    return graph_capture(
+        seqs.value, platform=platform, spec_tokens=spec_tokens,
+        enforce_eager=opts.enforce_eager, max_num_batched_tokens=opts.max_num_batched_tokens,
+    )
 
 
 def _is_a100(hardware: HardwareProfile) -> bool:

@@ -71,6 +71,11 @@ _RE_LCM_BLOCK = re.compile(r"kv lcm block sizes (\d+)")
 _RE_MAMBA_PAD = re.compile(rf"Padding mamba page size by {_NUM}%")
 _RE_PAD_LAYERS = re.compile(r"Add (\d+) padding layers")
 _RE_GRAPH = re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB")
+# The engine's config dump ("Initializing a V1 LLM engine (v0.26.0) with config: ...").
+_RE_CAPTURE_SIZE = re.compile(r"'max_cudagraph_capture_size': (\d+|None)")
+_RE_GRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
+_RE_EAGER = re.compile(r"\benforce_eager=(True|False)")
+_RE_MAMBA_BLOCKS = re.compile(r"exceeds available Mamba cache blocks \((\d+)\)")
 _RE_INIT_ENGINE = re.compile(
     rf"init engine \(profile, create kv cache, warmup model\) took {_NUM} s"
 )
@@ -245,6 +250,18 @@ class LogParser:
             f["expert_parallel_size"] = int(m.group(1))
             f["experts_per_rank"] = int(m.group(2))
 
+    def _graph_config_from(self, msg: str) -> None:
+        """The largest CUDA graph capture size from the config dump; 0 when the dump says
+        the engine captures none (eager, or cudagraph_mode NONE)."""
+        if (size := _RE_CAPTURE_SIZE.search(msg)) is None:
+            return
+        eager = _RE_EAGER.search(msg)
+        mode = _RE_GRAPH_MODE.search(msg)
+        if (eager and eager.group(1) == "True") or (mode and mode.group(1) == "NONE"):
+            self._f["cudagraph_capture_max"] = 0
+        elif size.group(1) != "None":
+            self._f["cudagraph_capture_max"] = int(size.group(1))
+
     def _facts_from(self, msg: str, level: str) -> None:
         f = self._f
         self._parallel_from(msg)
@@ -315,6 +332,9 @@ class LogParser:
         if m := _RE_GRAPH.search(msg):
             f["graph_capture_s"] = _num(m.group(1))
             f["graph_capture_gib"] = _num(m.group(2))
+        self._graph_config_from(msg)
+        if m := _RE_MAMBA_BLOCKS.search(msg):
+            f["mamba_cache_blocks"] = int(m.group(1))
         if m := _RE_INIT_ENGINE.search(msg):
             f["init_engine_s"] = _num(m.group(1))
         if m := _RE_SERVER.search(msg):
