@@ -4,6 +4,7 @@ measured acceptance plan uses, and the run page that shows it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,14 +17,17 @@ from servelab.pipeline.run import bench_record
 from servelab.site.collect import site_from_records
 from servelab.site.render import render_site
 from servelab.store import open_store
-from servelab.store.model import utcnow
+from servelab.store.model import RunRecord, utcnow
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 HASH = "c" * 64
 
 
-@pytest.mark.timeout(120)
-def test_synthetic_counters_become_the_measured_acceptance(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def eagle_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[RunRecord], list[str]]:
+    """Two stored runs of one recipe through the real bench path, eagle k=2: the first
+    measures 2.9 tokens per step, the later one 3.0."""
+    tmp_path = tmp_path_factory.mktemp("eagle")
     spec = json.dumps({"method": "eagle", "num_speculative_tokens": 2})
     fields = {"recipe_name": "synthetic-spec", "engine_name": "synthetic", "hardware": "host",
               "checkpoint_header_hash": HASH,
@@ -41,6 +45,14 @@ def test_synthetic_counters_become_the_measured_acceptance(tmp_path: Path) -> No
             rec = bench_record(res, run_dir=tmp_path, started=utcnow(), fields=fields)
             ids.append(store.add_run(rec))
         runs = store.list_runs(samples=True)
+    return runs, ids
+
+
+@pytest.mark.timeout(120)
+def test_synthetic_counters_become_the_measured_acceptance(
+    eagle_runs: tuple[list[RunRecord], list[str]],
+) -> None:
+    runs, ids = eagle_runs
     m = measured_acceptance(runs, header_hash=HASH, method="eagle", draft_tokens=2)
     assert m is not None and set(m.run_ids) == set(ids)
     assert (m.low, m.high) == pytest.approx((2.9, 3.0))
@@ -53,6 +65,42 @@ def test_synthetic_counters_become_the_measured_acceptance(tmp_path: Path) -> No
     assert value.value == pytest.approx(2.9) and value.run_id == ids[0]
     html = render_site(site)[f"runs/{ids[0]}.html"]
     assert "speculative acceptance length (eagle k=2)" in html and "2.90" in html
+
+
+@pytest.mark.timeout(120)
+def test_the_recipe_page_shows_its_latest_runs_measured_acceptance(
+    eagle_runs: tuple[list[RunRecord], list[str]],
+) -> None:
+    """The recipe page summarises the latest run's acceptance (3.0, positions 1.0 and 1.0),
+    not the earlier run's 2.9, with method, k and the run it was measured in."""
+    runs, ids = eagle_runs
+    site = site_from_records(runs, [])
+    (page,) = site.recipes
+    acc = page.acceptance
+    assert acc is not None and acc.config.label == "eagle k=2"
+    assert acc.length.value == pytest.approx(3.0) and acc.length.run_id == ids[1]
+    assert [r.value for r in acc.position_rates] == pytest.approx([1.0, 1.0])
+    assert {r.run_id for r in acc.position_rates} == {ids[1]}
+    files = render_site(site)
+    html, md = files[f"recipes/{page.slug}.html"], files[f"recipes/{page.slug}.md"]
+    for text in (html, md):
+        assert "Speculative decoding" in text and "Method eagle with k = 2" in text
+        assert "measured in run" in text and "3.00 tokens/step" in text
+        assert "2.90" not in text
+    section = html[html.index('<div id="speculative">'):]
+    section = section[:section.index("</div>")]
+    assert f'measured in run <a class="run" href="../runs/{ids[1]}.html">{ids[1]}</a>' in section
+    assert section.count('class="num measured"') == 3  # the length and both positions
+    assert section.count(f'data-run="{ids[1]}"') == 3
+    assert f"measured in run [{ids[1]}](../runs/{ids[1]}.html)" in md
+    assert "| 1 | [1.00](" in md and "| 2 | [1.00](" in md
+    # the latest run served without drafting: no section, though the earlier run drafted
+    no_spec = [dataclasses.replace(r, engine_args=("synthetic",)) if r.run_id == ids[1] else r
+               for r in runs]
+    (other,) = site_from_records(no_spec, []).recipes
+    assert other.acceptance is None
+    assert 'id="speculative"' not in render_site(site_from_records(no_spec, []))[
+        f"recipes/{other.slug}.html"]
 
 
 @pytest.mark.timeout(180)

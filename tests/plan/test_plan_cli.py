@@ -55,6 +55,25 @@ def _cpu_profile(where: Path) -> Path:
     return f
 
 
+def test_cpu_plan_names_its_overhead_without_cuda_words(tiny_next: Path) -> None:
+    """The overhead row says what the estimate stands for on the plan's platform: a CPU has
+    no CUDA context and no CUDA graphs; a GPU plan keeps them."""
+    cpu = ["plan", str(tiny_next), "--hardware-file", str(_cpu_profile(tiny_next.parent)),
+           "--hardware", "cpu-box", "--max-model-len", "4096", "--no-store"]
+    table = runner.invoke(app, cpu, env={"COLUMNS": "200"})
+    md = runner.invoke(app, [*cpu, "--markdown"])
+    doc = runner.invoke(app, [*cpu, "--json"])
+    for res in (table, md, doc):
+        assert res.exit_code == 0, res.output
+        assert "runtime overhead (CPU)" in res.output and "CUDA" not in res.output
+    assert json.loads(doc.output)["memory"]["overhead_source"].startswith(
+        "estimate: runtime overhead (CPU)")
+    gpu = runner.invoke(app, ["plan", str(tiny_next), "--hardware", "dgx-spark", "--no-store",
+                              "--json"])
+    assert gpu.exit_code == 0, gpu.output
+    assert "CUDA context" in json.loads(gpu.output)["memory"]["overhead_source"]
+
+
 def test_plan_table_markdown_and_fits(tiny_next: Path) -> None:
     table = runner.invoke(app, ["plan", str(tiny_next), "--max-model-len", "4096",
                                 "--kv-cache-memory-bytes", "256MiB"])

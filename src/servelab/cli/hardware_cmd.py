@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from servelab.cli.output import HardwareFileOpt
 from servelab.errors import UsageError
 from servelab.hardware.profiles import (
     BUILTIN,
@@ -40,10 +41,7 @@ def _row(p: HardwareProfile) -> list[str]:
 
 @app.command("list")
 def list_profiles(
-    hardware_file: Annotated[
-        list[Path] | None,
-        typer.Option("--hardware-file", help="TOML file with user hardware profiles."),
-    ] = None,
+    hardware_file: HardwareFileOpt = None,
     as_json: bool = typer.Option(False, "--json", help="Print the profiles as JSON."),
 ) -> None:
     """List built-in and user hardware profiles (``host`` is measured when used)."""
@@ -68,10 +66,7 @@ def list_profiles(
 @app.command("show")
 def show(
     name: str = typer.Argument(..., help="Profile name (or 'host' to measure this machine)."),
-    hardware_file: Annotated[
-        list[Path] | None,
-        typer.Option("--hardware-file", help="TOML file with user hardware profiles."),
-    ] = None,
+    hardware_file: HardwareFileOpt = None,
     as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON."),
 ) -> None:
     """Show one profile with the source of every figure and its kernel paths."""

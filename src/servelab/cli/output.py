@@ -17,6 +17,7 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -39,6 +40,14 @@ DbOpt = Annotated[
         help="Results database: SQLite path or postgresql:// URL "
         "(default: $SERVELAB_DB, else results.db in $SERVELAB_HOME or the user data dir).",
     ),
+]
+# metavar "<path>", not Typer's "<list[Path]>": that wider metavar column left too little room
+# for option names at 80 columns (plan's --no-enable-prefix-caching was cut; tests/cli/
+# test_help_width.py checks every command)
+HardwareFileOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--hardware-file", metavar="<path>",
+                 help="TOML file of user hardware profiles (repeatable)."),
 ]
 
 TABLE, JSON, CSV, MARKDOWN = "table", "json", "csv", "markdown"

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.output import JSON, MARKDOWN, JsonOpt, MarkdownOpt, pick_format
+from servelab.cli.output import JSON, MARKDOWN, HardwareFileOpt, JsonOpt, MarkdownOpt, pick_format
 from servelab.defaults import ENGINE_VERSION, prompt_lens_text
 from servelab.errors import UsageError
 from servelab.plan.layout import ParallelLayout
@@ -289,10 +289,7 @@ def plan(
         help="Hardware profile name (servelab hardware list; default: a recipe's, else "
         "dgx-spark).",
     ),
-    hardware_file: Annotated[
-        list[Path] | None,
-        typer.Option("--hardware-file", help="TOML file with user hardware profiles."),
-    ] = None,
+    hardware_file: HardwareFileOpt = None,
     probe: Annotated[
         Path | None,
         typer.Option(
@@ -551,10 +548,7 @@ def explain(
     a: str = typer.Argument(..., help="First build: checkpoint directory or Hub repo id."),
     b: str = typer.Argument(..., help="Second build: checkpoint directory or Hub repo id."),
     hardware: str = typer.Option("dgx-spark", "--hardware", "-H", help="Hardware profile name."),
-    hardware_file: Annotated[
-        list[Path] | None,
-        typer.Option("--hardware-file", help="TOML file with user hardware profiles."),
-    ] = None,
+    hardware_file: HardwareFileOpt = None,
     probe: Annotated[
         Path | None, typer.Option("--probe", help="Probe JSON with measured ceilings.")
     ] = None,

@@ -46,7 +46,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from servelab.cli.output import DbOpt, JsonOpt, MarkdownOpt, Table, emit, num
+from servelab.cli.output import DbOpt, HardwareFileOpt, JsonOpt, MarkdownOpt, Table, emit, num
 
 if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
     from servelab.pipeline.run import RunEvent, RunOutcome
@@ -294,10 +294,7 @@ def run(
             "--hardware", help="Hardware profile for the prediction (default: the recipe's)."
         ),
     ] = None,
-    hardware_file: Annotated[
-        list[Path] | None,
-        typer.Option("--hardware-file", help="TOML file of user hardware profiles (repeatable)."),
-    ] = None,
+    hardware_file: HardwareFileOpt = None,
     label: Annotated[
         list[str] | None,
         typer.Option("--label", help="Free-form label stored with the run (repeatable)."),

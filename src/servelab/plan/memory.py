@@ -50,6 +50,22 @@ class MemoryPlan:
         return asdict(self)
 
 
+# what the overhead is called off CUDA, where there is no CUDA context and no CUDA graph
+_RUNTIME = {"cpu": "CPU", "mps": "Metal"}
+
+
+def overhead_estimate(platform: str) -> str:
+    """What the default overhead estimate stands for on ``platform`` (a profile's): CUDA's
+    context and graphs on CUDA; elsewhere the engine process's own memory and the activation
+    peak, named for what runs there."""
+    if platform == "cuda":
+        what = "CUDA context + activation peak + CUDA graphs"
+    else:
+        where = _RUNTIME.get(platform, platform)
+        what = f"runtime overhead ({where}): engine process + activation peak"
+    return f"estimate: {what} ({DEFAULT_OVERHEAD_BYTES // GIB} GiB default)"
+
+
 def plan_memory(
     hardware: HardwareProfile,
     *,
@@ -68,11 +84,7 @@ def plan_memory(
     if not 0 < gpu_memory_utilization <= 1:
         raise UsageError("--gpu-memory-utilization must be in (0, 1]")
     over = DEFAULT_OVERHEAD_BYTES if overhead_bytes is None else overhead_bytes
-    over_src = (
-        "estimate: CUDA context + activation peak + graphs (2 GiB default)"
-        if overhead_bytes is None
-        else "given"
-    )
+    over_src = overhead_estimate(hardware.platform) if overhead_bytes is None else "given"
     mem = hardware.memory_bytes
     stages = tuple(stage_weights_bytes) or (weights_bytes,)
     if kv_cache_memory_bytes is not None:

@@ -66,6 +66,7 @@ from servelab.site.model import (
     SiblingBuild,
     Site,
     Software,
+    SpecAcceptance,
     Verification,
 )
 from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
@@ -505,6 +506,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         port=port, model_note=ref.note, recipe_text=recipe_text,
         gpus=run_layout(latest).world_size,
         layout="" if run_layout(latest).is_single else run_layout(latest).label(),
+        acceptance=spec_acceptance(latest),
         quantization=str(quant.get("label")) if quant and quant.get("label") else None,
         mtp_declared_layers=int(mtp["declared_layers"]) if mtp and isinstance(
             mtp.get("declared_layers"), int) else None,
@@ -554,6 +556,17 @@ def _with_siblings(pages: Sequence[RecipePage]) -> list[RecipePage]:
     return out
 
 
+def spec_acceptance(run: RunRecord) -> SpecAcceptance | None:
+    """What the run's speculative decoding accepted (vLLM's spec-decode counters over its
+    workload); None unless it drafted and the counters were scraped."""
+    acc = run_acceptance(run)
+    if acc is None:
+        return None
+    rid = _rid(run)
+    return SpecAcceptance(acc.config, Measured(acc.acceptance_length, "tokens/step", rid),
+                          tuple(Measured(r, "share", rid) for r in acc.position_rates))
+
+
 def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
     metrics: list[tuple[str, Measured]] = []
     for metric, label in (("decode_tok_s", "decode"), ("prefill_tok_s", "prefill")):
@@ -566,10 +579,9 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
                          ("KV pool", obs.kv_tokens), ("max concurrency", obs.max_concurrency)):
         if value is not None:
             metrics.append((label, value))
-    acc = run_acceptance(run)
-    if acc is not None:  # vLLM's spec-decode counters over the run's workload
-        metrics.append((f"speculative acceptance length ({acc.config.label})",
-                        Measured(acc.acceptance_length, "tokens/step", _rid(run))))
+    acc = spec_acceptance(run)
+    if acc is not None:
+        metrics.append((f"speculative acceptance length ({acc.config.label})", acc.length))
     preds = sorted(predictions(run).items())
     tail = (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:]
     log = tuple(redact_text(line) for line in tail)

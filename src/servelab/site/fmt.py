@@ -60,7 +60,7 @@ def unit_suffix(unit: str) -> str:
         return "%"
     if unit == "x":
         return "x"
-    if unit in ("count",):
+    if unit in ("count", "share"):  # a share (0..1) reads as a bare fraction
         return ""
     return f" {unit}"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.plan.ledger import LedgerRow
+from servelab.plan.specsource import SpecConfig
 
 __all__ = [
     "BuildRow",
@@ -44,6 +45,7 @@ __all__ = [
     "SiblingBuild",
     "Site",
     "Software",
+    "SpecAcceptance",
     "Text",
     "TroubleshootingEntry",
     "Verification",
@@ -184,6 +186,16 @@ class EngineObservation:
     max_concurrency: Measured | None = None  # "Maximum concurrency ...: X.XXx"
     fallback_line: str | None = None  # the log line that shows a kernel fallback
     profiling_skipped_line: str | None = None  # the log line that says profiling was skipped
+
+
+@dataclass(frozen=True)
+class SpecAcceptance:
+    """Speculative decoding's acceptance as one run measured it: vLLM's spec-decode counters
+    over the run's workload."""
+
+    config: SpecConfig  # method and k (num_speculative_tokens)
+    length: Measured  # tokens per verification step: 1 + accepted ÷ drafts
+    position_rates: tuple[Measured, ...] = ()  # accepted at draft position i ÷ drafts
 
 
 @dataclass(frozen=True)
@@ -330,6 +342,7 @@ class RecipePage:
     recipe_text: str = ""  # the recipe, secrets masked and absolute paths replaced
     gpus: int = 1  # GPUs of the latest run's layout
     layout: str = ""  # e.g. "TP2 x PP1 x DP1" when more than one GPU
+    acceptance: SpecAcceptance | None = None  # the latest run's, when it drafted
 
 
 @dataclass(frozen=True)
