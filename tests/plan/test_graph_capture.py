@@ -131,11 +131,12 @@ def test_servelab_plan_prints_the_capture_size(qwen36_bf16: Path, tmp_path: Path
                            "--mtp-acceptance", "none"])
     assert gc["max_tokens"] == 384 and "x (1 + 2 speculative tokens)" in text
     text, gc = _plan_line([cp, *H200_ARGS, "--enforce-eager"])
-    assert "no CUDA graphs (--enforce-eager: no CUDA graphs)" in text and gc["max_tokens"] == 0
+    assert "no graphs captured (--enforce-eager: no CUDA graphs)" in text
+    assert gc["max_tokens"] == 0
     text, gc = _plan_line([cp, "--hardware-file", str(_cpu_profile(tmp_path)), "--hardware",
                            "cpu-box", "--max-model-len", "4096", "--kv-cache-memory-bytes",
                            "1GiB", "--no-store"])
-    assert "no CUDA graphs (no CUDA graphs on a CPU)" in text and gc["max_tokens"] == 0
+    assert "no graphs captured (a CPU engine captures none)" in text and gc["max_tokens"] == 0
     md = runner.invoke(app, ["plan", cp, *H200_ARGS, "--markdown"]).output
     assert "CUDA graphs up to 512 tokens per step" in md and "(predicted)." in md
 

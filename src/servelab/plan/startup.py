@@ -144,7 +144,7 @@ class GraphCapture:
     def line(self) -> str:
         """One line for a terminal or a page."""
         if self.max_tokens == 0:
-            return f"no CUDA graphs ({self.source}): every step runs without graphs"
+            return f"no graphs captured ({self.source}): every step is launched eagerly"
         return (f"CUDA graphs up to {self.max_tokens:,} tokens per step ({self.source}); "
                 "prefills longer than that run without graphs")
 
@@ -167,7 +167,7 @@ def graph_capture(
     vLLM 0.26.0's logged ``max_cudagraph_capture_size`` on the H200: 512 by default, 128 with
     ``--max-num-seqs 64``, 384 with ``--max-num-seqs 64`` and MTP k=2."""
     if platform == "cpu":
-        return GraphCapture(0, "no CUDA graphs on a CPU")
+        return GraphCapture(0, "a CPU engine captures none")
     if enforce_eager:
         return GraphCapture(0, "--enforce-eager: no CUDA graphs")
     size = min(2 * max_num_seqs, MAX_CAPTURE_TOKENS) * (1 + max(spec_tokens, 0))
