@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             "expert_slots": s.expert_slots,
             "platform": s.platform,
             **({"eager": True} if s.eager else {}),
+            **({"linear_layers": s.linear_layers} if s.linear_layers else {}),
             "bytes_read": int(s.bytes_read),
             "flops": float(s.flops),
             "tok_s": round(s.tok_s, 2),

@@ -158,6 +158,13 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     out = CliRunner().invoke(app, ["calibration", "report", "--db", db, "--json"])
     assert out.exit_code == 0, out.output
     (row,) = json.loads(out.output)["rows"]
-    assert row["model"].endswith("[mtp k=2 step]") and row["kind"] == "decode"
+    assert row["model"].endswith("[mtp k=2 step]") and row["kind"] == "spec step"
+    assert row["unit"] == "steps/s"
     assert row["measured_tok_s"] == pytest.approx(decode.value / 3.0)  # steps per second
     assert row["predicted_tok_s"] is not None and "speculative step" not in row["source"]
+    text = CliRunner().invoke(app, ["calibration", "report", "--db", db], env={"COLUMNS": "200"})
+    assert text.exit_code == 0 and "spec step: verification steps/s" in text.output
+    site = CliRunner().invoke(app, ["site", "build", str(tmp_path / "site"), "--db", db])
+    assert site.exit_code == 0, site.output
+    page = (tmp_path / "site" / "calibration.md").read_text(encoding="utf-8")
+    assert "spec step on" in page and "| Length | Measured steps/s | Predicted steps/s |" in page

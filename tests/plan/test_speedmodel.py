@@ -25,10 +25,10 @@ from servelab.plan.speedmodel import (
 BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
 # s/byte, s/layer, s/expert slot, s fixed (a GPU's decode has no fixed term: its column is 0)
 TRUE_DECODE = (1 / BW, 40e-6, 0.18e-6, 0.0)
-# s/FLOP, s/byte, s/layer, s/expert slot, s/eager layer, s fixed
-TRUE_PREFILL = (1 / 600e12, 1 / 1.2e12, 150e-6, 2e-6, 900e-6, 12e-3)
+# s/FLOP, s/byte, s/layer, s/expert slot, s/eager layer, s/eager linear-attention layer, s fixed
+TRUE_PREFILL = (1 / 600e12, 1 / 1.2e12, 150e-6, 2e-6, 900e-6, 1.5e-3, 12e-3)
 ROOF_DECODE = (1 / 4.8e12, 0.0, 0.0, 0.0)
-ROOF_PREFILL = (1 / 989e12, 1 / 4.8e12, 0.0, 0.0, 0.0, 0.0)
+ROOF_PREFILL = (1 / 989e12, 1 / 4.8e12, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 # (model, bytes per token at 512 tokens, layers, kernel path, routed experts per layer)
 MODELS = (
@@ -40,6 +40,10 @@ MODELS = (
     ("moe-40l", 6.0e9, 40, "bf16 MoE", 256),
     ("moe-16l", 8.4e9, 16, "bf16 MoE", 128),
 )
+
+
+# linear-attention layers of the hybrids among MODELS (3 of every 4 layers)
+LINEAR = {"hybrid-12l": 9, "moe-40l": 30}
 
 
 def _decode_samples(noise: float = 0.0, seed: int = 0) -> list[Sample]:
@@ -60,15 +64,17 @@ def _prefill_samples() -> list[Sample]:
     out = []
     for i, (name, nbytes, layers, path, experts) in enumerate(MODELS):
         graph = 512 if i % 2 else 128  # the largest CUDA graph: vLLM's default, --max-num-seqs 64
+        linear = LINEAR.get(name, 0)
         for length in (512, 2048, 8192):
             flops = 2 * nbytes / 2 * length  # ~ 2 x params x tokens for BF16 weights
             b = nbytes * 2 + 1e5 * length
             eager = length > graph
             row = features("prefill", b, layers, flops, expert_slots=layers * experts,
-                           eager=eager)
+                           eager=eager, linear_layers=linear)
             t = sum(a * x for a, x in zip(TRUE_PREFILL, row, strict=True))
             out.append(Sample(name, "vllm", path, "h200", "prefill", length, layers, b, flops, t,
-                              "synthetic", expert_slots=layers * experts, eager=eager))
+                              "synthetic", expert_slots=layers * experts, eager=eager,
+                              linear_layers=linear))
     return out
 
 
@@ -113,11 +119,12 @@ def test_solve_recovers_known_prefill_parameters() -> None:
 
 
 def test_eager_layers_count_only_past_the_largest_graph_and_never_on_a_cpu() -> None:
-    graphed = features("prefill", 1e9, 28, 1e12, eager=False)
-    eager = features("prefill", 1e9, 28, 1e12, eager=True)
-    assert graphed[4] == 0.0 and eager[4] == 28.0
-    assert graphed[:4] == eager[:4] and graphed[5] == eager[5] == 1.0
-    assert features("prefill", 1e9, 28, 1e12, eager=True, platform="cpu")[4] == 0.0
+    graphed = features("prefill", 1e9, 28, 1e12, eager=False, linear_layers=21)
+    eager = features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21)
+    assert graphed[4:6] == (0.0, 0.0) and eager[4:6] == (28.0, 21.0)
+    assert graphed[:4] == eager[:4] and graphed[6] == eager[6] == 1.0
+    assert features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21,
+                    platform="cpu")[4:6] == (0.0, 0.0)
     assert len(features("decode", 1e9, 28)) == 4  # decode rows have no eager column
 
 
@@ -209,6 +216,8 @@ def test_bad_samples_are_refused() -> None:
         Sample("m", "vllm", "p", "h", "decode", 512, 0, 1.0, 0.0, 1.0, "s")
     with pytest.raises(UsageError, match="positive"):
         solve([[1.0, 1.0, 1.0, 0.0]], [0.0], ROOF_DECODE)
+    with pytest.raises(UsageError, match="linear-attention layers out of range"):
+        Sample("m", "vllm", "p", "h", "prefill", 512, 4, 1.0, 1.0, 1.0, "s", linear_layers=5)
     with pytest.raises(UsageError, match="negative expert slots"):
         Sample("m", "vllm", "p", "h", "decode", 512, 1, 1.0, 0.0, 1.0, "s", expert_slots=-1)
 

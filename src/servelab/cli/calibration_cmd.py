@@ -139,7 +139,9 @@ def report(
                  "error", "inside", "level"),
                 cells,
                 caption="predicted as if the build had never been run; error = measured / "
-                "predicted - 1",
+                "predicted - 1"
+                + ("; spec step: verification steps/s (x the run's measured acceptance "
+                   "length = tok/s)" if any(r.unit != "tok/s" for r in rows) else ""),
             ),
             Table(
                 "summary",

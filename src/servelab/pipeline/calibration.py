@@ -20,7 +20,7 @@ from servelab.errors import ServelabError
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.ledger import LedgerRow, ledger
+from servelab.plan.ledger import LedgerRow, ledger, step_key
 from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
 from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
@@ -187,6 +187,9 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
     b = _run_build(run, plan, name)
     slots = expert_slots(layers, run_experts(run))
     graph = run_graph_tokens(run)
+    dims = _map((run.prediction or {}).get("dims")) or {}
+    linear = dims.get("linear_attention_layers")
+    linear = linear if isinstance(linear, int) and 0 <= linear <= layers else 0
     out: list[Sample] = []
     for point in (*plan.decode, *plan.prefill):
         n = point.tokens
@@ -205,7 +208,8 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
         out.append(
             Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
                    flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform,
-                   eager=point.kind == "prefill" and graph is not None and n > graph)
+                   eager=point.kind == "prefill" and graph is not None and n > graph,
+                   linear_layers=linear)
         )
     return out
 
@@ -227,7 +231,7 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
         if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
     }
     b = _run_build(run, plan, name)
-    model = f"{b.model} [{measured.config.label} step]"  # build_of() still names the model
+    model = step_key(b.model, measured.config.label)  # build_of() still names the model
     a = measured.acceptance_length
     out: list[Sample] = []
     for n, st in sorted(steps.items()):

