@@ -65,7 +65,7 @@ def test_cpu_plan_names_its_overhead_without_cuda_words(tiny_next: Path) -> None
     doc = runner.invoke(app, [*cpu, "--json"])
     for res in (table, md, doc):
         assert res.exit_code == 0, res.output
-        assert "runtime overhead (CPU)" in res.output and "CUDA" not in res.output
+        assert "runtime overhead (CPU)" in res.output and "CUDA context" not in res.output
     assert json.loads(doc.output)["memory"]["overhead_source"].startswith(
         "estimate: runtime overhead (CPU)")
     gpu = runner.invoke(app, ["plan", str(tiny_next), "--hardware", "dgx-spark", "--no-store",
