@@ -24,7 +24,12 @@ from servelab.plan.ledger import LedgerRow, ledger, step_key
 from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
 from servelab.plan.priors import PriorTable, load_priors
 from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
-from servelab.plan.startup import StartupOptions, effective_max_num_seqs, graph_capture
+from servelab.plan.startup import (
+    MaxNumSeqs,
+    StartupOptions,
+    effective_max_num_seqs,
+    planned_graph_capture,
+)
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
 from servelab.store.model import STATUS_OK, RunRecord
@@ -49,24 +54,27 @@ def decode_bytes(point: Mapping[str, Any]) -> float | None:
     return float(sum(p for p in parts if p is not None))
 
 
+def _dim(run: RunRecord, key: str) -> int | None:
+    """An integer of the dims the run's plan recorded (``None`` when it did not)."""
+    dims = _map((run.prediction or {}).get("dims")) or {}
+    value = dims.get(key)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def run_layers(run: RunRecord) -> int | None:
     """Decoder layer count of the run's checkpoint (inspect's report, else the plan)."""
     report = run.checkpoint_report or {}
     layers = report.get("layers") if isinstance(report, Mapping) else None
     if isinstance(layers, Mapping) and isinstance(layers.get("count"), int):
         return int(layers["count"])
-    dims = (run.prediction or {}).get("dims")
-    if isinstance(dims, Mapping) and isinstance(dims.get("num_layers"), int):
-        return int(dims["num_layers"])
-    return None
+    return _dim(run, "num_layers")
 
 
 def run_experts(run: RunRecord) -> int:
     """Routed experts per MoE layer of the run's checkpoint (the plan's dims, else inspect's
     report; 0 for a dense model or when neither says)."""
-    dims = (run.prediction or {}).get("dims")
-    if isinstance(dims, Mapping) and isinstance(dims.get("num_experts"), int):
-        return int(dims["num_experts"])
+    if (planned := _dim(run, "num_experts")) is not None:
+        return planned
     report = run.checkpoint_report or {}
     experts = report.get("experts") if isinstance(report, Mapping) else None
     total = experts.get("total") if isinstance(experts, Mapping) else None
@@ -82,35 +90,50 @@ def run_platform(run: RunRecord) -> str:
 
 def run_graph_tokens(run: RunRecord) -> int | None:
     """The largest step (tokens) the run's engine captured a CUDA graph for: what its log said
-    (engine facts ``cudagraph_capture_max``), else vLLM's rule
-    (:func:`~servelab.plan.startup.graph_capture`) on the flags it was started with and the
-    hardware's ``max_num_seqs`` default. ``None`` for another engine or an unknown profile."""
+    (engine facts ``cudagraph_capture_max``), else what a plan makes of the flags it was
+    started with (vLLM's ``non_default_args``: :func:`~servelab.plan.startup.
+    planned_graph_capture` on :func:`~servelab.plan.startup.effective_max_num_seqs`, as
+    ``servelab plan`` does). ``None`` for another engine, or when the flags leave
+    ``max_num_seqs`` to the default of a hardware profile servelab does not know."""
     facts = _map(run.engine_facts) or {}
     logged = facts.get("cudagraph_capture_max")
     if isinstance(logged, int) and not isinstance(logged, bool):
         return logged
     if (run.engine_name or "vllm") != "vllm" or not run.hardware:
         return None
-    args = _map(facts.get("non_default_args")) or {}
-    seqs = args.get("max_num_seqs")
-    batched = args.get("max_num_batched_tokens")
+    opts = _startup_options(_map(facts.get("non_default_args")) or {})
     platform = run_platform(run)
-    if not isinstance(seqs, int):
+    if opts.max_num_seqs is not None:
+        seqs = MaxNumSeqs(opts.max_num_seqs, "--max-num-seqs")
+    else:
         try:
             profile = get_profile(run.hardware)
         except ServelabError:
             return None
-        seqs = effective_max_num_seqs(
-            profile, platform, ParallelLayout(), StartupOptions()
-        ).value
+        seqs = effective_max_num_seqs(profile, platform, ParallelLayout(), opts)
     spec = spec_config_of(run)
-    return graph_capture(
-        seqs,
-        platform=platform,
-        spec_tokens=spec.draft_tokens if spec else 0,
-        enforce_eager=bool(args.get("enforce_eager")),
-        max_num_batched_tokens=batched if isinstance(batched, int) else None,
+    return planned_graph_capture(
+        seqs, platform, opts, spec_tokens=spec.draft_tokens if spec else 0
     ).max_tokens
+
+
+def _startup_options(args: Mapping[str, Any]) -> StartupOptions:
+    """The start-up flags a plan reads, from vLLM's logged ``non_default_args``."""
+
+    def whole(key: str) -> int | None:
+        v = args.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    compilation = _map(args.get("compilation_config")) or {}
+    mode, perf = compilation.get("cudagraph_mode"), args.get("performance_mode")
+    return StartupOptions(
+        max_num_seqs=whole("max_num_seqs"),
+        max_num_batched_tokens=whole("max_num_batched_tokens"),
+        enforce_eager=args.get("enforce_eager") is True,
+        cudagraph_mode=mode if isinstance(mode, str) else None,
+        optimization_level=whole("optimization_level"),
+        performance_mode=perf if isinstance(perf, str) else None,
+    )
 
 
 def run_name(run: RunRecord) -> str:
@@ -187,9 +210,8 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
     b = _run_build(run, plan, name)
     slots = expert_slots(layers, run_experts(run))
     graph = run_graph_tokens(run)
-    dims = _map((run.prediction or {}).get("dims")) or {}
-    linear = dims.get("linear_attention_layers")
-    linear = linear if isinstance(linear, int) and 0 <= linear <= layers else 0
+    linear = _dim(run, "linear_attention_layers") or 0
+    linear = linear if 0 <= linear <= layers else 0
     out: list[Sample] = []
     for point in (*plan.decode, *plan.prefill):
         n = point.tokens
