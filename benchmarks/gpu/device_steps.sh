@@ -35,6 +35,12 @@
 #   cal-wait:S  wait up to S seconds for the calibration runs
 #   cal-collect export all runs, engine logs, plans and inspect reports -> $OUT/cal.tgz
 #
+# Decode profiles (issue 12: where a decode step's time goes):
+#   prof-bg     in its own session: for each PROF_RECIPES entry, benchmarks/gpu/profile_decode.py
+#               (vLLM's torch profiler over 64 decode iterations) -> $WORK/prof/<name>/
+#   prof-wait:S wait up to S seconds for the profiles
+#   prof-collect  the profiles' summaries and engine logs (not the traces) -> $OUT/prof.tgz
+#
 # State lives outside the repository in $WORK (default /var/tmp/servelab-gpu), so it survives
 # between calls on the same warm machine. PYTHONUNBUFFERED is set; every phase logs to stdout.
 set -uo pipefail
@@ -260,7 +266,9 @@ phase_gen_sparse() {
 phase_cal_bg() {
   say "cal-bg ${CAL_RECIPES[*]} (log $WORK/cal.log)"
   rm -f "$WORK/cal.done"
-  setsid nohup bash "$0" cal-fg >"$WORK/cal.log" 2>&1 </dev/null &
+  # An array does not reach a child through the environment: hand the list on as a string
+  # (without it the child ran the default list, 2026-12-03 late session).
+  CAL_RECIPES="${CAL_RECIPES[*]}" setsid nohup bash "$0" cal-fg >"$WORK/cal.log" 2>&1 </dev/null &
   sleep 5
   tail -3 "$WORK/cal.log"
 }
@@ -307,6 +315,51 @@ phase_cal_collect() {
   ls -la "$OUT"
 }
 
+# Decode profiles (issue 12): vLLM's torch profiler over 64 decode iterations of one request per
+# PROF_RECIPES entry (benchmarks/gpu/profile_decode.py) -> $WORK/prof/<name>/profile.json.
+PROF_RECIPES=(${PROF_RECIPES:-qwen3-next-80b-a3b-bf16-12l-mns64-h200 qwen3.6-35b-a3b-bf16-mns256-h200 \
+  qwen3-30b-a3b-bf16-24l-h200 llama-3.2-3b-bf16-graphs512-h200 llama-3.1-8b-bf16-h200})
+
+phase_prof_bg() {
+  say "prof-bg ${PROF_RECIPES[*]} (log $WORK/prof.log)"
+  rm -f "$WORK/prof.done"
+  PROF_RECIPES="${PROF_RECIPES[*]}" setsid nohup bash "$0" prof-fg >"$WORK/prof.log" 2>&1 \
+    </dev/null &
+  sleep 5
+  tail -3 "$WORK/prof.log"
+}
+
+phase_prof_fg() {
+  local name r
+  for name in "${PROF_RECIPES[@]}"; do
+    mkdir -p "$WORK/prof/$name"
+    r="$WORK/prof/$name/recipe.toml"
+    sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
+      "$here/$name.toml" >"$r"
+    say "prof $name"
+    "$py" "$here/profile_decode.py" "$r" --out "$WORK/prof/$name"
+    echo "prof $name exit $?"
+  done
+  touch "$WORK/prof.done"
+}
+
+phase_prof_wait() {
+  local limit="$1" t0=$SECONDS
+  say "prof-wait up to $limit s"
+  while [[ ! -f "$WORK/prof.done" ]] && ((SECONDS - t0 < limit)); do
+    sleep 15
+    echo "[$((SECONDS - t0)) s] $(grep -E '^=== prof |^prof .* exit' "$WORK/prof.log" | tail -1)"
+  done
+  [[ -f "$WORK/prof.done" ]] && echo "profiles finished"
+  grep -E '^=== prof |^prof .* exit|gpu_busy|step_period|idle' "$WORK/prof.log" | tail -40
+}
+
+phase_prof_collect() {
+  say prof-collect
+  tar -C "$WORK" --exclude='trace' -czf "$OUT/prof.tgz" prof prof.log
+  ls -la "$OUT"
+}
+
 rc=0
 for ph in "$@"; do
   if ((rc != 0)) && [[ "$ph" != collect ]]; then
@@ -327,6 +380,10 @@ for ph in "$@"; do
     collect) phase_collect ;;
     gen-sparse) phase_gen_sparse ;;
     cal-bg) phase_cal_bg ;;
+    prof-bg) phase_prof_bg ;;
+    prof-fg) phase_prof_fg ;;
+    prof-wait:*) phase_prof_wait "${ph#prof-wait:}" ;;
+    prof-collect) phase_prof_collect ;;
     cal-fg) phase_cal_fg ;;
     cal-wait:*) phase_cal_wait "${ph#cal-wait:}" ;;
     cal-collect) phase_cal_collect ;;

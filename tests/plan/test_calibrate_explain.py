@@ -77,7 +77,8 @@ def test_h200_priors_are_the_committed_runs() -> None:
     for export in (results / "run-h200-qwen3-30b-a3b-fp8.json",
                    results / "calibration-2026-12-03" / "runs-h200-calibration.json",
                    results / "calibration-2026-12-03-pm" / "runs-h200-calibration.json",
-                   results / "calibration-2026-12-03-eve" / "runs-h200-calibration.json"):
+                   results / "calibration-2026-12-03-eve" / "runs-h200-calibration.json",
+                   results / "calibration-2026-12-03-late" / "runs-h200-calibration.json"):
         doc = json.loads(export.read_text(encoding="utf-8"))
         runs += [run_from_dict(r, source=str(export)) for r in doc["runs"]]
     runs.sort(key=lambda r: r.started_at, reverse=True)

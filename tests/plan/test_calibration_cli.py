@@ -14,9 +14,9 @@ from servelab.cli.app import app
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "gpu" / "results"
+# Every committed H200 export: the first FP8 run and the four calibration sessions.
 EXPORTS = (RESULTS / "run-h200-qwen3-30b-a3b-fp8.json",
-           RESULTS / "calibration-2026-12-03" / "runs-h200-calibration.json",
-           RESULTS / "calibration-2026-12-03-pm" / "runs-h200-calibration.json")
+           *sorted(RESULTS.glob("calibration-*/runs-h200-calibration.json")))
 
 
 def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
@@ -33,25 +33,32 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     assert builds == {"llama-3.1-8b-bf16-random", "qwen3-30b-a3b-bf16-24l-random",
                       "qwen3-next-bf16-12l-random", "qwen3-30b-a3b-fp8-random",
                       "llama-3.2-3b-bf16-random", "qwen3-235b-a22b-bf16-16l-random",
-                      "qwen3.6-35b-a3b-bf16-random"}
+                      "qwen3.6-35b-a3b-bf16-random", "qwen3-235b-a22b-fp8-16l-random"}
     for r in rows:
         assert r["predicted"] is True and r["hardware"] == "h200"
         if r["predicted_tok_s"] is not None:
             assert r["error"] == r["measured_tok_s"] / r["predicted_tok_s"] - 1
             assert r["inside_interval"] == (r["low"] <= r["measured_tok_s"] <= r["high"])
     decode = [r for r in rows if r["kind"] == "decode"]
-    # No other FP8 build was stored: its prediction is a labelled fallback over the BF16 ones.
+    # Two FP8 builds: each is predicted from the other on its own kernel path, over the BF16
+    # fit as the prior (whose interval it borrows: one model at that level).
     fp8 = [r for r in decode if "fp8" in r["model"]]
-    assert fp8 and all("fallback: no TRITON Fp8 W8A8 data" in r["source"] for r in fp8)
+    assert fp8 and all("stored runs (vllm / TRITON Fp8 W8A8 / h200)" in r["source"]
+                       and "one model here" in r["source"] for r in fp8)
+    assert all(abs(r["error"]) < 0.15 for r in fp8)
     # Dense and MoE BF16 builds are one kernel path (the default one), with the expert-slot
-    # term for what MoE adds: no fallback, and the dense builds and the large MoE predicted
-    # well from the others (benchmarks/RESULTS.md has every row).
+    # term for what MoE adds: no fallback (benchmarks/RESULTS.md has every row).
     bf16 = [r for r in decode if "fp8" not in r["model"]]
     assert bf16 and not any("fallback" in r["source"] for r in bf16)
-    assert all(abs(r["error"]) < 0.2 for r in bf16
-               if r["model"].startswith(("llama", "qwen3-235b", "qwen3-30b")))
+    # Qwen3-Next's 12 layers keep the GPU busy 1.4 ms of a 2.0-2.6 ms step (profile in
+    # benchmarks/gpu/results/profile-2026-12-03): the host's time per step bounds it, which the
+    # overlapped decode form predicts from Qwen3-30B-A3B's 24-layer build.
+    nxt = [r for r in bf16 if r["model"].startswith("qwen3-next")]
+    assert len(nxt) == 9 and all(abs(r["error"]) < 0.15 for r in nxt)
+    assert all(abs(r["error"]) < 0.22 for r in decode)
     summary = {(s["hardware"], s["kind"]): s for s in doc["summary"]}
-    assert summary[("h200", "decode")]["points"] == 24
+    assert summary[("h200", "decode")]["points"] == 45
+    assert summary[("h200", "spec step")]["points"] == 3
     table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
     assert table.exit_code == 0 and "| h200 |" in table.output
 

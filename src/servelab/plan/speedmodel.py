@@ -1,9 +1,12 @@
-"""The calibrated speed model: time per token as a linear sum of costs, fitted from measurements.
+"""The calibrated speed model: time per token as a sum of costs (a GPU decode step: the larger
+of the device's and the host's), fitted from measurements.
 
 Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, hardware)::
 
     decode   t_token   = bytes_read(c) x s_per_byte + n_layers x s_per_layer
-                         + expert_slots x s_per_expert_slot [+ s_fixed on a CPU]
+                         + expert_slots x s_per_expert_slot + s_fixed          on a CPU
+             t_token   = max(bytes_read(c) x s_per_byte + n_layers x s_per_layer
+                             + expert_slots x s_per_expert_slot, s_fixed)       on a GPU
     prefill  t_prefill = FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
                          + n_layers x s_per_layer + expert_slots x s_per_expert_slot
                          [+ n_layers x s_per_eager_layer
@@ -25,12 +28,15 @@ prefill went from 22 to 28 of 36 points within 25 %, the two hybrids predicted f
 sorts a step's tokens into every expert's block, so a MoE layer's fixed cost grows with how
 many experts it has, not with how many a token picks (measured on the H200: 128-, 256- and
 512-expert models; benchmarks/RESULTS.md). ``s_fixed``: per-step work outside the layers
-(scheduler, sampling bookkeeping, HTTP). On a GPU vLLM overlaps that host work with the
-device's (CUDA graphs, asynchronous scheduling), so a decode step costs what its kernels cost
-and the decode form has no fixed term there (a fixed term fitted anyway traded off against the
-per-layer term and predicted unseen models worse: benchmarks/RESULTS.md); on a CPU the host's
-work is the device's work, and the fixed term dominates tiny models. A prompt's time to first
-token is one event that nothing overlaps, so prefill keeps its fixed term everywhere.
+(scheduler, input preparation, sampling bookkeeping, detokenising, HTTP). On a GPU vLLM
+overlaps that host work with the device's (CUDA graphs, asynchronous scheduling), so a decode
+step costs the larger of the two, not their sum: a model whose kernels finish sooner than the
+host prepares the next step runs at the host's pace (profiled on the H200: Qwen3-Next with 12
+layers keeps the GPU busy 1.4 ms of a 2.0-2.6 ms step, Llama-3.1-8B 4.7 ms of 4.9 ms;
+benchmarks/RESULTS.md). A fixed term summed on a GPU traded off against the per-layer term and
+predicted unseen models worse. On a CPU the host's work is the device's work: the terms add,
+and the fixed one dominates tiny models. A prompt's time to first token is one event that
+nothing overlaps, so prefill keeps a summed fixed term everywhere.
 Speculative decode is the decode form applied to one verification step (see
 :func:`servelab.plan.predict.mtp_step_cost`).
 
@@ -83,6 +89,9 @@ TERMS: dict[str, tuple[str, ...]] = {
 }
 #: Platforms whose host work is the device's work (a decode step's fixed cost is not hidden).
 HOST_BOUND = frozenset({"cpu"})
+#: The fixed column of a decode row on a GPU: the fixed (host) term overlaps the device's work
+#: instead of adding to it, so the step costs the larger of the two (:func:`row_seconds`).
+OVERLAP = -1.0
 #: Weight of the pull towards the prior, against relative residuals: moving a term by what it
 #: contributes to a typical row costs as much as a 10 % miss on one measured point.
 PRIOR_WEIGHT = 0.1
@@ -162,7 +171,7 @@ def features(
     host = platform in HOST_BOUND
     slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
-        return (float(bytes_read), float(layers), slots, 1.0 if host else 0.0)
+        return (float(bytes_read), float(layers), slots, 1.0 if host else OVERLAP)
     launched = eager and not host
     return (
         float(flops),
@@ -173,6 +182,20 @@ def features(
         float(linear_layers) if launched else 0.0,
         1.0,
     )
+
+
+def overlapped(row: Sequence[float]) -> bool:
+    """True for a row whose last (fixed) term overlaps the others (a GPU's decode step)."""
+    return len(row) > 0 and row[-1] == OVERLAP
+
+
+def row_seconds(theta: Sequence[float], row: Sequence[float]) -> float:
+    """Predicted time of one design-matrix row: the sum of its terms, or for an overlapped row
+    the larger of the device's terms and the host's fixed time per step."""
+    if overlapped(row):
+        device = sum(a * b for a, b in zip(theta[:-1], row[:-1], strict=True))
+        return float(max(device, theta[-1]))
+    return float(sum(a * b for a, b in zip(theta, row, strict=True)))
 
 
 def expert_slots(moe_layers: int, experts: int) -> int:
@@ -195,8 +218,8 @@ class Fit:
     fallback: str | None = None
 
     def seconds(self, row: Sequence[float]) -> float:
-        """Predicted time for one design-matrix row."""
-        return float(sum(a * b for a, b in zip(self.theta, row, strict=True)))
+        """Predicted time for one design-matrix row (:func:`row_seconds`)."""
+        return row_seconds(self.theta, row)
 
     def coefficients(self) -> dict[str, float]:
         """``{term: value}`` in SI units (seconds per byte, per FLOP, per layer, fixed)."""
@@ -242,12 +265,83 @@ def solve(
 ) -> tuple[float, ...]:
     """Bounded, prior-regularised least squares on relative residuals.
 
-    Minimises ``sum(((x_i . theta - t_i) / t_i)^2) + w^2 sum(((theta_j - p_j) / s_j)^2)`` over
-    ``theta >= lower`` (default 0), where ``s_j`` is what one unit of term ``j`` contributes on
-    a typical row, so the pull is the same size for every term: it decides only directions
-    the data leave open. The bound is physics: no engine reads bytes faster than the
-    hardware's ceiling or multiplies faster than its peak (see :func:`physical_bounds`).
+    Minimises ``sum(((pred_i - t_i) / t_i)^2) + w^2 sum(((theta_j - p_j) / s_j)^2)`` over
+    ``theta >= lower`` (default 0), where ``pred_i`` is :func:`row_seconds` and ``s_j`` is what
+    one unit of term ``j`` contributes on a typical row, so the pull is the same size for
+    every term: it decides only directions the data leave open. The bound is physics: no
+    engine reads bytes faster than the hardware's ceiling or multiplies faster than its peak
+    (see :func:`physical_bounds`). Rows of one fit are all summed or all overlapped (one
+    platform); overlapped rows go through :func:`_solve_overlap`.
     """
+    flags = {overlapped(r) for r in rows}
+    if flags == {True}:
+        return _solve_overlap(rows, times, prior, lower=lower, prior_weight=prior_weight)
+    if len(flags) > 1:
+        raise UsageError("one fit mixes overlapped (GPU decode) and summed rows")
+    return _solve_linear(rows, times, prior, lower=lower, prior_weight=prior_weight)
+
+
+def _solve_overlap(
+    rows: Sequence[Sequence[float]],
+    times: Sequence[float],
+    prior: Sequence[float],
+    *,
+    lower: Sequence[float] | None,
+    prior_weight: float,
+) -> tuple[float, ...]:
+    """:func:`solve` for overlapped rows: ``t = max(device terms, h)``, ``h`` the host's time
+    per step. Exact over the floors that can matter: for each candidate ``h`` (the bound, the
+    prior's, every measured time) the points measured above ``h`` are device-bound and fit the
+    device terms by :func:`_solve_linear`; the candidate with the lowest objective wins. A
+    build that is device-bound everywhere leaves ``h`` at most its fastest point."""
+    k = len(prior)
+    x = np.asarray(rows, dtype=float).reshape(-1, k)
+    t = np.asarray(times, dtype=float)
+    if x.shape[0] != t.shape[0]:
+        raise UsageError("rows and times differ in length")
+    if np.any(t <= 0):
+        raise UsageError("measured times must be positive")
+    lb = np.zeros(k) if lower is None else np.asarray(lower, dtype=float)
+    p = np.maximum(np.asarray(prior, dtype=float), lb)
+    y = x[:, :-1]
+    a = np.hstack([y, np.ones((len(t), 1))]) / t[:, None]
+    col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
+    unit = np.where(col > 0, col, 1.0)
+    best: tuple[float, tuple[float, ...]] | None = None
+    for h in sorted({float(lb[-1]), float(p[-1]), *(float(v) for v in t if v >= lb[-1])}):
+        above = t > h
+        if above.any():
+            device = np.asarray(
+                _solve_linear(
+                    y[above].tolist(),
+                    t[above].tolist(),
+                    p[:-1].tolist(),
+                    lower=lb[:-1].tolist(),
+                    prior_weight=prior_weight,
+                )
+            )
+        else:
+            device = p[:-1].copy()
+        theta = np.append(device, h)
+        pred = np.maximum(y @ device, h)
+        cost = float(np.sum(((pred - t) / t) ** 2))
+        cost += float(np.sum((prior_weight * unit * (theta - p)) ** 2))
+        if best is None or cost < best[0]:
+            best = (cost, tuple(float(v) for v in theta))
+    assert best is not None  # the bound itself is always a candidate
+    return best[1]
+
+
+def _solve_linear(
+    rows: Sequence[Sequence[float]],
+    times: Sequence[float],
+    prior: Sequence[float],
+    *,
+    lower: Sequence[float] | None = None,
+    prior_weight: float = PRIOR_WEIGHT,
+) -> tuple[float, ...]:
+    """:func:`solve` for summed rows: bounded linear least squares with the pull to ``prior``
+    (exact: every subset of active terms is solved and the best feasible one kept)."""
     k = len(prior)
     x = np.asarray(rows, dtype=float).reshape(-1, k)
     t = np.asarray(times, dtype=float)
@@ -310,7 +404,7 @@ def relative_errors(
         theta = fit_samples(train, kind, prior, lower)
         for s in mine:
             if build_of(s.model) == m:
-                pred = float(np.dot(theta, s.features))
+                pred = row_seconds(theta, s.features)
                 errs.append(s.seconds / pred - 1.0 if pred > 0 else math.inf)
     return errs
 
@@ -452,9 +546,7 @@ def levels_for(
 ) -> list[Level]:
     """The calibration levels for ``target``, most specific first (see module docs);
     ``origin`` names where ``stored`` came from."""
-    same_hw = [
-        s for s in stored if s.engine == target.engine and s.hardware == target.hardware
-    ]
+    same_hw = [s for s in stored if s.engine == target.engine and s.hardware == target.hardware]
     levels: list[Level] = []
 
     family = path_family(target.kernel_path)
@@ -477,9 +569,7 @@ def levels_for(
                     tuple(pool),
                     f"{origin} ({target.engine} / all kernel paths / {target.hardware})",
                     fallback=(
-                        None
-                        if path
-                        else f"no {family} data; pooled over {', '.join(other)}"
+                        None if path else f"no {family} data; pooled over {', '.join(other)}"
                     ),
                 )
             )
@@ -505,8 +595,7 @@ def calibrate(
     ``lower(kind)``: the bounds, default the roofline's)."""
     levels = levels_for(target, list(stored), list(priors))
     fits = {
-        k: fit_levels(levels, k, target, physical(k), lower(k) if lower else None)
-        for k in KINDS
+        k: fit_levels(levels, k, target, physical(k), lower(k) if lower else None) for k in KINDS
     }
     notes = []
     for k, f in fits.items():
