@@ -293,17 +293,21 @@ phase_cal_fg() {
   touch "$WORK/cal.done"
 }
 
-phase_cal_wait() {
-  local limit="$1" t0=$SECONDS
-  say "cal-wait up to $limit s"
-  while [[ ! -f "$WORK/cal.done" ]] && ((SECONDS - t0 < limit)); do
+wait_done() {
+  # wait_done NAME LIMIT PATTERN: wait up to LIMIT s for $WORK/NAME.done, printing the last
+  # line of $WORK/NAME.log that matches PATTERN every 15 s, then every matching line.
+  local name="$1" limit="$2" pattern="$3" t0=$SECONDS
+  say "$name-wait up to $limit s"
+  while [[ ! -f "$WORK/$name.done" ]] && ((SECONDS - t0 < limit)); do
     sleep 15
-    echo "[$((SECONDS - t0)) s] $(grep -E '^=== cal |^run .* exit' "$WORK/cal.log" | tail -1)" \
-      "| $(tail -1 "$WORK/cal.log" | cut -c1-140)"
+    echo "[$((SECONDS - t0)) s] $(grep -E "$pattern" "$WORK/$name.log" | tail -1)" \
+      "| $(tail -1 "$WORK/$name.log" | cut -c1-140)"
   done
-  [[ -f "$WORK/cal.done" ]] && echo "calibration runs finished"
-  grep -E '^=== cal |^run .* exit|decode|prefill' "$WORK/cal.log" | tail -40
+  [[ -f "$WORK/$name.done" ]] && echo "$name finished"
+  grep -E "$pattern" "$WORK/$name.log" | tail -40
 }
+
+phase_cal_wait() { wait_done cal "$1" '^=== cal |^run .* exit|decode|prefill'; }
 
 phase_cal_collect() {
   say cal-collect
@@ -343,16 +347,7 @@ phase_prof_fg() {
   touch "$WORK/prof.done"
 }
 
-phase_prof_wait() {
-  local limit="$1" t0=$SECONDS
-  say "prof-wait up to $limit s"
-  while [[ ! -f "$WORK/prof.done" ]] && ((SECONDS - t0 < limit)); do
-    sleep 15
-    echo "[$((SECONDS - t0)) s] $(grep -E '^=== prof |^prof .* exit' "$WORK/prof.log" | tail -1)"
-  done
-  [[ -f "$WORK/prof.done" ]] && echo "profiles finished"
-  grep -E '^=== prof |^prof .* exit|gpu_busy|step_period|idle' "$WORK/prof.log" | tail -40
-}
+phase_prof_wait() { wait_done prof "$1" '^=== prof |^prof .* exit|gpu_busy|step_period|idle'; }
 
 phase_prof_collect() {
   say prof-collect

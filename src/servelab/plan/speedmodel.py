@@ -281,6 +281,24 @@ def solve(
     return _solve_linear(rows, times, prior, lower=lower, prior_weight=prior_weight)
 
 
+def _arrays(
+    rows: Sequence[Sequence[float]],
+    times: Sequence[float],
+    prior: Sequence[float],
+    lower: Sequence[float] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows, times, bound and prior (raised to the bound) as arrays, checked."""
+    k = len(prior)
+    x = np.asarray(rows, dtype=float).reshape(-1, k)
+    t = np.asarray(times, dtype=float)
+    if x.shape[0] != t.shape[0]:
+        raise UsageError("rows and times differ in length")
+    if np.any(t <= 0):
+        raise UsageError("measured times must be positive")
+    lb = np.zeros(k) if lower is None else np.asarray(lower, dtype=float)
+    return x, t, lb, np.maximum(np.asarray(prior, dtype=float), lb)
+
+
 def _solve_overlap(
     rows: Sequence[Sequence[float]],
     times: Sequence[float],
@@ -295,14 +313,7 @@ def _solve_overlap(
     device terms by :func:`_solve_linear`; the candidate with the lowest objective wins. A
     build that is device-bound everywhere leaves ``h`` at most its fastest point."""
     k = len(prior)
-    x = np.asarray(rows, dtype=float).reshape(-1, k)
-    t = np.asarray(times, dtype=float)
-    if x.shape[0] != t.shape[0]:
-        raise UsageError("rows and times differ in length")
-    if np.any(t <= 0):
-        raise UsageError("measured times must be positive")
-    lb = np.zeros(k) if lower is None else np.asarray(lower, dtype=float)
-    p = np.maximum(np.asarray(prior, dtype=float), lb)
+    x, t, lb, p = _arrays(rows, times, prior, lower)
     y = x[:, :-1]
     a = np.hstack([y, np.ones((len(t), 1))]) / t[:, None]
     col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
@@ -343,14 +354,7 @@ def _solve_linear(
     """:func:`solve` for summed rows: bounded linear least squares with the pull to ``prior``
     (exact: every subset of active terms is solved and the best feasible one kept)."""
     k = len(prior)
-    x = np.asarray(rows, dtype=float).reshape(-1, k)
-    t = np.asarray(times, dtype=float)
-    if x.shape[0] != t.shape[0]:
-        raise UsageError("rows and times differ in length")
-    if np.any(t <= 0):
-        raise UsageError("measured times must be positive")
-    lb = np.zeros(k) if lower is None else np.asarray(lower, dtype=float)
-    p = np.maximum(np.asarray(prior, dtype=float), lb)
+    x, t, lb, p = _arrays(rows, times, prior, lower)
     a = x / t[:, None]
     b = np.ones_like(t) - a @ lb  # solve for delta = theta - lower >= 0
     col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
