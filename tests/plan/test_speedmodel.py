@@ -133,6 +133,30 @@ def test_solve_recovers_a_cpu_fixed_cost_and_ignores_expert_slots_there() -> Non
         assert theta[i] == pytest.approx(true[i], rel=0.06)  # the prior pulls a little
 
 
+def test_device_only_rows_pin_the_device_terms_when_every_run_is_host_bound() -> None:
+    # Every measured step waits for a 30 ms host, so the runs alone say nothing about the
+    # device; profiled device times (device-only rows) of the same models do.
+    true = (*TRUE_DECODE[:3], 30e-3)
+    runs = _decode_samples(true=true)
+    assert all(s.seconds == pytest.approx(30e-3) for s in runs)
+    profiled = [Sample(s.model, s.engine, s.kernel_path, s.hardware, "decode", s.length,
+                       s.layers, s.bytes_read, 0.0, row_seconds(TRUE_DECODE, s.features),
+                       "profile", expert_slots=s.expert_slots, device_only=True)
+                for s in runs if s.length == 512]
+    assert all(p.features[3] == 0.0 for p in profiled)
+    samples = runs + profiled
+    theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_DECODE,
+                  lower=ROOF_DECODE)
+    for got, want in zip(theta, true, strict=True):
+        assert got == pytest.approx(want, rel=REL)
+    blind = solve([s.features for s in runs], [s.seconds for s in runs], ROOF_DECODE,
+                  lower=ROOF_DECODE)
+    assert blind[1] != pytest.approx(TRUE_DECODE[1], rel=0.5)  # the runs alone cannot tell
+    with pytest.raises(UsageError, match="GPU decode step"):
+        Sample("m", "vllm", "CPU", "host", "decode", 512, 2, 1e6, 0.0, 1e-3, "p",
+               platform="cpu", device_only=True)
+
+
 def test_solve_recovers_known_prefill_parameters() -> None:
     samples = _prefill_samples()
     theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_PREFILL,

@@ -107,7 +107,8 @@ def ledger(
     rows: list[LedgerRow] = []
     by_model: dict[tuple[str, str, str], list[Sample]] = {}
     for s in stored:
-        by_model.setdefault((s.hardware, s.engine, s.model), []).append(s)
+        if not s.device_only:  # a profiled device time is an input, not a speed to check
+            by_model.setdefault((s.hardware, s.engine, s.model), []).append(s)
     for (hardware, engine, model), mine in sorted(by_model.items()):
         others = [s for s in stored if s.model != model]
         for kind in ("decode", "prefill"):

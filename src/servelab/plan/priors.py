@@ -41,7 +41,9 @@ _OPTIONAL = {
     "platform": str,
     "linear_layers": int,
 }
-_FLAGS = {"eager"}  # true/false keys (a prefill longer than the engine's largest CUDA graph)
+# true/false keys: a prefill longer than the engine's largest CUDA graph; a profiled device
+# time per decode step (tok_s = 1 / that time), not a measured token rate
+_FLAGS = {"eager", "device_only"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ def _sample(row: Any, where: str) -> Sample:
             platform=row.get("platform", "cuda"),
             eager=bool(row.get("eager", False)),
             linear_layers=int(row.get("linear_layers", 0)),
+            device_only=bool(row.get("device_only", False)),
         )
     except UsageError as exc:
         raise InputError(f"{where}: {exc}") from exc

@@ -49,7 +49,10 @@ so the per-layer and fixed terms are collinear) come from the prior instead of f
 
 Where the fit comes from (:func:`calibrate`), first that applies:
 
-1. stored runs on the same (engine, kernel path, hardware), other models than the target;
+1. stored runs on the same (engine, kernel path, hardware), other models than the target,
+   with the shipped decode profiles of that path (device-only samples: a GPU's busy time per
+   decode step, which fit the device terms and never the host's floor; a build that is only
+   ever host-bound cannot tell the two apart);
 2. stored runs on the same (engine, hardware), any kernel path: a labelled **fallback**;
 3. the shipped priors (published measurements) for the hardware, same path first, then
    pooled (labelled): they carry the prediction when the store has no run on the hardware,
@@ -119,6 +122,9 @@ class Sample:
     platform: str = "cuda"
     eager: bool = False  # a prefill longer than the engine's largest CUDA graph
     linear_layers: int = 0  # of ``layers``, those with linear attention (Gated DeltaNet, ...)
+    #: A GPU decode step's device time alone (a profiler's busy time per step), not a
+    #: measured token rate: it fits the device terms and never the host's floor.
+    device_only: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -129,6 +135,11 @@ class Sample:
             raise UsageError(f"sample {self.model!r}: negative expert slots")
         if not 0 <= self.linear_layers <= self.layers:
             raise UsageError(f"sample {self.model!r}: linear-attention layers out of range")
+        if self.device_only and (self.kind != "decode" or self.platform in HOST_BOUND):
+            raise UsageError(
+                f"sample {self.model!r}: device-only time is a GPU decode step's (on a CPU "
+                "the host's work is the device's)"
+            )
 
     @property
     def features(self) -> tuple[float, ...]:
@@ -142,6 +153,7 @@ class Sample:
             platform=self.platform,
             eager=self.eager,
             linear_layers=self.linear_layers,
+            device_only=self.device_only,
         )
 
     @property
@@ -160,6 +172,7 @@ def features(
     platform: str = "cuda",
     eager: bool = False,
     linear_layers: int = 0,
+    device_only: bool = False,
 ) -> tuple[float, ...]:
     """Design-matrix row for one point of ``kind`` (see module docs). A zero column switches a
     term off: a GPU's decode row has no fixed term; a CPU's rows have no expert-slot term (the
@@ -167,11 +180,14 @@ def features(
     models cannot identify a fourth term: leave-one-model-out on them got worse with it) and
     no eager-layer term (a CPU has no graphs: every layer is launched from the host, which
     the per-layer term already is); a prefill row has the eager-layer terms only when ``eager``
-    (the prompt is longer than the largest CUDA graph the engine captured)."""
+    (the prompt is longer than the largest CUDA graph the engine captured); a GPU decode row
+    is overlapped (:data:`OVERLAP`), or has no fixed term when ``device_only`` (a profiled
+    device time)."""
     host = platform in HOST_BOUND
     slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
-        return (float(bytes_read), float(layers), slots, 1.0 if host else OVERLAP)
+        fixed = 1.0 if host else (0.0 if device_only else OVERLAP)
+        return (float(bytes_read), float(layers), slots, fixed)
     launched = eager and not host
     return (
         float(flops),
@@ -270,14 +286,13 @@ def solve(
     one unit of term ``j`` contributes on a typical row, so the pull is the same size for
     every term: it decides only directions the data leave open. The bound is physics: no
     engine reads bytes faster than the hardware's ceiling or multiplies faster than its peak
-    (see :func:`physical_bounds`). Rows of one fit are all summed or all overlapped (one
-    platform); overlapped rows go through :func:`_solve_overlap`.
+    (see :func:`physical_bounds`). Rows of one fit are all summed, or overlapped with
+    device-only rows among them (one platform): those go through :func:`_solve_overlap`.
     """
-    flags = {overlapped(r) for r in rows}
-    if flags == {True}:
+    if any(overlapped(r) for r in rows):
+        if any(not overlapped(r) and r[-1] != 0 for r in rows):
+            raise UsageError("one fit mixes overlapped (GPU decode) and summed rows")
         return _solve_overlap(rows, times, prior, lower=lower, prior_weight=prior_weight)
-    if len(flags) > 1:
-        raise UsageError("one fit mixes overlapped (GPU decode) and summed rows")
     return _solve_linear(rows, times, prior, lower=lower, prior_weight=prior_weight)
 
 
@@ -310,22 +325,25 @@ def _solve_overlap(
     """:func:`solve` for overlapped rows: ``t = max(device terms, h)``, ``h`` the host's time
     per step. Exact over the floors that can matter: for each candidate ``h`` (the bound, the
     prior's, every measured time) the points measured above ``h`` are device-bound and fit the
-    device terms by :func:`_solve_linear`; the candidate with the lowest objective wins. A
-    build that is device-bound everywhere leaves ``h`` at most its fastest point."""
+    device terms by :func:`_solve_linear`, with every device-only row (a profiled device
+    time: no floor applies); the candidate with the lowest objective wins. A build that is
+    device-bound everywhere leaves ``h`` at most its fastest point."""
     k = len(prior)
     x, t, lb, p = _arrays(rows, times, prior, lower)
+    device_only = np.array([not overlapped(r) for r in rows], dtype=bool)
     y = x[:, :-1]
     a = np.hstack([y, np.ones((len(t), 1))]) / t[:, None]
     col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
     unit = np.where(col > 0, col, 1.0)
     best: tuple[float, tuple[float, ...]] | None = None
-    for h in sorted({float(lb[-1]), float(p[-1]), *(float(v) for v in t if v >= lb[-1])}):
-        above = t > h
-        if above.any():
+    walls = (float(v) for v, d in zip(t, device_only, strict=True) if not d and v >= lb[-1])
+    for h in sorted({float(lb[-1]), float(p[-1]), *walls}):
+        fitted = device_only | (t > h)
+        if fitted.any():
             device = np.asarray(
                 _solve_linear(
-                    y[above].tolist(),
-                    t[above].tolist(),
+                    y[fitted].tolist(),
+                    t[fitted].tolist(),
                     p[:-1].tolist(),
                     lower=lb[:-1].tolist(),
                     prior_weight=prior_weight,
@@ -334,7 +352,7 @@ def _solve_overlap(
         else:
             device = p[:-1].copy()
         theta = np.append(device, h)
-        pred = np.maximum(y @ device, h)
+        pred = np.where(device_only, y @ device, np.maximum(y @ device, h))
         cost = float(np.sum(((pred - t) / t) ** 2))
         cost += float(np.sum((prior_weight * unit * (theta - p)) ** 2))
         if best is None or cost < best[0]:
@@ -551,9 +569,26 @@ def levels_for(
     """The calibration levels for ``target``, most specific first (see module docs);
     ``origin`` names where ``stored`` came from."""
     same_hw = [s for s in stored if s.engine == target.engine and s.hardware == target.hardware]
+    priors = list(priors)
     levels: list[Level] = []
 
     family = path_family(target.kernel_path)
+    # Profiled device times of this engine, hardware and kernel path (shipped with the priors)
+    # fit the device terms next to the stored runs: they are what tells a host-bound build's
+    # floor apart from its kernels (benchmarks/RESULTS.md, H200 decode profiles).
+    profiles = [
+        s
+        for s in priors
+        if s.device_only
+        and s.engine == target.engine
+        and s.hardware == target.hardware
+        and path_family(s.kernel_path) == family
+        and s not in same_hw
+    ]
+    fitted_from = origin
+    if same_hw and profiles:
+        same_hw += profiles
+        fitted_from = f"{origin} and shipped decode profiles"
 
     def split(pool: list[Sample], what: str, origin: str) -> None:
         path = [s for s in pool if path_family(s.kernel_path) == family]
@@ -578,7 +613,7 @@ def levels_for(
                 )
             )
 
-    split(same_hw, origin, f"fitted from {origin}")
+    split(same_hw, origin, f"fitted from {fitted_from}")
     # The priors always sit below the stored runs: with no run on the hardware they carry
     # the prediction; with a few, they are the fit's prior and lend their interval to a
     # level that holds one model only.
