@@ -19,17 +19,13 @@ import sys
 import tomllib
 from pathlib import Path
 
+from from_runs import _toml  # this folder's sibling script: one TOML spelling for both
+
 ROOT = Path(__file__).resolve().parents[2]
 PRIORS = ROOT / "src" / "servelab" / "plan" / "priors.toml"
 RECIPES = ROOT / "benchmarks" / "gpu"
 KEYS = ("model", "engine", "engine_version", "kernel_path", "compute", "hardware", "kind",
         "length", "layers", "expert_slots", "linear_layers", "platform", "bytes_read", "flops")
-
-
-def _toml(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
 def main(argv: list[str] | None = None) -> int:
