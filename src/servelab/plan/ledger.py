@@ -14,7 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.plan.speedmodel import Sample, Target, fit_levels, interval, levels_for
+from servelab.plan.speedmodel import (
+    Sample,
+    Target,
+    fit_levels,
+    interval,
+    levels_for,
+    row_seconds,
+)
 
 #: The ledger kind of a speculative run's rows: one verification step per second, not tokens.
 STEP_KIND = "spec step"
@@ -128,7 +135,7 @@ def ledger(
                         tokens = 1.0 if kind == "decode" else s.length
                         tok = tokens / seconds
                         ceiling = floor if floor is not None else roof
-                        least = sum(a * b for a, b in zip(ceiling, s.features, strict=True))
+                        least = row_seconds(ceiling, s.features)
                         band = interval(tok, fit.rel_error, tokens / least if least else None)
                         lo, hi = band if band else (None, None)
                 step = is_step(model)

