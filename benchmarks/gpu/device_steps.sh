@@ -243,13 +243,15 @@ phase_collect() {
 # qwen3-next-80b-a3b:bf16:12 and qwen3-30b-a3b:bf16:24 (recipes of the same names); the second
 # (afternoon) llama-3.2-3b:bf16:28, qwen3-235b-a22b:bf16:16 and qwen3.6-35b-a3b:bf16:40:fused;
 # the third (evening) both hybrids under one set of flags, a second FP8 MoE build, both CUDA
-# graph regimes of one model, and an MTP run:
-CAL_SPECS=(${CAL_SPECS:-qwen3-next-80b-a3b:bf16:12:qwen3-next-80b-a3b-bf16-12l \
-  qwen3-235b-a22b:fp8-block:16:qwen3-235b-a22b-fp8-16l \
-  llama-3.2-3b:bf16:28:llama-3.2-3b-bf16 \
+# graph regimes of one model and an MTP run (qwen3-next-80b-a3b-bf16-12l-mns64-h200,
+# qwen3-235b-a22b-fp8-16l-h200, llama-3.2-3b-bf16-graphs512-h200,
+# qwen3.6-35b-a3b-bf16-mns256-h200, qwen3.6-35b-a3b-bf16-mtp2-h200); the fourth (late) decode
+# profiles (PROF_RECIPES below). Next, not yet run: the host's floor measured directly (a
+# 2-layer build), the first FP8 build again (its 2K prefill), the MTP step again:
+CAL_SPECS=(${CAL_SPECS:-llama-3.2-3b:bf16:2:llama-3.2-3b-bf16-2l \
+  qwen3-30b-a3b:fp8-block:48:qwen3-30b-a3b-fp8 \
   qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused})
-CAL_RECIPES=(${CAL_RECIPES:-qwen3-next-80b-a3b-bf16-12l-mns64-h200 qwen3-235b-a22b-fp8-16l-h200 \
-  llama-3.2-3b-bf16-graphs512-h200 qwen3.6-35b-a3b-bf16-mns256-h200 \
+CAL_RECIPES=(${CAL_RECIPES:-llama-3.2-3b-bf16-2l-h200 qwen3-30b-a3b-fp8-dummy-h200 \
   qwen3.6-35b-a3b-bf16-mtp2-h200})
 
 phase_gen_sparse() {
