@@ -54,11 +54,15 @@ def decode_bytes(point: Mapping[str, Any]) -> float | None:
     return float(sum(p for p in parts if p is not None))
 
 
+def _whole(value: Any) -> int | None:
+    """``value`` when it is an integer (not a bool) in recorded JSON, else ``None``."""
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _dim(run: RunRecord, key: str) -> int | None:
     """An integer of the dims the run's plan recorded (``None`` when it did not)."""
     dims = _map((run.prediction or {}).get("dims")) or {}
-    value = dims.get(key)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    return _whole(dims.get(key))
 
 
 def run_layers(run: RunRecord) -> int | None:
@@ -96,8 +100,7 @@ def run_graph_tokens(run: RunRecord) -> int | None:
     ``servelab plan`` does). ``None`` for another engine, or when the flags leave
     ``max_num_seqs`` to the default of a hardware profile servelab does not know."""
     facts = _map(run.engine_facts) or {}
-    logged = facts.get("cudagraph_capture_max")
-    if isinstance(logged, int) and not isinstance(logged, bool):
+    if (logged := _whole(facts.get("cudagraph_capture_max"))) is not None:
         return logged
     if (run.engine_name or "vllm") != "vllm" or not run.hardware:
         return None
@@ -119,19 +122,14 @@ def run_graph_tokens(run: RunRecord) -> int | None:
 
 def _startup_options(args: Mapping[str, Any]) -> StartupOptions:
     """The start-up flags a plan reads, from vLLM's logged ``non_default_args``."""
-
-    def whole(key: str) -> int | None:
-        v = args.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-
     compilation = _map(args.get("compilation_config")) or {}
     mode, perf = compilation.get("cudagraph_mode"), args.get("performance_mode")
     return StartupOptions(
-        max_num_seqs=whole("max_num_seqs"),
-        max_num_batched_tokens=whole("max_num_batched_tokens"),
+        max_num_seqs=_whole(args.get("max_num_seqs")),
+        max_num_batched_tokens=_whole(args.get("max_num_batched_tokens")),
         enforce_eager=args.get("enforce_eager") is True,
         cudagraph_mode=mode if isinstance(mode, str) else None,
-        optimization_level=whole("optimization_level"),
+        optimization_level=_whole(args.get("optimization_level")),
         performance_mode=perf if isinstance(perf, str) else None,
     )
 
