@@ -228,6 +228,23 @@ def test_fallback_to_other_kernel_paths_is_labelled() -> None:
     assert "fallback:" in fit.label()
 
 
+def test_shipped_priors_of_the_path_outrank_stored_runs_of_other_paths_only() -> None:
+    # The store holds one small dense build (a 2-layer floor probe, say); the priors hold the
+    # target's own path: they carry the fit, the stored runs of the other path fall below.
+    probe = [s for s in _decode_samples() if s.model == "dense-3b"]
+    priors = [s for s in _decode_samples() if s.kernel_path == "bf16 MoE" and s.model != "moe-40l"]
+    target = Target("vllm", "bf16 MoE", "h200", "moe-40l")
+    levels = levels_for(target, probe, priors)
+    assert [lv.level for lv in levels] == ["prior", "stored runs, pooled"]
+    fit = fit_levels(levels, "decode", target, ROOF_DECODE)
+    assert fit.level == "prior" and fit.fallback is None
+    truth = [s for s in _decode_samples() if s.model == "moe-40l"]
+    assert all(abs(fit.seconds(s.features) / s.seconds - 1) < REL for s in truth)
+    # with a stored run of the target's path, that level comes first again
+    own = [s for s in _decode_samples() if s.model == "moe-16l"]
+    assert levels_for(target, probe + own, priors)[0].level == "stored runs"
+
+
 def test_priors_only_when_the_store_has_nothing_on_that_hardware() -> None:
     priors = _decode_samples()
     spark = [

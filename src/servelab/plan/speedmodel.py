@@ -55,11 +55,12 @@ Where the fit comes from (:func:`calibrate`), first that applies:
    with the shipped decode profiles of that path (device-only samples: a GPU's busy time per
    decode step, which fit the device terms and never the host's floor; a build that is only
    ever host-bound cannot tell the two apart);
-2. stored runs on the same (engine, hardware), any kernel path: a labelled **fallback**;
-3. the shipped priors (published measurements) for the hardware, same path first, then
-   pooled (labelled): they carry the prediction when the store has no run on the hardware,
-   and are the prior of the levels above otherwise;
-4. the roofline alone: the physical prior (peak bandwidth and compute, no overheads).
+2. the shipped priors (published measurements) on the same (engine, kernel path, hardware):
+   they carry the prediction when the store has no run of that path there, and are the prior
+   of the level above otherwise;
+3. stored runs on the same (engine, hardware), any kernel path: a labelled **fallback**;
+4. the shipped priors for the hardware pooled over kernel paths (labelled);
+5. the roofline alone: the physical prior (peak bandwidth and compute, no overheads).
 
 Every fit carries a relative interval half-width from leave-one-model-out residuals at its
 level (the errors it would have made on models it had not seen), or, where the level holds
@@ -573,7 +574,6 @@ def levels_for(
     same_hw = [s for s in stored if s.engine == target.engine and s.hardware == target.hardware]
     priors = list(priors)
     levels: list[Level] = []
-
     family = path_family(target.kernel_path)
     # Profiled device times of this engine, hardware and kernel path (shipped with the priors)
     # fit the device terms next to the stored runs: they are what tells a host-bound build's
@@ -592,36 +592,43 @@ def levels_for(
         same_hw += profiles
         fitted_from = f"{origin} and shipped decode profiles"
 
-    def split(pool: list[Sample], what: str, origin: str) -> None:
+    def split(pool: list[Sample], what: str, origin: str) -> tuple[list[Level], list[Level]]:
+        """(the level of ``family``, the pooled level) of ``pool``, each empty when it has
+        nothing to hold."""
         path = [s for s in pool if path_family(s.kernel_path) == family]
         other = sorted({s.kernel_path for s in pool if path_family(s.kernel_path) != family})
-        if path:
-            levels.append(
-                Level(
-                    what,
-                    tuple(path),
-                    f"{origin} ({target.engine} / {family} / {target.hardware})",
-                )
-            )
-        if other:
-            levels.append(
+        own = (
+            [Level(what, tuple(path), f"{origin} ({target.engine} / {family} / {target.hardware})")]
+            if path
+            else []
+        )
+        pooled = (
+            [
                 Level(
                     f"{what}, pooled",
                     tuple(pool),
                     f"{origin} ({target.engine} / all kernel paths / {target.hardware})",
-                    fallback=(
-                        None if path else f"no {family} data; pooled over {', '.join(other)}"
-                    ),
+                    fallback=None if path else f"no {family} data; pooled over {', '.join(other)}",
                 )
-            )
+            ]
+            if other
+            else []
+        )
+        return own, pooled
 
-    split(same_hw, origin, f"fitted from {fitted_from}")
-    # The priors always sit below the stored runs: with no run on the hardware they carry
-    # the prediction; with a few, they are the fit's prior and lend their interval to a
-    # level that holds one model only.
+    stored_path, stored_pooled = split(same_hw, origin, f"fitted from {fitted_from}")
+    # The priors always sit below the stored runs of the same kernel path: with no run on the
+    # hardware they carry the prediction; with a few, they are the fit's prior and lend their
+    # interval to a level that holds one model only. Shipped measurements of the target's own
+    # path also rank above stored runs of other paths only: that pooling is a fallback, and a
+    # store holding one small build of another path (a 2-layer floor probe, H200 2026-12-03)
+    # had predicted an FP8 MoE build 3.6x too slow from it while the priors held that path.
     pri = [s for s in priors if s.engine == target.engine and s.hardware == target.hardware]
     sources = sorted({s.source for s in pri})
-    split(pri, "prior", "prior from " + "; ".join(sources) if sources else "prior")
+    prior_path, prior_pooled = split(
+        pri, "prior", "prior from " + "; ".join(sources) if sources else "prior"
+    )
+    levels.extend(stored_path + prior_path + stored_pooled + prior_pooled)
     return levels
 
 
