@@ -592,31 +592,29 @@ def levels_for(
         same_hw += profiles
         fitted_from = f"{origin} and shipped decode profiles"
 
-    def split(pool: list[Sample], what: str, origin: str) -> tuple[list[Level], list[Level]]:
+    def split(
+        pool: list[Sample], what: str, origin: Callable[[Sequence[Sample]], str]
+    ) -> tuple[list[Level], list[Level]]:
         """(the level of ``family``, the pooled level) of ``pool``, each empty when it has
-        nothing to hold."""
+        nothing to hold; ``origin`` names where a level's samples come from."""
         path = [s for s in pool if path_family(s.kernel_path) == family]
         other = sorted({s.kernel_path for s in pool if path_family(s.kernel_path) != family})
-        own = (
-            [Level(what, tuple(path), f"{origin} ({target.engine} / {family} / {target.hardware})")]
-            if path
-            else []
+        own = Level(
+            what, tuple(path), f"{origin(path)} ({target.engine} / {family} / {target.hardware})"
         )
-        pooled = (
-            [
-                Level(
-                    f"{what}, pooled",
-                    tuple(pool),
-                    f"{origin} ({target.engine} / all kernel paths / {target.hardware})",
-                    fallback=None if path else f"no {family} data; pooled over {', '.join(other)}",
-                )
-            ]
-            if other
-            else []
+        pooled = Level(
+            f"{what}, pooled",
+            tuple(pool),
+            f"{origin(pool)} ({target.engine} / all kernel paths / {target.hardware})",
+            fallback=None if path else f"no {family} data; pooled over {', '.join(other)}",
         )
-        return own, pooled
+        return ([own] if path else []), ([pooled] if other else [])
 
-    stored_path, stored_pooled = split(same_hw, origin, f"fitted from {fitted_from}")
+    def shipped(rows: Sequence[Sample]) -> str:
+        sources = sorted({s.source for s in rows})
+        return "prior from " + "; ".join(sources) if sources else "prior"
+
+    stored_path, stored_pooled = split(same_hw, origin, lambda _: f"fitted from {fitted_from}")
     # The priors always sit below the stored runs of the same kernel path: with no run on the
     # hardware they carry the prediction; with a few, they are the fit's prior and lend their
     # interval to a level that holds one model only. Shipped measurements of the target's own
@@ -624,10 +622,7 @@ def levels_for(
     # store holding one small build of another path (a 2-layer floor probe, H200 2026-12-03)
     # had predicted an FP8 MoE build 3.6x too slow from it while the priors held that path.
     pri = [s for s in priors if s.engine == target.engine and s.hardware == target.hardware]
-    sources = sorted({s.source for s in pri})
-    prior_path, prior_pooled = split(
-        pri, "prior", "prior from " + "; ".join(sources) if sources else "prior"
-    )
+    prior_path, prior_pooled = split(pri, "prior", shipped)
     levels.extend(stored_path + prior_path + stored_pooled + prior_pooled)
     return levels
 
