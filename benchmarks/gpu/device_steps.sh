@@ -246,13 +246,11 @@ phase_collect() {
 # graph regimes of one model and an MTP run (qwen3-next-80b-a3b-bf16-12l-mns64-h200,
 # qwen3-235b-a22b-fp8-16l-h200, llama-3.2-3b-bf16-graphs512-h200,
 # qwen3.6-35b-a3b-bf16-mns256-h200, qwen3.6-35b-a3b-bf16-mtp2-h200); the fourth (late) decode
-# profiles (PROF_RECIPES below). Next, not yet run: the host's floor measured directly (a
-# 2-layer build), the first FP8 build again (its 2K prefill), the MTP step again:
-CAL_SPECS=(${CAL_SPECS:-llama-3.2-3b:bf16:2:llama-3.2-3b-bf16-2l \
-  qwen3-30b-a3b:fp8-block:48:qwen3-30b-a3b-fp8 \
-  qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused})
-CAL_RECIPES=(${CAL_RECIPES:-llama-3.2-3b-bf16-2l-h200 qwen3-30b-a3b-fp8-dummy-h200 \
-  qwen3.6-35b-a3b-bf16-mtp2-h200})
+# profiles (PROF_RECIPES below); the fifth (night) the first FP8 build again with the dummy
+# loader and the host-floor probes (llama-3.2-3b-bf16-2l-h200, qwen3-next-80b-a3b-bf16-4l-h200,
+# qwen3-30b-a3b-bf16-2l-h200; the MTP run was cut off). Next, not yet run: the MTP step again:
+CAL_SPECS=(${CAL_SPECS:-qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused})
+CAL_RECIPES=(${CAL_RECIPES:-qwen3.6-35b-a3b-bf16-mtp2-h200})
 
 phase_gen_sparse() {
   say "gen-sparse ${CAL_SPECS[*]}"

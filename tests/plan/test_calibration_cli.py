@@ -14,7 +14,8 @@ from servelab.cli.app import app
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "gpu" / "results"
-# Every committed H200 export: the first FP8 run and the four calibration sessions.
+# Every committed H200 export: the first FP8 run and the five calibration sessions (the fifth ran
+# the first FP8 build again; the host-floor probes are in probes-h200.json, not here).
 EXPORTS = (RESULTS / "run-h200-qwen3-30b-a3b-fp8.json",
            *sorted(RESULTS.glob("calibration-*/runs-h200-calibration.json")))
 
@@ -62,7 +63,7 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     # Issue 12's decode bar, on every build and length: within 15 %, inside the interval.
     assert all(abs(r["error"]) < 0.15 and r["inside_interval"] for r in decode)
     summary = {(s["hardware"], s["kind"]): s for s in doc["summary"]}
-    assert summary[("h200", "decode")]["points"] == 45
+    assert summary[("h200", "decode")]["points"] == 48
     assert summary[("h200", "spec step")]["points"] == 3
     table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
     assert table.exit_code == 0 and "| h200 |" in table.output
