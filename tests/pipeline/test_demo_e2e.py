@@ -71,9 +71,21 @@ def test_every_build_ran_and_was_recorded(demo: dict[str, Any]) -> None:
         assert run.recipe_text and "[engine.flags]" in run.recipe_text
         assert run.checkpoint_header_hash and run.checkpoint_report
         assert run.extra and (Path(run.extra["run_dir"]) / "bench.json").is_file()
+        # the host's CPU (a GPU decode step at the host's pace and every TTFT depend on it)
+        assert run.extra["host_cpu"]["logical_cpus"] == os.cpu_count()
         assert run.prediction and run.prediction["predicted"] is True
         assert run.decode_tok_s and run.decode_tok_s > 0
         assert run.prefill_tok_s and run.prefill_tok_s > 0
+
+
+def test_runs_show_names_the_host_cpu(demo: dict[str, Any]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "servelab", "runs", "show", demo["runs"][0]["run_id"],
+         "--db", str(demo["db"])],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"({os.cpu_count()} logical CPUs)" in proc.stdout
 
 
 def test_plan_kv_pool_equals_the_engine_log(demo: dict[str, Any]) -> None:

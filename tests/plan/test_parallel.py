@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from servelab.engine.recipe import load_recipe, parse_recipe
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
-from servelab.hardware.host import host_has_avx512_bf16
+from servelab.hardware.host import host_cpu, host_has_avx512_bf16
 from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
 from servelab.plan.kv import plan_kv_pool
@@ -314,6 +315,9 @@ def test_host_cpu_flags_parse() -> None:
     assert host_has_avx512_bf16("processor: 0\nflags\t\t: fpu sse avx512_bf16 amx_tile\n")
     assert not host_has_avx512_bf16("processor: 0\nflags\t\t: fpu sse avx2\n")
     assert isinstance(host_has_avx512_bf16(), bool)
+    cpu = host_cpu("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t: fpu\n")
+    assert cpu["model"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert host_cpu()["logical_cpus"] == os.cpu_count()
 
 
 def test_layout_json_round_trip() -> None:

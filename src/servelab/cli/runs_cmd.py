@@ -9,10 +9,11 @@ object (samples included with ``--samples``). ``runs export`` writes the export 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -147,6 +148,16 @@ def list_cmd(
     emit(fmt, doc=doc, tables=[runs_table(runs, f"{len(runs)} runs")])
 
 
+def _host_cpu(extra: Mapping[str, Any] | None) -> str:
+    """The recorded CPU of the run's host ("" for runs recorded before it was)."""
+    cpu = (extra or {}).get("host_cpu")
+    if not isinstance(cpu, Mapping):
+        return ""
+    n = cpu.get("logical_cpus")
+    count = f" ({n} logical CPUs)" if isinstance(n, int) else ""
+    return f"{cpu.get('model') or 'unknown'}{count}"
+
+
 @app.command("show")
 def show_cmd(
     run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix of it).")],
@@ -181,6 +192,7 @@ def show_cmd(
             ),
         ),
         ("hardware / host", " / ".join(x for x in (run.hardware, run.host) if x)),
+        ("host CPU", _host_cpu(run.extra)),
         ("driver / CUDA / torch", " / ".join(x or "?" for x in (run.driver, run.cuda, run.torch))),
         ("engine", " ".join(x for x in (run.engine_name, run.engine_version) if x)),
         ("engine args", " ".join(run.engine_args)),

@@ -17,19 +17,37 @@ def host_memory_bytes() -> int:
         return 0
 
 
-def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
-    """The CPU feature flags of this machine (``/proc/cpuinfo``; empty where unreadable)."""
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-                cpuinfo = fh.read()
-        except OSError:
-            return frozenset()
+def _cpuinfo() -> str:
+    """``/proc/cpuinfo`` (empty where unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _cpuinfo_field(cpuinfo: str, keys: tuple[str, ...]) -> str | None:
+    """The first value of any of ``keys`` in ``cpuinfo`` text."""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+        if key.strip() in keys:
+            return value.strip()
+    return None
+
+
+def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU feature flags of this machine (``/proc/cpuinfo``; empty where unreadable)."""
+    flags = _cpuinfo_field(_cpuinfo() if cpuinfo is None else cpuinfo, ("flags", "Features"))
+    return frozenset(flags.split()) if flags else frozenset()
+
+
+def host_cpu(cpuinfo: str | None = None) -> dict[str, object]:
+    """This machine's CPU as a run records it: model name and logical CPUs. A GPU decode step
+    at the host's pace, and every prompt's time to first token, depend on it (the same
+    2-layer build took 1.6 and 2.7 ms a step on two lent H200 machines; benchmarks/RESULTS.md)."""
+    text = _cpuinfo() if cpuinfo is None else cpuinfo
+    model = _cpuinfo_field(text, ("model name", "Model", "cpu model")) or platform.processor()
+    return {"model": model or None, "logical_cpus": os.cpu_count()}
 
 
 def host_has_avx512_bf16(cpuinfo: str | None = None) -> bool:

@@ -38,6 +38,7 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
+from servelab.hardware.host import host_cpu
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
@@ -303,7 +304,12 @@ def bench_record(
     record = run_from_bench_json(
         bench.to_json(), source=str(run_dir), started_at=started, finished_at=utcnow(), **fields
     )
-    extra = {**(record.extra or {}), "run_dir": str(run_dir), "platform": platform.platform()}
+    extra = {
+        **(record.extra or {}),
+        "run_dir": str(run_dir),
+        "platform": platform.platform(),
+        "host_cpu": host_cpu(),
+    }
     failure = bench.token_check.failure if bench.token_check is not None else None
     if failure is None:
         return replace(record, extra=extra)
