@@ -573,7 +573,6 @@ def levels_for(
     ``origin`` names where ``stored`` came from."""
     same_hw = [s for s in stored if s.engine == target.engine and s.hardware == target.hardware]
     priors = list(priors)
-    levels: list[Level] = []
     family = path_family(target.kernel_path)
     # Profiled device times of this engine, hardware and kernel path (shipped with the priors)
     # fit the device terms next to the stored runs: they are what tells a host-bound build's
@@ -593,19 +592,19 @@ def levels_for(
         fitted_from = f"{origin} and shipped decode profiles"
 
     def split(
-        pool: list[Sample], what: str, origin: Callable[[Sequence[Sample]], str]
+        pool: list[Sample], what: str, named: Callable[[Sequence[Sample]], str]
     ) -> tuple[list[Level], list[Level]]:
         """(the level of ``family``, the pooled level) of ``pool``, each empty when it has
-        nothing to hold; ``origin`` names where a level's samples come from."""
+        nothing to hold; ``named`` says where a level's samples come from."""
         path = [s for s in pool if path_family(s.kernel_path) == family]
         other = sorted({s.kernel_path for s in pool if path_family(s.kernel_path) != family})
         own = Level(
-            what, tuple(path), f"{origin(path)} ({target.engine} / {family} / {target.hardware})"
+            what, tuple(path), f"{named(path)} ({target.engine} / {family} / {target.hardware})"
         )
         pooled = Level(
             f"{what}, pooled",
             tuple(pool),
-            f"{origin(pool)} ({target.engine} / all kernel paths / {target.hardware})",
+            f"{named(pool)} ({target.engine} / all kernel paths / {target.hardware})",
             fallback=None if path else f"no {family} data; pooled over {', '.join(other)}",
         )
         return ([own] if path else []), ([pooled] if other else [])
@@ -623,8 +622,7 @@ def levels_for(
     # had predicted an FP8 MoE build 3.6x too slow from it while the priors held that path.
     pri = [s for s in priors if s.engine == target.engine and s.hardware == target.hardware]
     prior_path, prior_pooled = split(pri, "prior", shipped)
-    levels.extend(stored_path + prior_path + stored_pooled + prior_pooled)
-    return levels
+    return stored_path + prior_path + stored_pooled + prior_pooled
 
 
 def calibrate(
