@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
+import numpy as np
 import pytest
 
 from servelab.errors import UsageError
@@ -19,6 +21,7 @@ from servelab.plan.speedmodel import (
     fit_levels,
     interval,
     levels_for,
+    nnls,
     path_family,
     row_seconds,
     solve,
@@ -28,10 +31,11 @@ BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
 # s/byte, s/layer, s/expert slot, s fixed (on a GPU the host's time per step, which overlaps
 # the device's: none here, every model is device-bound)
 TRUE_DECODE = (1 / BW, 40e-6, 0.18e-6, 0.0)
-# s/FLOP, s/byte, s/layer, s/expert slot, s/eager layer, s/eager linear-attention layer, s fixed
-TRUE_PREFILL = (1 / 600e12, 1 / 1.2e12, 150e-6, 2e-6, 900e-6, 1.5e-3, 12e-3)
+# the device's s/FLOP, s/byte, s/layer, s/expert slot; the host's launches: s/eager layer,
+# s/eager MoE layer, s/linear-attention layer; the host's own: s/prompt token, s fixed
+TRUE_PREFILL = (1 / 600e12, 1 / 1.2e12, 150e-6, 2e-6, 900e-6, 700e-6, 1.5e-3, 2.5e-6, 12e-3)
 ROOF_DECODE = (1 / 4.8e12, 0.0, 0.0, 0.0)
-ROOF_PREFILL = (1 / 989e12, 1 / 4.8e12, 0.0, 0.0, 0.0, 0.0, 0.0)
+ROOF_PREFILL = (1 / 989e12, 1 / 4.8e12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 # (model, bytes per token at 512 tokens, layers, kernel path, routed experts per layer)
 MODELS = (
@@ -74,8 +78,8 @@ def _prefill_samples() -> list[Sample]:
             b = nbytes * 2 + 1e5 * length
             eager = length > graph
             row = features("prefill", b, layers, flops, expert_slots=layers * experts,
-                           eager=eager, linear_layers=linear)
-            t = sum(a * x for a, x in zip(TRUE_PREFILL, row, strict=True))
+                           eager=eager, linear_layers=linear, prompt_tokens=length)
+            t = row_seconds(TRUE_PREFILL, row)
             out.append(Sample(name, "vllm", path, "h200", "prefill", length, layers, b, flops, t,
                               "synthetic", expert_slots=layers * experts, eager=eager,
                               linear_layers=linear))
@@ -159,20 +163,72 @@ def test_device_only_rows_pin_the_device_terms_when_every_run_is_host_bound() ->
 
 def test_solve_recovers_known_prefill_parameters() -> None:
     samples = _prefill_samples()
-    theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_PREFILL,
-                  lower=ROOF_PREFILL)
+    rows = [s.features for s in samples]
+    # Both sides of the overlap occur: some prompts wait for the host's launches, others for
+    # the device's kernels (which hide the launches).
+    bound = [_launch_bound(TRUE_PREFILL, r) for r in rows]
+    assert any(bound) and not all(bound)
+    theta = solve(rows, [s.seconds for s in samples], ROOF_PREFILL, lower=ROOF_PREFILL)
     for got, want in zip(theta, TRUE_PREFILL, strict=True):
         assert got == pytest.approx(want, rel=REL)
 
 
-def test_eager_layers_count_only_past_the_largest_graph_and_never_on_a_cpu() -> None:
-    graphed = features("prefill", 1e9, 28, 1e12, eager=False, linear_layers=21)
-    eager = features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21)
-    assert graphed[4:6] == (0.0, 0.0) and eager[4:6] == (28.0, 21.0)
-    assert graphed[:4] == eager[:4] and graphed[6] == eager[6] == 1.0
-    assert features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21,
-                    platform="cpu")[4:6] == (0.0, 0.0)
-    assert len(features("decode", 1e9, 28)) == 4  # decode rows have no eager column
+def _launch_bound(theta: tuple[float, ...], row: tuple[float, ...]) -> bool:
+    device = sum(a * b for a, b in zip(theta[:4], row[:4], strict=True))
+    return sum(a * b for a, b in zip(theta[4:7], row[4:7], strict=True)) > device
+
+
+def test_launches_hide_behind_the_device_and_the_host_adds_to_both() -> None:
+    theta = (1e-15, 0.0, 0.0, 0.0, 1e-3, 0.0, 0.0, 1e-6, 5e-3)
+    short = features("prefill", 1e9, 20, 1e12, eager=True, prompt_tokens=1000)
+    long = features("prefill", 1e9, 20, 1e14, eager=True, prompt_tokens=1000)
+    # 20 launched layers take 20 ms; the device 1 ms, then 100 ms; the host 1 ms + 5 ms
+    assert row_seconds(theta, short) == pytest.approx(0.020 + 0.006)
+    assert row_seconds(theta, long) == pytest.approx(0.100 + 0.006)
+    cpu = features("prefill", 1e9, 20, 1e12, eager=True, prompt_tokens=1000, platform="cpu")
+    assert row_seconds(theta, cpu) == pytest.approx(0.001 + 0.005)  # a CPU launches nothing
+
+
+def test_nnls_finds_the_one_minimum_that_exhaustive_search_finds() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        a = rng.normal(size=(12, 6)) * np.logspace(-9, 9, 6)  # columns of very different scale
+        b = rng.normal(size=12)
+        got = nnls(a, b)
+        assert np.all(got >= 0)
+        feasible = (x for n in range(7) for cols in itertools.combinations(range(6), n)
+                    if (x := _subset_lstsq(a, b, cols)) is not None)
+        best = min(feasible, key=lambda x: float(np.sum((a @ x - b) ** 2)))
+        assert np.sum((a @ got - b) ** 2) == pytest.approx(np.sum((a @ best - b) ** 2), rel=1e-9)
+
+
+def _subset_lstsq(a: np.ndarray, b: np.ndarray, cols: tuple[int, ...]) -> np.ndarray | None:
+    """Least squares on ``cols`` only, the others zero; None where a coefficient is negative."""
+    x = np.zeros(a.shape[1])
+    if cols:
+        norms = np.linalg.norm(a[:, list(cols)], axis=0)  # well conditioned, as nnls solves it
+        sol = np.linalg.lstsq(a[:, list(cols)] / norms, b, rcond=None)[0] / norms
+        if np.any(sol < 0):
+            return None
+        x[list(cols)] = sol
+    return x
+
+
+def test_launch_terms_count_past_the_largest_graph_and_never_on_a_cpu() -> None:
+    graphed = features("prefill", 1e9, 28, 1e12, eager=False, linear_layers=21,
+                       expert_slots=28 * 128, prompt_tokens=512)
+    eager = features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21,
+                     expert_slots=28 * 128, prompt_tokens=512)
+    # the linear-attention core runs outside the CUDA graph at every length (vLLM splits its
+    # piecewise graphs there); the other layers' kernels only past the largest graph
+    assert graphed[4:7] == (0.0, 0.0, 21.0) and eager[4:7] == (28.0, 28.0, 21.0)
+    assert graphed[:4] == eager[:4] and graphed[7:] == eager[7:] == (512.0, 1.0)
+    dense = features("prefill", 1e9, 28, 1e12, eager=True, prompt_tokens=512)
+    assert dense[4:7] == (28.0, 0.0, 0.0)  # no MoE layer to launch
+    cpu = features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21,
+                   expert_slots=28 * 128, platform="cpu", prompt_tokens=512)
+    assert cpu[3:8] == (0.0,) * 5  # on a CPU the host's work is the device's
+    assert len(features("decode", 1e9, 28)) == 4  # decode rows have no launch column
 
 
 def test_lower_bound_is_the_roofline() -> None:

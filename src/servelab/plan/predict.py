@@ -47,7 +47,7 @@ from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.kv import attention_bytes_per_token_per_layer, mamba_state_bytes
 from servelab.plan.modelcfg import DTYPE_BYTES, ModelDims
-from servelab.plan.speedmodel import Calibration, Fit, expert_slots, features, interval
+from servelab.plan.speedmodel import TERMS, Calibration, Fit, expert_slots, features, interval
 from servelab.plan.weights import Weights
 
 
@@ -351,7 +351,7 @@ def predict_speed(
             eager = graph_tokens is not None and p > graph_tokens
             row = features(
                 "prefill", nbytes, layers, flops, expert_slots=slots, platform=on, eager=eager,
-                linear_layers=dims.num_linear_layers,
+                linear_layers=dims.num_linear_layers, prompt_tokens=p,
             )
             ptok, plo, phi = _predicted(pfit, row, p, cap)
             prefill.append(
@@ -432,7 +432,7 @@ def coefficients(bandwidth: float, rate: float | None) -> dict[str, tuple[float,
     per_flop = 1.0 / rate if rate else 0.0
     return {
         "decode": (1.0 / bandwidth, 0.0, 0.0, 0.0),
-        "prefill": (per_flop, 1.0 / bandwidth, 0.0, 0.0, 0.0, 0.0, 0.0),
+        "prefill": (per_flop, 1.0 / bandwidth) + (0.0,) * (len(TERMS["prefill"]) - 2),
     }
 
 

@@ -7,23 +7,35 @@ Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, 
                          + expert_slots x s_per_expert_slot + s_fixed          on a CPU
              t_token   = max(bytes_read(c) x s_per_byte + n_layers x s_per_layer
                              + expert_slots x s_per_expert_slot, s_fixed)       on a GPU
-    prefill  t_prefill = FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
-                         + n_layers x s_per_layer + expert_slots x s_per_expert_slot
-                         [+ n_layers x s_per_eager_layer
-                            + n_linear_layers x s_per_eager_linear_layer if P > the CUDA graph
-                            size] + s_fixed
+    prefill  t_prefill = P x s_per_prompt_token + s_fixed
+                         + max(FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
+                               + n_layers x s_per_layer + expert_slots x s_per_expert_slot,
+                               n_linear_layers x s_per_linear_layer_launch
+                               [+ n_layers x s_per_eager_layer
+                                  + n_moe_layers x s_per_eager_moe_layer  if P > the CUDA
+                                                                          graph size])  on a GPU
+             (on a CPU the same device terms and host terms, summed: nothing is launched apart)
 
 ``s_per_byte`` is 1 / effective bandwidth, ``s_per_flop`` 1 / effective compute rate; the
 other terms are what a roofline leaves out. ``s_per_layer``: the kernels every decoder layer
 launches (norms, projections, attention or its linear-attention counterpart).
-``s_per_eager_layer``: what a layer costs on top when its kernels are launched one by one from
-the host, because the prompt is longer than the largest CUDA graph vLLM captured
+A prefill on a GPU is the host's work around the step (tokenising and copying the prompt:
+``s_per_prompt_token``; scheduling, HTTP, the first token: ``s_fixed``) plus the longer of two
+things that run at once: the device's kernels, and the host launching them one by one where no
+CUDA graph does it. ``s_per_eager_layer`` and ``s_per_eager_moe_layer``: what launching a
+layer's kernels costs the host (a MoE layer launches routing, sorting and the expert kernels on
+top) when the prompt is longer than the largest CUDA graph vLLM captured
 (:func:`servelab.plan.startup.graph_capture`: 512 tokens by default, 128 with
 ``--max-num-seqs 64``); measured on the H200, one Llama-3.2-3B took 18 ms for a 512-token
 prefill inside a graph and 38 ms without (benchmarks/RESULTS.md).
-``s_per_eager_linear_layer``: what a linear-attention (Gated DeltaNet) layer launches on top of
-that: its chunked prefill is a chain of small Triton kernels (H200: with it, leave-one-model-out
-prefill went from 22 to 28 of 36 points within 25 %, the two hybrids predicted from each other).
+``s_per_linear_layer_launch``: a linear-attention (Gated DeltaNet) layer's chunked prefill, a
+chain of small Triton kernels that vLLM runs outside its piecewise CUDA graphs at every prompt
+length. The device hides the launches once its kernels take longer than launching them: on
+the H200 the FP8 Qwen3-30B (48 MoE layers) took 104-125 ms at 2,048 tokens and 164-175 ms at
+8,192, where a summed form must either miss the first or double-count the second; with the
+larger of the two, leave-one-model-out prefill went from 15 to 5 of 48 points beyond 25 %
+(benchmarks/RESULTS.md). The 2-layer host-floor probes measured the host terms directly:
+10-15 ms and about 2.3 us per prompt token.
 ``expert_slots`` = MoE layers x routed experts (0 for a dense model): vLLM's fused-MoE path
 sorts a step's tokens into every expert's block, so a MoE layer's fixed cost grows with how
 many experts it has, not with how many a token picks (fitted on the H200's 128-, 256- and
@@ -37,17 +49,19 @@ host prepares the next step runs at the host's pace (profiled on the H200: Qwen3
 layers keeps the GPU busy 1.4 ms of a 2.0-2.6 ms step, Llama-3.1-8B 4.7 ms of 4.9 ms;
 benchmarks/RESULTS.md). A fixed term summed on a GPU traded off against the per-layer term and
 predicted unseen models worse. On a CPU the host's work is the device's work: the terms add,
-and the fixed one dominates tiny models. A prompt's time to first token is one event that
-nothing overlaps, so prefill keeps a summed fixed term everywhere.
+and the fixed one dominates tiny models. A prompt's host work around the step (scheduling,
+tokenising, HTTP) overlaps nothing, so prefill keeps summed host terms everywhere.
 Speculative decode is the decode form applied to one verification step (see
 :func:`servelab.plan.predict.mtp_step_cost`).
 
 Fitting (:func:`solve`): weighted least squares on *relative* residuals (each row divided by
 its measured time), every coefficient bounded below by physics (per-byte and per-FLOP costs
-no lower than the roofline's, overheads non-negative; exact: all subsets of active terms are
-solved and the best feasible one kept), and a weak ridge pull towards a prior coefficient
-vector, so that directions the data cannot identify (one model: ``n_layers`` is constant,
-so the per-layer and fixed terms are collinear) come from the prior instead of from noise.
+no lower than the roofline's, overheads non-negative; exact for a summed form: the problem is
+strictly convex and :func:`nnls` solves it; a larger-of-two form is solved for each side a
+row can be bound by: :func:`_solve_overlap`, :func:`_solve_launched`), and a weak ridge pull
+towards a prior coefficient vector, so that directions the data cannot identify (one model:
+``n_layers`` is constant, so the per-layer and fixed terms are collinear) come from the prior
+instead of from noise.
 
 Where the fit comes from (:func:`calibrate`), first that applies:
 
@@ -70,7 +84,6 @@ upper bound, never as a prediction.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -84,15 +97,25 @@ KINDS = ("decode", "prefill")
 TERMS: dict[str, tuple[str, ...]] = {
     "decode": ("s_per_byte", "s_per_layer", "s_per_expert_slot", "s_fixed"),
     "prefill": (
+        # the device's work
         "s_per_flop",
         "s_per_byte",
         "s_per_layer",
         "s_per_expert_slot",
+        # the host's kernel launches, which the device's work hides when it is longer
         "s_per_eager_layer",
-        "s_per_eager_linear_layer",
+        "s_per_eager_moe_layer",
+        "s_per_linear_layer_launch",
+        # the host's work around the step, which nothing hides
+        "s_per_prompt_token",
         "s_fixed",
     ),
 }
+#: Columns of a prefill row (:func:`features`): the device's terms, the host's kernel launches,
+#: and the host's work that adds to whichever of the two is longer (:func:`row_seconds`).
+PREFILL_DEVICE = slice(0, 4)
+PREFILL_LAUNCH = slice(4, 7)
+PREFILL_HOST = slice(7, 9)
 #: Platforms whose host work is the device's work (a decode step's fixed cost is not hidden).
 HOST_BOUND = frozenset({"cpu"})
 #: The fixed column of a decode row on a GPU: the fixed (host) term overlaps the device's work
@@ -157,6 +180,7 @@ class Sample:
             eager=self.eager,
             linear_layers=self.linear_layers,
             device_only=self.device_only,
+            prompt_tokens=self.length if self.kind == "prefill" else 0,
         )
 
     @property
@@ -176,6 +200,7 @@ def features(
     eager: bool = False,
     linear_layers: int = 0,
     device_only: bool = False,
+    prompt_tokens: int = 0,
 ) -> tuple[float, ...]:
     """Design-matrix row for one point of ``kind`` (see module docs). A zero column switches a
     term off: a GPU's decode row has no summed fixed term; a CPU's rows have no expert-slot
@@ -191,14 +216,16 @@ def features(
     if kind == "decode":
         fixed = 1.0 if host else (0.0 if device_only else OVERLAP)
         return (float(bytes_read), float(layers), slots, fixed)
-    launched = eager and not host
+    eager_gpu = eager and not host
     return (
         float(flops),
         float(bytes_read),
         float(layers),
         slots,
-        float(layers) if launched else 0.0,
-        float(linear_layers) if launched else 0.0,
+        float(layers) if eager_gpu else 0.0,
+        float(layers) if eager_gpu and expert_slots > 0 else 0.0,
+        0.0 if host else float(linear_layers),
+        0.0 if host else float(prompt_tokens),
         1.0,
     )
 
@@ -208,12 +235,28 @@ def overlapped(row: Sequence[float]) -> bool:
     return len(row) > 0 and row[-1] == OVERLAP
 
 
+def launched(row: Sequence[float]) -> bool:
+    """True for a prefill row with host kernel launches (a GPU's), which overlap the device's
+    work instead of adding to it (:func:`row_seconds`)."""
+    return len(row) == len(TERMS["prefill"]) and any(v != 0 for v in row[PREFILL_LAUNCH])
+
+
+def _dot(theta: Sequence[float], row: Sequence[float], part: slice) -> float:
+    return float(sum(a * b for a, b in zip(theta[part], row[part], strict=True)))
+
+
 def row_seconds(theta: Sequence[float], row: Sequence[float]) -> float:
-    """Predicted time of one design-matrix row: the sum of its terms, or for an overlapped row
-    the larger of the device's terms and the host's fixed time per step."""
+    """Predicted time of one design-matrix row: the sum of its terms; for an overlapped row
+    the larger of the device's terms and the host's fixed time per step; for a prefill row
+    with host launches, the host's own work plus the larger of the device's work and the
+    launches (the device runs a kernel while the host launches the next)."""
     if overlapped(row):
         device = sum(a * b for a, b in zip(theta[:-1], row[:-1], strict=True))
         return float(max(device, theta[-1]))
+    if launched(row):
+        return _dot(theta, row, PREFILL_HOST) + max(
+            _dot(theta, row, PREFILL_DEVICE), _dot(theta, row, PREFILL_LAUNCH)
+        )
     return float(sum(a * b for a, b in zip(theta, row, strict=True)))
 
 
@@ -296,6 +339,8 @@ def solve(
         if any(not overlapped(r) and r[-1] != 0 for r in rows):
             raise UsageError("one fit mixes overlapped (GPU decode) and summed rows")
         return _solve_overlap(rows, times, prior, lower=lower, prior_weight=prior_weight)
+    if any(launched(r) for r in rows):
+        return _solve_launched(rows, times, prior, lower=lower, prior_weight=prior_weight)
     return _solve_linear(rows, times, prior, lower=lower, prior_weight=prior_weight)
 
 
@@ -371,33 +416,108 @@ def _solve_linear(
     *,
     lower: Sequence[float] | None = None,
     prior_weight: float = PRIOR_WEIGHT,
+    unit: np.ndarray | None = None,
 ) -> tuple[float, ...]:
     """:func:`solve` for summed rows: bounded linear least squares with the pull to ``prior``
-    (exact: every subset of active terms is solved and the best feasible one kept)."""
+    (``unit``: each term's typical contribution, default from ``rows``). Exact: the pull makes
+    the problem strictly convex, and :func:`nnls` finds its one minimum."""
     k = len(prior)
     x, t, lb, p = _arrays(rows, times, prior, lower)
     a = x / t[:, None]
     b = np.ones_like(t) - a @ lb  # solve for delta = theta - lower >= 0
-    col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
-    unit = np.where(col > 0, col, 1.0)
+    if unit is None:
+        unit = _units(a, k)
     reg = np.diag(prior_weight * unit)
     a_all = np.vstack([a, reg])
     b_all = np.concatenate([b, prior_weight * unit * (p - lb)])
-    best: tuple[float, np.ndarray] | None = None
-    for size in range(k, -1, -1):
-        for active in itertools.combinations(range(k), size):
-            delta = np.zeros(k)
-            if active:
-                cols = list(active)
-                sol, *_ = np.linalg.lstsq(a_all[:, cols], b_all, rcond=None)
-                if np.any(sol < 0):
-                    continue
-                delta[cols] = sol
-            cost = float(np.sum((a_all @ delta - b_all) ** 2))
+    delta = nnls(a_all, b_all)
+    return tuple(float(v) for v in lb + delta)
+
+
+def _units(a: np.ndarray, k: int) -> np.ndarray:
+    """What one unit of each term contributes to a typical (relative) row: the median of its
+    column, 1 where the column is all zero."""
+    col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
+    return np.where(col > 0, col, 1.0)
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``argmin ||a x - b||`` over ``x >= 0`` (Lawson and Hanson's active-set method, on
+    columns scaled to unit norm: the design's columns span twenty orders of magnitude)."""
+    n = a.shape[1]
+    norms = np.linalg.norm(a, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    m = a / scale
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * max(m.shape) * max(float(np.abs(m).sum(axis=0).max()), 1.0)
+    for _ in range(3 * n + 1):
+        w = m.T @ (b - m @ x)
+        free = ~passive & (w > tol)
+        if not free.any():
+            break
+        passive[int(np.argmax(np.where(free, w, -np.inf)))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(m[:, passive], b, rcond=None)[0]
+            if np.all(z[passive] > 0):
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = float(np.min(x[neg] / (x[neg] - z[neg])))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+    return x / scale
+
+
+def _solve_launched(
+    rows: Sequence[Sequence[float]],
+    times: Sequence[float],
+    prior: Sequence[float],
+    *,
+    lower: Sequence[float] | None,
+    prior_weight: float,
+) -> tuple[float, ...]:
+    """:func:`solve` for prefill rows with host launches, ``t = host + max(device, launches)``:
+    each such row is bound by one of the two; for a given choice the fit is
+    :func:`_solve_linear` on the rows with the other part zeroed. Starting from every row
+    device-bound, every row launch-bound and the prior's own choice, each fit reassigns the
+    rows to the part it predicts longer until a choice repeats; the lowest objective (the max
+    form's residuals and the same pull) wins. A local search, not an exhaustive one: a row near
+    the crossover can sit on either side."""
+    k = len(prior)
+    x, t, lb, p = _arrays(rows, times, prior, lower)
+    has = np.array([launched(r) for r in rows], dtype=bool)
+    unit = _units(x / t[:, None], k)
+
+    def device_bound(theta: np.ndarray) -> np.ndarray:
+        dev = x[:, PREFILL_DEVICE] @ theta[PREFILL_DEVICE]
+        return ~has | (dev >= x[:, PREFILL_LAUNCH] @ theta[PREFILL_LAUNCH])
+
+    def objective(theta: np.ndarray) -> float:
+        pred = np.array([row_seconds(theta, r) for r in x])
+        cost = float(np.sum(((pred - t) / t) ** 2))
+        return cost + float(np.sum((prior_weight * unit * (theta - p)) ** 2))
+
+    best: tuple[float, tuple[float, ...]] | None = None
+    for start in (np.ones(len(t), dtype=bool), ~has, device_bound(p)):
+        on_device, seen = start, set()
+        while on_device.tobytes() not in seen:
+            seen.add(on_device.tobytes())
+            y = x.copy()
+            y[~on_device, PREFILL_DEVICE] = 0.0
+            y[on_device, PREFILL_LAUNCH] = 0.0
+            theta = np.asarray(
+                _solve_linear(y.tolist(), t.tolist(), p.tolist(), lower=lb.tolist(),
+                              prior_weight=prior_weight, unit=unit)
+            )
+            cost = objective(theta)
             if best is None or cost < best[0]:
-                best = (cost, delta)
-    assert best is not None  # delta = 0 is always feasible
-    return tuple(float(v) for v in lb + best[1])
+                best = (cost, tuple(float(v) for v in theta))
+            on_device = device_bound(theta)
+    assert best is not None
+    return best[1]
 
 
 def fit_samples(
