@@ -298,6 +298,13 @@ wait_done() {
   # line of $WORK/NAME.log that matches PATTERN every 15 s, then every matching line.
   local name="$1" limit="$2" pattern="$3" t0=$SECONDS
   say "$name-wait up to $limit s"
+  # Nothing started (an earlier call failed, or this is a fresh machine): say so at once. Seen
+  # 2026-12-03: the first carry call got no machine, the next call's install failed on the
+  # missing wheel, and a wait with no job behind it held the machine 570 s for nothing.
+  if [[ ! -f "$WORK/$name.log" ]]; then
+    echo "no $WORK/$name.log: nothing to wait for"
+    return 2
+  fi
   while [[ ! -f "$WORK/$name.done" ]] && ((SECONDS - t0 < limit)); do
     sleep 15
     echo "[$((SECONDS - t0)) s] $(grep -E "$pattern" "$WORK/$name.log" | tail -1)" \
