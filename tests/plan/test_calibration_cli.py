@@ -62,6 +62,14 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     assert len(nxt) == 9 and all(abs(r["error"]) < 0.15 for r in nxt)
     # Issue 12's decode bar, on every build and length: within 15 %, inside the interval.
     assert all(abs(r["error"]) < 0.15 and r["inside_interval"] for r in decode)
+    # Prefill: the host launches layer by layer where no CUDA graph does, while the device runs
+    # the kernels already launched; t = host + max(device, launches) is what keeps the FP8
+    # Qwen3-30B's 2K (launch-bound, 104-125 ms) and 8K (device-bound, 164-175 ms) both in
+    # reach. A summed eager term left 15 of 48 points beyond issue 12's 25 % (max 58 %).
+    prefill = [r for r in rows if r["kind"] == "prefill"]
+    beyond = [r for r in prefill if abs(r["error"]) > 0.25]
+    assert len(prefill) == 48 and len(beyond) <= 5
+    assert max(abs(r["error"]) for r in prefill) < 0.40
     summary = {(s["hardware"], s["kind"]): s for s in doc["summary"]}
     assert summary[("h200", "decode")]["points"] == 48
     assert summary[("h200", "spec step")]["points"] == 3
