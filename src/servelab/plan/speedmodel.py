@@ -340,7 +340,7 @@ def solve(
             raise UsageError("one fit mixes overlapped (GPU decode) and summed rows")
         return _solve_overlap(rows, times, prior, lower=lower, prior_weight=prior_weight)
     if any(launched(r) for r in rows):
-        return _solve_launched(rows, times, prior, lower=lower, prior_weight=prior_weight)
+        return _solve_launched(*_arrays(rows, times, prior, lower), prior_weight)
     return _solve_linear(rows, times, prior, lower=lower, prior_weight=prior_weight)
 
 
@@ -472,24 +472,18 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _solve_launched(
-    rows: Sequence[Sequence[float]],
-    times: Sequence[float],
-    prior: Sequence[float],
-    *,
-    lower: Sequence[float] | None,
-    prior_weight: float,
+    x: np.ndarray, t: np.ndarray, lb: np.ndarray, p: np.ndarray, prior_weight: float
 ) -> tuple[float, ...]:
-    """:func:`solve` for prefill rows with host launches, ``t = host + max(device, launches)``:
-    each such row is bound by one of the two; for a given choice the fit is
+    """:func:`solve` for prefill rows with host launches, ``t = host + max(device, launches)``
+    (rows ``x``, times ``t``, bound ``lb`` and prior ``p`` as :func:`_arrays` gives them): each
+    such row is bound by one of the two; for a given choice the fit is
     :func:`_solve_linear` on the rows with the other part zeroed. Starting from every row
     device-bound, every row launch-bound and the prior's own choice, each fit reassigns the
     rows to the part it predicts longer until a choice repeats; the lowest objective (the max
     form's residuals and the same pull) wins. A local search, not an exhaustive one: a row near
     the crossover can sit on either side."""
-    k = len(prior)
-    x, t, lb, p = _arrays(rows, times, prior, lower)
-    has = np.array([launched(r) for r in rows], dtype=bool)
-    unit = _units(x / t[:, None], k)
+    has = np.array([launched(r) for r in x], dtype=bool)
+    unit = _units(x / t[:, None], len(p))
 
     def device_bound(theta: np.ndarray) -> np.ndarray:
         dev = x[:, PREFILL_DEVICE] @ theta[PREFILL_DEVICE]
