@@ -487,10 +487,11 @@ def _solve_launched(
 
     def device_bound(theta: np.ndarray) -> np.ndarray:
         dev = x[:, PREFILL_DEVICE] @ theta[PREFILL_DEVICE]
-        return ~has | (dev >= x[:, PREFILL_LAUNCH] @ theta[PREFILL_LAUNCH])
+        bound: np.ndarray = ~has | (dev >= x[:, PREFILL_LAUNCH] @ theta[PREFILL_LAUNCH])
+        return bound
 
     def objective(theta: np.ndarray) -> float:
-        pred = np.array([row_seconds(theta, r) for r in x])
+        pred = np.array([row_seconds(theta.tolist(), r) for r in x.tolist()])
         cost = float(np.sum(((pred - t) / t) ** 2))
         return cost + float(np.sum((prior_weight * unit * (theta - p)) ** 2))
 
