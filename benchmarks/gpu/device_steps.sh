@@ -248,9 +248,12 @@ phase_collect() {
 # qwen3.6-35b-a3b-bf16-mns256-h200, qwen3.6-35b-a3b-bf16-mtp2-h200); the fourth (late) decode
 # profiles (PROF_RECIPES below); the fifth (night) the first FP8 build again with the dummy
 # loader and the host-floor probes (llama-3.2-3b-bf16-2l-h200, qwen3-next-80b-a3b-bf16-4l-h200,
-# qwen3-30b-a3b-bf16-2l-h200; the MTP run was cut off). Next, not yet run: the MTP step again:
-CAL_SPECS=(${CAL_SPECS:-qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused})
-CAL_RECIPES=(${CAL_RECIPES:-qwen3.6-35b-a3b-bf16-mtp2-h200})
+# qwen3-30b-a3b-bf16-2l-h200; the MTP run was cut off); the sixth (2026-12-04) the dense FP8
+# llama-3.1-8b-fp8-h200, predicted before it ran. Next, not yet run: the two other
+# out-of-sample builds, predicted in results/calibration-2026-12-03-oos/preregistered/ (then
+# the MTP step again: qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused, its -mtp2 recipe):
+CAL_SPECS=(${CAL_SPECS:-llama-3.1-70b:fp8-block:32:llama-3.1-70b-fp8-32l llama-3.1-70b:bf16:16:llama-3.1-70b-bf16-16l})
+CAL_RECIPES=(${CAL_RECIPES:-llama-3.1-70b-fp8-32l-h200 llama-3.1-70b-bf16-16l-h200})
 
 phase_gen_sparse() {
   say "gen-sparse ${CAL_SPECS[*]}"
