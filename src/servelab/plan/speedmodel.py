@@ -451,7 +451,7 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     x = np.zeros(n)
     passive = np.zeros(n, dtype=bool)
     tol = 10 * np.finfo(float).eps * max(m.shape) * max(float(np.abs(m).sum(axis=0).max()), 1.0)
-    for _ in range(3 * n + 1):
+    for _ in range(10 * n + 10):  # finite in exact arithmetic; the cap guards degenerate cycling
         w = m.T @ (b - m @ x)
         free = ~passive & (w > tol)
         if not free.any():
@@ -463,8 +463,8 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             if np.all(z[passive] > 0):
                 x = z
                 break
-            neg = passive & (z <= 0)
-            alpha = float(np.min(x[neg] / (x[neg] - z[neg])))
+            neg = passive & (z <= 0) & (x > z)
+            alpha = float(np.min(x[neg] / (x[neg] - z[neg]))) if neg.any() else 0.0
             x = x + alpha * (z - x)
             passive &= x > tol
             x[~passive] = 0.0
