@@ -380,9 +380,7 @@ def _solve_overlap(
     x, t, lb, p = _arrays(rows, times, prior, lower)
     device_only = np.array([not overlapped(r) for r in rows], dtype=bool)
     y = x[:, :-1]
-    a = np.hstack([y, np.ones((len(t), 1))]) / t[:, None]
-    col = np.median(np.abs(a), axis=0) if a.shape[0] else np.ones(k)
-    unit = np.where(col > 0, col, 1.0)
+    unit = _units(np.hstack([y, np.ones((len(t), 1))]) / t[:, None], k)
     best: tuple[float, tuple[float, ...]] | None = None
     walls = (float(v) for v, d in zip(t, device_only, strict=True) if not d and v >= lb[-1])
     for h in sorted({float(lb[-1]), float(p[-1]), *walls}):
