@@ -14,9 +14,10 @@ from servelab.cli.app import app
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "gpu" / "results"
-# Every committed H200 export: the first FP8 run and the six calibration sessions (the fifth ran
-# the first FP8 build again, the sixth a dense FP8 build predicted before it ran; the host-floor
-# probes are in probes-h200.json, not here).
+# Every committed H200 export: the first FP8 run and the seven calibration sessions (the fifth ran
+# the first FP8 build again; the sixth a dense FP8 build and the seventh two 70B-dimension builds
+# and a 32-layer Qwen3-235B FP8, each predicted before it ran; the host-floor probes are in
+# probes-h200.json, not here).
 EXPORTS = (RESULTS / "run-h200-qwen3-30b-a3b-fp8.json",
            *sorted(RESULTS.glob("calibration-*/runs-h200-calibration.json")))
 
@@ -36,18 +37,19 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
                       "qwen3-next-bf16-12l-random", "qwen3-30b-a3b-fp8-random",
                       "llama-3.2-3b-bf16-random", "qwen3-235b-a22b-bf16-16l-random",
                       "qwen3.6-35b-a3b-bf16-random", "qwen3-235b-a22b-fp8-16l-random",
-                      "llama-3.1-8b-fp8-random"}
+                      "llama-3.1-8b-fp8-random", "llama-3.1-70b-bf16-16l-random",
+                      "llama-3.1-70b-fp8-32l-random", "qwen3-235b-a22b-fp8-32l-random"}
     for r in rows:
         assert r["predicted"] is True and r["hardware"] == "h200"
         if r["predicted_tok_s"] is not None:
             assert r["error"] == r["measured_tok_s"] / r["predicted_tok_s"] - 1
             assert r["inside_interval"] == (r["low"] <= r["measured_tok_s"] <= r["high"])
     decode = [r for r in rows if r["kind"] == "decode"]
-    # Three FP8 builds (two MoE, one dense): each is predicted from the other two on its own
+    # Five FP8 builds (three MoE, two dense): each is predicted from the other four on its own
     # kernel path, over the BF16 fit as the prior.
     fp8 = [r for r in decode if "fp8" in r["model"]]
     assert fp8 and all("(vllm / TRITON Fp8 W8A8 / h200)" in r["source"]
-                       and "leave-one-model-out over 2 models" in r["source"] for r in fp8)
+                       and "leave-one-model-out over 4 models" in r["source"] for r in fp8)
     # Dense and MoE BF16 builds are one kernel path (the default one), with the expert-slot
     # term for what MoE adds: no fallback (benchmarks/RESULTS.md has every row).
     bf16 = [r for r in decode if "fp8" not in r["model"]]
@@ -62,24 +64,39 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     # overlapped decode form predicts from the other builds' runs and profiles.
     nxt = [r for r in bf16 if r["model"].startswith("qwen3-next")]
     assert len(nxt) == 9 and all(abs(r["error"]) < 0.15 for r in nxt)
-    # Issue 12's decode bar, on every build and length: within 15 %. Inside the interval
-    # everywhere but the dense FP8 build (-12 %, its interval from the two MoE FP8 builds: ±9 %).
+    # Issue 12's decode bar, on every build and length: within 15 %, and inside the interval.
+    # The other FP8 builds predict each other within 4 %, but the dense 8B FP8 ran 8 % slower
+    # than predicted: its interval is no narrower than the 14 % Qwen3-Next's decode varied
+    # between three lent machines (the repeat spread; ±4 % from the leave-one-out alone).
     assert all(abs(r["error"]) < 0.15 for r in decode)
-    assert all(r["inside_interval"] for r in decode if r["model"].split(" [")[0]
-               != "llama-3.1-8b-fp8-random")
+    assert all(r["inside_interval"] for r in decode)
+    dense_fp8 = [r for r in decode if r["model"].startswith("llama-3.1-8b-fp8")]
+    assert all("widened to the ±14% one build varied between runs" in r["source"]
+               for r in dense_fp8)
     # Prefill: the host launches layer by layer where no CUDA graph does, while the device runs
     # the kernels already launched; t = host + max(device, launches) is what keeps the FP8
     # Qwen3-30B's 2K (launch-bound, 104-125 ms) and 8K (device-bound, 164-175 ms) both in
-    # reach. A summed eager term left 18 of 51 points beyond issue 12's 25 % (max 80 %).
+    # reach. A summed eager term left 18 of 51 points beyond issue 12's 25 % (max 80 %); this
+    # form, 5 of 51 on nine builds and 9 of 60 on twelve: seven at 512 tokens, two FP8 MoE
+    # builds at 2,048.
     prefill = [r for r in rows if r["kind"] == "prefill"]
     beyond = [r for r in prefill if abs(r["error"]) > 0.25]
-    assert len(prefill) == 51 and len(beyond) <= 5
-    assert max(abs(r["error"]) for r in prefill) < 0.45
-    # the dense FP8 build, first run after servelab had predicted it: every length within 25 %
-    dense_fp8 = [r for r in prefill if r["model"].startswith("llama-3.1-8b-fp8")]
-    assert len(dense_fp8) == 3 and all(abs(r["error"]) < 0.25 for r in dense_fp8)
+    assert len(prefill) == 60 and len(beyond) <= 9
+    assert sum(r["length"] != 512 for r in beyond) <= 2
+    assert max(abs(r["error"]) for r in prefill) < 0.40
+    assert sum(not r["inside_interval"] for r in prefill) <= 2
+    # The three builds of the last session, predicted from the nine before them (as servelab
+    # predicted them before they ran: results/calibration-2026-12-04/preregistered/): decode
+    # within 11 %, prefill within 25 % but the 70B BF16's 512 tokens (+27 %).
+    new = [r for r in rows if r["model"].split(" [")[0] in {
+        "llama-3.1-70b-bf16-16l-random", "llama-3.1-70b-fp8-32l-random",
+        "qwen3-235b-a22b-fp8-32l-random"}]
+    assert len(new) == 18 and all(r["inside_interval"] for r in new)
+    assert all(abs(r["error"]) < 0.11 for r in new if r["kind"] == "decode")
+    assert all(abs(r["error"]) < 0.25 for r in new
+               if r["kind"] == "prefill" and not (r["length"] == 512 and "bf16" in r["model"]))
     summary = {(s["hardware"], s["kind"]): s for s in doc["summary"]}
-    assert summary[("h200", "decode")]["points"] == 51
+    assert summary[("h200", "decode")]["points"] == 60
     assert summary[("h200", "spec step")]["points"] == 3
     table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
     assert table.exit_code == 0 and "| h200 |" in table.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -23,6 +24,7 @@ from servelab.plan.speedmodel import (
     levels_for,
     nnls,
     path_family,
+    repeat_spread,
     row_seconds,
     solve,
 )
@@ -273,6 +275,32 @@ def test_interval_comes_from_leave_one_model_out_and_covers_noisy_data() -> None
         tok = 1 / fit.seconds(s.features)
         lo, hi = interval(tok, fit.rel_error) or (math.nan, math.nan)
         assert lo <= s.tok_s <= hi
+
+
+def test_interval_is_no_narrower_than_one_build_varied_between_its_runs() -> None:
+    # Exact data: leave-one-model-out alone would print the 3 % floor. One build of another
+    # kernel path was run twice, on hosts 12 % apart (seconds 1.0x and 1.25x): the same work
+    # varied by +-11 % about its mean, and no fit of costs can predict which host a run gets.
+    exact = _decode_samples()
+    again = [s for s in exact if s.model == "dense-3b"]
+    slow = [dataclasses.replace(s, seconds=s.seconds * 1.25) for s in again]
+    assert repeat_spread(exact, "decode") is None
+    spread = repeat_spread([*exact, *slow], "decode")
+    assert spread is not None and abs(spread - 0.25 / 2.25) < 1e-12
+    # a copy of a run (a shipped prior restating it) is not a second run
+    assert repeat_spread([*exact, *again], "decode") is None
+    # a different cost (another layer count) is different work, not a rerun
+    deeper = [dataclasses.replace(s, layers=s.layers + 1, seconds=s.seconds * 2) for s in again]
+    assert repeat_spread([*exact, *deeper], "decode") is None
+    assert repeat_spread([*exact, *slow], "prefill") is None
+    target = Target("vllm", "bf16 MoE", "h200", "moe-40l")
+    tight = fit_levels(levels_for(target, exact, []), "decode", target, ROOF_DECODE)
+    assert tight.rel_error == MIN_REL_ERROR and "widened" not in tight.error_basis
+    samples = [*exact, *(dataclasses.replace(s, kernel_path="fp8 dense") for s in slow)]
+    wide = fit_levels(levels_for(target, samples, []), "decode", target, ROOF_DECODE)
+    assert wide.level == "stored runs" and wide.rel_error == spread
+    assert "leave-one-model-out over 4 models; widened to the ±11% one build varied" in (
+        wide.label())
 
 
 def test_fallback_to_other_kernel_paths_is_labelled() -> None:
