@@ -77,14 +77,14 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     # the kernels already launched; t = host + max(device, launches) is what keeps the FP8
     # Qwen3-30B's 2K (launch-bound, 104-125 ms) and 8K (device-bound, 164-175 ms) both in
     # reach. A summed eager term left 18 of 51 points beyond issue 12's 25 % (max 80 %); this
-    # form, 5 of 51 on nine builds and 9 of 60 on twelve: seven at 512 tokens, two FP8 MoE
-    # builds at 2,048.
+    # form, 5 of 51 on nine builds and 7 of 60 on twelve (priors table 2026-12-04.1): six at
+    # 512 tokens, and the FP8 Qwen3-30B at 2,048.
     prefill = [r for r in rows if r["kind"] == "prefill"]
     beyond = [r for r in prefill if abs(r["error"]) > 0.25]
-    assert len(prefill) == 60 and len(beyond) <= 9
-    assert sum(r["length"] != 512 for r in beyond) <= 2
-    assert max(abs(r["error"]) for r in prefill) < 0.40
-    assert sum(not r["inside_interval"] for r in prefill) <= 2
+    assert len(prefill) == 60 and len(beyond) <= 7
+    assert sum(r["length"] != 512 for r in beyond) <= 1
+    assert max(abs(r["error"]) for r in prefill) < 0.36
+    assert sum(not r["inside_interval"] for r in prefill) <= 1
     # The three builds of the last session, predicted from the nine before them (as servelab
     # predicted them before they ran: results/calibration-2026-12-04/preregistered/): decode
     # within 11 %, prefill within 25 % but the 70B BF16's 512 tokens (+27 %).
