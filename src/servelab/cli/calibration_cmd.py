@@ -60,7 +60,7 @@ def report(
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
     from servelab.hardware.profiles import get_profile
-    from servelab.pipeline.calibration import Coefficients, ledger_for_runs
+    from servelab.pipeline.calibration import Coefficients, ledger_for_runs, samples_from_runs
     from servelab.plan.ledger import ledger, summarize
     from servelab.plan.predict import lower_bounds, roofline_coefficients
     from servelab.plan.priors import load_priors
@@ -90,13 +90,14 @@ def report(
         with open_store(db) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
         rows = ledger_for_runs(runs, table)
+        stored = samples_from_runs(runs)
         if not rows:
             raise UsageError(
                 "no measured single-stream points to check"
                 + (f" on {hardware}" if hardware else "")
                 + " (run `servelab run RECIPE` first, or use --priors-only)"
             )
-    summary = summarize(rows)
+    summary = summarize(rows, stored)
     cells = [
         [
             r.hardware,
@@ -120,6 +121,7 @@ def report(
             f"{s.median_abs_error:.1%}" if s.median_abs_error is not None else "",
             f"{s.max_abs_error:.1%}" if s.max_abs_error is not None else "",
             f"{s.inside}/{s.predicted_points}",
+            f"±{s.rerun_spread:.1%}" if s.rerun_spread is not None else "",
         ]
         for s in summary
     ]
@@ -145,8 +147,11 @@ def report(
             ),
             Table(
                 "summary",
-                ("hardware", "kind", "predicted", "median |error|", "max |error|", "inside"),
+                ("hardware", "kind", "predicted", "median |error|", "max |error|", "inside",
+                 "reruns"),
                 sums,
+                caption="reruns: how far one build's runs strayed from their mean on that "
+                "hardware (no interval is narrower)",
             ),
         ],
         notes=[f"priors table {table.version}", *sources],

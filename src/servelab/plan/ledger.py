@@ -20,6 +20,7 @@ from servelab.plan.speedmodel import (
     fit_levels,
     interval,
     levels_for,
+    repeat_spread,
     row_seconds,
 )
 
@@ -90,6 +91,9 @@ class LedgerSummary:
     max_abs_error: float | None
     median_abs_error: float | None
     inside: int
+    #: How far one build's reruns strayed from their mean on this hardware (the floor under
+    #: every interval: :func:`servelab.plan.speedmodel.repeat_spread`); None without reruns.
+    rerun_spread: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -159,13 +163,18 @@ def ledger(
     return tuple(rows)
 
 
-def summarize(rows: Sequence[LedgerRow]) -> tuple[LedgerSummary, ...]:
-    """One :class:`LedgerSummary` per (hardware, kind)."""
+def summarize(
+    rows: Sequence[LedgerRow], samples: Sequence[Sample] = ()
+) -> tuple[LedgerSummary, ...]:
+    """One :class:`LedgerSummary` per (hardware, kind); ``samples`` (the ledger's input) give
+    each its rerun spread: misses inside it are what the same build varies between runs."""
     out = []
     keys = sorted({(r.hardware, r.kind) for r in rows})
     for hardware, kind in keys:
         mine = [r for r in rows if r.hardware == hardware and r.kind == kind]
         errs = sorted(abs(r.error) for r in mine if r.error is not None)
+        step = kind == STEP_KIND
+        pool = [s for s in samples if s.hardware == hardware and is_step(s.model) == step]
         out.append(
             LedgerSummary(
                 hardware=hardware,
@@ -175,6 +184,7 @@ def summarize(rows: Sequence[LedgerRow]) -> tuple[LedgerSummary, ...]:
                 max_abs_error=errs[-1] if errs else None,
                 median_abs_error=errs[len(errs) // 2] if errs else None,
                 inside=sum(1 for r in mine if r.inside),
+                rerun_spread=repeat_spread(pool, "decode" if step else kind),
             )
         )
     return tuple(out)
