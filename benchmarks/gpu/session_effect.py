@@ -16,14 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from servelab.pipeline.calibration import (
-    Coefficients,
-    checkpoint_names,
-    roofline_of_run,
-    samples_from_run,
-)
-from servelab.plan.priors import load_priors
-from servelab.plan.speedmodel import Sample, Target, fit_levels, levels_for
+from servelab.pipeline.calibration import checkpoint_names, ledger_for_runs, samples_from_run
 from servelab.store.exchange import run_from_dict
 from servelab.store.model import RunRecord
 
@@ -48,29 +41,19 @@ def _runs() -> tuple[list[RunRecord], dict[str, str]]:
 
 def main() -> int:
     runs, lease = _runs()
-    stored: list[Sample] = []
-    where: list[str] = []
-    ceilings: dict[str, tuple[Coefficients, Coefficients]] = {}
-    for run, name in zip(runs, checkpoint_names(runs), strict=True):
-        got, bounds = samples_from_run(run, name), roofline_of_run(run)
-        if not got or bounds is None:
-            continue
-        for s in got:
-            ceilings.setdefault(s.model, bounds)
-            stored.append(s)
-            where.append(lease[str(run.run_id)])
-    table = load_priors()
-    points: list[tuple[str, int, str, float]] = []  # build, length, lease, measured / predicted
-    for model in sorted({s.model for s in stored if s.kind == "prefill"}):
-        mine = [i for i, s in enumerate(stored) if s.model == model and s.kind == "prefill"]
-        first = stored[mine[0]]
-        target = Target(first.engine, first.kernel_path, first.hardware, model)
-        roof, low = ceilings[model]
-        levels = levels_for(target, [s for s in stored if s.model != model], table.samples)
-        fit = fit_levels(levels, "prefill", target, roof["prefill"], low["prefill"])
-        for i in mine:
-            s = stored[i]
-            points.append((model, s.length, where[i], fit.seconds(s.features) / s.seconds))
+    # which lease measured each point: a run's samples, by build and measured tok/s
+    where = {
+        (smp.model, smp.length, smp.tok_s): lease[str(run.run_id)]
+        for run, name in zip(runs, checkpoint_names(runs), strict=True)
+        for smp in samples_from_run(run, name)
+    }
+    # the predictions `servelab calibration report` makes (each build as if never run)
+    points = [
+        (r.model, r.length, where[(r.model, r.length, r.measured_tok_s)],
+         r.measured_tok_s / r.predicted_tok_s)
+        for r in ledger_for_runs(runs)
+        if r.kind == "prefill" and r.predicted_tok_s
+    ]
     raw = [abs(r - 1) for *_, r in points]
     fixed = []
     for model, length, at, r in points:
