@@ -198,6 +198,49 @@ QWEN3_235B_A22B: Mapping[str, Any] = {
 }
 
 
+#: Qwen/Qwen3-4B config.json (published dimensions): a small dense model of another family
+#: than Llama (per-head q/k RMSNorm, 36 layers, GQA 32/8, tied embeddings).
+QWEN3_4B: Mapping[str, Any] = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2560,
+    "initializer_range": 0.02,
+    "intermediate_size": 9728,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 36,
+    "model_type": "qwen3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 36,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+#: Qwen/Qwen3-32B config.json (published dimensions): a large dense model (64 layers,
+#: GQA 64/8, hidden 5,120), untied.
+QWEN3_32B: Mapping[str, Any] = {
+    **QWEN3_4B,
+    "hidden_size": 5120,
+    "intermediate_size": 25600,
+    "max_window_layers": 64,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 64,
+    "tie_word_embeddings": False,
+}
+
+
 def _qwen3_6_35b_a3b() -> dict[str, Any]:
     """Qwen/Qwen3.6-35B-A3B (the seed's model; Qwen3.5-MoE architecture, a VL class in vLLM
     0.26, served text-only with ``--language-model-only``), with the rope block of the real
@@ -221,6 +264,8 @@ ARCHS: Mapping[str, Mapping[str, Any]] = {
     "llama-3.1-8b": LLAMA_3_1_8B,
     "llama-3.2-3b": LLAMA_3_2_3B,
     "llama-3.1-70b": LLAMA_3_1_70B,
+    "qwen3-4b": QWEN3_4B,
+    "qwen3-32b": QWEN3_32B,
     "qwen3-next-80b-a3b": QWEN3_NEXT_80B_A3B,
     "qwen3.6-35b-a3b": _qwen3_6_35b_a3b(),
 }

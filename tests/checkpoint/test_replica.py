@@ -40,7 +40,9 @@ def _plan_map(
     return {t.name: (t.dtype, t.shape) for t in plan.tensors}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"])
+@pytest.mark.parametrize(
+    "arch", ["llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"]
+)
 def test_replica_equals_a_real_transformers_export(
     arch: str, tiny_checkpoint: Callable[..., Path]
 ) -> None:

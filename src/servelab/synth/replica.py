@@ -274,7 +274,7 @@ def _decoder_layer(
     else:
         _attention(b, f"{p}.self_attn", cfg, qk_norm=model_type != "llama", gated=hybrid)
     b.param(f"{p}.post_attention_layernorm.weight", h)
-    if model_type == "llama" or not _is_moe_layer(cfg, index):
+    if model_type in ("llama", "qwen3") or not _is_moe_layer(cfg, index):
         _dense_mlp(b, f"{p}.mlp", cfg)
     else:
         _moe(b, f"{p}.mlp", cfg, shared=hybrid, fused=fused_experts)
@@ -363,7 +363,7 @@ def replica_tensors(
             raise UsageError("a qwen3_5_moe replica config needs a text_config")
         prefix, tcfg, vcfg = "model.language_model", text, config.get("vision_config")
         text_type = "qwen3_5_moe_text"
-    elif model_type in ("llama", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
+    elif model_type in ("llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
         prefix, tcfg, vcfg, text_type = "model", config, None, model_type
     else:
         raise UsageError(f"no replica layout for model_type {model_type!r}")

@@ -57,6 +57,16 @@ BASE_CONFIGS: dict[str, dict[str, Any]] = {
         "head_dim": 16,
         "tie_word_embeddings": False,
     },
+    "qwen3": {
+        "model_type": "qwen3",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "tie_word_embeddings": True,
+    },
     "qwen3_moe": {
         "model_type": "qwen3_moe",
         "hidden_size": 64,
