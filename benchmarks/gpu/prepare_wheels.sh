@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare, HERE (where PyPI works), everything the H200 device needs to run vLLM 0.26.0 and
-# servelab, as carry folders of at most ~61 MiB each: .gpu-carry/c01 ... cNN (ignored by git
+# servelab, as carry folders of at most 55 MiB each: .gpu-carry/c01 ... cNN (ignored by git
 # through .git/info/exclude; never committed).
 #
 #   benchmarks/gpu/prepare_wheels.sh          # download (cached), resolve, split, pack
@@ -24,7 +24,8 @@
 #                        sampler and picks non-FlashInfer MoE backends.
 #   torchcodec, PyNvVideoCodec   video/audio decoding; text-only model
 #
-# Files over 60 MiB (only the vLLM wheel, ~290 MiB) are split into 60 MiB parts; device_steps.sh
+# Files over 54 MiB (only the vLLM wheel, ~290 MiB) are split into 54 MiB parts (the working
+# tree travels with every call too: at 5.8 MiB it no longer left room for 61 MiB folders, 2026-12-04); device_steps.sh
 # reassembles them and checks every wheel against SHA256SUMS before installing.
 set -euo pipefail
 
@@ -33,8 +34,8 @@ root="$(cd "$here/../.." && pwd)"
 py="${PYTHON:-$root/.venv/bin/python}"
 carry="$root/.gpu-carry"
 dl="$carry/dl"
-part_bytes=$((60 * 1024 * 1024))
-folder_max=$((61 * 1024 * 1024))
+part_bytes=$((54 * 1024 * 1024))
+folder_max=$((55 * 1024 * 1024))
 vllm_version="0.26.0"
 DROP=(numba flashinfer-python apache-tvm-ffi nvidia-cudnn-frontend nvidia-cutlass-dsl
       quack-kernels tilelang tokenspeed-mla humming-kernels torchcodec PyNvVideoCodec)
