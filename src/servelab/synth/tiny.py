@@ -57,16 +57,6 @@ BASE_CONFIGS: dict[str, dict[str, Any]] = {
         "head_dim": 16,
         "tie_word_embeddings": False,
     },
-    "qwen3": {
-        "model_type": "qwen3",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "tie_word_embeddings": True,
-    },
     "qwen3_moe": {
         "model_type": "qwen3_moe",
         "hidden_size": 64,
@@ -106,6 +96,13 @@ BASE_CONFIGS: dict[str, dict[str, Any]] = {
         "norm_topk_prob": True,
         "tie_word_embeddings": False,
     },
+}
+
+# Qwen3 dense: Llama's shape with per-head q/k RMSNorm (which the model type implies), tied.
+BASE_CONFIGS["qwen3"] = {
+    **BASE_CONFIGS["llama"],
+    "model_type": "qwen3",
+    "tie_word_embeddings": True,
 }
 
 # Qwen3.5-MoE text model: same hybrid pattern as Qwen3-Next plus an MTP declaration.
