@@ -6,8 +6,8 @@ Each prefill point gets its leave-one-model-out prediction, as in `servelab cali
 The prediction is then corrected by the median measured / predicted of the other builds run in
 the same lease (the same export; the 32-layer Qwen3-235B FP8 had its own lease) at the same
 prompt length. If the misses were one host speed per lease, the correction would remove them.
-On the ten exports of 2026-12-04 it does not: 7 of 60 points beyond 25 % before, 12 after
-(benchmarks/RESULTS.md).
+On the ten exports of 2026-12-04 it does not: 7 of 60 points beyond 25 % before, 12 after;
+on the eleven of that afternoon 9 of 69 before, 11 after (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
