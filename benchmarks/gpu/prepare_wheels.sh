@@ -24,9 +24,11 @@
 #                        sampler and picks non-FlashInfer MoE backends.
 #   torchcodec, PyNvVideoCodec   video/audio decoding; text-only model
 #
-# Files over 54 MiB (only the vLLM wheel, ~290 MiB) are split into 54 MiB parts (the working
-# tree travels with every call too: at 5.8 MiB it no longer left room for 61 MiB folders, 2026-12-04); device_steps.sh
-# reassembles them and checks every wheel against SHA256SUMS before installing.
+# A device call carries the working tree AND one folder, 64 MiB in all, so a folder holds at
+# most 64 MiB less the tree (measured here) and 2 MiB of slack (fixed 61 MiB folders were
+# refused once the tree reached 5.8 MiB, 2026-12-04). Files larger than that (only the vLLM
+# wheel, ~290 MiB) are split into parts of that size; device_steps.sh reassembles them and
+# checks every wheel against SHA256SUMS before installing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,11 +36,18 @@ root="$(cd "$here/../.." && pwd)"
 py="${PYTHON:-$root/.venv/bin/python}"
 carry="$root/.gpu-carry"
 dl="$carry/dl"
-part_bytes=$((54 * 1024 * 1024))
-folder_max=$((55 * 1024 * 1024))
 vllm_version="0.26.0"
 DROP=(numba flashinfer-python apache-tvm-ffi nvidia-cudnn-frontend nvidia-cutlass-dsl
       quack-kernels tilelang tokenspeed-mla humming-kernels torchcodec PyNvVideoCodec)
+
+# What travels with every call besides one carry folder (tracked and untracked-not-ignored
+# files), and so how large a folder may be.
+tree_bytes=$(cd "$root" && { git ls-files; git ls-files --others --exclude-standard; } | sort -u |
+  while IFS= read -r f; do [[ -f "$f" ]] && stat -c %s "$f"; done | awk '{s+=$1} END {print s+0}')
+folder_max=$((64 * 1024 * 1024 - tree_bytes - 2 * 1024 * 1024))
+part_bytes=$folder_max
+echo "working tree that travels with every call: $((tree_bytes / 1024)) KiB; carry folders of" \
+  "at most $((folder_max / 1024)) KiB (limit 64 MiB a call)"
 
 exclude="$(git -C "$root" rev-parse --git-path info/exclude)"
 case "$exclude" in /*) ;; *) exclude="$root/$exclude" ;; esac
@@ -100,8 +109,4 @@ for i, (b, s) in enumerate(zip(bins, sizes), 1):
     print(f"{d.name}: {len(b):3d} files, {s / 2**20:6.1f} MiB")
 EOF
 
-tree_bytes=$(cd "$root" && { git ls-files; git ls-files --others --exclude-standard; } | sort -u |
-  while IFS= read -r f; do [[ -f "$f" ]] && stat -c %s "$f"; done | awk '{s+=$1} END {print s+0}')
-echo "working tree that travels with every call: $((tree_bytes / 1024)) KiB (+ one carry folder;" \
-  "limit 64 MiB a call)"
 ls -d "$carry"/c[0-9][0-9]
