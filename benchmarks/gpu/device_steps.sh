@@ -327,11 +327,16 @@ phase_cal_collect() {
   cp "$WORK/cal.log" "$WORK/cal/" 2>/dev/null
   # a run still starting or benchmarking when the device time ran out: keep its engine log so
   # far (2026-12-04: the Qwen3.6 FP8 build was still starting after 455 s, and nothing said
-  # where its start-up was)
+  # where its start-up was); a run that has finished since an earlier collect keeps only its
+  # whole log
   local d log
   for d in "$WORK"/cal/*/; do
+    if [[ -f "$d/engine.log" ]]; then
+      rm -f "$d/engine-unfinished.log"
+      continue
+    fi
     log="$(ls -t "$d"runs/*/engine.log 2>/dev/null | head -1)"
-    [[ -n "$log" && ! -f "$d/engine.log" ]] && cp "$log" "$d/engine-unfinished.log"
+    [[ -n "$log" ]] && cp "$log" "$d/engine-unfinished.log"
   done
   tar -C "$WORK" --exclude='runs' -czf "$OUT/cal.tgz" cal
   ls -la "$OUT"
