@@ -1,10 +1,11 @@
-"""Print the cost features (bytes read, FLOPs, layers) servelab computes for the builds behind
-the shipped priors (src/servelab/plan/priors.toml), from full-dimension header replicas.
+"""Print the cost features (bytes read, FLOPs and the routed experts' share of them, layers)
+servelab computes for the builds behind the shipped priors (src/servelab/plan/priors.toml),
+from full-dimension header replicas.
 
     .venv/bin/python benchmarks/priors/features.py          # prints TOML fragments
 
 The priors table stores these numbers next to each published measurement;
-tests/plan/test_priors.py recomputes them, so the table cannot drift from servelab's own
+tests/plan/test_calibrate_explain.py recomputes them, so the table cannot drift from servelab's own
 arithmetic.
 """
 
@@ -55,7 +56,7 @@ def spark_features(name: str, layout: QuantLayout, root: Path) -> dict[str, obje
         "kernel_path": sp.kernel_path.name,
         "layers": plan.dims.num_layers,
         "decode_bytes": {d.context_len: d.bytes_per_token for d in sp.decode},
-        "prefill": {p.prompt_len: (p.flops, p.bytes_read) for p in sp.prefill},
+        "prefill": {p.prompt_len: (p.flops, p.expert_flops, p.bytes_read) for p in sp.prefill},
     }
 
 

@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             **({"linear_layers": s.linear_layers} if s.linear_layers else {}),
             "bytes_read": int(s.bytes_read),
             "flops": float(s.flops),
+            **({"expert_flops": float(s.expert_flops)} if s.expert_flops else {}),
             "tok_s": round(s.tok_s, 2),
             "source": args.source,
         }

@@ -99,6 +99,17 @@ def test_the_committed_redacted_h200_export_still_calibrates() -> None:
     assert decode[512].bytes_read == point["weight_bytes"] + point["kv_bytes"]
     assert decode[512].layers == 48 and decode[512].tok_s == pytest.approx(235.6, abs=0.1)
     assert {s.kind for s in samples} == {"decode", "prefill"} and len(samples) == 6
+    # The export redacted the experts per token and predates the plan's dims; the routed
+    # experts' FLOPs still come out as for the later run of the same build, which has both.
+    assert raw["checkpoint_report"]["experts"]["per_token"] == "[REDACTED]"
+    assert "dims" not in raw["prediction"]
+    later = H200_RESULTS / "calibration-2026-12-03-night" / "runs-h200-calibration.json"
+    again = [run_from_dict(r) for r in json.loads(later.read_text())["runs"]
+             if r["model_id"] == raw["model_id"] and r["status"] == "ok"]
+    assert again and again[0].prediction and again[0].prediction["dims"]["experts_per_token"] == 8
+    first = {s.length: s.expert_flops for s in samples if s.kind == "prefill"}
+    second = {s.length: s.expert_flops for s in samples_from_run(again[0]) if s.kind == "prefill"}
+    assert first == second and first[512] == 2 * 48 * 8 * (3 * 2048 * 768) * 512
 
 
 def test_every_h200_calibration_run_becomes_samples() -> None:

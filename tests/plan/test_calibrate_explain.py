@@ -89,8 +89,15 @@ def test_h200_priors_are_the_committed_runs() -> None:
         m = measured[(r.model, r.kind, r.length, r.eager, r.layers != m_layers(r.model))]
         assert (r.layers, r.expert_slots, r.bytes_read) == (m.layers, m.expert_slots,
                                                            int(m.bytes_read))
+        assert r.expert_flops == m.expert_flops
         assert r.tok_s == pytest.approx(m.tok_s, abs=0.01)
     assert {r.expert_slots for r in rows if r.model.startswith("qwen3.6")} >= {40 * 256}
+    # the routed experts' FLOPs: every prompt token through 8 of 128 experts (3 x 2048 x 768
+    # parameters each) in each of 48 layers, from the run's own checkpoint report
+    qwen30 = {r.length: r.expert_flops for r in rows
+              if r.model == "qwen3-30b-a3b-fp8-random" and r.kind == "prefill"}
+    assert qwen30[2048] == 2 * 48 * 8 * 3 * 2048 * 768 * 2048
+    assert all(r.expert_flops == 0 for r in rows if r.model.startswith("llama"))
     # the same Llama-3.2-3B prompt with and without a CUDA graph (--max-num-seqs 64 vs default)
     llama = {r.eager: r.tok_s for r in rows
              if r.model == "llama-3.2-3b-bf16-random" and r.kind == "prefill" and r.length == 512}
@@ -120,14 +127,18 @@ def test_priors_table_costs_are_servelab_arithmetic(
         plan = _plan(path, calibrated=False)
         sp = plan.speed
         decode = {d.context_len: d.bytes_per_token for d in sp.decode}
-        prefill = {p.prompt_len: (p.flops, p.bytes_read) for p in sp.prefill}
+        prefill = {p.prompt_len: (p.flops, p.expert_flops, p.bytes_read) for p in sp.prefill}
+        # every prompt token through 8 of 256 experts (3 x 2048 x 512 parameters each) in 40
+        # layers, whatever the weights' format
+        assert prefill[2048][1] == 2 * 40 * 8 * (3 * 2048 * 512) * 2048
         for s in (s for s in rows if s.model == name):
             assert s.kernel_path == sp.kernel_path.name and s.layers == 40
             assert s.expert_slots == model_expert_slots(plan.dims) == 40 * 256
             if s.kind == "decode":
                 assert s.bytes_read == decode[s.length]
             else:
-                assert (s.flops, s.bytes_read) == prefill[s.length]
+                assert (s.flops, s.expert_flops, s.bytes_read) == prefill[s.length]
+                assert 0 < s.expert_flops < s.flops
 
 
 def test_explain_fp8_vs_nvfp4a16_says_bytes_beat_kernels(

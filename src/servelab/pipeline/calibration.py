@@ -85,6 +85,29 @@ def run_experts(run: RunRecord) -> int:
     return int(total) if isinstance(total, int) else 0
 
 
+def run_active_routed_params(run: RunRecord) -> float:
+    """Routed-expert parameters one token of the run's checkpoint multiplies by: inspect's
+    routed-expert parameters x top-k / E (the plan's dims, else the report's; else its rounded
+    routed fraction, which survives where an export redacted the experts per token); 0 for a
+    dense model."""
+    report = _map(run.checkpoint_report) or {}
+    roles = report.get("roles")
+    routed = sum(
+        float(r.get("params") or 0)
+        for r in (roles if isinstance(roles, list) else [])
+        if isinstance(r, Mapping) and r.get("role") == "routed_expert"
+    )
+    experts = _map(report.get("experts")) or {}
+    for k, e in (
+        (_dim(run, "experts_per_token"), _dim(run, "num_experts")),
+        (_whole(experts.get("per_token")), _whole(experts.get("total"))),
+    ):
+        if k and e:
+            return routed * k / e
+    fraction = _num((_map(report.get("decode")) or {}).get("routed_fraction"))
+    return routed * fraction if fraction else 0.0
+
+
 def run_platform(run: RunRecord) -> str:
     """The platform of the hardware the run's plan was made for (``cuda`` if unrecorded)."""
     hw = (run.prediction or {}).get("hardware")
@@ -210,6 +233,7 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
     graph = run_graph_tokens(run)
     linear = _dim(run, "linear_attention_layers") or 0
     linear = linear if 0 <= linear <= layers else 0
+    routed = run_active_routed_params(run)
     out: list[Sample] = []
     for point in (*plan.decode, *plan.prefill):
         n = point.tokens
@@ -218,18 +242,22 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
             continue
         nbytes: float | None
         flops: float | None
+        xflops = 0.0
         if point.kind == "decode":
             nbytes, flops, seconds = decode_bytes(point.raw), 0.0, 1.0 / measured.value
         else:
             nbytes, flops = _num(point.raw.get("bytes_read")), _num(point.raw.get("flops"))
             seconds = n / measured.value
+            # recorded by plans since the split; older plans: from the run's own checkpoint
+            recorded = _num(point.raw.get("expert_flops"))
+            xflops = recorded if recorded is not None else 2.0 * routed * n
         if not nbytes or flops is None or (point.kind == "prefill" and not flops):
             continue
         out.append(
             Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
                    flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform,
                    eager=point.kind == "prefill" and graph is not None and n > graph,
-                   linear_layers=linear)
+                   linear_layers=linear, expert_flops=min(xflops, flops))
         )
     return out
 

@@ -85,6 +85,7 @@ class PrefillPoint:
     predicted_high: float | None
     predicted: bool = True
     eager: bool = False  # longer than the engine's largest CUDA graph: launched layer by layer
+    expert_flops: float = 0.0  # of ``flops``, the routed experts' (the fused-MoE kernel's)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,11 @@ def prefill_flops(weights: Weights, dims: ModelDims, prompt_len: int) -> float:
             * lin.value_head_dim
         )
     return flops
+
+
+def prefill_expert_flops(weights: Weights, prompt_len: int) -> float:
+    """Of :func:`prefill_flops`, the routed experts' matmuls (every token through its top-k)."""
+    return 2.0 * weights.active_routed_params * prompt_len
 
 
 def distinct_expert_fraction(num_experts: int, top_k: int, tokens: int) -> float:
@@ -349,9 +355,10 @@ def predict_speed(
             # On a CPU the compute figure is a quick probe, not a ceiling (see lower_bounds).
             cap = p / t_b if hardware.platform == "cpu" else proof
             eager = graph_tokens is not None and p > graph_tokens
+            xflops = prefill_expert_flops(weights, p)
             row = features(
-                "prefill", nbytes, layers, flops, expert_slots=slots, platform=on, eager=eager,
-                linear_layers=dims.num_linear_layers, prompt_tokens=p,
+                "prefill", nbytes, layers, flops, expert_flops=xflops, expert_slots=slots,
+                platform=on, eager=eager, linear_layers=dims.num_linear_layers, prompt_tokens=p,
             )
             ptok, plo, phi = _predicted(pfit, row, p, cap)
             prefill.append(
@@ -368,6 +375,7 @@ def predict_speed(
                     predicted_low=plo,
                     predicted_high=phi,
                     eager=eager,
+                    expert_flops=xflops,
                 )
             )
     mtp: list[MtpPoint] = []
@@ -428,11 +436,11 @@ def predict_speed(
 
 def coefficients(bandwidth: float, rate: float | None) -> dict[str, tuple[float, ...]]:
     """The roofline as speed-model coefficients: ``1 / bandwidth`` per byte, ``1 / rate`` per
-    FLOP (0 without a rate), no overheads."""
+    FLOP, dense or routed-expert (0 without a rate), no overheads."""
     per_flop = 1.0 / rate if rate else 0.0
     return {
         "decode": (1.0 / bandwidth, 0.0, 0.0, 0.0),
-        "prefill": (per_flop, 1.0 / bandwidth) + (0.0,) * (len(TERMS["prefill"]) - 2),
+        "prefill": (per_flop, per_flop, 1.0 / bandwidth) + (0.0,) * (len(TERMS["prefill"]) - 3),
     }
 
 
@@ -442,7 +450,7 @@ def bounds(coef: dict[str, tuple[float, ...]], *, cpu: bool) -> dict[str, tuple[
     measured above it on the reference box): bounded by zero only."""
     if not cpu:
         return coef
-    return {**coef, "prefill": (0.0, *coef["prefill"][1:])}
+    return {**coef, "prefill": (0.0, 0.0, *coef["prefill"][2:])}
 
 
 def roofline_coefficients(hardware: HardwareProfile, compute: str) -> dict[str, tuple[float, ...]]:

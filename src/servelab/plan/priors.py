@@ -40,6 +40,7 @@ _OPTIONAL = {
     "expert_slots": int,
     "platform": str,
     "linear_layers": int,
+    "expert_flops": int | float,
 }
 # true/false keys: a prefill longer than the engine's largest CUDA graph; a profiled device
 # time per decode step (tok_s = 1 / that time), not a measured token rate
@@ -100,6 +101,7 @@ def _sample(row: Any, where: str) -> Sample:
             eager=bool(row.get("eager", False)),
             linear_layers=int(row.get("linear_layers", 0)),
             device_only=bool(row.get("device_only", False)),
+            expert_flops=float(row.get("expert_flops", 0.0)),
         )
     except UsageError as exc:
         raise InputError(f"{where}: {exc}") from exc

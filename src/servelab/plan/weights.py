@@ -48,6 +48,14 @@ class Weights:
     embedding_bytes: int = 0
     lm_head_bytes: int = 0
     replicated_bytes: int = 0
+    routed_expert_params: int = 0  # logical weight elements of every routed expert
+
+    @property
+    def active_routed_params(self) -> int:
+        """Routed-expert parameters one token multiplies by (top-k of E experts)."""
+        if not self.moe:
+            return 0
+        return self.routed_expert_params * self.experts_per_token // self.num_experts
 
     @property
     def moe(self) -> bool:
@@ -118,4 +126,5 @@ def weights_from_report(report: CheckpointReport, *, name: str | None = None) ->
         # Norms and routers are replicated on every rank; unclassified tensors are
         # counted as replicated too (the conservative choice for "does it fit").
         replicated_bytes=sum(int(by_role.get(r, 0)) for r in REPLICATED_ROLES),
+        routed_expert_params=int(report.params_by_role.get("routed_expert", 0)),
     )
