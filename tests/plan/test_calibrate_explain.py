@@ -84,7 +84,7 @@ def test_h200_priors_are_the_committed_runs() -> None:
         step = s.model.endswith(" step]")
         measured.setdefault((s.model.split(" [")[0], s.kind, s.length, s.eager, step), s)
     rows = [s for s in shipped_priors().samples if s.hardware == "h200" and not s.device_only]
-    assert len(rows) == len(measured) == 96  # fifteen builds, one with an MTP run
+    assert len(rows) == len(measured) == 114  # eighteen builds, one with an MTP run
     for r in rows:
         m = measured[(r.model, r.kind, r.length, r.eager, r.layers != m_layers(r.model))]
         assert (r.layers, r.expert_slots, r.bytes_read) == (m.layers, m.expert_slots,
@@ -113,7 +113,8 @@ def m_layers(model: str) -> int:
             "llama-3.1-8b-fp8-random": 32, "llama-3.1-70b-bf16-16l-random": 16,
             "llama-3.1-70b-fp8-32l-random": 32, "qwen3-235b-a22b-fp8-32l-random": 32,
             "qwen3-4b-bf16-random": 36, "qwen3-4b-fp8-random": 36,
-            "qwen3-32b-bf16-random": 64}[model]
+            "qwen3-32b-bf16-random": 64, "qwen3-30b-a3b-bf16-random": 48,
+            "qwen3-next-fp8-12l-random": 12, "qwen3.6-35b-a3b-fp8-random": 40}[model]
 
 
 def test_priors_table_costs_are_servelab_arithmetic(

@@ -434,3 +434,35 @@ def test_speculative_step_reads_the_experts_of_k_plus_one_tokens_and_k_lm_heads(
                 mtp_tensors=10, mtp_bytes=1_000, vision_bytes=0, source="t", lm_head_bytes=500)
     # head: 1,000 bytes x (4,000 / 39,000 of the text model is read per token) + the lm_head
     assert draft_bytes_per_step(w) == int(1_000 * 4_000 / 39_000) + 500
+
+
+def test_a_kernel_path_holds_the_host_launch_terms_fitted_over_every_path() -> None:
+    # Seven BF16 builds and two FP8 ones: the FP8 kernels run at other rates, the host
+    # launches the same kernels. The FP8 path's fit keeps the launch terms of the fit over
+    # both paths instead of fitting them again from its two builds.
+    bf16 = _prefill_samples()
+    fp8_true = (1 / 900e12, 1 / 500e12, *TRUE_PREFILL[2:])
+    fp8 = []
+    for s in bf16:
+        if s.model in ("moe-30b", "dense-3b"):
+            t = row_seconds(fp8_true, s.features)
+            fp8.append(dataclasses.replace(s, model=f"{s.model}-fp8", kernel_path="fp8",
+                                           seconds=t))
+    target = Target("vllm", "fp8", "h200")
+    levels = levels_for(target, bf16 + fp8, [])
+    assert [lv.pooled for lv in levels] == [False, True]
+    pooled = fit_levels([lv for lv in levels if lv.pooled], "prefill", target, ROOF_PREFILL)
+    held = fit_levels(levels, "prefill", target, ROOF_PREFILL)
+    assert held.level == "stored runs" and len(held.models) == 2
+    for got, want in zip(held.theta[5:8], pooled.theta[5:8], strict=True):
+        assert got == pytest.approx(want, rel=1e-3)
+    # With no other kernel path below it, a path fits its own launch terms (not the
+    # roofline's zeros).
+    moe = [s for s in bf16 if s.kernel_path == "bf16 MoE"]
+    alone_target = Target("vllm", "bf16 MoE", "h200")
+    alone_levels = levels_for(alone_target, moe, [])
+    assert not any(lv.pooled for lv in alone_levels)
+    alone = fit_levels(alone_levels, "prefill", alone_target, ROOF_PREFILL)
+    # (every layer of these builds is a MoE layer: the two eager terms count together)
+    assert alone.theta[5] + alone.theta[6] == pytest.approx(sum(TRUE_PREFILL[5:7]), rel=0.02)
+    assert alone.theta[7] == pytest.approx(TRUE_PREFILL[7], rel=0.02)

@@ -134,6 +134,9 @@ OVERLAP = -1.0
 #: Weight of the pull towards the prior, against relative residuals: moving a term by what it
 #: contributes to a typical row costs as much as a 10 % miss on one measured point.
 PRIOR_WEIGHT = 0.1
+#: Pull that holds a kernel path's host-launch terms (:data:`PREFILL_LAUNCH`) at the fit over
+#: every kernel path of the hardware: effectively a pin (see :func:`fit_levels`).
+HOLD_WEIGHT = 1e5
 #: Smallest interval half-width printed (measurement noise between runs of one build).
 MIN_REL_ERROR = 0.03
 
@@ -342,7 +345,7 @@ def solve(
     prior: Sequence[float],
     *,
     lower: Sequence[float] | None = None,
-    prior_weight: float = PRIOR_WEIGHT,
+    prior_weight: float | Sequence[float] = PRIOR_WEIGHT,
 ) -> tuple[float, ...]:
     """Bounded, prior-regularised least squares on relative residuals.
 
@@ -353,14 +356,17 @@ def solve(
     engine reads bytes faster than the hardware's ceiling or multiplies faster than its peak
     (see :func:`physical_bounds`). Rows of one fit are all summed, or overlapped with
     device-only rows among them (one platform): those go through :func:`_solve_overlap`.
+    ``prior_weight``: ``w``, one for every term or one per term (a large one holds a term at
+    its prior).
     """
+    w = np.broadcast_to(np.asarray(prior_weight, dtype=float), (len(prior),)).copy()
     if any(overlapped(r) for r in rows):
         if any(not overlapped(r) and r[-1] != 0 for r in rows):
             raise UsageError("one fit mixes overlapped (GPU decode) and summed rows")
-        return _solve_overlap(rows, times, prior, lower=lower, prior_weight=prior_weight)
+        return _solve_overlap(rows, times, prior, lower=lower, prior_weight=w)
     if any(launched(r) for r in rows):
-        return _solve_launched(*_arrays(rows, times, prior, lower), prior_weight)
-    return _solve_linear(rows, times, prior, lower=lower, prior_weight=prior_weight)
+        return _solve_launched(*_arrays(rows, times, prior, lower), w)
+    return _solve_linear(rows, times, prior, lower=lower, prior_weight=w)
 
 
 def _arrays(
@@ -387,7 +393,7 @@ def _solve_overlap(
     prior: Sequence[float],
     *,
     lower: Sequence[float] | None,
-    prior_weight: float,
+    prior_weight: np.ndarray,
 ) -> tuple[float, ...]:
     """:func:`solve` for overlapped rows: ``t = max(device terms, h)``, ``h`` the host's time
     per step. Exact over the floors that can matter: for each candidate ``h`` (the bound, the
@@ -411,7 +417,7 @@ def _solve_overlap(
                     t[fitted].tolist(),
                     p[:-1].tolist(),
                     lower=lb[:-1].tolist(),
-                    prior_weight=prior_weight,
+                    prior_weight=prior_weight[:-1],
                 )
             )
         else:
@@ -432,7 +438,7 @@ def _solve_linear(
     prior: Sequence[float],
     *,
     lower: Sequence[float] | None = None,
-    prior_weight: float = PRIOR_WEIGHT,
+    prior_weight: float | np.ndarray = PRIOR_WEIGHT,
     unit: np.ndarray | None = None,
 ) -> tuple[float, ...]:
     """:func:`solve` for summed rows: bounded linear least squares with the pull to ``prior``
@@ -489,7 +495,7 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _solve_launched(
-    x: np.ndarray, t: np.ndarray, lb: np.ndarray, p: np.ndarray, prior_weight: float
+    x: np.ndarray, t: np.ndarray, lb: np.ndarray, p: np.ndarray, prior_weight: np.ndarray
 ) -> tuple[float, ...]:
     """:func:`solve` for prefill rows with host launches, ``t = host + max(device, launches)``
     (rows ``x``, times ``t``, bound ``lb`` and prior ``p`` as :func:`_arrays` gives them): each
@@ -537,11 +543,12 @@ def fit_samples(
     kind: str,
     prior: Sequence[float],
     lower: Sequence[float] | None = None,
+    prior_weight: float | Sequence[float] = PRIOR_WEIGHT,
 ) -> tuple[float, ...]:
     """Coefficients for ``kind`` from ``samples`` (those of that kind) around ``prior``."""
     rows = [s.features for s in samples if s.kind == kind]
     times = [s.seconds for s in samples if s.kind == kind]
-    return solve(rows, times, prior, lower=lower)
+    return solve(rows, times, prior, lower=lower, prior_weight=prior_weight)
 
 
 def relative_errors(
@@ -549,6 +556,7 @@ def relative_errors(
     kind: str,
     prior: Sequence[float],
     lower: Sequence[float] | None = None,
+    prior_weight: float | Sequence[float] = PRIOR_WEIGHT,
 ) -> list[float]:
     """Leave-one-model-out errors of tokens/s (predicted / measured - 1) over ``samples``."""
     mine = [s for s in samples if s.kind == kind]
@@ -558,7 +566,7 @@ def relative_errors(
         return errs
     for m in models:
         train = [s for s in mine if build_of(s.model) != m]
-        theta = fit_samples(train, kind, prior, lower)
+        theta = fit_samples(train, kind, prior, lower, prior_weight)
         for s in mine:
             if build_of(s.model) == m:
                 pred = row_seconds(theta, s.features)
@@ -600,6 +608,7 @@ class Level:
     samples: tuple[Sample, ...]
     source: str
     fallback: str | None = None
+    pooled: bool = False  # over every kernel path of the hardware
 
 
 @dataclass(frozen=True)
@@ -637,7 +646,7 @@ def _kind_levels(levels: Sequence[Level], kind: str, target: Target) -> list[Lev
     for lv in levels:
         keep = tuple(s for s in lv.samples if s.kind == kind and build_of(s.model) != gone)
         if keep:
-            out.append(Level(lv.level, keep, lv.source, lv.fallback))
+            out.append(Level(lv.level, keep, lv.source, lv.fallback, lv.pooled))
     return out
 
 
@@ -650,7 +659,15 @@ def fit_levels(
 ) -> Fit:
     """The fit for ``kind`` from the first level with samples, each level's prior being the
     fit of the levels below it (down to the physical prior). ``lower`` bounds every fit
-    (default: the physical prior itself, i.e. nothing beats the roofline)."""
+    (default: the physical prior itself, i.e. nothing beats the roofline).
+
+    A prefill's host-launch terms (:data:`PREFILL_LAUNCH`) are the host's: the same Python and
+    CUDA launches of a layer's kernels whatever format its weights are in. Once a level pooled
+    over every kernel path of the hardware has fitted them from launched rows, the kernel
+    path's own levels hold them there (:data:`HOLD_WEIGHT`) instead of fitting them again
+    from the few builds of one path, whose short prompts then traded launch time against the
+    device's terms (H200: leave-one-model-out prefill beyond 25 % went from 12 to 6 of 78
+    points, benchmarks/RESULTS.md)."""
     bound = physical if lower is None else lower
     usable = _kind_levels(levels, kind, target)
     roof = Fit(
@@ -665,10 +682,14 @@ def fit_levels(
     )
     fit = roof
     spread = repeat_spread([s for lv in usable for s in lv.samples], kind)
+    held = False  # the launch terms fitted over every kernel path below
     for lv in reversed(usable):
         prior = fit.theta
-        theta = fit_samples(lv.samples, kind, prior, bound)
-        errs = relative_errors(lv.samples, kind, prior, bound)
+        weight = _held_weights(len(prior)) if held and not lv.pooled else PRIOR_WEIGHT
+        theta = fit_samples(lv.samples, kind, prior, bound, weight)
+        errs = relative_errors(lv.samples, kind, prior, bound, weight)
+        if lv.pooled and kind == "prefill":
+            held = held or any(launched(s.features) for s in lv.samples)
         models = tuple(sorted({build_of(s.model) for s in lv.samples}))
         if errs:
             rel: float | None = error_bound(errs, len(models))
@@ -695,6 +716,13 @@ def fit_levels(
             fallback=lv.fallback,
         )
     return fit
+
+
+def _held_weights(k: int) -> tuple[float, ...]:
+    """Prior weights that hold a prefill fit's host-launch terms at the prior's values."""
+    w = [PRIOR_WEIGHT] * k
+    w[PREFILL_LAUNCH] = [HOLD_WEIGHT] * len(w[PREFILL_LAUNCH])
+    return tuple(w)
 
 
 @dataclass(frozen=True)
@@ -764,6 +792,7 @@ def levels_for(
             tuple(pool),
             f"{named(pool)} ({target.engine} / all kernel paths / {target.hardware})",
             fallback=None if path else f"no {family} data; pooled over {', '.join(other)}",
+            pooled=True,
         )
         return ([own] if path else []), ([pooled] if other else [])
 
