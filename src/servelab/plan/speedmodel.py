@@ -83,6 +83,10 @@ Where the fit comes from (:func:`calibrate`), first that applies:
 4. the shipped priors for the hardware pooled over kernel paths (labelled);
 5. the roofline alone: the physical prior (peak bandwidth and compute, no overheads).
 
+A prefill's host-launch terms come from the pooled levels wherever those fitted them: a kernel
+path's own levels hold them there (:func:`fit_levels`), since launching a layer's kernels is
+the host's work whatever format the weights are in.
+
 Every fit carries a relative interval half-width from leave-one-model-out residuals at its
 level (the errors it would have made on models it had not seen), or, where the level holds
 one model only, from the next level down; never narrower than the same build's runs varied
