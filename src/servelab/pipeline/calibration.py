@@ -87,9 +87,9 @@ def run_experts(run: RunRecord) -> int:
 
 def run_active_routed_params(run: RunRecord) -> float:
     """Routed-expert parameters one token of the run's checkpoint multiplies by: inspect's
-    routed-expert parameters x top-k / E (the plan's dims, else the report's; else its rounded
-    routed fraction, which survives where an export redacted the experts per token); 0 for a
-    dense model."""
+    routed-expert parameters x top-k / E (top-k from the plan's dims, else the report's; E
+    from :func:`run_experts`; else the report's rounded routed fraction, which survives where
+    an export redacted the experts per token); 0 for a dense model."""
     report = _map(run.checkpoint_report) or {}
     roles = report.get("roles")
     routed = sum(
@@ -98,12 +98,10 @@ def run_active_routed_params(run: RunRecord) -> float:
         if isinstance(r, Mapping) and r.get("role") == "routed_expert"
     )
     experts = _map(report.get("experts")) or {}
-    for k, e in (
-        (_dim(run, "experts_per_token"), _dim(run, "num_experts")),
-        (_whole(experts.get("per_token")), _whole(experts.get("total"))),
-    ):
-        if k and e:
-            return routed * k / e
+    k = _dim(run, "experts_per_token") or _whole(experts.get("per_token"))
+    e = run_experts(run)
+    if k and e:
+        return routed * k / e
     fraction = _num((_map(report.get("decode")) or {}).get("routed_fraction"))
     return routed * fraction if fraction else 0.0
 

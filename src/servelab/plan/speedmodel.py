@@ -242,9 +242,10 @@ def features(
         fixed = 1.0 if host else (0.0 if device_only else OVERLAP)
         return (float(bytes_read), float(layers), slots, fixed)
     eager_gpu = eager and not host
+    expert = 0.0 if host else float(expert_flops)  # a CPU's row keeps them with the rest
     return (
-        float(flops) - (0.0 if host else float(expert_flops)),
-        0.0 if host else float(expert_flops),
+        float(flops) - expert,
+        expert,
         float(bytes_read),
         float(layers),
         slots,

@@ -50,12 +50,14 @@ class Weights:
     replicated_bytes: int = 0
     routed_expert_params: int = 0  # logical weight elements of every routed expert
 
+    def _per_token(self, routed: int) -> int:
+        """The top-k / E of ``routed`` (a routed-expert total) one token touches."""
+        return routed * self.experts_per_token // self.num_experts if self.moe else 0
+
     @property
     def active_routed_params(self) -> int:
         """Routed-expert parameters one token multiplies by (top-k of E experts)."""
-        if not self.moe:
-            return 0
-        return self.routed_expert_params * self.experts_per_token // self.num_experts
+        return self._per_token(self.routed_expert_params)
 
     @property
     def moe(self) -> bool:
@@ -65,11 +67,7 @@ class Weights:
     @property
     def prefill_fixed_bytes(self) -> int:
         """Bytes a forward pass reads however many tokens it holds (non-routed weights)."""
-        active_routed = (
-            self.routed_expert_bytes * self.experts_per_token // self.num_experts
-            if self.moe
-            else 0
-        )
+        active_routed = self._per_token(self.routed_expert_bytes)
         return self.decode_bytes_per_token - active_routed
 
 
