@@ -37,7 +37,8 @@
 #
 # Decode profiles (issue 12: where a decode step's time goes):
 #   prof-bg     in its own session: for each PROF_RECIPES entry, benchmarks/gpu/profile_decode.py
-#               (vLLM's torch profiler over 64 decode iterations) -> $WORK/prof/<name>/
+#               (vLLM's torch profiler over 64 decode iterations; PROF_ARGS="--prefill 512,2048"
+#               traces one prefill step per prompt length instead) -> $WORK/prof/<name>/
 #   prof-wait:S wait up to S seconds for the profiles
 #   prof-collect  the profiles' summaries and engine logs (not the traces) -> $OUT/prof.tgz
 #
@@ -350,7 +351,7 @@ PROF_RECIPES=(${PROF_RECIPES:-qwen3-next-80b-a3b-bf16-12l-mns64-h200 qwen3.6-35b
 phase_prof_bg() {
   say "prof-bg ${PROF_RECIPES[*]} (log $WORK/prof.log)"
   rm -f "$WORK/prof.done"
-  PROF_RECIPES="${PROF_RECIPES[*]}" setsid nohup bash "$0" prof-fg >"$WORK/prof.log" 2>&1 \
+  PROF_RECIPES="${PROF_RECIPES[*]}" PROF_ARGS="${PROF_ARGS:-}" setsid nohup bash "$0" prof-fg >"$WORK/prof.log" 2>&1 \
     </dev/null &
   sleep 5
   tail -3 "$WORK/prof.log"
@@ -364,13 +365,16 @@ phase_prof_fg() {
     sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
       "$here/$name.toml" >"$r"
     say "prof $name"
-    "$py" "$here/profile_decode.py" "$r" --out "$WORK/prof/$name"
+    # shellcheck disable=SC2086  # PROF_ARGS is a list of words
+    "$py" "$here/profile_decode.py" "$r" --out "$WORK/prof/$name" ${PROF_ARGS:-}
     echo "prof $name exit $?"
   done
   touch "$WORK/prof.done"
 }
 
-phase_prof_wait() { wait_done prof "$1" '^=== prof |^prof .* exit|gpu_busy|step_period|idle'; }
+phase_prof_wait() {
+  wait_done prof "$1" '^=== prof |^prof .* exit|gpu_busy|step_period|idle|"prompt"'
+}
 
 phase_prof_collect() {
   say prof-collect
