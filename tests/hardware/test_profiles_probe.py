@@ -107,6 +107,32 @@ def test_command_probe_and_applying_it(tmp_path: Path) -> None:
     assert h200.compute_rate("bf16") == 6e14 and h200.compute_rate("fp8") == 1979e12
 
 
+def test_command_probe_keeps_the_hosts_launch_rate(tmp_path: Path) -> None:
+    """A GPU probe's optional launch rate survives parsing, saving and loading; a probe file
+    written before it existed (the committed H200 ones) loads without it."""
+    script = tmp_path / "fake_gpu_probe.py"
+    script.write_text(
+        "import json\nprint(json.dumps({'device': 'test device', "
+        "'copy_bandwidth_bytes_per_s': 1.0e12, 'matmul_flops_per_s': {}, "
+        "'kernel_launches_per_s': [1.1e5, 0.9e5, 1.0e5]}))\n"
+    )
+    result = probe_command([sys.executable, str(script)])
+    assert result.launches is not None
+    assert (result.launches.best, result.launches.median) == (1.1e5, 1.0e5)
+    saved = result.to_dict()
+    assert saved["kernel_launches_per_s"]["unit"] == "launches/s"
+    again = load_probe(saved).launches
+    assert again is not None and again.samples == (1.1e5, 0.9e5, 1.0e5)
+    old = json.loads((Path(__file__).parent / "data" / "h200_probe.json").read_text())
+    assert "kernel_launches_per_s" not in old and load_probe(old).launches is None
+    assert "kernel_launches_per_s" not in load_probe(old).to_dict()
+    script.write_text(
+        "print('{\"copy_bandwidth_bytes_per_s\": 1e12, \"kernel_launches_per_s\": 0}')\n"
+    )
+    with pytest.raises(HardwareProfileError, match="kernel_launches_per_s must be positive"):
+        probe_command([sys.executable, str(script)])
+
+
 def test_command_probe_failures_are_clear(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("print('not json')\n")

@@ -2,7 +2,10 @@
 
 Needs torch with CUDA. Measures device-to-device copy bandwidth (bytes read + written)
 and dense matmul rate in bf16 (and fp8 when ``torch._scaled_mm`` is available), several
-repetitions each, timed with CUDA events.
+repetitions each, timed with CUDA events; and the host's kernel launch rate: a one-element
+in-place add launched :data:`LAUNCHES` times back to back from Python, timed by the wall
+clock from the first launch to the end of the last kernel (each kernel takes a few
+microseconds on the GPU, so the host's launching is what is timed).
 """
 
 from __future__ import annotations
@@ -24,6 +27,30 @@ def _seconds(fn: Callable[[], object]) -> float:
     end.record()
     torch.cuda.synchronize()
     return float(start.elapsed_time(end)) / 1000
+
+
+#: Kernels per launch-rate repetition.
+LAUNCHES = 5000
+
+
+def launch_rate(reps: int) -> list[float]:
+    """Tiny kernels launched per second from Python, ``reps`` repetitions."""
+    import time
+
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+    for _ in range(200):  # warm up the op's dispatch path
+        x.add_(1.0)
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(LAUNCHES):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        out.append(LAUNCHES / (time.perf_counter() - t0))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(dev),
         "copy_bandwidth_bytes_per_s": bw,
         "matmul_flops_per_s": mm,
-        "params": {"copy_bytes": n_bytes, "matmul_n": n, "reps": reps, "torch": torch.__version__},
+        "kernel_launches_per_s": launch_rate(reps),
+        "params": {
+            "copy_bytes": n_bytes,
+            "matmul_n": n,
+            "reps": reps,
+            "launches": LAUNCHES,
+            "torch": torch.__version__,
+        },
     }
     print(json.dumps(out))
     return 0

@@ -10,9 +10,14 @@ on stdout::
 
     {"device": "NVIDIA H200",
      "copy_bandwidth_bytes_per_s": [4.31e12, ...] | 4.31e12,
-     "matmul_flops_per_s": {"bf16": [7.9e14, ...] | 7.9e14, ...}}
+     "matmul_flops_per_s": {"bf16": [7.9e14, ...] | 7.9e14, ...},
+     "kernel_launches_per_s": [1.2e5, ...] | 1.2e5}          # optional
 
-``python -m servelab.hardware.gpu_probe`` is such a command (needs torch with CUDA).
+``python -m servelab.hardware.gpu_probe`` is such a command (needs torch with CUDA). The
+optional launch rate is the host's side of a GPU: how many tiny kernels per second Python
+and the CUDA driver launch back to back. A prefill longer than vLLM's largest CUDA graph
+waits on it (on the H200 a 48-layer MoE's 2,048-token prefill kept the GPU busy 34 ms of
+104 ms, and took 71-125 ms on different lent hosts: benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -71,10 +76,12 @@ class ProbeResult:
     matmul: Mapping[str, ProbeStat]
     params: Mapping[str, Any] = field(default_factory=dict)
     measured_at: str = ""
+    #: Tiny kernels launched per second from Python (a GPU probe's host side), if measured.
+    launches: ProbeStat | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.probe/1``)."""
-        return {
+        out = {
             "schema": SCHEMA,
             "device": self.device,
             "method": self.method,
@@ -83,6 +90,9 @@ class ProbeResult:
             "copy_bandwidth_bytes_per_s": self.copy_bandwidth.to_dict(),
             "matmul_flops_per_s": {k: v.to_dict() for k, v in self.matmul.items()},
         }
+        if self.launches is not None:
+            out["kernel_launches_per_s"] = self.launches.to_dict()
+        return out
 
 
 def _now() -> str:
@@ -177,6 +187,7 @@ def parse_probe_output(text: str, *, command: Sequence[str]) -> ProbeResult:
         raise HardwareProfileError("probe output matmul_flops_per_s must be an object")
     mm = {str(k): _stat(v, "FLOP/s", f"matmul_flops_per_s.{k}") for k, v in mm_raw.items()}
     params = data.get("params", {})
+    launches = data.get("kernel_launches_per_s")
     return ProbeResult(
         device=str(data.get("device", "unknown device")),
         method=f"command: {' '.join(command)}",
@@ -184,6 +195,9 @@ def parse_probe_output(text: str, *, command: Sequence[str]) -> ProbeResult:
         matmul=mm,
         params=dict(params) if isinstance(params, Mapping) else {},
         measured_at=_now(),
+        launches=None
+        if launches is None
+        else _stat(launches, "launches/s", "kernel_launches_per_s"),
     )
 
 
@@ -224,6 +238,9 @@ def load_probe(data: Mapping[str, Any]) -> ProbeResult:
             },
             params=dict(data.get("params", {})),
             measured_at=str(data.get("measured_at", "")),
+            launches=None
+            if (ln := data.get("kernel_launches_per_s")) is None
+            else ProbeStat(tuple(float(x) for x in ln["samples"]), "launches/s"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HardwareProfileError(f"probe JSON is malformed: {exc}") from exc
