@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,24 @@ def test_plan_uses_a_measured_h200_probe(qwen36_fp8: Path) -> None:
     assert speed["compute_precision"] == "fp8"
     assert speed["compute_rate"] == saved["matmul_flops_per_s"]["fp8"]["best"]
     assert speed["bandwidth"] < 4.8e12  # measured below the 4.8 TB/s spec sheet
+
+
+def test_plan_says_which_prefills_wait_on_the_host(qwen36_fp8: Path) -> None:
+    """Qwen3.6 runs its 30 Gated DeltaNet layers' prefill outside CUDA graphs: in the H200
+    fit the host's launches outlast the kernels at every length (measured 128 / 116 / 147 ms
+    for 512 / 2,048 / 8,192 tokens: flat, the host's pace). The plan says so per point, in
+    JSON, the table and Markdown, with a note that such a step follows the host's CPU."""
+    base = ["plan", str(qwen36_fp8), "-H", "h200", "--engine-version", "0.26.0",
+            "--max-model-len", "40960", "--kv-cache-memory-bytes", "16GiB", "--no-store"]
+    res = runner.invoke(app, [*base, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert [p["waits_on"] for p in doc["speed"]["prefill"]] == ["host", "host", "host"]
+    assert any("waits on the host" in n and "8,192" in n for n in doc["speed"]["notes"])
+    md = runner.invoke(app, [*base, "--markdown"])
+    assert md.exit_code == 0, md.output
+    assert "| predicted tok/s (interval) | waits on |" in md.output
+    assert re.search(r"\| 2,048 \| \w+ \| [\d,]+ \| [\d,]+ \([\d,–]+\) \| host \|", md.output)
 
 
 def test_plan_predicts_a_prefill_past_the_largest_cuda_graph_as_launched_layer_by_layer(

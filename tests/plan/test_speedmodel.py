@@ -466,3 +466,20 @@ def test_a_kernel_path_holds_the_host_launch_terms_fitted_over_every_path() -> N
     # (every layer of these builds is a MoE layer: the two eager terms count together)
     assert alone.theta[5] + alone.theta[6] == pytest.approx(sum(TRUE_PREFILL[5:7]), rel=0.02)
     assert alone.theta[7] == pytest.approx(TRUE_PREFILL[7], rel=0.02)
+
+
+def test_host_bound_is_the_launches_outlasting_the_device() -> None:
+    """A launched prefill row waits on the host when its launch terms exceed its device
+    terms; a row inside a CUDA graph (no launch columns) never does."""
+    from servelab.plan import speedmodel as sm
+
+    theta = [1e-15, 2e-15, 2e-13, 1e-4, 0.0, 1e-3, 5e-4, 2e-3, 3e-6, 5e-3]
+    short = sm.features("prefill", 6e10, 48, 2e13, expert_flops=1e13, expert_slots=6144,
+                        eager=True, prompt_tokens=2048)
+    long = sm.features("prefill", 6e10, 48, 2e15, expert_flops=1e15, expert_slots=6144,
+                       eager=True, prompt_tokens=8192)
+    graphed = sm.features("prefill", 6e10, 48, 2e13, expert_flops=1e13, expert_slots=6144,
+                          prompt_tokens=512)
+    # launches 48 x 1.5 ms = 72 ms; device 10 + 20 + 12 + 4.8 = 46.8 ms at 2K, 3 s at 8K
+    assert sm.host_bound(theta, short) and not sm.host_bound(theta, long)
+    assert not sm.launched(graphed) and not sm.host_bound(theta, graphed)

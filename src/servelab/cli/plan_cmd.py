@@ -194,11 +194,13 @@ def _render_speed(plan: Plan, console: Console) -> None:
             title=f"Prefill (predicted; {sp.kernel_path.name}, {sp.compute_precision})",
             title_justify="left",
         )
-        for c in ("prompt", "bound", "roofline tok/s", "predicted tok/s (interval)"):
+        for c in ("prompt", "bound", "roofline tok/s", "predicted tok/s (interval)", "waits on"):
             pt.add_column(c, justify="right")
         for p in sp.prefill:
             cal = interval_text(p.predicted_tok_s, p.predicted_low, p.predicted_high, 0)
-            pt.add_row(f"{p.prompt_len:,}", p.bound, f"{p.roofline_tok_s:,.0f}", cal)
+            pt.add_row(
+                f"{p.prompt_len:,}", p.bound, f"{p.roofline_tok_s:,.0f}", cal, p.waits_on or "–"
+            )
         console.print(pt)
         console.print(fit_line("prefill", sp.prefill_fit))
     if sp.mtp:

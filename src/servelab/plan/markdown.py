@@ -104,12 +104,15 @@ def plan_markdown(plan: Plan) -> str:
             "",
             f"## Prefill (predicted, {sp.kernel_path.name}, {sp.compute_precision} compute)",
             "",
-            "| prompt | bound | roofline tok/s | predicted tok/s (interval) |",
-            "|---:|---|---:|---:|",
+            "| prompt | bound | roofline tok/s | predicted tok/s (interval) | waits on |",
+            "|---:|---|---:|---:|---|",
         ]
         for p in sp.prefill:
             cal = interval_text(p.predicted_tok_s, p.predicted_low, p.predicted_high, 0)
-            out.append(f"| {p.prompt_len:,} | {p.bound} | {p.roofline_tok_s:,.0f} | {cal} |")
+            out.append(
+                f"| {p.prompt_len:,} | {p.bound} | {p.roofline_tok_s:,.0f} | {cal} "
+                f"| {p.waits_on or '–'} |"
+            )
     if sp.mtp:
         out += [
             "",

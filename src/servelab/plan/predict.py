@@ -86,6 +86,9 @@ class PrefillPoint:
     predicted: bool = True
     eager: bool = False  # longer than the engine's largest CUDA graph: launched layer by layer
     expert_flops: float = 0.0  # of ``flops``, the routed experts' (the fused-MoE kernel's)
+    #: What the calibrated prediction says the step waits on: "host" (launching kernels
+    #: outlasts them) or "device"; None without a calibrated prediction.
+    waits_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,9 @@ def predict_speed(
                 platform=on, eager=eager, linear_layers=dims.num_linear_layers, prompt_tokens=p,
             )
             ptok, plo, phi = _predicted(pfit, row, p, cap)
+            waits = None
+            if ptok is not None and pfit is not None:
+                waits = "host" if pfit.waits_on_host(row) else "device"
             prefill.append(
                 PrefillPoint(
                     prompt_len=p,
@@ -376,6 +382,7 @@ def predict_speed(
                     predicted_high=phi,
                     eager=eager,
                     expert_flops=xflops,
+                    waits_on=waits,
                 )
             )
     mtp: list[MtpPoint] = []
@@ -416,6 +423,13 @@ def predict_speed(
                     ),
                 )
             )
+    waiting = [f"{p.prompt_len:,}" for p in prefill if p.waits_on == "host"]
+    if waiting:
+        notes.append(
+            f"prefill of {', '.join(waiting)} tokens waits on the host (in the fit, launching "
+            "the kernels outlasts them): such a step follows the host's CPU, which varies "
+            "between machines with the same GPU"
+        )
     return SpeedPrediction(
         hardware=hardware.name,
         bandwidth=bw,

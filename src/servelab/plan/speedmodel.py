@@ -287,6 +287,14 @@ def row_seconds(theta: Sequence[float], row: Sequence[float]) -> float:
     return float(sum(a * b for a, b in zip(theta, row, strict=True)))
 
 
+def host_bound(theta: Sequence[float], row: Sequence[float]) -> bool:
+    """True for a prefill row with host launches (:func:`launched`) whose launches take
+    longer than the device's terms under ``theta``: the step waits on the host. Measured on
+    the H200: the 48-layer Qwen3-30B's 2,048-token prefill kept the GPU busy 34 ms of 104 ms,
+    and took 71-125 ms on five lent hosts (benchmarks/RESULTS.md)."""
+    return launched(row) and _dot(theta, row, PREFILL_LAUNCH) > _dot(theta, row, PREFILL_DEVICE)
+
+
 def expert_slots(moe_layers: int, experts: int) -> int:
     """MoE layers x routed experts per layer (0 for a dense model)."""
     return max(moe_layers, 0) * max(experts, 0)
@@ -309,6 +317,11 @@ class Fit:
     def seconds(self, row: Sequence[float]) -> float:
         """Predicted time for one design-matrix row (:func:`row_seconds`)."""
         return row_seconds(self.theta, row)
+
+    def waits_on_host(self, row: Sequence[float]) -> bool:
+        """True for a prefill row whose host launches outlast the device's kernels in this
+        fit: its time is the host's (CPU) more than the GPU's."""
+        return host_bound(self.theta, row)
 
     def coefficients(self) -> dict[str, float]:
         """``{term: value}`` in SI units (seconds per byte, per FLOP, per layer, fixed)."""
