@@ -252,7 +252,9 @@ phase_collect() {
 # qwen3-30b-a3b-bf16-2l-h200; the MTP run was cut off); the sixth (2026-12-04) the dense FP8
 # llama-3.1-8b-fp8-h200, predicted before it ran. Next, not yet run: the two other
 # out-of-sample builds, predicted in results/calibration-2026-12-03-oos/preregistered/ (then
-# the MTP step again: qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused, its -mtp2 recipe):
+# the MTP step again: qwen3.6-35b-a3b:bf16:40:qwen3.6-35b-a3b-bf16:fused, its -mtp2 recipe).
+# 2026-12-04 (last): prefill profiles of the 48-layer Qwen3-30B, FP8 and BF16 (phase prof-bg
+# with PROF_ARGS="--prefill 512,2048,8192 --timed 6"; results/profile-2026-12-04-prefill/):
 CAL_SPECS=(${CAL_SPECS:-llama-3.1-70b:fp8-block:32:llama-3.1-70b-fp8-32l llama-3.1-70b:bf16:16:llama-3.1-70b-bf16-16l})
 CAL_RECIPES=(${CAL_RECIPES:-llama-3.1-70b-fp8-32l-h200 llama-3.1-70b-bf16-16l-h200})
 
