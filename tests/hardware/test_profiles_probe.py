@@ -90,14 +90,17 @@ def test_host_probe_measures_positive_rates() -> None:
     assert mm.best >= mm.median > 0 and mm.unit == "FLOP/s"
 
 
-def test_command_probe_and_applying_it(tmp_path: Path) -> None:
+def _fake_probe(tmp_path: Path, output: dict[str, Any]) -> list[str]:
+    """A probe command (a real script) that prints ``output`` as its JSON."""
     script = tmp_path / "fake_gpu_probe.py"
-    script.write_text(
-        "import json\nprint(json.dumps({'device': 'test device', "
-        "'copy_bandwidth_bytes_per_s': [1.0e12, 2.0e12, 1.5e12], "
-        "'matmul_flops_per_s': {'bf16': [5e14, 6e14]}}))\n"
-    )
-    result = probe_command([sys.executable, str(script)])
+    script.write_text(f"import json\nprint(json.dumps({output!r}))\n")
+    return [sys.executable, str(script)]
+
+
+def test_command_probe_and_applying_it(tmp_path: Path) -> None:
+    result = probe_command(_fake_probe(tmp_path, {
+        "device": "test device", "copy_bandwidth_bytes_per_s": [1.0e12, 2.0e12, 1.5e12],
+        "matmul_flops_per_s": {"bf16": [5e14, 6e14]}}))
     assert result.device == "test device"
     assert result.copy_bandwidth.best == 2.0e12 and result.copy_bandwidth.median == 1.5e12
     assert load_probe(result.to_dict()).matmul["bf16"].best == 6e14
@@ -110,13 +113,9 @@ def test_command_probe_and_applying_it(tmp_path: Path) -> None:
 def test_command_probe_keeps_the_hosts_launch_rate(tmp_path: Path) -> None:
     """A GPU probe's optional launch rate survives parsing, saving and loading; a probe file
     written before it existed (the committed H200 ones) loads without it."""
-    script = tmp_path / "fake_gpu_probe.py"
-    script.write_text(
-        "import json\nprint(json.dumps({'device': 'test device', "
-        "'copy_bandwidth_bytes_per_s': 1.0e12, 'matmul_flops_per_s': {}, "
-        "'kernel_launches_per_s': [1.1e5, 0.9e5, 1.0e5]}))\n"
-    )
-    result = probe_command([sys.executable, str(script)])
+    result = probe_command(_fake_probe(tmp_path, {
+        "device": "test device", "copy_bandwidth_bytes_per_s": 1.0e12,
+        "matmul_flops_per_s": {}, "kernel_launches_per_s": [1.1e5, 0.9e5, 1.0e5]}))
     assert result.launches is not None
     assert (result.launches.best, result.launches.median) == (1.1e5, 1.0e5)
     saved = result.to_dict()
@@ -126,11 +125,9 @@ def test_command_probe_keeps_the_hosts_launch_rate(tmp_path: Path) -> None:
     old = json.loads((Path(__file__).parent / "data" / "h200_probe.json").read_text())
     assert "kernel_launches_per_s" not in old and load_probe(old).launches is None
     assert "kernel_launches_per_s" not in load_probe(old).to_dict()
-    script.write_text(
-        "print('{\"copy_bandwidth_bytes_per_s\": 1e12, \"kernel_launches_per_s\": 0}')\n"
-    )
+    zero = _fake_probe(tmp_path, {"copy_bandwidth_bytes_per_s": 1e12, "kernel_launches_per_s": 0})
     with pytest.raises(HardwareProfileError, match="kernel_launches_per_s must be positive"):
-        probe_command([sys.executable, str(script)])
+        probe_command(zero)
 
 
 def test_command_probe_failures_are_clear(tmp_path: Path) -> None:
