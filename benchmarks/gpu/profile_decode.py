@@ -150,6 +150,13 @@ def summarise(trace: Path, steps: int, *, one_step: bool = False) -> dict[str, A
             r = runtime[e["name"]]
             r[0] += 1
             r[1] += float(e.get("dur", 0))
+    # launches through the runtime (PyTorch's own kernels, graph replays) and through the
+    # driver (Triton's launcher)
+    launches: dict[str, int] = defaultdict(int)
+    for e in events:
+        cat = e.get("cat")
+        if e.get("ph") == "X" and cat in ("cuda_runtime", "cuda_driver") and e["name"] in LAUNCHES:
+            launches[e["name"]] += 1
     annotations = defaultdict(lambda: [0, 0.0])
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "gpu_user_annotation"):
@@ -196,7 +203,7 @@ def summarise(trace: Path, steps: int, *, one_step: bool = False) -> dict[str, A
             else "cudaGraphLaunch count" if graph_launches else "requested"
         ),
         "host_span_us": host_span,
-        "launches": {k: runtime[k][0] for k in LAUNCHES if k in runtime},
+        "launches": {k: launches[k] for k in LAUNCHES if k in launches},
         "kernel_events": len(kernels),
         "kernels_per_step": len(kernels) / n,
         "gpu_busy_us_per_step": busy / n,
@@ -402,6 +409,7 @@ def decode_trace(
     }
     for _ in range(2):
         http(f"{base}/v1/completions", body)
+    before = set(prof_dir.rglob("*.pt.trace.json*"))
     http(f"{base}/start_profile", {})
     body["max_tokens"] = a.delay + a.steps + 16
     t1 = time.monotonic()
@@ -409,10 +417,7 @@ def decode_trace(
     result["request_s"] = time.monotonic() - t1
     result["completion_tokens"] = out.get("usage", {}).get("completion_tokens")
     http(f"{base}/stop_profile", {})
-    t2 = time.monotonic()
-    while time.monotonic() - t2 < 120 and not any(prof_dir.rglob("*.pt.trace.json*")):
-        time.sleep(2)
-    time.sleep(5)
+    new_trace(prof_dir, before)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ def test_a_traced_prefill_step_is_one_step_with_its_host_and_kernel_spans(tmp_pa
         _x("cuda_runtime", "cudaGraphLaunch", 20.0, 3.0),
         _x("cuda_runtime", "cudaGraphLaunch", 400.0, 3.0),
         _x("cuda_runtime", "cudaLaunchKernel", 500.0, 4.0),
+        _x("cuda_driver", "cuLaunchKernel", 600.0, 4.0),  # Triton's launcher
         # kernels: 100 us busy in all, overlapping pairs counted once, idle gaps between
         _x("kernel", "fused_moe_kernel", 100.0, 40.0),
         _x("kernel", "fused_moe_kernel", 120.0, 40.0),  # overlaps the first by 20 us
@@ -49,7 +50,7 @@ def test_a_traced_prefill_step_is_one_step_with_its_host_and_kernel_spans(tmp_pa
     assert one["gpu_busy_us_per_step"] == 100.0  # 60 + 40, the overlap once
     assert one["step_period_us"] == 1000.0  # first kernel start to last kernel end
     assert one["host_span_us"] == 1000.0  # first to last CPU event
-    assert one["launches"] == {"cudaLaunchKernel": 1, "cudaGraphLaunch": 2}
+    assert one["launches"] == {"cudaLaunchKernel": 1, "cuLaunchKernel": 1, "cudaGraphLaunch": 2}
     assert one["categories_us_per_step"]["moe"] == 80.0
     # the decode reading divides by the graphs replayed: two steps here
     assert mod.summarise(trace, 64)["steps"] == 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,8 +36,6 @@ LAUNCHES = 5000
 
 def launch_rate(reps: int) -> list[float]:
     """Tiny kernels launched per second from Python, ``reps`` repetitions."""
-    import time
-
     import torch
 
     x = torch.zeros(1, device="cuda")

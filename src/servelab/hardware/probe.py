@@ -223,6 +223,11 @@ def probe_command(command: Sequence[str], *, timeout_s: float = 600.0) -> ProbeR
     return parse_probe_output(proc.stdout, command=command)
 
 
+def _saved(stat: Mapping[str, Any], unit: str) -> ProbeStat:
+    """A :class:`ProbeStat` from its JSON form (``ProbeStat.to_dict``)."""
+    return ProbeStat(tuple(float(x) for x in stat["samples"]), unit)
+
+
 def load_probe(data: Mapping[str, Any]) -> ProbeResult:
     """A :class:`ProbeResult` from its JSON form (``to_dict``)."""
     try:
@@ -231,16 +236,13 @@ def load_probe(data: Mapping[str, Any]) -> ProbeResult:
         return ProbeResult(
             device=str(data.get("device", "")),
             method=str(data.get("method", "")),
-            copy_bandwidth=ProbeStat(tuple(float(x) for x in bw["samples"]), "bytes/s"),
-            matmul={
-                str(k): ProbeStat(tuple(float(x) for x in v["samples"]), "FLOP/s")
-                for k, v in mm.items()
-            },
+            copy_bandwidth=_saved(bw, "bytes/s"),
+            matmul={str(k): _saved(v, "FLOP/s") for k, v in mm.items()},
             params=dict(data.get("params", {})),
             measured_at=str(data.get("measured_at", "")),
             launches=None
             if (ln := data.get("kernel_launches_per_s")) is None
-            else ProbeStat(tuple(float(x) for x in ln["samples"]), "launches/s"),
+            else _saved(ln, "launches/s"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HardwareProfileError(f"probe JSON is malformed: {exc}") from exc
