@@ -29,7 +29,7 @@ from servelab.plan.llamacpp_kv import (
     log_mib,
     plan_llamacpp_kv,
 )
-from servelab.plan.modelcfg import model_dims
+from servelab.families import model_dims
 from servelab.synth.gguf import write_gguf
 from servelab.synth.tiny import make_tiny_model
 

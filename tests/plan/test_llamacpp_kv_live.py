@@ -24,7 +24,7 @@ from servelab.engines import get_engine
 from servelab.engines.llamacpp.recipe import LlamaCppSection
 from servelab.plan.check import check_llamacpp_kv_against_log
 from servelab.plan.llamacpp_kv import LlamaCppKvPlan, plan_llamacpp_kv
-from servelab.plan.modelcfg import model_dims
+from servelab.families import model_dims
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

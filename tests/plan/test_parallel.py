@@ -26,7 +26,7 @@ from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
 from servelab.plan.kv import plan_kv_pool
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
-from servelab.plan.modelcfg import model_dims
+from servelab.families import model_dims
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights
 

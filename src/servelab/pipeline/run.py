@@ -45,7 +45,7 @@ from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
-from servelab.plan.modelcfg import DTYPE_BYTES, model_dims
+from servelab.families import DTYPE_BYTES, model_dims
 from servelab.plan.specsource import AUTO
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text

@@ -49,7 +49,7 @@ from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_poo
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.llamacpp_kv import LlamaCppKvPlan, LlamaCppKvSettings, plan_llamacpp_kv
 from servelab.plan.memory import MemoryPlan, plan_memory
-from servelab.plan.modelcfg import FULL, ModelDims, model_dims
+from servelab.families import FULL, ModelDims, model_dims
 from servelab.plan.parallel import (
     GpuWeights,
     ParallelDecode,

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.errors import UsageError
-from servelab.plan.modelcfg import FULL, ModelDims
+from servelab.families import FULL, ModelDims
 
 __all__ = [
     "CTX_PAD",

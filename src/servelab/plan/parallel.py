@@ -25,7 +25,7 @@ from typing import Any
 
 from servelab.errors import UsageError
 from servelab.plan.layout import ParallelLayout, split_layers
-from servelab.plan.modelcfg import ModelDims
+from servelab.families import ModelDims
 from servelab.plan.weights import Weights
 
 

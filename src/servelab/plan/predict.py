@@ -46,7 +46,7 @@ from servelab.defaults import PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.kv import attention_bytes_per_token_per_layer, mamba_state_bytes
-from servelab.plan.modelcfg import DTYPE_BYTES, ModelDims
+from servelab.families import DTYPE_BYTES, ModelDims
 from servelab.plan.speedmodel import TERMS, Calibration, Fit, expert_slots, features, interval
 from servelab.plan.weights import Weights
 

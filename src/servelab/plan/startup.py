@@ -29,7 +29,7 @@ from typing import Any
 from servelab.hardware.profiles import GIB, HardwareProfile
 from servelab.plan.kv import KvPoolPlan
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.modelcfg import LINEAR
+from servelab.families import LINEAR
 
 # vLLM's defaults for the OpenAI API server (EngineArgs.get_batch_defaults).
 LARGE_GPU_BYTES = 70 * GIB

@@ -1,4 +1,4 @@
-"""The model dimensions that planning needs, read from a ``config.json`` mapping.
+"""The generic config reader (Llama- and Qwen-shaped configs), until each family reads its own.
 
 Pure: takes the parsed JSON (a mapping), returns a frozen :class:`ModelDims`. Multimodal
 configs keep the language model under ``text_config``; that is what is served for text.
@@ -7,28 +7,18 @@ configs keep the language model under ``text_config``; that is what is served fo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from servelab.errors import ConfigError
-
-FULL = "full_attention"
-LINEAR = "linear_attention"
-SLIDING = "sliding_attention"
-
-DTYPE_BYTES: dict[str, int] = {
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "float32": 4,
-    "float": 4,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-    "int8": 1,
-    "uint8": 1,
-}
+from servelab.families.dims import ModelDims
+from servelab.families.layers import (
+    DTYPE_BYTES,
+    FULL,
+    LINEAR,
+    SLIDING,
+    AttentionLayer,
+    LinearAttentionDims,
+)
 
 # model_type values whose linear-attention layers are Gated DeltaNet (vLLM's GDN state).
 _GDN_MODEL_TYPES = frozenset(
@@ -43,68 +33,6 @@ _LAYER_TYPE_ALIASES = {
     "sliding_attention": SLIDING,
     "sliding_window_attention": SLIDING,
 }
-
-
-@dataclass(frozen=True)
-class LinearAttentionDims:
-    """Gated DeltaNet dimensions (one linear-attention layer)."""
-
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-    @property
-    def conv_dim(self) -> int:
-        """Channels of the causal-conv state: q and k (key heads) plus v (value heads)."""
-        return (
-            self.key_head_dim * self.num_key_heads * 2
-            + self.value_head_dim * self.num_value_heads
-        )
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """What KV/state sizing and speed prediction need from ``config.json``."""
-
-    model_type: str
-    architecture: str | None
-    dtype: str
-    num_layers: int
-    layer_types: tuple[str, ...]
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    hidden_size: int
-    vocab_size: int
-    max_position_embeddings: int | None
-    linear: LinearAttentionDims | None
-    mamba_ssm_dtype: str | None
-    mtp_layers: int
-    num_experts: int
-    experts_per_token: int
-    sliding_window: int | None
-
-    @property
-    def num_full_attention_layers(self) -> int:
-        """Layers with a full-attention KV cache."""
-        return sum(1 for t in self.layer_types if t == FULL)
-
-    @property
-    def num_linear_layers(self) -> int:
-        """Layers with a fixed-size recurrent (linear-attention) state."""
-        return sum(1 for t in self.layer_types if t == LINEAR)
-
-    @property
-    def is_hybrid(self) -> bool:
-        """Whether attention and linear-attention layers are mixed."""
-        return self.num_linear_layers > 0 and self.num_full_attention_layers > 0
-
-    @property
-    def dtype_bytes(self) -> int:
-        """Bytes per element of the model's activation dtype."""
-        return DTYPE_BYTES[self.dtype]
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -196,6 +124,12 @@ def model_dims(config: Mapping[str, Any]) -> ModelDims:
     arch = str(archs[0]) if isinstance(archs, Sequence) and archs else None
     mtp = cfg.get("mtp_num_hidden_layers", cfg.get("num_nextn_predict_layers", 0)) or 0
     window = cfg.get("sliding_window")
+    attention = tuple(
+        AttentionLayer(t, kv_heads, head_dim, head_dim,
+                       window=int(window) if t == SLIDING and isinstance(window, int) else None)
+        if t in (FULL, SLIDING) else None
+        for t in layer_types
+    )
     return ModelDims(
         model_type=model_type,
         architecture=arch,
@@ -214,4 +148,6 @@ def model_dims(config: Mapping[str, Any]) -> ModelDims:
         num_experts=int(cfg.get("num_experts", cfg.get("n_routed_experts", 0)) or 0),
         experts_per_token=int(cfg.get("num_experts_per_tok", 0) or 0),
         sliding_window=int(window) if isinstance(window, int) else None,
+        attention=attention,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
     )
