@@ -22,6 +22,7 @@ from servelab.engines.llamacpp import LLAMACPP, flag_args
 from servelab.engines.llamacpp.logfacts import parse_log
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import UsageError
+from servelab.families import model_dims
 from servelab.plan.check import check_llamacpp_kv_against_log
 from servelab.plan.llamacpp_kv import (
     LlamaCppKvSettings,
@@ -29,7 +30,6 @@ from servelab.plan.llamacpp_kv import (
     log_mib,
     plan_llamacpp_kv,
 )
-from servelab.families import model_dims
 from servelab.synth.gguf import write_gguf
 from servelab.synth.tiny import make_tiny_model
 

@@ -149,5 +149,7 @@ def model_dims(config: Mapping[str, Any]) -> ModelDims:
         experts_per_token=int(cfg.get("num_experts_per_tok", 0) or 0),
         sliding_window=int(window) if isinstance(window, int) else None,
         attention=attention,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
+        tie_word_embeddings=bool(
+            cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
+        ),
     )
