@@ -444,8 +444,9 @@ def plan(
 
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
+    from servelab.engines import get_engine
+    from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.llamacpp_kv import LlamaCppKvSettings
     from servelab.plan.specsource import parse_acceptance_option
     from servelab.plan.startup import StartupOptions
 
@@ -492,6 +493,7 @@ def plan(
         return
     hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)
     llamacpp = None
+    arithmetic = get_engine("vllm").kv_arithmetic()
     if _use_llamacpp(engine, checkpoint):
         if given := [k for k, v in vllm_only.items() if v]:
             raise UsageError(
@@ -502,6 +504,7 @@ def plan(
             ctx_size=ctx_size, parallel=parallel, kv_unified=kv_unified,
             cache_type_k=cache_type_k, cache_type_v=cache_type_v, flash_attn=flash_attn,
         )
+        arithmetic = LlamaCppKv(llamacpp)
         if engine_version == ENGINE_VERSION:
             from servelab.engines.llamacpp.build import BUILD_VERSION
 
@@ -528,7 +531,7 @@ def plan(
         topology=topology_for(
             hw.name, intra_node=interconnect, inter_node=network, gpus_per_node=gpus_per_node
         ),
-        llamacpp_kv=llamacpp,
+        kv_arithmetic=arithmetic,
         engine="llamacpp" if llamacpp else "vllm",
         startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
     )

@@ -38,6 +38,7 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
+from servelab.families import DTYPE_BYTES, model_dims
 from servelab.hardware.host import host_cpu
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.environment import engine_environment
@@ -45,7 +46,6 @@ from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
-from servelab.families import DTYPE_BYTES, model_dims
 from servelab.plan.specsource import AUTO
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
@@ -192,6 +192,10 @@ def make_run_plan(
     """
     serving = get_engine(recipe.engine.name)
     flags = serving.plan_knobs(recipe.engine)
+    # The engine's own KV arithmetic; one servelab does not reproduce is planned with
+    # vLLM's, and the plan says so.
+    arithmetic = serving.kv_arithmetic(recipe.engine) or get_engine("vllm").kv_arithmetic()
+    assert arithmetic is not None
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
@@ -218,12 +222,12 @@ def make_run_plan(
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
-        llamacpp_kv=flags.llamacpp,
+        kv_arithmetic=arithmetic,
         startup=flags.startup,
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
     )
-    if serving.kv_arithmetic:
+    if serving.kv_arithmetic(recipe.engine) is not None:
         return plan
     note = (
         f"servelab does not model {serving.name}'s own KV pool: the pool above follows "

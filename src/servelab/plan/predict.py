@@ -44,9 +44,8 @@ from typing import Any
 
 from servelab.defaults import PROMPT_LENS
 from servelab.errors import UsageError
-from servelab.hardware.profiles import HardwareProfile, KernelPath
-from servelab.plan.kv import attention_bytes_per_token_per_layer, mamba_state_bytes
 from servelab.families import DTYPE_BYTES, ModelDims
+from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.speedmodel import TERMS, Calibration, Fit, expert_slots, features, interval
 from servelab.plan.weights import Weights
 
@@ -151,13 +150,18 @@ class SpeedPrediction:
 
 def kv_read_bytes(dims: ModelDims, context_len: int, kv_dtype_bytes: int) -> int:
     """KV bytes one decode step reads at ``context_len`` (all full-attention layers)."""
-    per = attention_bytes_per_token_per_layer(dims, kv_dtype_bytes)
+    per = 2 * dims.num_kv_heads * dims.head_dim * kv_dtype_bytes
     return dims.num_full_attention_layers * per * context_len
 
 
 def state_traffic_bytes(dims: ModelDims, ssm_dtype: str) -> int:
     """Linear-attention state bytes read and written back per decode step."""
-    return 2 * dims.num_linear_layers * mamba_state_bytes(dims, ssm_dtype=ssm_dtype)
+    lin = dims.linear
+    if lin is None:
+        return 0
+    conv = (lin.conv_kernel - 1) * lin.conv_dim * dims.dtype_bytes
+    state = lin.num_value_heads * lin.value_head_dim * lin.key_head_dim * DTYPE_BYTES[ssm_dtype]
+    return 2 * dims.num_linear_layers * (conv + state)
 
 
 def decode_bytes_per_token(

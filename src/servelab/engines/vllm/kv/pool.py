@@ -33,118 +33,15 @@ Pure: takes a config mapping and numbers, returns a frozen :class:`KvPoolPlan`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
+from servelab.engines.vllm.kv.rules import TOKENS_PER_GROUP_SHARE, EngineRules, engine_rules
 from servelab.errors import ConfigError, UsageError
-from servelab.plan.layout import ParallelLayout, split_layers
 from servelab.families import DTYPE_BYTES, FULL, LINEAR, SLIDING, ModelDims, model_dims
-from servelab.plan.rules import TOKENS_PER_GROUP_SHARE, EngineRules, engine_rules
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division of non-negative integers."""
-    return -(-a // b)
-
-
-@dataclass(frozen=True)
-class KvGroup:
-    """One KV-cache group: layers of one type sharing a block table."""
-
-    kind: str
-    layers: tuple[int, ...]
-    padding_layers: int
-    block_size: int
-    page_bytes: int
-    blocks_per_request: int
-
-
-@dataclass(frozen=True)
-class KvPoolPlan:
-    """The KV pool vLLM will build, with every intermediate the engine logs or uses.
-
-    ``tokens`` and ``max_concurrency`` are what the engine prints as "KV cache size" and
-    "Maximum concurrency"; ``log_line`` is that line as the version prints it.
-    """
-
-    engine_version: str
-    platform: str
-    rule: str
-    verified_rule: bool
-    evidence: tuple[str, ...]
-    kv_cache_memory_bytes: int
-    max_model_len: int
-    kv_cache_dtype: str
-    kv_dtype_bytes: int
-    block_size: int
-    block_size_was_aligned: bool
-    mamba_cache_mode: str
-    mamba_ssm_dtype: str | None
-    attention_page_bytes: int
-    mamba_page_bytes: int
-    mamba_page_padded_bytes: int
-    mamba_padding_pct: float | None
-    groups: tuple[KvGroup, ...]
-    padding_layers: int
-    bytes_per_block: int
-    num_blocks: int
-    blocks_per_request: int
-    max_concurrency: float
-    tokens: int
-    kv_bytes_per_token: dict[str, int]
-    pool_bytes_per_token: float
-    state_bytes_per_request: int
-    state_pool_bytes_per_request: int
-    fits_one_request: bool
-    log_lines: tuple[str, ...]
-    layout: ParallelLayout = field(default_factory=ParallelLayout)
-    kv_heads_per_rank: int = 0
-    kv_heads_replicated: bool = False
-    stage_layers: tuple[tuple[int, int], ...] = ()
-    stage_bytes_per_block: tuple[int, ...] = ()
-    stage_num_blocks: tuple[int, ...] = ()
-
-    @property
-    def tokens_all_replicas(self) -> int:
-        """KV tokens of the whole deployment: every data-parallel replica has its own pool."""
-        return self.tokens * self.layout.data
-
-    @property
-    def log_line(self) -> str:
-        """The "KV cache size … Maximum concurrency …" line as the engine prints it."""
-        return self.log_lines[-1] if self.log_lines else ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (stable keys; see docs of ``servelab plan --json``)."""
-        d = asdict(self)
-        d["groups"] = [asdict(g) for g in self.groups]
-        d["evidence"] = list(self.evidence)
-        d["log_lines"] = list(self.log_lines)
-        d["layout"] = self.layout.to_dict()
-        d["stage_layers"] = [list(x) for x in self.stage_layers]
-        d["stage_bytes_per_block"] = list(self.stage_bytes_per_block)
-        d["stage_num_blocks"] = list(self.stage_num_blocks)
-        d["tokens_all_replicas"] = self.tokens_all_replicas
-        return d
-
-
-@dataclass(frozen=True)
-class KvOptions:
-    """Engine flags that change the pool (names as vLLM's CLI flags)."""
-
-    max_model_len: int
-    engine_version: str = ENGINE_VERSION
-    platform: str = "cpu"
-    kv_cache_dtype: str = "auto"
-    block_size: int | None = None
-    enable_prefix_caching: bool = True
-    mamba_cache_mode: str | None = None
-    mamba_ssm_cache_dtype: str = "auto"
-    num_speculative_tokens: int = 0
-    draft_attention_layers: int = 0
-    layout: ParallelLayout = field(default_factory=ParallelLayout)
-    cpu_avx512_bf16: bool = True
+from servelab.plan.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
+from servelab.plan.layout import ParallelLayout, split_layers
 
 
 def _kv_dtype_bytes(kv_cache_dtype: str, dims: ModelDims) -> int:
