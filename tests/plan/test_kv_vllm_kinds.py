@@ -6,6 +6,7 @@ hand in the comments)."""
 from __future__ import annotations
 
 import pytest
+from tests.plan.kv_dims import chunked, full, make_dims, sliding
 
 from servelab.engines.vllm.kv import plan_kv_pool_dims
 from servelab.engines.vllm.kv.specs import mamba2_state_bytes
@@ -13,7 +14,6 @@ from servelab.errors import ConfigError, UsageError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, Mamba2Dims, MlaDims
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
 from servelab.plan.layout import ParallelLayout
-from tests.plan.kv_dims import chunked, full, make_dims, sliding
 
 GIB = 1 << 30
 H200 = 141 * 10**9  # bytes: >= 70 GiB, < 160 GiB
