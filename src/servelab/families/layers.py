@@ -119,6 +119,16 @@ class LinearAttentionDims:
             + self.value_head_dim * self.num_value_heads
         )
 
+    @property
+    def conv_state_elements(self) -> int:
+        """Values of the conv state one request keeps (the last ``conv_kernel - 1`` inputs)."""
+        return (self.conv_kernel - 1) * self.conv_dim
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        """Values of the recurrent (delta-rule) state: a key x value matrix per value head."""
+        return self.num_value_heads * self.value_head_dim * self.key_head_dim
+
 
 @dataclass(frozen=True)
 class Mamba2Dims:
@@ -135,3 +145,13 @@ class Mamba2Dims:
     def conv_dim(self) -> int:
         """Channels of the causal-conv state: x plus B and C of every group."""
         return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def conv_state_elements(self) -> int:
+        """Values of the conv state one request keeps (the last ``conv_kernel - 1`` inputs)."""
+        return (self.conv_kernel - 1) * self.conv_dim
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        """Values of the SSM state: ``head_dim x state_size`` per head."""
+        return self.num_heads * self.head_dim * self.state_size
