@@ -150,14 +150,17 @@ def _kv_table(plan: Plan) -> Table:
             f"{kv.mamba_page_bytes:,} bytes{pad}; mode "
             f"{kv.mamba_cache_mode}, SSM dtype {kv.mamba_ssm_dtype}",
         )
-    kinds = ", ".join(f"{g.kind}×{len(g.layers)}" for g in kv.groups)
-    kt.add_row("groups", f"{len(kv.groups)} ({kinds}); {kv.padding_layers} padding layer(s)")
+    kt.add_row("groups", f"{len(kv.groups)}; {kv.padding_layers} padding layer(s)")
+    for kind in kv.group_kinds():
+        kt.add_row(f"  {kind.label}", kind.text())
     kt.add_row(
         "pool",
         f"{kv.num_blocks:,} blocks × {kv.bytes_per_block:,} bytes; "
         f"{kv.blocks_per_request} blocks per {kv.max_model_len:,}-token request",
     )
     kt.add_row("rule", kv.rule + ("" if kv.verified_rule else " (unverified for this version)"))
+    for note in kv.notes:
+        kt.add_row("note", note)
     return kt
 
 

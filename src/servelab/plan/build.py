@@ -275,6 +275,7 @@ def build_plan(
                 if draft_tokens and weights.mtp_tensors else 0,
                 layout=lay,
                 cpu_avx512_bf16=cpu_avx512_bf16,
+                device_memory_bytes=hardware.memory_bytes,
             ),
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -293,9 +294,10 @@ def build_plan(
                 "of the arithmetic is not yet checked against an engine log)"
             )
         if not kv.verified_rule:
+            kinds = ", ".join(sorted({g.kind for g in kv.groups}))
             notes.append(
-                f"KV arithmetic for vLLM {engine_version} on {platform} follows the nearest "
-                "known rules; not yet checked against that version's own log"
+                f"KV arithmetic for vLLM {engine_version} on {platform} ({kinds}) follows "
+                "vLLM's source; not yet checked against that version's own log"
             )
     if dims.mtp_layers and not weights.mtp_tensors:
         notes.append(

@@ -14,7 +14,7 @@ from typing import Any
 from servelab.defaults import ENGINE_VERSION
 from servelab.plan.layout import ParallelLayout
 
-__all__ = ["KvGroup", "KvOptions", "KvPoolPlan", "cdiv"]
+__all__ = ["KvGroup", "KvGroupKind", "KvOptions", "KvPoolPlan", "cdiv"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -49,6 +49,33 @@ class KvGroup:
             else f" (chunk {self.chunk:,})" if self.chunk else ""
         )
         return f"{self.kind}{extra}"
+
+
+@dataclass(frozen=True)
+class KvGroupKind:
+    """Groups of one kind and shape, summed up for tables: ``groups`` groups holding
+    ``layers`` layers (and ``padding_layers`` padding), each block ``page_bytes`` per
+    layer, ``blocks_per_request`` blocks per group for one full-length request."""
+
+    label: str
+    spec: str
+    groups: int
+    layers: int
+    padding_layers: int
+    block_size: int
+    page_bytes: int
+    blocks_per_request: int
+
+    def text(self) -> str:
+        """One line: ``2 x 12 layers (+1 padding): 16-token blocks of 65,536 bytes; 9 blocks
+        per request each``."""
+        pad = f" (+{self.padding_layers} padding)" if self.padding_layers else ""
+        each = " each" if self.groups > 1 else ""
+        return (
+            f"{self.groups} group(s), {self.layers} layer(s){pad}: {self.block_size}-token "
+            f"blocks, page {self.page_bytes:,} bytes; {self.blocks_per_request:,} blocks "
+            f"per request{each}"
+        )
 
 
 @dataclass(frozen=True)
@@ -109,12 +136,25 @@ class KvPoolPlan:
         """The "KV cache size … Maximum concurrency …" line as the engine prints it."""
         return self.log_lines[-1] if self.log_lines else ""
 
+    def group_kinds(self) -> list[KvGroupKind]:
+        """The groups summed up by kind (label, spec, block size and page), in pool order."""
+        out: dict[tuple[str, str, int, int, int], list[KvGroup]] = {}
+        for g in self.groups:
+            key = (g.label(), g.spec, g.block_size, g.page_bytes, g.blocks_per_request)
+            out.setdefault(key, []).append(g)
+        return [
+            KvGroupKind(label, spec, len(gs), sum(len(g.layers) for g in gs),
+                        sum(g.padding_layers for g in gs), block, page, blocks)
+            for (label, spec, block, page, blocks), gs in out.items()
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (stable keys; see docs of ``servelab plan --json``)."""
         d = asdict(self)
         d["groups"] = [{**asdict(g), "label": g.label()} for g in self.groups]
         d["evidence"] = list(self.evidence)
         d["notes"] = list(self.notes)
+        d["group_kinds"] = [asdict(k) for k in self.group_kinds()]
         d["log_lines"] = list(self.log_lines)
         d["layout"] = self.layout.to_dict()
         d["stage_layers"] = [list(x) for x in self.stage_layers]
