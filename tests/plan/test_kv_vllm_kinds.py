@@ -141,3 +141,15 @@ def test_unreproduced_mixes_are_refused() -> None:
     with pytest.raises(UsageError, match="fp8_ds_mla"):
         plan_kv_pool_dims(make_dims([full()]), GIB,
                           KvOptions(max_model_len=1024, kv_cache_dtype="fp8_ds_mla"))
+
+
+def test_chunked_layers_take_full_blocks_when_a_drafter_turns_the_hybrid_manager_off() -> None:
+    # VllmConfig: chunked local attention + an EAGLE/MTP drafter disables the hybrid KV
+    # cache manager; unify_hybrid_kv_cache_specs then gives local layers full blocks
+    dims = make_dims([chunked(8192, 8, 128)] * 3 + [full(8, 128)], dtype="bfloat16")
+    opts = KvOptions(max_model_len=32768, platform="cuda", engine_version="0.26.0",
+                     device_memory_bytes=H200, num_speculative_tokens=1)
+    plan = plan_kv_pool_dims(dims, 8 * GIB, opts)
+    assert [g.spec for g in plan.groups] == ["FullAttentionSpec"]
+    assert plan.blocks_per_request == 32768 // 16
+    assert any("hybrid KV cache manager off" in n for n in plan.notes)

