@@ -101,6 +101,11 @@ class MlaDims:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
 
+def conv_state_elements(conv_kernel: int, conv_dim: int) -> int:
+    """Values a causal conv keeps per request: its last ``conv_kernel - 1`` inputs."""
+    return (conv_kernel - 1) * conv_dim
+
+
 @dataclass(frozen=True)
 class LinearAttentionDims:
     """Gated DeltaNet dimensions (one linear-attention layer)."""
@@ -122,7 +127,7 @@ class LinearAttentionDims:
     @property
     def conv_state_elements(self) -> int:
         """Values of the conv state one request keeps (the last ``conv_kernel - 1`` inputs)."""
-        return (self.conv_kernel - 1) * self.conv_dim
+        return conv_state_elements(self.conv_kernel, self.conv_dim)
 
     @property
     def recurrent_state_elements(self) -> int:
@@ -149,7 +154,7 @@ class Mamba2Dims:
     @property
     def conv_state_elements(self) -> int:
         """Values of the conv state one request keeps (the last ``conv_kernel - 1`` inputs)."""
-        return (self.conv_kernel - 1) * self.conv_dim
+        return conv_state_elements(self.conv_kernel, self.conv_dim)
 
     @property
     def recurrent_state_elements(self) -> int:
