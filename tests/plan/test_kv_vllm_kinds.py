@@ -153,3 +153,15 @@ def test_chunked_layers_take_full_blocks_when_a_drafter_turns_the_hybrid_manager
     assert [g.spec for g in plan.groups] == ["FullAttentionSpec"]
     assert plan.blocks_per_request == 32768 // 16
     assert any("hybrid KV cache manager off" in n for n in plan.notes)
+
+
+def test_sliding_windows_with_several_draft_tokens_are_refused_on_0_32() -> None:
+    # get_kv_cache_configs (0.32): multi-module MTP retains num_speculative_tokens - 1
+    # tokens more per sliding layer, EAGLE none: servelab cannot tell which
+    dims = make_dims([sliding(128), full()], dtype="bfloat16")
+    with pytest.raises(ConfigError, match="multi-module MTP"):
+        plan_kv_pool_dims(dims, GIB, KvOptions(max_model_len=4096, platform="cpu",
+                                               num_speculative_tokens=2))
+    one = plan_kv_pool_dims(dims, GIB, KvOptions(max_model_len=4096, platform="cpu",
+                                                 num_speculative_tokens=1))
+    assert one.groups[0].blocks_per_request == -(-(127 + 2048) // 128) + 1

@@ -37,7 +37,11 @@ def _plan(path: Path, *extra: str) -> str:
 
 
 def test_plan_json_lists_each_group_kind(tiny_sliding: Path) -> None:
-    kv = json.loads(_plan(tiny_sliding, "--json"))["kv_pool"]
+    doc = json.loads(_plan(tiny_sliding, "--json"))
+    kv = doc["kv_pool"]
+    n = doc["dims"]["num_layers"]
+    assert doc["dims"]["layer_kinds"] == {"sliding_attention": (n + 1) // 2,
+                                          "full_attention": n // 2}
     kinds = {k["label"]: k for k in kv["group_kinds"]}
     assert set(kinds) == {"sliding_attention (window 128)", "full_attention"}
     slide, whole = kinds["sliding_attention (window 128)"], kinds["full_attention"]

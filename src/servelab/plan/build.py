@@ -7,8 +7,8 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
      "hardware": {...profile...}, "engine": {"name": "vllm", "version", "platform"},
      "weights": {"resident_bytes", "decode_bytes_per_token", "routed_expert_bytes",
                  "active_params", "scheme", "quant_label", "source"},
-     "dims": {"num_layers", "full_attention_layers", "linear_attention_layers", "mtp_layers",
-              "num_experts", "experts_per_token"},
+     "dims": {"num_layers", "full_attention_layers", "linear_attention_layers",
+              "layer_kinds": {kind: layers}, "mtp_layers", "num_experts", "experts_per_token"},
      "kv_pool": {...KvPoolPlan: tokens, max_concurrency, block_size, groups, rule,
                  evidence, log_lines, ...},
      "memory": {...MemoryPlan...},
@@ -159,6 +159,10 @@ class Plan:
                 "num_layers": self.dims.num_layers,
                 "full_attention_layers": self.dims.num_full_attention_layers,
                 "linear_attention_layers": self.dims.num_linear_layers,
+                "layer_kinds": {
+                    kind: self.dims.layer_types.count(kind)
+                    for kind in dict.fromkeys(self.dims.layer_types)
+                },
                 "mtp_layers": self.dims.mtp_layers,
                 "num_experts": self.dims.num_experts,
                 "experts_per_token": self.dims.experts_per_token,

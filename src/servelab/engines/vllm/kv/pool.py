@@ -318,6 +318,14 @@ def plan_kv_pool_dims(
         rules.concurrent_batches(opts.layout.pipeline) * batched
         if kinds & {SLIDING, CHUNKED} else None
     )
+    if SLIDING in kinds and opts.num_speculative_tokens > 1 and rules.version >= (0, 32, 0):
+        # get_kv_cache_configs: a multi-module MTP drafter makes sliding layers retain
+        # num_speculative_tokens - 1 more tokens; an EAGLE drafter none
+        raise ConfigError(
+            f"vLLM {rules.engine_version}: sliding-window blocks with "
+            f"{opts.num_speculative_tokens} speculative tokens depend on whether the "
+            "drafter is a multi-module MTP, which servelab does not know"
+        )
     groups = [
         KvGroup(
             g.spec.kind,
