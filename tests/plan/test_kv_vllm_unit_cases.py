@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pytest
 from tests.plan.kv_dims import full, make_dims, sliding
 
-from servelab.engines.vllm.kv import plan_kv_pool_dims
+from servelab.engines.vllm.kv import largest_context, plan_kv_pool_dims
 from servelab.families import AttentionLayer
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
 
@@ -161,3 +161,14 @@ def test_max_concurrency_hybrid_is_three_and_tokens_follow() -> None:
     assert plan.max_concurrency == 3
     # get_kv_cache_capacity: tokens == max_concurrency x max_model_len
     assert plan.tokens == 3 * 16384
+
+
+@pytest.mark.parametrize(("limit", "want"), [(16385, 16384), (16383, 16383)])
+def test_estimate_max_model_len(limit: int, want: int) -> None:
+    # test_estimate_max_model_len: 32 full-attention layers (32 KV heads of 128, float16)
+    # fit 16,384 tokens in 8 GiB; the binary search stops at the limit. (vLLM 0.32's
+    # get_kv_cache_configs holds one block back for the null block before searching;
+    # the unit test calls the search directly, as 0.26 does.)
+    dims = make_dims([full(32, 128)] * 32, dtype="float16")
+    opts = KvOptions(max_model_len=limit, engine_version="0.26.0", platform="cuda")
+    assert largest_context(dims, 8 * (1 << 30), opts, limit=limit) == want
