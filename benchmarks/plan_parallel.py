@@ -24,6 +24,7 @@ from pathlib import Path
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.cli.plan_cmd import make_plan
+from servelab.engines.vllm.kv import VLLM_KV
 from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
 from servelab.plan.layout import ParallelLayout
@@ -71,7 +72,7 @@ def main() -> None:
         plan = None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            plan = build_plan(config, weights, hw, layout=layout)
+            plan = build_plan(config, weights, hw, layout=layout, kv_arithmetic=VLLM_KV)
             times.append(time.perf_counter() - t0)
         assert plan is not None
         med = statistics.median(times)

@@ -150,7 +150,8 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
         "--ctx-size", "16384", "--parallel", "4",
     ]  # fmt: skip
     # The planner gets llama-server's own KV flags: 16,384 cells over 4 slots.
-    settings = engine.plan_knobs(rec.engine).llamacpp
+    arithmetic = engine.kv_arithmetic(rec.engine)
+    settings = getattr(arithmetic, "settings", None)
     assert settings is not None and (settings.ctx_size, settings.parallel) == (16384, 4)
     base = 'name = "r"\n[model]\nsynth = "llama"\n[engine]\nname = "llamacpp"\n'
     assert "not a Python engine" in _err(base + 'python = "/venv/bin/python"\n', tmp_path)

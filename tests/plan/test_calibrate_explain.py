@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from tests.plan.inputs import planning_inputs
 
+from servelab.engines.vllm.kv import VLLM_KV
 from servelab.hardware.profiles import BUILTIN, get_profile
 from servelab.pipeline.calibration import calibration_for, samples_from_runs
 from servelab.plan.build import Plan, build_plan
@@ -31,7 +32,7 @@ def _plan(path: Path, *, calibrated: bool = True) -> Plan:
     cal = calibration_for([], SPARK, weights) if calibrated else None
     return build_plan(config, weights, SPARK, max_model_len=262_144,
                       kv_cache_memory_bytes=6 * GIB, engine_version="0.26.0", prompt_lens=LENS,
-                      calibration=cal)
+                      calibration=cal, kv_arithmetic=VLLM_KV)
 
 
 def test_seed_case_from_the_shipped_priors_alone(qwen36_fp8: Path) -> None:

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from servelab.checkpoint.sources import load_checkpoint
+from servelab.engines.vllm.kv import largest_context, plan_kv_pool, plan_kv_pool_dims
+from servelab.engines.vllm.kv.rules import TOKENS_PER_GROUP_SHARE, engine_rules, parse_version
 from servelab.errors import ConfigError, UsageError
 from servelab.families import model_dims
-from servelab.plan.kv import KvOptions, largest_context, plan_kv_pool, plan_kv_pool_dims
-from servelab.plan.rules import TOKENS_PER_GROUP_SHARE, engine_rules, parse_version
+from servelab.plan.kvpool import KvOptions
 from servelab.synth.replica import QWEN3_6_35B_A3B
 
 GIB = 1 << 30

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.plan.check import check_kv_against_log
-from servelab.plan.kv import plan_kv_pool
 
 pytestmark = pytest.mark.engine
 

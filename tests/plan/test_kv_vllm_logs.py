@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.plan.kv import KvPoolPlan, plan_kv_pool
+from servelab.engines.vllm.kv import plan_kv_pool
+from servelab.plan.kvpool import KvPoolPlan
 from servelab.plan.layout import layout_from_argv
 
 LOGS = Path(__file__).parent / "logs"

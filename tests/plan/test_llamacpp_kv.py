@@ -19,17 +19,18 @@ from typer.testing import CliRunner
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.cli.app import app
 from servelab.engines.llamacpp import LLAMACPP, flag_args
-from servelab.engines.llamacpp.logfacts import parse_log
-from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
-from servelab.errors import UsageError
-from servelab.families import model_dims
-from servelab.plan.check import check_llamacpp_kv_against_log
-from servelab.plan.llamacpp_kv import (
+from servelab.engines.llamacpp.kv import (
+    LlamaCppKv,
     LlamaCppKvSettings,
     ggml_row_bytes,
     log_mib,
     plan_llamacpp_kv,
 )
+from servelab.engines.llamacpp.kvcheck import check_llamacpp_kv_against_log
+from servelab.engines.llamacpp.logfacts import parse_log
+from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
+from servelab.errors import UsageError
+from servelab.families import model_dims
 from servelab.synth.gguf import write_gguf
 from servelab.synth.tiny import make_tiny_model
 
@@ -180,8 +181,9 @@ def test_plan_cli_on_a_gguf_prints_llama_cpp_kv(
 
 def test_the_engine_hands_its_flags_to_the_planner() -> None:
     flags = LlamaCppFlags(ctx_size=4096, parallel=2, cache_type_v="q8_0", kv_unified=True)
-    knobs = LLAMACPP.plan_knobs(LlamaCppSection(name="llamacpp", flags=flags))
-    assert knobs.llamacpp == LlamaCppKvSettings(
+    arithmetic = LLAMACPP.kv_arithmetic(LlamaCppSection(name="llamacpp", flags=flags))
+    assert isinstance(arithmetic, LlamaCppKv)
+    assert arithmetic.settings == LlamaCppKvSettings(
         ctx_size=4096, parallel=2, kv_unified=True, cache_type_v="q8_0")
     assert "--kv-unified" in flag_args(flags)
     # KV-shaping flags hidden in extra would escape the plan: the recipe refuses them

@@ -21,10 +21,10 @@ from servelab.engine.launch import launch
 from servelab.engine.process import RunningEngine
 from servelab.engine.recipe import Recipe, load_recipe
 from servelab.engines import get_engine
+from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvPlan, plan_llamacpp_kv
+from servelab.engines.llamacpp.kvcheck import check_llamacpp_kv_against_log
 from servelab.engines.llamacpp.recipe import LlamaCppSection
 from servelab.families import model_dims
-from servelab.plan.check import check_llamacpp_kv_against_log
-from servelab.plan.llamacpp_kv import LlamaCppKvPlan, plan_llamacpp_kv
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -33,10 +33,10 @@ DEMO_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny-llamacpp-c
 
 def _plan_for(recipe: Recipe, eng: RunningEngine) -> LlamaCppKvPlan:
     """What servelab plans for the recipe's flags and the GGUF the engine served."""
-    knobs = get_engine("llamacpp").plan_knobs(recipe.engine)
-    assert knobs.llamacpp is not None and eng.model_dir is not None
+    arithmetic = get_engine("llamacpp").kv_arithmetic(recipe.engine)
+    assert isinstance(arithmetic, LlamaCppKv) and eng.model_dir is not None
     config = load_checkpoint(str(eng.model_dir)).config or {}
-    return plan_llamacpp_kv(model_dims(config), knobs.llamacpp)
+    return plan_llamacpp_kv(model_dims(config), arithmetic.settings)
 
 
 def _assert_equal(plan: LlamaCppKvPlan, eng: RunningEngine) -> None:

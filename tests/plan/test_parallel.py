@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 from servelab.cli.app import app
 from servelab.engine.recipe import load_recipe, parse_recipe
 from servelab.engines.vllm.argv import build_argv
+from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
 from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
-from servelab.plan.kv import plan_kv_pool
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights
@@ -136,7 +136,8 @@ def test_pipeline_stages_hold_their_own_layers_and_the_pool_is_the_smallest() ->
     assert pp2.num_blocks == min(pp2.stage_num_blocks)
     # Uneven stages: the stage with less memory left sets the pool.
     dims = model_dims(config)
-    from servelab.plan.kv import KvOptions, plan_kv_pool_dims
+    from servelab.engines.vllm.kv import plan_kv_pool_dims
+    from servelab.plan.kvpool import KvOptions
 
     opts = KvOptions(max_model_len=16384, layout=ParallelLayout(pipeline=2))
     uneven = plan_kv_pool_dims(
@@ -161,9 +162,10 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
     cpu = get_profile("cpu-box", files=[prof])
     w = _weights()
     pp2 = build_plan(config, w, cpu, max_model_len=4096, layout=ParallelLayout(pipeline=2),
-                     kv_cache_memory_bytes=268_435_456)  # fmt: skip
+                     kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV)  # fmt: skip
     assert any("Workers disagree" in n for n in pp2.notes)
-    one = build_plan(config, w, cpu, max_model_len=4096, kv_cache_memory_bytes=268_435_456)
+    one = build_plan(config, w, cpu, max_model_len=4096, kv_cache_memory_bytes=268_435_456,
+                     kv_arithmetic=VLLM_KV)
     assert not any("Workers disagree" in n for n in one.notes)
 
 
@@ -205,9 +207,10 @@ def test_fits_is_judged_per_gpu_and_decode_labels_its_communication() -> None:
     w = _weights(resident_bytes=200 * 2**30, routed_expert_bytes=150 * 2**30,
                  decode_bytes_per_token=20 * 2**30)  # fmt: skip
     h200 = BUILTIN["h200"]
-    one = build_plan(config, w, h200, max_model_len=16384)
+    one = build_plan(config, w, h200, max_model_len=16384, kv_arithmetic=VLLM_KV)
     assert not one.memory.fits
-    tp2 = build_plan(config, w, h200, max_model_len=16384, layout=ParallelLayout(tensor=2))
+    tp2 = build_plan(config, w, h200, max_model_len=16384, layout=ParallelLayout(tensor=2),
+                     kv_arithmetic=VLLM_KV)
     assert tp2.memory.fits and tp2.memory.weights_bytes < h200.memory_bytes
     d = tp2.to_dict()["parallel"]
     assert d["gpus"] == 2 and d["weights_per_gpu"]["per_gpu"] == tp2.memory.weights_bytes
@@ -215,7 +218,7 @@ def test_fits_is_judged_per_gpu_and_decode_labels_its_communication() -> None:
     assert dec["predicted"] is True and dec["comm"][0]["kind"] == "TP all-reduce"
     assert dec["comm_s"] > 0 and dec["tok_s_per_gpu"] == pytest.approx(dec["tok_s"] / 2)
     with pytest.raises(UsageError, match="attention heads"):
-        build_plan(config, w, h200, layout=ParallelLayout(tensor=3))
+        build_plan(config, w, h200, layout=ParallelLayout(tensor=3), kv_arithmetic=VLLM_KV)
 
 
 @pytest.fixture(scope="module")

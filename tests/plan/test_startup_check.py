@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 from servelab.cli.app import app
 from servelab.engine.recipe import parse_recipe
 from servelab.engines import get_engine
+from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.recipe import VllmFlags
 from servelab.hardware.profiles import GIB, HardwareProfile, get_profile
-from servelab.plan.kv import plan_kv_pool
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import (
     StartupOptions,

@@ -15,6 +15,7 @@ from site_records import samples
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
+from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.hardware.profiles import get_profile
 from servelab.plan.build import build_plan
@@ -36,7 +37,8 @@ def record(tmp_path_factory: pytest.TempPathFactory) -> RunRecord:
     facts = parse_log(LOG.read_text(encoding="utf-8"))
     plan = build_plan(dict(source.config or {}), weights_from_report(report, name="tiny"),
                       get_profile("host"), max_model_len=4096,
-                      kv_cache_memory_bytes=256 * 2**20, prompt_lens=(512, 2048))
+                      kv_cache_memory_bytes=256 * 2**20, prompt_lens=(512, 2048),
+                      kv_arithmetic=VLLM_KV)
     return RunRecord(
         started_at=datetime(2026, 12, 2, 15, 40, tzinfo=UTC), run_id="20261202-154000-abcdef",
         recipe_name="tiny-cpu", model_id="tiny/qwen3_moe", host="ci", hardware="host",

@@ -150,14 +150,17 @@ def _kv_table(plan: Plan) -> Table:
             f"{kv.mamba_page_bytes:,} bytes{pad}; mode "
             f"{kv.mamba_cache_mode}, SSM dtype {kv.mamba_ssm_dtype}",
         )
-    kinds = ", ".join(f"{g.kind}×{len(g.layers)}" for g in kv.groups)
-    kt.add_row("groups", f"{len(kv.groups)} ({kinds}); {kv.padding_layers} padding layer(s)")
+    kt.add_row("groups", f"{len(kv.groups)}; {kv.padding_layers} padding layer(s)")
+    for kind in kv.group_kinds():
+        kt.add_row(f"  {kind.label}", kind.text())
     kt.add_row(
         "pool",
         f"{kv.num_blocks:,} blocks × {kv.bytes_per_block:,} bytes; "
         f"{kv.blocks_per_request} blocks per {kv.max_model_len:,}-token request",
     )
     kt.add_row("rule", kv.rule + ("" if kv.verified_rule else " (unverified for this version)"))
+    for note in kv.notes:
+        kt.add_row("note", note)
     return kt
 
 
@@ -444,8 +447,9 @@ def plan(
 
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
+    from servelab.engines import get_engine
+    from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.llamacpp_kv import LlamaCppKvSettings
     from servelab.plan.specsource import parse_acceptance_option
     from servelab.plan.startup import StartupOptions
 
@@ -492,6 +496,7 @@ def plan(
         return
     hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)
     llamacpp = None
+    arithmetic = get_engine("vllm").kv_arithmetic()
     if _use_llamacpp(engine, checkpoint):
         if given := [k for k, v in vllm_only.items() if v]:
             raise UsageError(
@@ -502,6 +507,7 @@ def plan(
             ctx_size=ctx_size, parallel=parallel, kv_unified=kv_unified,
             cache_type_k=cache_type_k, cache_type_v=cache_type_v, flash_attn=flash_attn,
         )
+        arithmetic = LlamaCppKv(llamacpp)
         if engine_version == ENGINE_VERSION:
             from servelab.engines.llamacpp.build import BUILD_VERSION
 
@@ -528,7 +534,7 @@ def plan(
         topology=topology_for(
             hw.name, intra_node=interconnect, inter_node=network, gpus_per_node=gpus_per_node
         ),
-        llamacpp_kv=llamacpp,
+        kv_arithmetic=arithmetic,
         engine="llamacpp" if llamacpp else "vllm",
         startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
     )

@@ -188,8 +188,8 @@ def rebuild_site(store: Store, outdir: Path) -> Path:
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     """The ``--json`` document (schema in the module docstring)."""
+    from servelab.engines.llamacpp.kv import log_mib
     from servelab.pipeline.speculative import speculative_summary
-    from servelab.plan.llamacpp_kv import log_mib
     from servelab.plan.startup import has_mamba_layers
 
     rec, plan, facts = outcome.record, outcome.plan, outcome.facts

@@ -14,10 +14,10 @@ What an engine provides:
   checkpoint: :meth:`Engine.local_model`;
 * readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
-* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads: vLLM's
-  knobs, or :class:`~servelab.plan.llamacpp_kv.LlamaCppKvSettings` for llama.cpp's own
-  arithmetic) and :attr:`Engine.kv_arithmetic` (whether servelab reproduces this engine's
-  KV pool);
+* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
+  :meth:`Engine.kv_arithmetic` (the engine's own KV arithmetic, which lives in its folder
+  and which the planner asks through :mod:`servelab.plan.kvseam`; ``None`` when servelab
+  does not reproduce this engine's KV pool);
 * metrics: :attr:`Engine.metrics_path` and :attr:`Engine.headline_metrics` (Prometheus).
 """
 
@@ -33,8 +33,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.engine.facts import EngineFacts, LineParser
+from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.llamacpp_kv import LlamaCppKvSettings
 from servelab.plan.specsource import SpecConfig
 from servelab.plan.startup import StartupOptions
 
@@ -116,7 +116,6 @@ class PlanKnobs:
     dtype: str | None = None
     enable_prefix_caching: bool | None = None
     layout: ParallelLayout = field(default_factory=ParallelLayout)
-    llamacpp: LlamaCppKvSettings | None = None  # set: plan with llama.cpp's KV arithmetic
     speculative: SpecConfig | None = None
     """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
     startup: StartupOptions = field(default_factory=StartupOptions)
@@ -141,9 +140,10 @@ class Engine(Protocol):
         """Installable builds (``servelab engine install NAME``); the first is the default."""
         ...
 
-    @property
-    def kv_arithmetic(self) -> bool:
-        """True when servelab's planner reproduces this engine's KV pool (checked in tests)."""
+    def kv_arithmetic(self, section: EngineSectionBase | None = None) -> KvArithmetic | None:
+        """This engine's KV arithmetic for the flags of ``section`` (its defaults when
+        ``None``), as the planner asks it; ``None`` when servelab does not reproduce this
+        engine's KV pool (checked against its logs in tests)."""
         ...
 
     @property

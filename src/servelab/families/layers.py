@@ -101,6 +101,11 @@ class MlaDims:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
 
+def conv_state_elements(conv_kernel: int, conv_dim: int) -> int:
+    """Values a causal conv keeps per request: its last ``conv_kernel - 1`` inputs."""
+    return (conv_kernel - 1) * conv_dim
+
+
 @dataclass(frozen=True)
 class LinearAttentionDims:
     """Gated DeltaNet dimensions (one linear-attention layer)."""
@@ -119,6 +124,16 @@ class LinearAttentionDims:
             + self.value_head_dim * self.num_value_heads
         )
 
+    @property
+    def conv_state_elements(self) -> int:
+        """Values of the conv state one request keeps (the last ``conv_kernel - 1`` inputs)."""
+        return conv_state_elements(self.conv_kernel, self.conv_dim)
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        """Values of the recurrent (delta-rule) state: a key x value matrix per value head."""
+        return self.num_value_heads * self.value_head_dim * self.key_head_dim
+
 
 @dataclass(frozen=True)
 class Mamba2Dims:
@@ -135,3 +150,13 @@ class Mamba2Dims:
     def conv_dim(self) -> int:
         """Channels of the causal-conv state: x plus B and C of every group."""
         return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def conv_state_elements(self) -> int:
+        """Values of the conv state one request keeps (the last ``conv_kernel - 1`` inputs)."""
+        return conv_state_elements(self.conv_kernel, self.conv_dim)
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        """Values of the SSM state: ``head_dim x state_size`` per head."""
+        return self.num_heads * self.head_dim * self.state_size

@@ -24,12 +24,14 @@ from typing import Any
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
+from servelab.engines import get_engine
 from servelab.errors import UsageError
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
 from servelab.plan.build import Plan, build_plan
+from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.priors import load_priors
 from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption, AcceptanceSource
 from servelab.plan.weights import Weights, weights_from_report
@@ -68,6 +70,7 @@ def calibrated_plan(
     where: str | Path | None = None,
     engine: str = "vllm",
     speculative: AcceptanceSource | None = None,
+    kv_arithmetic: KvArithmetic | None = None,
     **knobs: Any,
 ) -> Plan:
     """:func:`~servelab.plan.build.build_plan` calibrated from ``runs`` and the priors.
@@ -76,7 +79,8 @@ def calibrated_plan(
     ``where`` names the checkpoint in the error when it has no config; ``engine`` (the
     recipe's engine name) picks that engine's own calibration and labels the plan;
     ``speculative`` gives the acceptance lengths to predict speculative decode at (and
-    their source, kept in the plan).
+    their source, kept in the plan); ``kv_arithmetic`` is the engine's KV arithmetic for
+    its flags (default: ``engine``'s, at its default flags).
     """
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions",
@@ -86,8 +90,12 @@ def calibrated_plan(
     )
     if speculative is not None:
         knobs["acceptance_lengths"] = speculative.lengths
+    arithmetic = kv_arithmetic or get_engine(engine).kv_arithmetic()
+    if arithmetic is None:
+        raise UsageError(f"servelab does not reproduce {engine}'s KV arithmetic")
     plan = build_plan(
         dict(config), weights, hardware, calibration=calibration, engine_name=engine,
+        kv_arithmetic=arithmetic,
         cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
         **knobs,
     )

@@ -192,6 +192,10 @@ def make_run_plan(
     """
     serving = get_engine(recipe.engine.name)
     flags = serving.plan_knobs(recipe.engine)
+    # The engine's own KV arithmetic; one servelab does not reproduce is planned with
+    # vLLM's, and the plan says so.
+    arithmetic = serving.kv_arithmetic(recipe.engine) or get_engine("vllm").kv_arithmetic()
+    assert arithmetic is not None
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
@@ -218,12 +222,12 @@ def make_run_plan(
         prompt_lens=tuple(recipe.bench.prompt_tokens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
-        llamacpp_kv=flags.llamacpp,
+        kv_arithmetic=arithmetic,
         startup=flags.startup,
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
     )
-    if serving.kv_arithmetic:
+    if serving.kv_arithmetic(recipe.engine) is not None:
         return plan
     note = (
         f"servelab does not model {serving.name}'s own KV pool: the pool above follows "

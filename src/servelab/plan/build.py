@@ -7,8 +7,8 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
      "hardware": {...profile...}, "engine": {"name": "vllm", "version", "platform"},
      "weights": {"resident_bytes", "decode_bytes_per_token", "routed_expert_bytes",
                  "active_params", "scheme", "quant_label", "source"},
-     "dims": {"num_layers", "full_attention_layers", "linear_attention_layers", "mtp_layers",
-              "num_experts", "experts_per_token"},
+     "dims": {"num_layers", "full_attention_layers", "linear_attention_layers",
+              "layer_kinds": {kind: layers}, "mtp_layers", "num_experts", "experts_per_token"},
      "kv_pool": {...KvPoolPlan: tokens, max_concurrency, block_size, groups, rule,
                  evidence, log_lines, ...},
      "memory": {...MemoryPlan...},
@@ -46,9 +46,9 @@ from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.families import FULL, ModelDims, model_dims
 from servelab.hardware.profiles import HardwareProfile
-from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
+from servelab.plan.kvpool import KvOptions, KvPoolPlan
+from servelab.plan.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.llamacpp_kv import LlamaCppKvPlan, LlamaCppKvSettings, plan_llamacpp_kv
 from servelab.plan.memory import MemoryPlan, plan_memory
 from servelab.plan.parallel import (
     GpuWeights,
@@ -95,7 +95,8 @@ class Plan:
     topology: Topology
     parallel_decode: tuple[ParallelDecode, ...]
     engine_name: str = "vllm"
-    llamacpp_kv: LlamaCppKvPlan | None = None  # llama.cpp's cache, for a llama.cpp plan
+    llamacpp_kv: KvCache | None = None  # an allocated cache (llama.cpp's), not a pool
+    kv_label: str = "vLLM"  # whose KV arithmetic the plan follows
 
     @property
     def kv_tokens(self) -> int:
@@ -108,13 +109,13 @@ class Plan:
     @property
     def kv_arithmetic(self) -> str:
         """Whose KV arithmetic the plan follows, for labels: ``vLLM`` or ``llama.cpp``."""
-        return "llama.cpp" if self.llamacpp_kv is not None else "vLLM"
+        return self.kv_label
 
     @property
     def rules_label(self) -> str:
         """Whose rules the plan follows: ``vLLM 0.32.0, cpu rules`` or ``llama.cpp b1-...``."""
         if self.llamacpp_kv is not None:
-            return f"llama.cpp {self.engine_version}, {self.platform}"
+            return f"{self.kv_label} {self.engine_version}, {self.platform}"
         return f"vLLM {self.engine_version}, {self.platform} rules"
 
     @property
@@ -158,6 +159,10 @@ class Plan:
                 "num_layers": self.dims.num_layers,
                 "full_attention_layers": self.dims.num_full_attention_layers,
                 "linear_attention_layers": self.dims.num_linear_layers,
+                "layer_kinds": {
+                    kind: self.dims.layer_types.count(kind)
+                    for kind in dict.fromkeys(self.dims.layer_types)
+                },
                 "mtp_layers": self.dims.mtp_layers,
                 "num_experts": self.dims.num_experts,
                 "experts_per_token": self.dims.experts_per_token,
@@ -207,6 +212,7 @@ def build_plan(
     weights: Weights,
     hardware: HardwareProfile,
     *,
+    kv_arithmetic: KvArithmetic,
     max_model_len: int | None = None,
     kv_cache_memory_bytes: int | None = None,
     gpu_memory_utilization: float = 0.9,
@@ -223,11 +229,12 @@ def build_plan(
     topology: Topology | None = None,
     cpu_avx512_bf16: bool = True,
     engine_name: str = "vllm",
-    llamacpp_kv: LlamaCppKvSettings | None = None,
     startup: StartupOptions | None = None,
 ) -> Plan:
-    """Plan serving ``weights`` (with ``config``) on ``hardware`` under vLLM's rules, or
-    llama.cpp's when ``llamacpp_kv`` (its ``llama-server`` flags) is given.
+    """Plan serving ``weights`` (with ``config``) on ``hardware``; the KV pool or cache is
+    what ``kv_arithmetic`` (the engine's own, :mod:`servelab.plan.kvseam`) says: a pool
+    carved from the memory left (vLLM's rules for ``engine_version``), or a cache the
+    engine allocates from its flags (llama.cpp).
 
     ``layout`` spreads the model over several GPUs of ``hardware`` (each one a GPU of
     that profile); memory and fit are judged per GPU. ``startup`` (max_num_seqs, graph
@@ -238,26 +245,28 @@ def build_plan(
     _check_layout(dims, lay)
     gpu_w = weights_per_gpu(weights, dims.num_layers, lay)
     kv: KvPoolPlan | None = None
-    lkv: LlamaCppKvPlan | None = None
+    lkv: KvCache | None = None
     seqs: MaxNumSeqs | None = None
     graphs: GraphCapture | None = None
     findings: list[StartupFinding] = []
-    if llamacpp_kv is not None:
+    if isinstance(kv_arithmetic, AllocatedKvArithmetic):
         if not lay.is_single:
-            raise UsageError("servelab plans llama.cpp on one device: no parallel layout")
-        lkv = plan_llamacpp_kv(dims, llamacpp_kv, config=config)
+            raise UsageError(
+                f"servelab plans {kv_arithmetic.label} on one device: no parallel layout"
+            )
+        lkv = kv_arithmetic.cache(dims, config)
         platform, notes = hardware.platform, list(lkv.notes)
         mem = replace(
             plan_memory(hardware, weights_bytes=gpu_w.per_gpu,
                         kv_cache_memory_bytes=lkv.total_bytes, overhead_bytes=overhead_bytes),
-            kv_pool_source=f"llama.cpp KV cache ({lkv.settings.args()})",
+            kv_pool_source=lkv.source,
         )
         longest, kv_dtype_bytes, ssm_dtype = lkv.n_ctx_seq, lkv.kv_dtype_bytes, "float32"
     else:
         platform, pnote = vllm_platform(hardware)
         notes = [pnote] if pnote else []
-        kv, mem, longest = _vllm_kv(
-            dims, hardware, gpu_w, lay,
+        kv, mem, longest = _pooled_kv(
+            kv_arithmetic, dims, hardware, gpu_w, lay,
             KvOptions(
                 max_model_len=max_model_len or dims.max_position_embeddings or 4096,
                 engine_version=engine_version,
@@ -270,6 +279,7 @@ def build_plan(
                 if draft_tokens and weights.mtp_tensors else 0,
                 layout=lay,
                 cpu_avx512_bf16=cpu_avx512_bf16,
+                device_memory_bytes=hardware.memory_bytes,
             ),
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -288,9 +298,10 @@ def build_plan(
                 "of the arithmetic is not yet checked against an engine log)"
             )
         if not kv.verified_rule:
+            kinds = ", ".join(sorted({g.kind for g in kv.groups}))
             notes.append(
-                f"KV arithmetic for vLLM {engine_version} on {platform} follows the nearest "
-                "known rules; not yet checked against that version's own log"
+                f"KV arithmetic for vLLM {engine_version} on {platform} ({kinds}) follows "
+                "vLLM's source; not yet checked against that version's own log"
             )
     if dims.mtp_layers and not weights.mtp_tensors:
         notes.append(
@@ -355,13 +366,15 @@ def build_plan(
         parallel_decode=pdec,
         engine_name=engine_name,
         llamacpp_kv=lkv,
+        kv_label=kv_arithmetic.label,
         max_num_seqs=seqs,
         graph_capture=graphs,
         findings=tuple(findings),
     )
 
 
-def _vllm_kv(
+def _pooled_kv(
+    arithmetic: PooledKvArithmetic,
     dims: ModelDims,
     hardware: HardwareProfile,
     gpu_w: GpuWeights,
@@ -372,7 +385,7 @@ def _vllm_kv(
     gpu_memory_utilization: float,
     overhead_bytes: int | None,
 ) -> tuple[KvPoolPlan, MemoryPlan, int]:
-    """vLLM's memory budget, KV pool and largest context at concurrency 1."""
+    """The memory budget, the engine's KV pool and the largest context at concurrency 1."""
     mem = plan_memory(
         hardware,
         weights_bytes=gpu_w.per_gpu,
@@ -383,8 +396,8 @@ def _vllm_kv(
         gpus=lay.world_size,
     )
     stage_mem = mem.stage_kv_pool_bytes
-    kv = plan_kv_pool_dims(dims, mem.kv_pool_bytes, opts, stage_memory_bytes=stage_mem)
-    longest = largest_context(
+    kv = arithmetic.pool(dims, mem.kv_pool_bytes, opts, stage_memory_bytes=stage_mem)
+    longest = arithmetic.largest_context(
         dims,
         mem.kv_pool_bytes,
         opts,

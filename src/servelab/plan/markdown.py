@@ -58,7 +58,9 @@ def _kv_markdown(plan: Plan) -> list[str]:
         + (" (aligned to the mamba page)" if kv.block_size_was_aligned else ""),
         f"- {len(kv.groups)} group(s), {kv.num_blocks:,} blocks of {kv.bytes_per_block:,} bytes, "
         f"{kv.blocks_per_request} blocks per request at {kv.max_model_len:,} tokens",
+        *(f"  - {kind.label}: {kind.text()}" for kind in kv.group_kinds()),
         f"- rule: {kv.rule}",
+        *(f"- note: {note}" for note in kv.notes),
     ]
 
 

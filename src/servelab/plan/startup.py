@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.families import LINEAR
+from servelab.families.layers import STATE_KINDS
 from servelab.hardware.profiles import GIB, HardwareProfile
-from servelab.plan.kv import KvPoolPlan
+from servelab.plan.kvpool import KvPoolPlan
 from servelab.plan.layout import ParallelLayout
 
 # vLLM's defaults for the OpenAI API server (EngineArgs.get_batch_defaults).
@@ -237,7 +237,7 @@ def _gib_up(n: int) -> str:
 
 def has_mamba_layers(kv: KvPoolPlan) -> bool:
     """Whether the pool has a mamba-state group (vLLM's ``has_mamba_layers``)."""
-    return any(g.kind == LINEAR for g in kv.groups)
+    return any(g.kind in STATE_KINDS for g in kv.groups)
 
 
 def check_mamba_blocks(

@@ -18,10 +18,10 @@ The recipe's ``[engine] name = "llamacpp"`` table is
 converted to GGUF (``gguf_type``) by :mod:`servelab.synth.gguf`; a ``model.path`` names
 a ``.gguf`` file or a directory holding one.
 
-KV/memory: servelab computes llama.cpp's own KV cache (:mod:`servelab.plan.llamacpp_kv`:
+KV/memory: servelab computes llama.cpp's own KV cache (:mod:`servelab.engines.llamacpp.kv`:
 cells per slot and in all, K and V bytes per layer for each cache type) from the model
-and the flags servelab passes, so ``kv_arithmetic`` is True; :meth:`plan_knobs` hands the
-planner those flags. Tests hold the plan equal to the log's ``llama_kv_cache`` line.
+and the flags servelab passes; :meth:`kv_arithmetic` hands the planner that arithmetic
+for the recipe's flags. Tests hold the plan equal to the log's ``llama_kv_cache`` line.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING
 from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.llamacpp.build import BUILD_VERSION, LlamaServerBuilder
+from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
-from servelab.plan.llamacpp_kv import LlamaCppKvSettings
+from servelab.plan.kvseam import KvArithmetic
 from servelab.synth.gguf import ensure_gguf, gguf_path
 
 if TYPE_CHECKING:
@@ -102,7 +103,6 @@ class LlamaCppEngine(LogParsingEngine):
     parser = LogParser
     section: type[EngineSectionBase] = LlamaCppSection
     builds: Sequence[EngineBuild] = BUILDS
-    kv_arithmetic = True
     default_version = BUILD_VERSION
     metrics_path: str | None = "/metrics"
     headline_metrics: tuple[str, ...] = (
@@ -141,22 +141,35 @@ class LlamaCppEngine(LogParsingEngine):
             raise CheckpointNotFoundError("model.path does not exist", path=path)
         return path
 
-    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
-        """The flags that shape llama.cpp's KV cache (its defaults where unset: F16 K and
-        V, flash attention auto, 4 unified slots); the recipe keeps such flags out of
-        ``extra``, so the plan sees them all."""
-        if not isinstance(section, LlamaCppSection):
-            raise TypeError(f"not a llama.cpp engine table: {section.name!r}")
-        f = section.flags
-        settings = LlamaCppKvSettings(
-            ctx_size=f.ctx_size,
-            parallel=f.parallel,
-            kv_unified=f.kv_unified,
-            cache_type_k=f.cache_type_k or "f16",
-            cache_type_v=f.cache_type_v or "f16",
-            flash_attn=f.flash_attn or "auto",
+    def kv_arithmetic(self, section: EngineSectionBase | None = None) -> KvArithmetic | None:
+        """llama.cpp's cache arithmetic for the flags of ``section`` (its defaults where
+        unset: F16 K and V, flash attention auto, 4 unified slots); the recipe keeps such
+        flags out of ``extra``, so the plan sees them all."""
+        if section is None:
+            return LlamaCppKv(LlamaCppKvSettings())
+        f = _flags(section)
+        return LlamaCppKv(
+            LlamaCppKvSettings(
+                ctx_size=f.ctx_size,
+                parallel=f.parallel,
+                kv_unified=f.kv_unified,
+                cache_type_k=f.cache_type_k or "f16",
+                cache_type_v=f.cache_type_v or "f16",
+                flash_attn=f.flash_attn or "auto",
+            )
         )
-        return PlanKnobs(enable_prefix_caching=True, llamacpp=settings)
+
+    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
+        """llama.cpp's flags reach the planner through :meth:`kv_arithmetic`; of the
+        shared knobs only prefix caching (always on) applies."""
+        _flags(section)
+        return PlanKnobs(enable_prefix_caching=True)
+
+
+def _flags(section: EngineSectionBase) -> LlamaCppFlags:
+    if not isinstance(section, LlamaCppSection):
+        raise TypeError(f"not a llama.cpp engine table: {section.name!r}")
+    return section.flags
 
 
 LLAMACPP = LlamaCppEngine()

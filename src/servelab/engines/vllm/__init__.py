@@ -1,7 +1,7 @@
 """vLLM behind the engine seam: builds, argv, readiness, log facts, planner knobs, metrics.
 
-servelab's KV/memory planner (:mod:`servelab.plan`) reproduces vLLM's own arithmetic, so
-``kv_arithmetic`` is True and the log's "KV cache size" lines are checked against it.
+vLLM's own KV arithmetic lives in :mod:`servelab.engines.vllm.kv`; ``kv_arithmetic`` hands
+it to the planner, and the log's "KV cache size" lines are checked against it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from servelab.defaults import ENGINE_VERSION
 from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.vllm.argv import build_argv
+from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import LogParser
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import CheckpointNotFoundError
+from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.specsource import spec_config_from_mapping
 
 if TYPE_CHECKING:
@@ -66,7 +68,6 @@ class VllmEngine(LogParsingEngine):
     parser = LogParser
     section: type[EngineSectionBase] = VllmSection
     builds: Sequence[EngineBuild] = BUILDS
-    kv_arithmetic = True
     default_version = ENGINE_VERSION
     metrics_path: str | None = "/metrics"
     headline_metrics: tuple[str, ...] = (
@@ -106,6 +107,10 @@ class VllmEngine(LogParsingEngine):
         if OMP_BIND_VAR in section.env or OMP_BIND_VAR in os.environ:
             return {}
         return {OMP_BIND_VAR: omp_threads_bind(os.sched_getaffinity(0), layout.world_size)}
+
+    def kv_arithmetic(self, section: EngineSectionBase | None = None) -> KvArithmetic | None:
+        """vLLM's pool arithmetic (its flags reach it through :meth:`plan_knobs`)."""
+        return VLLM_KV
 
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """vLLM's flags that size memory and the KV pool."""

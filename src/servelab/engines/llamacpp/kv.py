@@ -1,5 +1,7 @@
 """llama.cpp's KV cache, computed as ``llama-server`` allocates it. Pure.
 
+:class:`LlamaCppKv` hands it to the planner (:mod:`servelab.plan.kvseam`).
+
 The rules are those of the llama.cpp source that servelab's ``llamacpp`` build compiles
 (the one vendored by ``llama-cpp-python`` 0.3.36):
 
@@ -43,6 +45,7 @@ __all__ = [
     "CTX_PAD",
     "GGML_KV_TYPES",
     "LLAMACPP_KV_ARCHITECTURES",
+    "LlamaCppKv",
     "LlamaCppKvPlan",
     "LlamaCppKvSettings",
     "ggml_row_bytes",
@@ -208,6 +211,11 @@ class LlamaCppKvPlan:
         )
 
     @property
+    def source(self) -> str:
+        """Where the cache's size comes from (the memory table's source column)."""
+        return f"llama.cpp KV cache ({self.settings.args()})"
+
+    @property
     def rule(self) -> str:
         """Which rules produced the plan, in a few words."""
         return (
@@ -366,3 +374,16 @@ def plan_llamacpp_kv(
         flash_attn=flash,
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True)
+class LlamaCppKv:
+    """llama.cpp's KV arithmetic behind the planner's seam
+    (:class:`~servelab.plan.kvseam.AllocatedKvArithmetic`), for one set of flags."""
+
+    settings: LlamaCppKvSettings
+    label: str = "llama.cpp"
+
+    def cache(self, dims: ModelDims, config: Mapping[str, Any]) -> LlamaCppKvPlan:
+        """:func:`plan_llamacpp_kv`."""
+        return plan_llamacpp_kv(dims, self.settings, config=config)
