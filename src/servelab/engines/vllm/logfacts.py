@@ -45,6 +45,9 @@ _RE_NONDEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 _RE_ARCH = re.compile(r"Resolved architecture: (\w+)")
 _RE_MAXLEN = re.compile(r"Using max model len (\d+)")
 _RE_ATTN = re.compile(r"Using (?:backend )?'?(\w+)'? attention backend")
+# a backend named by the user (--attention-backend): "Using AttentionBackendEnum.FLASHMLA
+# backend." (vLLM 0.26.0 on CUDA); not the encoder's "... for MMEncoderAttention" line
+_RE_ATTN_ENUM = re.compile(r"Using AttentionBackendEnum\.(\w+) backend\.?\s*$")
 _RE_ATTN_ALT = re.compile(
     r"Using (FLASH_ATTN|FLASHINFER|TRITON_ATTN|FLEX_ATTENTION|TORCH_SDPA|CPU_ATTN|CPU_MLA"
     r"|AMX_MLA|FLASHMLA|TRITON_MLA|CUTLASS_MLA)\b(?: backend)?"
@@ -281,8 +284,9 @@ class LogParser:
             self._set_once("architecture", m.group(1))
         if m := _RE_MAXLEN.search(msg):
             f["max_model_len"] = int(m.group(1))
-        if (m := _RE_ATTN.search(msg)) or (
-            msg.startswith("Using ") and (m := _RE_ATTN_ALT.match(msg))
+        if (m := _RE_ATTN.search(msg) or _RE_ATTN_ENUM.search(msg)) or (
+            # "Using FLASH_ATTN MLA prefill backend." names MLA's prefill kernel only
+            msg.startswith("Using ") and "prefill" not in msg and (m := _RE_ATTN_ALT.match(msg))
         ):
             self._set_once("attention_backend", m.group(1))
         if m := _RE_MOE_ORACLE.search(msg):
