@@ -8,8 +8,8 @@ import pytest
 
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.errors import ConfigError, UsageError
-from servelab.plan.kv import KvOptions, largest_context, plan_kv_pool, plan_kv_pool_dims
 from servelab.families import model_dims
+from servelab.plan.kv import KvOptions, largest_context, plan_kv_pool, plan_kv_pool_dims
 from servelab.plan.rules import TOKENS_PER_GROUP_SHARE, engine_rules, parse_version
 from servelab.synth.replica import QWEN3_6_35B_A3B
 

@@ -22,9 +22,9 @@ from servelab.engine.process import RunningEngine
 from servelab.engine.recipe import Recipe, load_recipe
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.recipe import LlamaCppSection
+from servelab.families import model_dims
 from servelab.plan.check import check_llamacpp_kv_against_log
 from servelab.plan.llamacpp_kv import LlamaCppKvPlan, plan_llamacpp_kv
-from servelab.families import model_dims
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

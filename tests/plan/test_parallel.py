@@ -21,12 +21,12 @@ from servelab.engine.recipe import load_recipe, parse_recipe
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
+from servelab.families import model_dims
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
 from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
 from servelab.plan.kv import plan_kv_pool
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
-from servelab.families import model_dims
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights
 

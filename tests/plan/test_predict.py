@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from tests.plan.inputs import planning_inputs
 
 from servelab.errors import UsageError
+from servelab.families import model_dims
 from servelab.hardware.profiles import BUILTIN
 from servelab.pipeline.calibration import calibration_for
 from servelab.plan.build import build_plan
-from servelab.families import model_dims
 from servelab.plan.predict import predict_speed, roofline_decode_tok_s
 from servelab.plan.weights import Weights
 from servelab.synth.replica import QWEN3_6_35B_A3B

@@ -38,6 +38,7 @@ from servelab.engine.process import EngineProcess
 from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
 from servelab.errors import ServelabError, UsageError
+from servelab.families import DTYPE_BYTES, model_dims
 from servelab.hardware.host import host_cpu
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.pipeline.environment import engine_environment
@@ -45,7 +46,6 @@ from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
-from servelab.families import DTYPE_BYTES, model_dims
 from servelab.plan.specsource import AUTO
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text

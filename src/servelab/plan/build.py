@@ -44,12 +44,12 @@ from typing import Any
 
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
+from servelab.families import FULL, ModelDims, model_dims
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.kv import KvOptions, KvPoolPlan, largest_context, plan_kv_pool_dims
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.llamacpp_kv import LlamaCppKvPlan, LlamaCppKvSettings, plan_llamacpp_kv
 from servelab.plan.memory import MemoryPlan, plan_memory
-from servelab.families import FULL, ModelDims, model_dims
 from servelab.plan.parallel import (
     GpuWeights,
     ParallelDecode,

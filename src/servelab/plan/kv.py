@@ -38,8 +38,8 @@ from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
 from servelab.errors import ConfigError, UsageError
-from servelab.plan.layout import ParallelLayout, split_layers
 from servelab.families import DTYPE_BYTES, FULL, LINEAR, SLIDING, ModelDims, model_dims
+from servelab.plan.layout import ParallelLayout, split_layers
 from servelab.plan.rules import TOKENS_PER_GROUP_SHARE, EngineRules, engine_rules
 
 

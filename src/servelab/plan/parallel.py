@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servelab.errors import UsageError
-from servelab.plan.layout import ParallelLayout, split_layers
 from servelab.families import ModelDims
+from servelab.plan.layout import ParallelLayout, split_layers
 from servelab.plan.weights import Weights
 
 

@@ -44,9 +44,9 @@ from typing import Any
 
 from servelab.defaults import PROMPT_LENS
 from servelab.errors import UsageError
+from servelab.families import DTYPE_BYTES, ModelDims
 from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.kv import attention_bytes_per_token_per_layer, mamba_state_bytes
-from servelab.families import DTYPE_BYTES, ModelDims
 from servelab.plan.speedmodel import TERMS, Calibration, Fit, expert_slots, features, interval
 from servelab.plan.weights import Weights
 

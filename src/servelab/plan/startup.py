@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.families import LINEAR
 from servelab.hardware.profiles import GIB, HardwareProfile
 from servelab.plan.kv import KvPoolPlan
 from servelab.plan.layout import ParallelLayout
-from servelab.families import LINEAR
 
 # vLLM's defaults for the OpenAI API server (EngineArgs.get_batch_defaults).
 LARGE_GPU_BYTES = 70 * GIB
