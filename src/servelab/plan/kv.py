@@ -299,6 +299,12 @@ def plan_kv_pool_dims(
         raise ConfigError(
             f"{dims.model_type}: sliding-window layers are not modelled by servelab plan yet"
         )
+    unmodelled = sorted(set(dims.layer_types) - {FULL, LINEAR})
+    if unmodelled:
+        raise ConfigError(
+            f"{dims.model_type}: {', '.join(unmodelled)} layers are not modelled by servelab "
+            "plan yet"
+        )
     rules = engine_rules(opts.engine_version, opts.platform)
     tp = opts.layout.tensor
     kv_bytes = _kv_dtype_bytes(opts.kv_cache_dtype, dims)
