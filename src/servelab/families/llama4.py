@@ -28,7 +28,7 @@ def read(raw: Mapping[str, Any], source: str) -> ModelDims:
 def _vision(b: ReplicaSink, v: Mapping[str, Any]) -> None:
     d, inter = cfg_int(v, "hidden_size"), cfg_int(v, "intermediate_size")
     patch, size = cfg_int(v, "patch_size"), cfg_int(v, "image_size")
-    out = cfg_int(v, "projector_output_dim")
+    proj_in, out = cfg_int(v, "projector_input_dim"), cfg_int(v, "projector_output_dim")
     p = "vision_model"
     b.param(f"{p}.class_embedding", d)
     b.param(f"{p}.positional_embedding_vlm", (size // patch) ** 2 + 1, d)
@@ -45,9 +45,9 @@ def _vision(b: ReplicaSink, v: Mapping[str, Any]) -> None:
             b.linear(f"{q}.self_attn.{n}", d, d, bias=True, quantizable=False)
         b.linear(f"{q}.mlp.fc1", inter, d, bias=True, quantizable=False)
         b.linear(f"{q}.mlp.fc2", d, inter, bias=True, quantizable=False)
-    shuffled = int(d / (cfg_int(v, "pixel_shuffle_ratio_inv", 2) ** -2))
-    b.linear(f"{p}.vision_adapter.mlp.fc1", out, shuffled, quantizable=False)
-    b.linear(f"{p}.vision_adapter.mlp.fc2", out, out, quantizable=False)
+    # pixel shuffle feeds the adapter MLP its intermediate_size channels per position
+    b.linear(f"{p}.vision_adapter.mlp.fc1", proj_in, inter, quantizable=False)
+    b.linear(f"{p}.vision_adapter.mlp.fc2", out, proj_in, quantizable=False)
 
 
 def replica(b: ReplicaSink, cfg: Mapping[str, Any]) -> None:
@@ -74,7 +74,7 @@ def replica(b: ReplicaSink, cfg: Mapping[str, Any]) -> None:
     b.linear("language_model.lm_head", vocab, h, quantizable=False)
     v = cfg.get("vision_config")
     if isinstance(v, Mapping):
-        _vision(b, {**v, "pixel_shuffle_ratio_inv": round(1 / float(v["pixel_shuffle_ratio"]))})
+        _vision(b, v)
         b.linear("multi_modal_projector.linear_1", h, cfg_int(v, "vision_output_dim"),
                  quantizable=False)
 

@@ -113,8 +113,8 @@ def replica(b: ReplicaSink, cfg: Mapping[str, Any]) -> None:
             b.param(f"{m}.conv1d.weight", conv, 1, kern)
             b.param(f"{m}.conv1d.bias", conv)
             b.param(f"{m}.dt_bias", nh)
-            b.param(f"{m}.A_log", nh, dtype="F32")
-            b.param(f"{m}.D", nh, dtype="F32")
+            b.param(f"{m}.A_log", nh)
+            b.param(f"{m}.D", nh)
             b.param(f"{m}.norm.weight", mi)
             b.linear(f"{m}.out_proj", h, mi)
         elif kind == "*":

@@ -706,7 +706,8 @@ def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
     native = "bf16" if preset.layout == "native" else preset.layout
     if preset.layout != "bf16" and layout not in (None, native):
         raise UsageError(
-            f"{name} is published as {preset.layout}; its replica is written that way only"
+            f"--layout {layout}: {name}'s replica is written in its published storage "
+            f"({preset.layout}) only"
         )
     if layout is None or layout == native:
         return QuantLayout(native, preset.quantize, scale_dtype=scale_dtype)
