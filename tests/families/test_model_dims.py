@@ -146,3 +146,19 @@ def test_refusals_name_the_key_and_file() -> None:
         model_dims(llama)
     with pytest.raises(ConfigError, match="kv_lora_rank"):
         model_dims({**llama, "num_hidden_layers": 2, "kv_lora_rank": 512})
+
+
+def test_gguf_architectures_are_read_as_their_family() -> None:
+    from servelab.families import family_for_gguf, gguf_model_type
+
+    assert gguf_model_type("gemma3") == "gemma3_text"  # a GGUF's flat config is the text one
+    assert gguf_model_type("qwen3moe") == "qwen3_moe"
+    assert gguf_model_type("deepseek2") == "deepseek_v2"
+    assert gguf_model_type("llama") == "llama"
+    assert gguf_model_type("rwkv7") == "rwkv7"  # no family: reading it is refused, named
+    fam = family_for_gguf("gpt-oss")
+    assert fam is not None and fam.name == "gpt_oss"
+    flat = {"model_type": "gemma3_text", "hidden_size": 5376, "num_hidden_layers": 62,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+            "sliding_window": 1024, "vocab_size": 262208}
+    assert Counter(model_dims(flat).layer_types) == {SLIDING: 52, FULL: 10}

@@ -103,8 +103,18 @@ def family_for(config: Mapping[str, Any], source: str = "config.json") -> Family
 
 
 def family_for_gguf(arch: str) -> Family | None:
-    """The family whose llama.cpp ``general.architecture`` is ``arch`` (first match)."""
+    """The family whose llama.cpp ``general.architecture`` is ``arch`` (first match:
+    ``llama`` is Llama's, though Mistral and Mixtral convert to it too)."""
     return next((f for f in FAMILIES if f.gguf is not None and f.gguf.arch == arch), None)
+
+
+def gguf_model_type(arch: str) -> str:
+    """The model_type a GGUF file of llama.cpp architecture ``arch`` is read as (``arch``
+    itself when no family claims it: reading it is then refused, naming it)."""
+    fam = family_for_gguf(arch)
+    if fam is None or fam.gguf is None:
+        return arch
+    return fam.gguf.model_type or fam.model_types[0]
 
 
 def model_dims(config: Mapping[str, Any], source: str = "config.json") -> ModelDims:
@@ -159,6 +169,7 @@ __all__ = [
     "family_for",
     "family_for_gguf",
     "filled_config",
+    "gguf_model_type",
     "model_dims",
     "model_type_of",
     "presets",

@@ -75,6 +75,9 @@ class GgufNames:
 
     arch: str
     tensors: Mapping[str, str] = field(default_factory=dict)
+    model_type: str | None = None
+    """The model_type a GGUF file's flat config is read as (a multimodal family's text
+    model_type; default: the family's first)."""
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,8 @@ FAMILY = Family(
     read=read,
     gguf=GgufNames(
         "gemma3",
-        {
+        model_type="gemma3_text",
+        tensors={
             "language_model.model.embed_tokens.weight": "token_embd.weight",
             "language_model.model.layers.#.pre_feedforward_layernorm.weight":
                 "blk.#.ffn_norm.weight",

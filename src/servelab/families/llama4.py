@@ -139,7 +139,7 @@ FAMILY = Family(
     name="llama4",
     model_types=("llama4", "llama4_text"),
     read=read,
-    gguf=GgufNames("llama4"),
+    gguf=GgufNames("llama4", model_type="llama4_text"),
     replica=replica,
     presets=(
         Preset("llama-4-scout", "huggingface.co/meta-llama/Llama-4-Scout-17B-16E-Instruct",

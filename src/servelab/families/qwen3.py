@@ -92,4 +92,5 @@ QWEN3_HYBRID = Family(
         "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
     ),
     read=read_hybrid,
+    gguf=GgufNames("qwen3next"),
 )
