@@ -106,3 +106,28 @@ def llama_like(
         b.param(f"{p}.post_attention_layernorm.weight", h)
         gated_mlp(b, f"{p}.mlp", h, inter)
     embeddings_and_head(b, prefix, cfg, tied=tied, head=head)
+
+
+def block_sparse_moe(
+    b: ReplicaSink,
+    cfg: Mapping[str, Any],
+    *,
+    qk_norm: str | None = None,
+    routing_bias: bool = False,
+) -> None:
+    """A Mixtral-layout MoE decoder (Mixtral, MiniMax-M2): Llama attention, then
+    ``block_sparse_moe.gate`` (+ an F32 ``e_score_correction_bias`` when ``routing_bias``)
+    and per-expert ``w1/w2/w3``."""
+    h, vocab = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "vocab_size")
+    inter, e = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts")
+    b.param("model.embed_tokens.weight", vocab, h)
+    for i in range(cfg_int(cfg, "num_hidden_layers")):
+        p = f"model.layers.{i}"
+        b.param(f"{p}.input_layernorm.weight", h)
+        attention(b, f"{p}.self_attn", cfg, qk_norm=qk_norm)
+        b.param(f"{p}.post_attention_layernorm.weight", h)
+        b.linear(f"{p}.block_sparse_moe.gate", e, h, quantizable=False)
+        if routing_bias:
+            b.param(f"{p}.block_sparse_moe.e_score_correction_bias", e, dtype="F32")
+        per_expert(b, f"{p}.block_sparse_moe.experts", e, h, inter, names="w")
+    embeddings_and_head(b, "model", cfg, tied=bool(cfg.get("tie_word_embeddings", False)))

@@ -12,7 +12,7 @@ from typing import Any
 from servelab.errors import ConfigError
 from servelab.families.base import Family, GgufNames, Preset, ReplicaSink, raw_text, read_softmax
 from servelab.families.dims import ModelDims
-from servelab.families.layout import attention, cfg_int, embeddings_and_head, per_expert
+from servelab.families.layout import block_sparse_moe
 
 
 def read(raw: Mapping[str, Any], source: str) -> ModelDims:
@@ -29,19 +29,9 @@ def read(raw: Mapping[str, Any], source: str) -> ModelDims:
 
 
 def replica(b: ReplicaSink, cfg: Mapping[str, Any]) -> None:
-    """MiniMax-M2's tensors (no MTP modules ship)."""
-    h, vocab = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "vocab_size")
-    inter, e = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts")
-    b.param("model.embed_tokens.weight", vocab, h)
-    for i in range(cfg_int(cfg, "num_hidden_layers")):
-        p = f"model.layers.{i}"
-        b.param(f"{p}.input_layernorm.weight", h)
-        attention(b, f"{p}.self_attn", cfg, qk_norm="proj")
-        b.param(f"{p}.post_attention_layernorm.weight", h)
-        b.linear(f"{p}.block_sparse_moe.gate", e, h, quantizable=False)
-        b.param(f"{p}.block_sparse_moe.e_score_correction_bias", e, dtype="F32")
-        per_expert(b, f"{p}.block_sparse_moe.experts", e, h, inter, names="w")
-    embeddings_and_head(b, "model", cfg, tied=False)
+    """MiniMax-M2's tensors (no MTP modules ship): the Mixtral layout with whole-projection
+    q/k norms and a routing bias."""
+    block_sparse_moe(b, cfg, qk_norm="proj", routing_bias=True)
 
 
 def minimax_m2() -> dict[str, Any]:

@@ -12,13 +12,7 @@ from typing import Any
 
 from servelab.families.base import Family, GgufNames, Preset, ReplicaSink, read_softmax
 from servelab.families.dims import ModelDims
-from servelab.families.layout import (
-    attention,
-    cfg_int,
-    embeddings_and_head,
-    llama_like,
-    per_expert,
-)
+from servelab.families.layout import block_sparse_moe, llama_like
 from servelab.families.llama import LLAMA_GGUF_TENSORS
 
 
@@ -39,17 +33,7 @@ def mistral_replica(b: ReplicaSink, cfg: Mapping[str, Any]) -> None:
 
 def mixtral_replica(b: ReplicaSink, cfg: Mapping[str, Any]) -> None:
     """Mixtral's tensors: Llama attention, ``block_sparse_moe`` gate + per-expert w1/w2/w3."""
-    h, vocab = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "vocab_size")
-    inter, e = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts")
-    b.param("model.embed_tokens.weight", vocab, h)
-    for i in range(cfg_int(cfg, "num_hidden_layers")):
-        p = f"model.layers.{i}"
-        b.param(f"{p}.input_layernorm.weight", h)
-        attention(b, f"{p}.self_attn", cfg)
-        b.param(f"{p}.post_attention_layernorm.weight", h)
-        b.linear(f"{p}.block_sparse_moe.gate", e, h, quantizable=False)
-        per_expert(b, f"{p}.block_sparse_moe.experts", e, h, inter, names="w")
-    embeddings_and_head(b, "model", cfg, tied=bool(cfg.get("tie_word_embeddings", False)))
+    block_sparse_moe(b, cfg)
 
 
 def mistral_7b() -> dict[str, Any]:
