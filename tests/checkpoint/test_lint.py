@@ -158,7 +158,9 @@ def test_structure_mismatches(
     r2 = inspect_checkpoint(
         _edit_config(d2, lambda c: (c.pop("num_experts_per_tok"), c.update(num_hidden_layers=3)))
     )
-    assert {"moe-topk-unknown", "layers-mismatch"} <= _codes(r2)
+    assert "layers-mismatch" in _codes(r2)
+    # a missing top-k is Qwen3MoeConfig's default, as vLLM reads it: not unknown
+    assert "moe-topk-unknown" not in _codes(r2) and r2.experts_per_token == 8
     # Without top-k every expert byte counts: an upper bound, flagged above.
     assert r2.decode_bytes_by_role["routed_expert"] == r2.role("routed_expert").bytes
 

@@ -9,9 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from servelab.checkpoint.report import SCHEMA, build_report, config_layer_types, inspect_checkpoint
+from servelab.checkpoint.report import SCHEMA, build_report, inspect_checkpoint
 from servelab.checkpoint.sources import load_checkpoint
 
 Variant = Callable[[str], Path]
@@ -167,26 +165,3 @@ def test_build_report_is_pure_over_a_loaded_source(tiny_checkpoint: Callable[...
     src = load_checkpoint(tiny_checkpoint("qwen3_next"))
     assert build_report(src) == build_report(src)
     assert build_report(src).source.header_sha256 == src.header_sha256
-
-
-@pytest.mark.parametrize(
-    ("cfg", "expected"),
-    [
-        (
-            {"num_hidden_layers": 4, "full_attention_interval": 2},
-            ("linear_attention", "full_attention") * 2,
-        ),
-        (
-            {"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"]},
-            ("sliding_attention", "full_attention"),
-        ),
-        ({"num_hidden_layers": 2}, ("full_attention",) * 2),
-        ({}, ()),
-        (
-            {"num_hidden_layers": 3, "hybrid_override_pattern": "M-*"},
-            ("mamba", "mlp", "full_attention"),
-        ),
-    ],
-)
-def test_config_layer_types(cfg: dict[str, Any], expected: tuple[str, ...]) -> None:
-    assert config_layer_types(cfg) == expected

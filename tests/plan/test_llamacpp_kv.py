@@ -6,6 +6,7 @@ The live engine checks are in ``test_llamacpp_kv_live.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -29,7 +30,7 @@ from servelab.engines.llamacpp.kv import (
 from servelab.engines.llamacpp.kvcheck import check_llamacpp_kv_against_log
 from servelab.engines.llamacpp.logfacts import parse_log
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
-from servelab.errors import UsageError
+from servelab.errors import ConfigError, UsageError
 from servelab.families import model_dims
 from servelab.synth.gguf import write_gguf
 from servelab.synth.tiny import make_tiny_model
@@ -83,7 +84,10 @@ def test_context_unset_is_the_training_context_per_stream() -> None:
     assert (plan.cells, plan.streams) == (16384, 2)
     assert any("--fit" in n for n in plan.notes)
     with pytest.raises(UsageError, match="training context"):
-        _plan({**QWEN3_MOE, "max_position_embeddings": None}, parallel=2)
+        plan_llamacpp_kv(dataclasses.replace(model_dims(QWEN3_MOE), max_position_embeddings=None),
+                         LlamaCppKvSettings(parallel=2))
+    with pytest.raises(ConfigError, match="max_position_embeddings"):
+        model_dims({**QWEN3_MOE, "max_position_embeddings": None})
 
 
 def test_block_quantized_types_are_sized_by_block() -> None:
@@ -111,16 +115,19 @@ def test_what_llama_cpp_refuses_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "why"),
+    ("change", "exc", "why"),
     [
-        ({"model_type": "gemma2"}, "not an architecture servelab models"),
-        ({"layer_types": ["full_attention", "sliding_attention"]}, "sliding"),
-        ({"sliding_window": 128}, "sliding-window"),
-        ({"num_nextn_predict_layers": 1}, "NextN/MTP"),
+        ({"model_type": "gemma2"}, ConfigError, "not a model family"),
+        ({"layer_types": ["full_attention", "sliding_attention"]}, UsageError, "sliding"),
+        # Qwen3's config class drops sliding_window unless use_sliding_window is set
+        ({"sliding_window": 128, "use_sliding_window": True}, ConfigError, "use_sliding_window"),
+        ({"num_nextn_predict_layers": 1}, UsageError, "NextN/MTP"),
     ],
 )
-def test_unmodelled_caches_are_named_not_guessed(change: dict[str, Any], why: str) -> None:
-    with pytest.raises(UsageError, match=why):
+def test_unmodelled_caches_are_named_not_guessed(
+    change: dict[str, Any], exc: type[Exception], why: str
+) -> None:
+    with pytest.raises(exc, match=why):
         _plan({**QWEN3_MOE, **change}, ctx_size=4096)
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from servelab.checkpoint.safetensors_format import ShardHeader, TensorEntry
 from servelab.errors import HeaderError
+from servelab.families import gguf_model_type
 
 if TYPE_CHECKING:
     from servelab.checkpoint.sources import CheckpointSource
@@ -33,9 +34,6 @@ __all__ = ["GGUF_SUFFIX", "is_gguf", "load_gguf"]
 
 GGUF_SUFFIX = ".gguf"
 _MAGIC = b"GGUF"
-
-# GGUF architecture names whose Hugging Face model_type differs.
-_MODEL_TYPES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "qwen3next": "qwen3_next"}
 
 # (config key, GGUF key suffix after "<arch>.")
 _CONFIG_KEYS = (
@@ -49,6 +47,9 @@ _CONFIG_KEYS = (
     ("rms_norm_eps", "attention.layer_norm_rms_epsilon"),
     ("rope_theta", "rope.freq_base"),
     ("num_experts", "expert_count"),
+    ("num_local_experts", "expert_count"),  # each family's config class reads its own key
+    ("n_routed_experts", "expert_count"),
+    ("sliding_window", "attention.sliding_window"),
     ("num_experts_per_tok", "expert_used_count"),
     ("moe_intermediate_size", "expert_feed_forward_length"),
     ("shared_expert_intermediate_size", "expert_shared_feed_forward_length"),
@@ -74,7 +75,8 @@ def _value(field: Any) -> Any:
 
 def _config(meta: Mapping[str, Any], names: set[str], vocab: int | None) -> dict[str, Any]:
     arch = str(meta.get("general.architecture", ""))
-    cfg: dict[str, Any] = {"model_type": _MODEL_TYPES.get(arch, arch), "dtype": "float16"}
+    # the model_type the family that claims this llama.cpp architecture reads it as
+    cfg: dict[str, Any] = {"model_type": gguf_model_type(arch), "dtype": "float16"}
     for key, suffix in _CONFIG_KEYS:
         value = meta.get(f"{arch}.{suffix}")
         if isinstance(value, list):  # per-layer arrays (e.g. head_count_kv): the first

@@ -63,13 +63,8 @@ class Finding:
         }
 
 
-def declared_mtp_layers(text_cfg: Mapping[str, Any]) -> int:
-    """MTP layers the config declares (``mtp_num_hidden_layers`` / ``num_nextn_predict_layers``)."""
-    for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers", "n_mtp_layers"):
-        v = text_cfg.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return 0
+#: Config keys that declare MTP layers (named in findings; the count is the family's).
+_MTP_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers", "n_mtp_layers")
 
 
 def _module(name: str) -> str:
@@ -101,17 +96,17 @@ class LintContext:
     num_experts_tensors: int | None
     experts_per_token: int | None
     tie_word_embeddings: bool
+    mtp_declared_layers: int = 0
+    """MTP layers the config declares, as the model's family reads them."""
 
 
 def _mtp(ctx: LintContext) -> list[Finding]:
-    declared = declared_mtp_layers(ctx.text_config)
+    declared = ctx.mtp_declared_layers
     mtp = [t.name for t, r in zip(ctx.tensors, ctx.roles, strict=True) if r.base is Role.MTP]
     out: list[Finding] = []
     if declared and not mtp:
         key = next(
-            k
-            for k in ("mtp_num_hidden_layers", "num_nextn_predict_layers", "n_mtp_layers")
-            if ctx.text_config.get(k)
+            (k for k in _MTP_KEYS if ctx.text_config.get(k)), "its MTP key"
         )
         out.append(
             Finding(

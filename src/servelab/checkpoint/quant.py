@@ -48,6 +48,9 @@ GGUF = "gguf"
 IGNORE_EXACT_OR_RE = "compressed-tensors"  # exact name, or "re:<regex>" with re.match
 IGNORE_GLOB = "glob"  # fnmatch wildcards (ModelOpt exclude_modules)
 IGNORE_SUBSTRING = "substring"  # HF modules_to_not_convert: key in name
+# transformers' should_convert_module: re.match(key) (so gpt-oss's "model.layers.*.self_attn"
+# is a regex), or the name ends with the key
+IGNORE_HF_MATCH = "hf-match"
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,8 @@ def compile_ignore(patterns: Sequence[str], style: str) -> Callable[[str], bool]
     if style == IGNORE_SUBSTRING:
         subs = tuple(patterns)
         return lambda m: any(p in m for p in subs)
+    if style == IGNORE_HF_MATCH:
+        return lambda m: any(ignore_matches(p, m, style) for p in patterns)
     if style == IGNORE_GLOB:
         rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
         return lambda m: rx.match(m) is not None
@@ -226,6 +231,11 @@ def ignore_matches(pattern: str, module: str, style: str) -> bool:
         return fnmatch.fnmatchcase(module, pattern)
     if style == IGNORE_SUBSTRING:
         return pattern in module
+    if style == IGNORE_HF_MATCH:
+        try:
+            return re.match(pattern, module) is not None or module.endswith(pattern)
+        except re.error:
+            return module.endswith(pattern)
     if pattern.startswith("re:"):
         try:
             return re.match(pattern[3:], module) is not None
@@ -396,7 +406,7 @@ def _mxfp4_scheme(q: Mapping[str, Any], where: str) -> QuantScheme:
         format="mxfp4",
         groups=(QuantGroup("default", ("experts",), w, None, "mxfp4"),),
         ignore=_str_tuple(q.get("modules_to_not_convert")),
-        ignore_style=IGNORE_SUBSTRING,
+        ignore_style=IGNORE_HF_MATCH,
         declared_in=where,
         raw=MappingProxyType(dict(q)),
     )

@@ -61,11 +61,13 @@ from types import MappingProxyType
 from typing import Any
 
 from servelab.checkpoint.configs import text_config as _text_config
-from servelab.checkpoint.lint import Finding, LintContext, declared_mtp_layers, lint_checkpoint
+from servelab.checkpoint.lint import WARNING, Finding, LintContext, lint_checkpoint
 from servelab.checkpoint.quant import QuantArgs, QuantScheme, detect_quant
 from servelab.checkpoint.roles import ROLE_ORDER, Role, RoleClassifier, TensorRole
 from servelab.checkpoint.safetensors_format import TensorEntry
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
+from servelab.errors import ConfigError
+from servelab.families import ModelDims, family_for, model_dims
 from servelab.units import format_bytes
 
 SCHEMA = "servelab.inspect/1"
@@ -362,36 +364,21 @@ def _layer_summary(types: Sequence[str]) -> str:
     return ", ".join(f"{n} {t}" for t, n in c.most_common())
 
 
-def _cfg_int(cfg: Mapping[str, Any], *keys: str) -> int | None:
-    for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
-
-
-def config_layer_types(text_cfg: Mapping[str, Any]) -> tuple[str, ...]:
-    """Per-layer types the config declares (``layer_types`` or ``full_attention_interval``).
-
-    A plain config with only ``num_hidden_layers`` gives all ``full_attention``;
-    an empty config gives ``()``.
-    """
-    n = _cfg_int(text_cfg, "num_hidden_layers", "n_layer", "num_layers")
-    types = text_cfg.get("layer_types")
-    if isinstance(types, list) and all(isinstance(t, str) for t in types):
-        return tuple(types)
-    pattern = text_cfg.get("hybrid_override_pattern")  # Nemotron-H: M mamba, * attention
-    if isinstance(pattern, str) and pattern and set(pattern) <= set("M*-E"):
-        kinds = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
-        return tuple(kinds[c] for c in pattern)
-    interval = _cfg_int(text_cfg, "full_attention_interval")
-    if n is not None and interval:
-        return tuple(
-            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)
+def _family_dims(
+    config: Mapping[str, Any] | None, location: str
+) -> tuple[ModelDims | None, Finding | None]:
+    """The config as its model family reads it (the reading plan uses), or why not."""
+    if not config:
+        return None, None
+    source = f"{location}/config.json"
+    try:
+        return model_dims(config, source), None
+    except ConfigError as e:
+        return None, Finding(
+            "config-unread",
+            WARNING,
+            f"{e}; layer types, experts and MTP come from the tensors alone",
         )
-    if n is not None:
-        return ("full_attention",) * n
-    return ()
 
 
 def _tensor_layer_types(
@@ -441,8 +428,13 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
     """Analyse a loaded checkpoint (headers + configs); pure, no I/O."""
     tensors = source.tensors
     text_cfg = _text_config(source.config)
-    n_layers_cfg = _cfg_int(text_cfg, "num_hidden_layers", "n_layer", "num_layers")
-    classify = RoleClassifier(n_layers_cfg)
+    dims, unread = _family_dims(source.config, str(source.location))
+    n_layers_cfg = dims.num_layers if dims else None
+    hint = None
+    if dims is not None:
+        fam = family_for(source.config or {})
+        hint = fam.role_hint(dims) if fam.role_hint else None
+    classify = RoleClassifier(n_layers_cfg, hint)
     roles = [classify(t.name) for t in tensors]
     quant = detect_quant(source.config, source.quant_config)
 
@@ -483,15 +475,9 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
         if role is not Role.QUANT_SCALE:
             r_p[base] += ne * quant.packing_factor(dtype)
 
-    tie = bool(
-        text_cfg.get("tie_word_embeddings", (source.config or {}).get("tie_word_embeddings", False))
-    )
-    n_exp_cfg = _cfg_int(
-        text_cfg, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"
-    )
-    topk = _cfg_int(
-        text_cfg, "num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "moe_k"
-    )
+    tie = dims.tie_word_embeddings if dims else False
+    n_exp_cfg = (dims.num_experts or None) if dims else None
+    topk = (dims.experts_per_token or None) if dims else None
     n_exp_t, layout = _experts_from_tensors(tensors, roles)
     num_experts = n_exp_cfg if n_exp_cfg is not None else n_exp_t
     routed_fraction: float | None = None
@@ -535,7 +521,7 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
     )
     routed = next(s for s in role_stats if s.role == Role.ROUTED_EXPERT.value)
 
-    cfg_types = config_layer_types(text_cfg)
+    cfg_types = dims.layer_types if dims else ()
     t_types, n_layers_t = _tensor_layer_types(tensors, roles)
     num_layers = n_layers_cfg if n_layers_cfg is not None else n_layers_t
     layer_types = cfg_types or t_types
@@ -574,7 +560,7 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
         decode_bytes_per_token=sum(decode.values()),
         decode_bytes_by_role=_ro({k.value: v for k, v in decode.items() if v}),
         routed_fraction=routed_fraction,
-        mtp_declared_layers=declared_mtp_layers(text_cfg),
+        mtp_declared_layers=dims.mtp_layers if dims else 0,
         mtp_tensors=sum(1 for r in roles if r.base is Role.MTP),
         mtp_bytes=r_bs[Role.MTP],
         vision_tensors=sum(1 for r in roles if r.base is Role.VISION),
@@ -598,11 +584,12 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
             num_experts_tensors=n_exp_t,
             experts_per_token=topk,
             tie_word_embeddings=tie,
+            mtp_declared_layers=dims.mtp_layers if dims else 0,
         )
     )
     source_findings = tuple(
         Finding(f"source-{w.code}", "warning", w.message) for w in source.warnings
-    )
+    ) + ((unread,) if unread else ())
     return dataclasses.replace(report, findings=source_findings + findings)
 
 

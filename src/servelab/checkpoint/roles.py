@@ -3,16 +3,18 @@
 A role answers "which bytes does decode touch, and how often": routed-expert bytes are
 read top-k/E of the time, vision bytes never for text, the embedding one row per token.
 
-Classification is by name only (plus the layer count from the config, to spot
-DeepSeek-style MTP layers appended after the last decoder layer). Quantization
-scales and metadata get the role ``quant_scale`` *and* remember the role of the
-weight they scale (:attr:`TensorRole.base`), so a report can show scales on their own
-and also fold them into "routed experts incl. scales".
+Classification is by name (plus the layer count from the config, to spot DeepSeek-style
+MTP layers appended after the last decoder layer, and the model family's hint where names
+alone cannot tell: Nemotron-H's ``mixer.*`` is Mamba, attention or MLP by its layer's
+kind). Quantization scales and metadata get the role ``quant_scale`` *and* remember the
+role of the weight they scale (:attr:`TensorRole.base`), so a report can show scales on
+their own and also fold them into "routed experts incl. scales".
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -237,8 +239,14 @@ class RoleClassifier:
     checkpoint (the per-module cache lives as long as the classifier).
     """
 
-    def __init__(self, num_hidden_layers: int | None = None) -> None:
+    def __init__(
+        self,
+        num_hidden_layers: int | None = None,
+        hint: Callable[[str, int | None], str | None] | None = None,
+    ) -> None:
         self.num_hidden_layers = num_hidden_layers
+        # the model family's own rule (servelab.families), asked before the generic ones
+        self.hint = hint
         # module path -> (template, layer, expert, last path component)
         self._modules: dict[str, tuple[str, int | None, int | None, str]] = {}
 
@@ -276,6 +284,10 @@ class RoleClassifier:
 
     def _make(self, template: str, layer: int | None, expert: int | None) -> TensorRole:
         base, scale = _classify_template(template)
+        if self.hint is not None:
+            hinted = self.hint(template, layer)
+            if hinted is not None:
+                base = Role(hinted)
         n = self.num_hidden_layers
         if n is not None and layer is not None and layer >= n and base not in _NOT_TEXT:
             base = Role.MTP

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from servelab.errors import UsageError
+from servelab.families import presets
 
 synth_app = typer.Typer(
     name="synth",
@@ -21,8 +22,6 @@ _console = Console(highlight=False)
 
 #: Which linear layers a replica quantizes (regex sets from servelab.synth.replica).
 _TARGETS = ("experts-attention", "experts", "all-text")
-#: Replica model presets.
-_MODELS = ("qwen3.6-35b-a3b",)
 
 
 @synth_app.command("tiny")
@@ -91,11 +90,18 @@ def mtp(
 @synth_app.command("replica")
 def replica(
     out_dir: Annotated[Path, typer.Argument(help="Directory for the replica (a few MB on disk).")],
-    model: str = typer.Option("qwen3.6-35b-a3b", "--model", help="Model preset."),
-    layout: str = typer.Option(
-        "fp8-channel",
+    model: str = typer.Option(
+        "qwen3.6-35b-a3b",
+        "--model",
+        help="Model preset at published dimensions: "
+        + ", ".join(("qwen3.6-35b-a3b", *presets()))
+        + ".",
+    ),
+    layout: str | None = typer.Option(
+        None,
         "--layout",
-        help="bf16, fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4.",
+        help="bf16, fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4 (default: the "
+        "preset's published storage; fp8-channel for qwen3.6-35b-a3b).",
     ),
     targets: str = typer.Option(
         "experts-attention",
@@ -114,8 +120,10 @@ def replica(
     """Write a full-dimension header replica: real headers, sparse zero data."""
     from servelab.synth import replica as rp
 
-    if model not in _MODELS:
-        raise UsageError(f"unknown model preset {model!r}; choose one of {', '.join(_MODELS)}")
+    if model not in rp.preset_names():
+        raise UsageError(
+            f"unknown model preset {model!r}; choose one of {', '.join(rp.preset_names())}"
+        )
     if targets not in _TARGETS:
         raise UsageError(f"unknown targets {targets!r}; choose one of {', '.join(_TARGETS)}")
     pats = {
@@ -125,8 +133,8 @@ def replica(
     }[targets]
     plan = rp.write_replica(
         out_dir,
-        rp.QWEN3_6_35B_A3B,
-        rp.QuantLayout(layout, pats, scale_dtype=scale_dtype),
+        rp.preset_config(model),
+        rp.preset_layout(model, layout, pats, scale_dtype),
         mtp=mtp,
         max_shard_bytes=max_shard_bytes,
     )

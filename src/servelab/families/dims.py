@@ -50,6 +50,8 @@ class ModelDims:
     mla: MlaDims | None = None
     mamba: Mamba2Dims | None = None
     tie_word_embeddings: bool = False
+    notes: tuple[str, ...] = ()
+    """What transformers warned about while reading the config (shown, never fatal)."""
 
     def __post_init__(self) -> None:
         if self.attention and len(self.attention) != len(self.layer_types):

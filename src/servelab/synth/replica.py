@@ -8,9 +8,11 @@ an export would carry. The data region is a sparse file (``truncate``), so a 36 
 checkpoint costs a few MB of disk. The bytes are zeros: the replica is for header
 readers, planners and benchmarks, never for loading weights.
 
-Supported ``model_type``: ``llama``, ``qwen3_moe``, ``qwen3_next``, ``qwen3_5_moe_text``
-and ``qwen3_5_moe`` (multimodal: ``text_config`` + ``vision_config``, text under
-``model.language_model.``, vision under ``model.visual.``, MTP under ``mtp.``).
+Layouts: ``llama``, ``qwen3_moe``, ``qwen3_next``, ``qwen3_5_moe_text`` and
+``qwen3_5_moe`` (multimodal: ``text_config`` + ``vision_config``, text under
+``model.language_model.``, vision under ``model.visual.``, MTP under ``mtp.``) here; every
+other family's own layout (:mod:`servelab.families`), with its presets at published
+dimensions (:func:`preset_config`).
 
 Quantization layouts (``QuantLayout.kind``), following the tensor layouts each format
 writes:
@@ -39,12 +41,13 @@ import os
 import re
 import struct
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servelab.errors import UsageError
+from servelab.errors import ConfigError, UsageError
+from servelab.families import ReplicaSink, family_for, filled_config, presets
 
 _DTYPE_BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8,
@@ -357,6 +360,12 @@ def replica_tensors(
     layout = layout or QuantLayout()
     b = _Builder(layout)
     model_type = str(config.get("model_type", ""))
+    family_layout = _family_layout(config)
+    if family_layout is not None:
+        if mtp != "none":
+            raise UsageError("--mtp adds a Qwen3.5 MTP head; this family lays out its own")
+        family_layout(b, filled_config(config))
+        return ReplicaPlan(tuple(b.tensors), tuple(b.linear_modules), tuple(b.quantized_modules))
     if model_type == "qwen3_5_moe":
         text = config.get("text_config")
         if not isinstance(text, Mapping):
@@ -384,6 +393,17 @@ def replica_tensors(
             raise UsageError("mtp must be 'none', 'per-expert' or 'fused'")
         _mtp(b, tcfg, fused_experts=mtp == "fused")
     return ReplicaPlan(tuple(b.tensors), tuple(b.linear_modules), tuple(b.quantized_modules))
+
+
+def _family_layout(
+    config: Mapping[str, Any],
+) -> Callable[[ReplicaSink, Mapping[str, Any]], None] | None:
+    """The replica layout of ``config``'s family (None: the Qwen/Llama layouts of this
+    module)."""
+    try:
+        return family_for(config).replica
+    except ConfigError:
+        return None
 
 
 def quantization_config(layout: QuantLayout, plan: ReplicaPlan) -> dict[str, Any] | None:
@@ -589,7 +609,7 @@ def write_replica(
     write_safetensors_set(out_dir, plan.tensors, max_shard_bytes=max_shard_bytes)
     cfg = json.loads(json.dumps(config))
     qc = quantization_config(layout, plan)
-    if qc is not None:
+    if qc is not None and "quantization_config" not in cfg:  # a published one stays as is
         cfg["quantization_config"] = qc
     _write_json(out_dir / "config.json", cfg)
     if layout.kind == "modelopt-nvfp4":
@@ -657,3 +677,38 @@ def _qwen3_6_35b_a3b_config() -> dict[str, Any]:
 #: Qwen3.6-35B-A3B's published dimensions (see shared/facts.md; the text dims equal
 #: transformers' Qwen3_5MoeConfig defaults, the vision tower projects to hidden 2048).
 QWEN3_6_35B_A3B: Mapping[str, Any] = _qwen3_6_35b_a3b_config()
+
+
+def preset_config(name: str) -> Mapping[str, Any]:
+    """The published config of replica preset ``name`` (``qwen3.6-35b-a3b`` or a family's)."""
+    if name == "qwen3.6-35b-a3b":
+        return QWEN3_6_35B_A3B
+    found = presets().get(name)
+    if found is None:
+        raise UsageError(
+            f"unknown model preset {name!r}; choose one of {', '.join(preset_names())}"
+        )
+    return found[1].config()
+
+
+def preset_names() -> tuple[str, ...]:
+    """Every replica preset."""
+    return ("qwen3.6-35b-a3b", *presets())
+
+
+def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
+                  scale_dtype: str | None = None) -> QuantLayout:
+    """The layout a preset is written in: its native storage unless ``layout`` is given
+    (a natively quantized preset takes no other layout)."""
+    if name == "qwen3.6-35b-a3b":
+        return QuantLayout(layout or "fp8-channel", targets, scale_dtype=scale_dtype)
+    preset = presets()[name][1]
+    native = "bf16" if preset.layout == "native" else preset.layout
+    if preset.layout != "bf16" and layout not in (None, native):
+        raise UsageError(
+            f"--layout {layout}: {name}'s replica is written in its published storage "
+            f"({preset.layout}) only"
+        )
+    if layout is None or layout == native:
+        return QuantLayout(native, preset.quantize, scale_dtype=scale_dtype)
+    return QuantLayout(layout, targets, scale_dtype=scale_dtype)
