@@ -229,6 +229,10 @@ BASE_CONFIGS.update(
             "q_lora_rank": 32,
             "n_group": 2,
             "topk_group": 1,
+            # The published configs' router: vLLM only creates the gate's
+            # e_score_correction_bias (which transformers saves) under noaux_tc.
+            "topk_method": "noaux_tc",
+            "scoring_func": "sigmoid",
         },
         "glm4_moe": {
             **_ATTN,
@@ -251,6 +255,16 @@ BASE_CONFIGS.update(
             "intermediate_size": 32,  # per expert
             "num_local_experts": 4,
             "num_experts_per_tok": 2,
+            # Keys of the published config that vLLM reads and transformers does not
+            # define: half the head rotated, a sigmoid router with its score bias.
+            "rotary_dim": 16,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "partial_rotary_factor": 0.5,
+            },
+            "scoring_func": "sigmoid",
+            "use_routing_bias": True,
         },
     }
 )
