@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.plan.test_kv_families_logs import CASES, FAMILIES, _argv, plan_for
+from tests.plan.test_kv_families_logs import CASES, FAMILIES, engine_argv, plan_for
 
 from servelab.engine.launch import launch
 from servelab.engine.recipe import ModelSection, Recipe
@@ -42,7 +42,7 @@ def test_every_live_case_has_its_committed_log() -> None:
 @pytest.mark.parametrize("case", LIVE)
 def test_live_family_pool_equals_the_plan_and_the_committed_log(case: str, tmp_path: Path) -> None:
     committed = (FAMILIES / f"{case}.log").read_text()
-    argv = _argv(committed)
+    argv = engine_argv(committed)
     arch = json.loads((FAMILIES / f"{case}.config.json").read_text())["model_type"]
     model = make_tiny_model(arch, tmp_path / arch)
     assert json.loads((model / "config.json").read_text()) == json.loads(
@@ -70,7 +70,7 @@ def test_live_family_pool_equals_the_plan_and_the_committed_log(case: str, tmp_p
         want.kv_pool_tokens,
         want.max_concurrency,
     )
-    plan = plan_for(case, text, live)
+    plan = plan_for(case, argv, text, live)
     assert plan.kv is not None
     assert (plan.kv.tokens, f"{plan.kv.max_concurrency:.2f}") == (
         live.kv_pool_tokens,

@@ -78,7 +78,8 @@ WEIGHTS = Weights(
 )
 
 
-def _argv(text: str) -> list[str]:
+def engine_argv(text: str) -> list[str]:
+    """The engine's argv from a log excerpt's ``# command:`` header."""
     command = next(ln for ln in text.splitlines() if ln.startswith("# command: "))
     return shlex.split(command.removeprefix("# command: "))
 
@@ -87,9 +88,9 @@ def _config(case: str) -> dict[str, object]:
     return dict(json.loads((FAMILIES / f"{case}.config.json").read_text()))
 
 
-def plan_for(case: str, text: str, facts: EngineFacts) -> Plan:
-    """servelab's plan for the case's model under the flags its engine ran with."""
-    argv = _argv(text)
+def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts) -> Plan:
+    """servelab's plan for the case's model under the engine's flags ``argv``; ``text`` and
+    ``facts`` are the log of a start with those flags (its host, its version)."""
 
     def flag(name: str) -> str | None:
         return argv[argv.index(name) + 1] if name in argv else None
@@ -124,7 +125,8 @@ def test_log_is_a_real_engine_start(case: str) -> None:
     facts = parse_log(text)
     assert facts.version == "0.32.0"
     assert facts.kv_pool_tokens and facts.max_concurrency
-    assert facts.concurrency_at_tokens == int(_argv(text)[_argv(text).index("--max-model-len") + 1])
+    argv = engine_argv(text)
+    assert facts.concurrency_at_tokens == int(argv[argv.index("--max-model-len") + 1])
 
 
 @pytest.mark.parametrize("case", sorted({*CASES, *REFUSED}))
@@ -138,7 +140,7 @@ def test_servelab_reads_every_layer_kind_of_the_family(case: str) -> None:
 def test_pool_tokens_and_concurrency_equal_the_engine_log(case: str) -> None:
     text = (FAMILIES / f"{case}.log").read_text()
     facts = parse_log(text)
-    plan = plan_for(case, text, facts)
+    plan = plan_for(case, engine_argv(text), text, facts)
     assert plan.kv is not None
     assert (plan.kv.tokens, f"{plan.kv.max_concurrency:.2f}") == (
         facts.kv_pool_tokens,
