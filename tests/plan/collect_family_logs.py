@@ -45,26 +45,35 @@ REASON = re.compile(
 # differs from all-full attention. Every case runs eager (no torch.compile warm-up, minutes
 # on a shared 2-core box; the KV pool does not depend on it).
 EAGER = ["--enforce-eager"]
+
+
+def _case(arch: str, **more: Any) -> dict[str, Any]:
+    return {"arch": arch, "kv": 50_000_000, "mml": 4096, **more}
+
+
 CASES: dict[str, dict[str, Any]] = {
-    "gemma3_text_50m_4096": {"arch": "gemma3_text", "kv": 50_000_000, "mml": 4096},
-    "qwen2_50m_4096": {"arch": "qwen2", "kv": 50_000_000, "mml": 4096},
-    "qwen2_swa_50m_4096": {
-        "arch": "qwen2",
-        "kv": 50_000_000,
-        "mml": 4096,
-        # Layers from max_window_layers on use the window (Qwen2's own rule).
-        "overrides": {"use_sliding_window": True, "sliding_window": 256, "max_window_layers": 1},
+    **{
+        f"{arch}_50m_4096": _case(arch)
+        for arch in (
+            "gemma3_text",
+            "qwen2",
+            "mixtral",
+            "phi3",
+            "gpt_oss",
+            "llama4_text",
+            "nemotron_h",
+            "deepseek_v2",
+            "deepseek_v3",
+            "glm4_moe",
+            "minimax_m2",
+        )
     },
-    "mistral_swa_50m_4096": {"arch": "mistral", "kv": 50_000_000, "mml": 4096},
-    "mixtral_50m_4096": {"arch": "mixtral", "kv": 50_000_000, "mml": 4096},
-    "phi3_50m_4096": {"arch": "phi3", "kv": 50_000_000, "mml": 4096},
-    "gpt_oss_50m_4096": {"arch": "gpt_oss", "kv": 50_000_000, "mml": 4096},
-    "llama4_text_50m_4096": {"arch": "llama4_text", "kv": 50_000_000, "mml": 4096},
-    "nemotron_h_50m_4096": {"arch": "nemotron_h", "kv": 50_000_000, "mml": 4096},
-    "deepseek_v2_50m_4096": {"arch": "deepseek_v2", "kv": 50_000_000, "mml": 4096},
-    "deepseek_v3_50m_4096": {"arch": "deepseek_v3", "kv": 50_000_000, "mml": 4096},
-    "glm4_moe_50m_4096": {"arch": "glm4_moe", "kv": 50_000_000, "mml": 4096},
-    "minimax_m2_50m_4096": {"arch": "minimax_m2", "kv": 50_000_000, "mml": 4096},
+    # Layers from max_window_layers on use the window (Qwen2's own rule).
+    "qwen2_swa_50m_4096": _case(
+        "qwen2",
+        overrides={"use_sliding_window": True, "sliding_window": 256, "max_window_layers": 1},
+    ),
+    "mistral_swa_50m_4096": _case("mistral"),  # the tiny Mistral's window is on every layer
 }
 
 
