@@ -124,9 +124,12 @@ def hf_config(raw: Mapping[str, Any], source: str, model_type: str) -> tuple[Any
     """``raw`` built by transformers' config class for ``model_type`` (its defaults
     filled in, its derived fields such as ``layer_types`` computed), plus the warnings
     transformers gave. A config transformers rejects is a :class:`ConfigError`."""
-    from transformers import AutoConfig  # lazy: seconds to import
+    from transformers import AutoConfig, PreTrainedConfig  # lazy: seconds to import
 
-    kwargs = {k: v for k, v in raw.items() if k not in _NOT_KWARGS}
+    # transformers writes non-finite floats as {"__float__": "Infinity"} and decodes them
+    # when it reads a config file (Nemotron-H's time_step_limit); do as it does
+    decoded = PreTrainedConfig._decode_special_floats(dict(raw))
+    kwargs = {k: v for k, v in decoded.items() if k not in _NOT_KWARGS}
     notes: list[str] = []
     try:
         with _quiet_transformers(notes):
@@ -365,12 +368,16 @@ def read_config(
     the config's own) and read the common dimensions.
 
     The model's size is never taken from a config class's defaults: the config must name
-    ``num_hidden_layers`` (or Nemotron-H's pattern) and ``hidden_size``. An MLA key in a
-    family without MLA is refused, not ignored.
+    ``num_hidden_layers`` (or Nemotron-H's pattern, either spelling) and ``hidden_size``.
+    An MLA key in a family without MLA is refused, not ignored.
     """
     text = raw_text(raw)
     for key in ("num_hidden_layers", "hidden_size"):
-        pattern = key == "num_hidden_layers" and "hybrid_override_pattern" in text
+        # Nemotron-H names its layers by pattern (hybrid_override_pattern; transformers 5
+        # writes it as layers_block_type), one per layer
+        pattern = key == "num_hidden_layers" and (
+            "hybrid_override_pattern" in text or "layers_block_type" in text
+        )
         if key not in text and not pattern:
             raise ConfigError(
                 f"{source}: no {key!r} (servelab does not take a model's size from defaults)"
