@@ -124,6 +124,12 @@ class LoggedLlamaCppKv(Protocol):
     @property
     def kv_v_mib(self) -> float | None: ...
     @property
+    def kv_swa_cells(self) -> int | None: ...
+    @property
+    def kv_swa_layers(self) -> int | None: ...
+    @property
+    def kv_swa_mib(self) -> float | None: ...
+    @property
     def max_model_len(self) -> int | None: ...
     @property
     def parallel_slots(self) -> int | None: ...
@@ -140,7 +146,7 @@ def check_llamacpp_kv_against_log(plan: LlamaCppKvPlan, facts: LoggedLlamaCppKv)
         return None if v is None else f"{v:.2f}"
 
     total = facts.kv_cache_gib * 1024 if facts.kv_cache_gib is not None else None
-    items = (
+    items: tuple[CheckItem, ...] = (
         CheckItem("KV cache tokens (cells x streams)", str(plan.tokens), s(facts.kv_pool_tokens)),
         CheckItem("cells per stream", str(plan.cells), s(facts.kv_cells)),
         CheckItem("streams", str(plan.streams), s(facts.kv_streams)),
@@ -153,4 +159,10 @@ def check_llamacpp_kv_against_log(plan: LlamaCppKvPlan, facts: LoggedLlamaCppKv)
         CheckItem("context per slot (n_ctx_seq)", str(plan.n_ctx_seq), s(facts.max_model_len)),
         CheckItem("slots", str(plan.slots), s(facts.parallel_slots)),
     )
+    if (swa := plan.swa) is not None:
+        items += (
+            CheckItem("SWA cache cells per stream", str(swa.cells), s(facts.kv_swa_cells)),
+            CheckItem("SWA cache layers", str(len(swa.layers)), s(facts.kv_swa_layers)),
+            CheckItem("SWA cache MiB", f"{log_mib(swa.total_bytes):.2f}", mib(facts.kv_swa_mib)),
+        )
     return KvCheck(items)

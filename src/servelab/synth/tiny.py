@@ -111,6 +111,28 @@ BASE_CONFIGS["qwen3_5_moe_text"] = {
     "model_type": "qwen3_5_moe_text",
 }
 
+# Sliding-window families (llama.cpp keeps their sliding layers in a cache of their own).
+BASE_CONFIGS["gemma3_text"] = {
+    **BASE_CONFIGS["llama"],
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 6,
+    "sliding_window": 64,
+    "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+    "tie_word_embeddings": True,
+}
+BASE_CONFIGS["gpt_oss"] = {
+    **BASE_CONFIGS["llama"],
+    "model_type": "gpt_oss",
+    "intermediate_size": 32,
+    "num_hidden_layers": 4,
+    "sliding_window": 64,
+    "layer_types": ["sliding_attention", "full_attention"] * 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
+BASE_CONFIGS["qwen2"] = {**BASE_CONFIGS["llama"], "model_type": "qwen2"}
+BASE_CONFIGS["qwen2"].pop("head_dim")  # Qwen2 derives it from hidden_size / heads
+
 ARCHITECTURES = tuple(sorted(BASE_CONFIGS))
 
 
