@@ -35,6 +35,11 @@ __all__ = ["GGUF_SUFFIX", "is_gguf", "load_gguf"]
 GGUF_SUFFIX = ".gguf"
 _MAGIC = b"GGUF"
 
+# llama.cpp's sliding-window pattern when the file has no per-layer array
+# (``load_swa_pattern(ml, N)`` in src/models/<arch>.cpp): layer il slides unless
+# il % N == N - 1.
+_SWA_PATTERN = {"gemma3": 6, "gpt-oss": 2}
+
 # (config key, GGUF key suffix after "<arch>.")
 _CONFIG_KEYS = (
     ("num_hidden_layers", "block_count"),
@@ -85,8 +90,23 @@ def _config(meta: Mapping[str, Any], names: set[str], vocab: int | None) -> dict
             cfg[key] = value
     if "vocab_size" not in cfg and vocab is not None:
         cfg["vocab_size"] = vocab
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if isinstance(window, int) and window > 0 and arch in _SWA_PATTERN:
+        cfg["sliding_window"] = window
+        cfg["layer_types"] = _swa_layer_types(meta, arch, int(cfg.get("num_hidden_layers", 0)))
     cfg["tie_word_embeddings"] = "output.weight" not in names
     return cfg
+
+
+def _swa_layer_types(meta: Mapping[str, Any], arch: str, n_layers: int) -> list[str]:
+    """Which layers slide, as llama.cpp reads it: the per-layer array, else the pattern."""
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, list) and len(pattern) == n_layers:
+        flags = [bool(x) for x in pattern]
+    else:
+        n = int(pattern) if isinstance(pattern, int) else _SWA_PATTERN[arch]
+        flags = [n == 0 or i % n < n - 1 for i in range(n_layers)]
+    return ["sliding_attention" if f else "full_attention" for f in flags]
 
 
 def load_gguf(path: Path, location: str) -> CheckpointSource:

@@ -77,7 +77,9 @@ class EngineFacts:
     ``threads``, ``offloaded_layers`` of ``offload_total_layers`` and ``parallel_slots``;
     its KV "cells" times streams are ``kv_pool_tokens``; its ``llama_kv_cache: size``
     line also gives ``kv_cells`` (per stream), ``kv_streams``, ``kv_layers``, the K and V
-    MiB it prints (``kv_k_mib``, ``kv_v_mib``) and the V type (``kv_cache_type_v``).
+    MiB it prints (``kv_k_mib``, ``kv_v_mib``) and the V type (``kv_cache_type_v``). For a
+    sliding-window model those are its non-SWA cache's; its SWA cache's line gives
+    ``kv_swa_cells``, ``kv_swa_layers`` and ``kv_swa_mib``.
     """
 
     version: str | None = None
@@ -125,6 +127,9 @@ class EngineFacts:
     kv_layers: int | None = None
     kv_k_mib: float | None = None
     kv_v_mib: float | None = None
+    kv_swa_cells: int | None = None
+    kv_swa_layers: int | None = None
+    kv_swa_mib: float | None = None
     threads: int | None = None
     offloaded_layers: int | None = None
     offload_total_layers: int | None = None

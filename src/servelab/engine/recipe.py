@@ -47,6 +47,7 @@ from servelab.defaults import PROMPT_LENS
 from servelab.engines import DEFAULT_ENGINE, ENGINES
 from servelab.engines.base import EngineSectionBase
 from servelab.errors import RecipeError
+from servelab.synth.tiny import ARCHITECTURES as TINY_ARCHITECTURES
 
 __all__ = [
     "SYNTH_ARCHS",
@@ -74,8 +75,9 @@ class ModelSection(_Strict):
         default=None, description="Hugging Face repo id, e.g. Qwen/Qwen3.6-35B-A3B-FP8."
     )
     revision: str | None = Field(default=None, description="Repo revision (branch, tag or commit).")
-    synth: Literal["llama", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"] | None = Field(
-        default=None, description="Build a tiny random model of this architecture."
+    synth: str | None = Field(
+        default=None,
+        description="Build a tiny random model of this architecture (servelab synth tiny's).",
     )
     synth_overrides: dict[str, Any] = Field(default_factory=dict)
     synth_mtp: bool = Field(
@@ -83,6 +85,13 @@ class ModelSection(_Strict):
         description="Give the tiny model a random MTP head (qwen3_next, qwen3_5_moe_text).",
     )
     served_name: str | None = Field(default=None, description="Name clients use in requests.")
+
+    @field_validator("synth")
+    @classmethod
+    def _tiny_arch(cls, v: str | None) -> str | None:
+        if v is not None and v not in TINY_ARCHITECTURES:
+            raise ValueError(f"synth {v!r} is not one of {', '.join(TINY_ARCHITECTURES)}")
+        return v
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSection:

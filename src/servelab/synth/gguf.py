@@ -9,7 +9,12 @@ merges as a ``gpt2`` tokenizer with the ``gpt-2`` pre-tokenizer, and its chat te
 
 Weight types: ``F32``, ``F16`` or ``Q8_0`` (``gguf.quants``); 1-D tensors (norms) and
 MoE routers stay ``F32`` as in llama.cpp's own converter. Supported architectures: ``llama``,
-``qwen3_moe``.
+``qwen3_moe``, ``qwen2`` (attention biases), ``gemma3_text`` (llama.cpp's ``gemma3``: RMS
+norms stored as ``1 + w`` as Gemma's norm applies them, tied embeddings) and ``gpt_oss``
+(llama.cpp's ``gpt-oss``, from bf16 weights: the fused ``gate_up_proj`` split into its
+interleaved gate and up columns, expert planes transposed to llama.cpp's order, attention
+sinks). A model with sliding-window layers gets its window and a per-layer
+``sliding_window_pattern`` array, as llama.cpp reads them.
 
 ``torch`` and ``safetensors`` (the ``synth`` extra) read the bf16 source tensors.
 """
@@ -32,8 +37,18 @@ __all__ = ["GGUF_TYPES", "GgufType", "ensure_gguf", "gguf_path", "write_gguf"]
 
 GgufType = Literal["F32", "F16", "Q8_0"]
 GGUF_TYPES: tuple[GgufType, ...] = ("F32", "F16", "Q8_0")
-SUPPORTED = ("llama", "qwen3_moe")
-_GGUF_ARCH = {"llama": "llama", "qwen3_moe": "qwen3moe"}
+SUPPORTED = ("llama", "qwen3_moe", "qwen2", "gemma3_text", "gpt_oss")
+_GGUF_ARCH = {
+    "llama": "llama",
+    "qwen3_moe": "qwen3moe",
+    "qwen2": "qwen2",
+    "gemma3_text": "gemma3",
+    "gpt_oss": "gpt-oss",
+}
+# gpt-oss's fused expert tensors (no ``.weight`` suffix in its checkpoints)
+_FUSED_EXPERT = re.compile(
+    r"^(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)(_bias)?$"
+)
 _EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.weight$")
 
 
@@ -137,9 +152,16 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
     n_head = int(cfg["num_attention_heads"])
     n_kv = int(cfg.get("num_key_value_heads") or n_head)
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // n_head)
-    model_arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE}[arch]
+    model_arch = {
+        "llama": gguf.MODEL_ARCH.LLAMA,
+        "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE,
+        "qwen2": gguf.MODEL_ARCH.QWEN2,
+        "gemma3_text": gguf.MODEL_ARCH.GEMMA3,
+        "gpt_oss": gguf.MODEL_ARCH.GPT_OSS,
+    }[arch]
     names = gguf.get_tensor_name_map(model_arch, n_layers)
     n_experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+    ff_experts = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
     rope = cfg.get("rope_parameters") or {}
     ftype = {
         "F32": gguf.LlamaFileType.ALL_F32,
@@ -163,11 +185,13 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
         writer.add_rope_dimension_count(head_dim)
-        writer.add_rope_freq_base(float(cfg.get("rope_theta", rope.get("rope_theta", 1e4))))
+        writer.add_rope_freq_base(_rope_theta(cfg, rope, "full_attention"))
+        if cfg.get("sliding_window") and isinstance(cfg.get("layer_types"), list):
+            _add_sliding(writer, cfg, rope)
         if n_experts:
             writer.add_expert_count(n_experts)
             writer.add_expert_used_count(int(cfg["num_experts_per_tok"]))
-            writer.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
+            writer.add_expert_feed_forward_length(ff_experts)
         writer.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
         writer.add_vocab_size(int(cfg["vocab_size"]))
         writer.add_file_type(ftype)
@@ -175,6 +199,10 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
         _add_vocab(writer, model_dir, cfg)
         experts: dict[tuple[int, str], dict[int, np.ndarray[Any, Any]]] = {}
         for hf_name, data in _hf_tensors(model_dir):
+            if fused := _FUSED_EXPERT.match(hf_name):
+                for gguf_name, plane in _fused_expert_planes(names, fused, data):
+                    _add_tensor(writer, gguf_name, plane, qtype)
+                continue
             if m := _EXPERT.match(hf_name):
                 layer, xid, w_name = int(m.group(1)), int(m.group(2)), m.group(3)
                 planes = experts.setdefault((layer, w_name), {})
@@ -188,9 +216,13 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
                 data = _permute(data, n_head)
             elif arch == "llama" and hf_name.endswith("self_attn.k_proj.weight"):
                 data = _permute(data, n_kv)
+            elif arch == "gemma3_text" and hf_name.endswith("norm.weight"):
+                data = data + 1.0  # Gemma's RMSNorm scales by (1 + w); llama.cpp's by w
             name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
             if name is None:
                 raise UsageError(f"no GGUF name for tensor {hf_name!r}", path=model_dir)
+            if hf_name.endswith(".sinks"):
+                name += ".weight"  # llama.cpp loads blk.N.attn_sinks.weight
             _add_tensor(writer, name, data, qtype)
         if experts:
             raise UsageError("incomplete expert planes in the checkpoint", path=model_dir)
@@ -202,6 +234,54 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def _rope_theta(cfg: Mapping[str, Any], rope: Mapping[str, Any], layer_type: str) -> float:
+    """RoPE base: ``rope_theta``, else ``rope_parameters`` (flat, or keyed by layer type)."""
+    if "rope_theta" in cfg:
+        return float(cfg["rope_theta"])
+    nested = rope.get(layer_type)
+    if isinstance(nested, Mapping):
+        return float(nested.get("rope_theta", 1e4))
+    return float(rope.get("rope_theta", 1e4))
+
+
+def _fused_expert_planes(
+    names: Any, m: re.Match[str], data: np.ndarray[Any, Any]
+) -> Iterator[tuple[str, np.ndarray[Any, Any]]]:
+    """gpt-oss's fused experts as llama.cpp's converter writes them.
+
+    ``gate_up_proj`` is ``[E, H, 2I]`` with gate and up interleaved column by column; the
+    GGUF planes are ``[E, I, H]`` (``ffn_gate_exps``/``ffn_up_exps``) and ``[E, H, I]``
+    (``ffn_down_exps``); biases split the same way.
+    """
+    prefix, kind, bias = m.group(1), m.group(2), m.group(3) is not None
+    suffix = ".bias" if bias else ".weight"
+
+    def name(leaf: str) -> str:
+        found = names.get_name(f"{prefix}.{leaf}")
+        if found is None:
+            raise UsageError(f"no GGUF name for tensor {prefix}.{leaf!r}")
+        return f"{found}{suffix}"
+
+    if kind == "down_proj":
+        yield name("down_proj"), data if bias else data.transpose(0, 2, 1)
+        return
+    gate, up = (data[:, ::2], data[:, 1::2]) if bias else (data[:, :, ::2], data[:, :, 1::2])
+    if not bias:
+        gate, up = gate.transpose(0, 2, 1), up.transpose(0, 2, 1)
+    yield name("gate_proj"), np.ascontiguousarray(gate)
+    yield name("up_proj"), np.ascontiguousarray(up)
+
+
+def _add_sliding(writer: Any, cfg: Mapping[str, Any], rope: Mapping[str, Any]) -> None:
+    """Sliding-window layers: the window, which layers use it, and their RoPE base."""
+    types = cfg["layer_types"]
+    if len(types) != int(cfg["num_hidden_layers"]):
+        raise UsageError("config.json layer_types does not match num_hidden_layers")
+    writer.add_sliding_window(int(cfg["sliding_window"]))
+    writer.add_sliding_window_pattern([t == "sliding_attention" for t in types])
+    writer.add_rope_freq_base_swa(_rope_theta({}, rope, "sliding_attention"))
 
 
 def gguf_path(model_dir: Path, qtype: str) -> Path:
@@ -220,7 +300,9 @@ def ensure_gguf(model_dir: Path, qtype: GgufType) -> Path:
 def _add_tensor(writer: Any, name: str, data: np.ndarray[Any, Any], qtype: GgufType) -> None:
     import gguf
 
-    if data.ndim <= 1 or qtype == "F32" or ".ffn_gate_inp." in name:  # routers stay F32
+    # norms, biases (gpt-oss's per-expert ones are 2-D; ggml adds them in F32) and routers
+    # stay F32, as in llama.cpp's converter
+    if data.ndim <= 1 or qtype == "F32" or ".ffn_gate_inp." in name or name.endswith(".bias"):
         writer.add_tensor(name, data.astype(np.float32))
     elif qtype == "F16":
         writer.add_tensor(name, data.astype(np.float16))

@@ -84,6 +84,8 @@ def flag_args(flags: LlamaCppFlags) -> list[str]:
         out.append("--cont-batching" if flags.cont_batching else "--no-cont-batching")
     if flags.kv_unified is not None:
         out.append("--kv-unified" if flags.kv_unified else "--no-kv-unified")
+    if flags.swa_full:
+        out.append("--swa-full")
     out += list(flags.extra)
     return out
 
@@ -156,6 +158,8 @@ class LlamaCppEngine(LogParsingEngine):
                 cache_type_k=f.cache_type_k or "f16",
                 cache_type_v=f.cache_type_v or "f16",
                 flash_attn=f.flash_attn or "auto",
+                ubatch_size=f.ubatch_size,
+                swa_full=bool(f.swa_full),
             )
         )
 

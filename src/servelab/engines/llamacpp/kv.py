@@ -25,10 +25,15 @@ The rules are those of the llama.cpp source that servelab's ``llamacpp`` build c
 It prints ``llama_kv_cache: size = X MiB (C cells, L layers, S/T seqs), K (t): ... MiB,
 V (t): ... MiB`` (:attr:`LlamaCppKvPlan.log_line` reproduces that line byte for byte).
 
-Modelled architectures: those with one plain attention KV cache over every layer, the
-ones servelab's GGUF converter writes (``llama``, ``qwen3_moe``). Hybrid and recurrent
-models (a separate recurrent state), sliding-window caches (iSWA), MLA and models whose
-GGUF holds NextN/MTP layers are refused with a one-line reason instead of a guess.
+* sliding-window models (``src/llama-kv-cache-iswa.cpp``): two caches, the non-SWA one of
+  ``n_ctx_seq`` cells over the global layers and the SWA one over the sliding layers of
+  ``pad256(min(n_ctx_seq, n_swa x (slots if unified else 1) + n_ubatch))`` cells
+  (``--swa-full``: as many as the non-SWA one); each prints its own ``llama_kv_cache``
+  line after ``creating [non-]SWA KV cache, size = N cells``;
+Modelled architectures: :data:`LLAMACPP_KV_ARCHITECTURES` (each checked against a real
+``llama-server`` log in the tests). Hybrid and recurrent models (a separate recurrent
+state) and models whose GGUF holds NextN/MTP layers are refused with a one-line reason
+instead of a guess.
 """
 
 from __future__ import annotations
@@ -39,12 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.errors import UsageError
-from servelab.families import FULL, ModelDims
+from servelab.families import FULL, SLIDING, ModelDims
 
 __all__ = [
     "CTX_PAD",
     "GGML_KV_TYPES",
     "LLAMACPP_KV_ARCHITECTURES",
+    "LlamaCppCache",
     "LlamaCppKv",
     "LlamaCppKvPlan",
     "LlamaCppKvSettings",
@@ -54,7 +60,9 @@ __all__ = [
 ]
 
 CTX_PAD = 256  # llama_context pads n_ctx (and each slot's share) to this many cells
+SWA_PAD = 256  # llama_kv_cache_iswa pads the SWA cache to this many cells
 AUTO_SLOTS = 4  # llama-server's --parallel auto
+DEFAULT_UBATCH = 512  # llama-server's -ub
 
 # The KV cache types llama-server accepts (common/arg.cpp) → (values per block, bytes per
 # block), from ggml-common.h's block structs.
@@ -71,7 +79,16 @@ GGML_KV_TYPES: dict[str, tuple[int, int]] = {
 }
 
 # model_type (Hugging Face names; a GGUF's qwen3moe reads as qwen3_moe) → llama.cpp arch.
-LLAMACPP_KV_ARCHITECTURES: dict[str, str] = {"llama": "llama", "qwen3_moe": "qwen3moe"}
+# Each is checked against a real llama-server log (tests/plan/test_llamacpp_kv*.py).
+LLAMACPP_KV_ARCHITECTURES: dict[str, str] = {
+    "llama": "llama",
+    "qwen3_moe": "qwen3moe",
+    "qwen2": "qwen2",
+    "gemma3_text": "gemma3",
+    "gpt_oss": "gpt-oss",
+}
+# Architectures whose sliding-window layers llama.cpp keeps in their own (iSWA) cache.
+_ISWA_ARCHITECTURES = frozenset({"gemma3_text", "gpt_oss"})
 
 FLASH_ATTN = ("on", "off", "auto")
 
@@ -111,6 +128,8 @@ class LlamaCppKvSettings:
     cache_type_k: str = "f16"  # -ctk
     cache_type_v: str = "f16"  # -ctv
     flash_attn: str = "auto"  # -fa on|off|auto
+    ubatch_size: int | None = None  # -ub; None: 512
+    swa_full: bool = False  # --swa-full: the SWA cache as large as the non-SWA one
 
     def args(self) -> str:
         """The settings as llama-server arguments (for labels and notes)."""
@@ -120,6 +139,10 @@ class LlamaCppKvSettings:
             out.append("-kvu" if self.kv_unified else "-no-kvu")
         out += [f"-ctk {self.cache_type_k}", f"-ctv {self.cache_type_v}",
                 f"-fa {self.flash_attn}"]
+        if self.ubatch_size:
+            out.append(f"-ub {self.ubatch_size}")
+        if self.swa_full:
+            out.append("--swa-full")
         return " ".join(out)
 
 
@@ -130,11 +153,71 @@ def log_mib(n: int) -> float:
 
 
 @dataclass(frozen=True)
+class LlamaCppCache:
+    """One ``llama_kv_cache`` llama.cpp allocates: K and V tensors of ``cells`` cells per
+    stream for each of its ``layers``.
+
+    ``role`` is ``"kv"`` for a model's only cache, ``"non-SWA"`` / ``"SWA"`` for the two
+    caches of a sliding-window model.
+    """
+
+    role: str
+    cells: int
+    layers: tuple[int, ...]
+    k_row_bytes: int
+    v_row_bytes: int
+    slots: int
+    streams: int
+    type_k: str
+    type_v: str
+
+    @property
+    def tokens(self) -> int:
+        """Cells in all streams."""
+        return self.cells * self.streams
+
+    @property
+    def k_bytes(self) -> int:
+        """All K tensors of this cache."""
+        return self.k_row_bytes * self.cells * self.streams * len(self.layers)
+
+    @property
+    def v_bytes(self) -> int:
+        """All V tensors of this cache."""
+        return self.v_row_bytes * self.cells * self.streams * len(self.layers)
+
+    @property
+    def total_bytes(self) -> int:
+        """K and V."""
+        return self.k_bytes + self.v_bytes
+
+    @property
+    def log_lines(self) -> tuple[str, ...]:
+        """What llama.cpp prints for this cache (the iSWA header line first, if any)."""
+        size = (
+            f"llama_kv_cache: size = {log_mib(self.total_bytes):7.2f} MiB "
+            f"({self.cells:6d} cells, {len(self.layers):3d} layers, "
+            f"{self.slots:2d}/{self.streams} seqs), "
+            f"K ({self.type_k}): {log_mib(self.k_bytes):7.2f} MiB, "
+            f"V ({self.type_v}): {log_mib(self.v_bytes):7.2f} MiB"
+        )
+        if self.role == "kv":
+            return (size,)
+        head = "non-SWA" if self.role == "non-SWA" else "    SWA"
+        return (
+            f"llama_kv_cache_iswa: creating {head} KV cache, size = {self.cells} cells",
+            size,
+        )
+
+
+@dataclass(frozen=True)
 class LlamaCppKvPlan:
     """The KV cache ``llama-server`` allocates for a model and its flags.
 
-    ``cells`` is one stream's size (``n_ctx_seq``); a unified cache has one stream that
-    every slot shares, otherwise each slot has its own. Bytes are exact (GGML row sizes).
+    ``caches`` holds each ``llama_kv_cache`` in the order llama.cpp makes them (a
+    sliding-window model's non-SWA cache, then its SWA cache). ``cells``, ``layers``,
+    ``k_row_bytes`` and ``v_row_bytes`` are the first cache's: the one whose cells bound
+    the context (``n_ctx_seq``). Bytes are exact (GGML row sizes).
     """
 
     architecture: str
@@ -144,12 +227,39 @@ class LlamaCppKvPlan:
     n_ctx_seq: int
     slots: int
     unified: bool
-    cells: int
-    layers: tuple[int, ...]
-    k_row_bytes: int  # one cell of one layer
-    v_row_bytes: int
+    caches: tuple[LlamaCppCache, ...]
     flash_attn: str  # after llama.cpp's own resolution before the cache is made
     notes: tuple[str, ...] = ()
+
+    @property
+    def main(self) -> LlamaCppCache:
+        """The cache over the global-attention layers (the context's cells)."""
+        return self.caches[0]
+
+    @property
+    def swa(self) -> LlamaCppCache | None:
+        """The sliding-window layers' cache, for an iSWA model."""
+        return next((c for c in self.caches if c.role == "SWA"), None)
+
+    @property
+    def cells(self) -> int:
+        """One stream's cells in the main cache (``n_ctx_seq``)."""
+        return self.main.cells
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The main cache's layers."""
+        return self.main.layers
+
+    @property
+    def k_row_bytes(self) -> int:
+        """One cell of one main-cache layer's K."""
+        return self.main.k_row_bytes
+
+    @property
+    def v_row_bytes(self) -> int:
+        """One cell of one main-cache layer's V."""
+        return self.main.v_row_bytes
 
     @property
     def streams(self) -> int:
@@ -158,38 +268,39 @@ class LlamaCppKvPlan:
 
     @property
     def tokens(self) -> int:
-        """Tokens the whole cache holds: cells per stream × streams."""
-        return self.cells * self.streams
+        """Tokens the context holds: the main cache's cells × streams."""
+        return self.main.tokens
 
     @property
     def k_bytes_per_layer(self) -> int:
-        """One layer's K tensor."""
-        return self.k_row_bytes * self.cells * self.streams
+        """One main-cache layer's K tensor."""
+        return self.main.k_row_bytes * self.main.cells * self.main.streams
 
     @property
     def v_bytes_per_layer(self) -> int:
-        """One layer's V tensor."""
-        return self.v_row_bytes * self.cells * self.streams
+        """One main-cache layer's V tensor."""
+        return self.main.v_row_bytes * self.main.cells * self.main.streams
 
     @property
     def k_bytes(self) -> int:
-        """All K tensors."""
-        return self.k_bytes_per_layer * len(self.layers)
+        """All K tensors of the main cache (as its log line prints them)."""
+        return self.main.k_bytes
 
     @property
     def v_bytes(self) -> int:
-        """All V tensors."""
-        return self.v_bytes_per_layer * len(self.layers)
+        """All V tensors of the main cache."""
+        return self.main.v_bytes
 
     @property
     def total_bytes(self) -> int:
-        """The KV cache: K and V of every layer with KV."""
-        return self.k_bytes + self.v_bytes
+        """Every cache: K and V of every layer with KV."""
+        return sum(c.total_bytes for c in self.caches)
 
     @property
     def bytes_per_token(self) -> int:
-        """K and V bytes one cached token takes over all layers."""
-        return (self.k_row_bytes + self.v_row_bytes) * len(self.layers)
+        """K and V bytes one more cached token takes at long context: the main cache's
+        layers (a sliding layer keeps only its window)."""
+        return (self.main.k_row_bytes + self.main.v_row_bytes) * len(self.main.layers)
 
     @property
     def kv_dtype_bytes(self) -> int:
@@ -201,14 +312,13 @@ class LlamaCppKvPlan:
 
     @property
     def log_line(self) -> str:
-        """The line llama.cpp prints for this cache (``llama_kv_cache: size = ...``)."""
-        return (
-            f"llama_kv_cache: size = {log_mib(self.total_bytes):7.2f} MiB "
-            f"({self.cells:6d} cells, {len(self.layers):3d} layers, "
-            f"{self.slots:2d}/{self.streams} seqs), "
-            f"K ({self.settings.cache_type_k}): {log_mib(self.k_bytes):7.2f} MiB, "
-            f"V ({self.settings.cache_type_v}): {log_mib(self.v_bytes):7.2f} MiB"
-        )
+        """The main cache's ``llama_kv_cache: size = ...`` line."""
+        return self.main.log_lines[-1]
+
+    @property
+    def log_lines(self) -> tuple[str, ...]:
+        """Every cache line llama.cpp prints for this model, in its order."""
+        return tuple(line for c in self.caches for line in c.log_lines)
 
     @property
     def source(self) -> str:
@@ -218,29 +328,31 @@ class LlamaCppKvPlan:
     @property
     def rule(self) -> str:
         """Which rules produced the plan, in a few words."""
+        caches = " + ".join(
+            f"{c.role} {c.cells:,} cells × {len(c.layers)} layers" for c in self.caches
+        )
         return (
             f"llama.cpp KV cache ({self.architecture}, {self.settings.args()}): "
-            f"{'unified, ' if self.unified else ''}{self.streams} stream(s) × "
-            f"{self.cells:,} cells × {len(self.layers)} layers"
+            f"{'unified, ' if self.unified else ''}{self.streams} stream(s); {caches}"
         )
 
     def rows(self) -> list[tuple[str, str]]:
         """(label, value) rows describing the cache, for tables (terminal and Markdown)."""
         per_slot = "all slots share" if self.unified else "one stream per slot"
-        return [
-            ("engine log (predicted)", self.log_line),
-            ("context", f"{self.n_ctx:,} cells in all; {self.n_ctx_seq:,} per slot; "
-                        f"{self.slots} slot(s), {per_slot}"),
-            ("cache", f"{self.tokens:,} tokens = {self.streams} stream(s) × {self.cells:,} "
-                      f"cells; KV in all {len(self.layers)} layers"),
-            ("K", f"{self.settings.cache_type_k}: {self.k_row_bytes:,} bytes per cell per "
-                  f"layer; {self.k_bytes_per_layer:,} per layer; {self.k_bytes:,} in all"),
-            ("V", f"{self.settings.cache_type_v}: {self.v_row_bytes:,} bytes per cell per "
-                  f"layer; {self.v_bytes_per_layer:,} per layer; {self.v_bytes:,} in all"),
-            ("total", f"{self.total_bytes:,} bytes ({self.bytes_per_token:,} per token); "
-                      f"flash attention {self.flash_attn}"),
-            ("rule", self.rule),
-        ]
+        rows = [("engine log (predicted)", line) for line in self.log_lines]
+        rows.append(("context", f"{self.n_ctx:,} cells in all; {self.n_ctx_seq:,} per slot; "
+                                f"{self.slots} slot(s), {per_slot}"))
+        for c in self.caches:
+            label = "cache" if c.role == "kv" else f"{c.role} cache"
+            v = f"V {c.type_v}: {c.v_row_bytes:,} bytes per cell per layer"
+            rows.append((label, f"{c.tokens:,} tokens = {c.streams} stream(s) × {c.cells:,} "
+                                f"cells × {len(c.layers)} layers; K {c.type_k}: "
+                                f"{c.k_row_bytes:,} bytes per cell per layer; {v}; "
+                                f"{c.total_bytes:,} bytes"))
+        rows.append(("total", f"{self.total_bytes:,} bytes ({self.bytes_per_token:,} per token "
+                              f"of context); flash attention {self.flash_attn}"))
+        rows.append(("rule", self.rule))
+        return rows
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the plan's ``kv_pool`` for a llama.cpp plan)."""
@@ -268,8 +380,20 @@ class LlamaCppKvPlan:
             "v_bytes": self.v_bytes,
             "bytes": self.total_bytes,
             "bytes_per_token": self.bytes_per_token,
+            "caches": [
+                {
+                    "role": c.role,
+                    "cells": c.cells,
+                    "streams": c.streams,
+                    "layers": list(c.layers),
+                    "k_row_bytes": c.k_row_bytes,
+                    "v_row_bytes": c.v_row_bytes,
+                    "bytes": c.total_bytes,
+                }
+                for c in self.caches
+            ],
             "rule": self.rule,
-            "log_lines": [self.log_line],
+            "log_lines": list(self.log_lines),
             "notes": list(self.notes),
             "predicted": True,
         }
@@ -279,13 +403,21 @@ def _unsupported(dims: ModelDims, config: Mapping[str, Any]) -> str | None:
     """Why servelab does not model llama.cpp's cache for this model, or ``None``."""
     if dims.model_type not in LLAMACPP_KV_ARCHITECTURES:
         return (
-            f"{dims.model_type} is not an architecture servelab models "
-            f"({', '.join(LLAMACPP_KV_ARCHITECTURES)}: one attention KV cache over every "
-            "layer); hybrid/recurrent state, sliding-window and MLA caches are not modelled"
+            f"{dims.model_type} is not an architecture servelab models for llama.cpp "
+            f"({', '.join(LLAMACPP_KV_ARCHITECTURES)}, each checked against a llama-server "
+            "log); hybrid/recurrent state caches are not modelled"
         )
-    if any(t != FULL for t in dims.layer_types):
-        return "layers other than full attention (a recurrent state or a sliding window)"
-    if dims.sliding_window or config.get("use_sliding_window"):
+    kinds = set(dims.layer_types)
+    allowed = {FULL, SLIDING} if dims.model_type in _ISWA_ARCHITECTURES else {FULL}
+    if dims.model_type in _ISWA_ARCHITECTURES and SLIDING in kinds and not dims.sliding_window:
+        return "sliding-window layers without a window size"
+    if kinds - allowed:
+        other = ", ".join(sorted(kinds - allowed))
+        return f"layers llama.cpp keeps in another kind of cache ({other}: a recurrent state or "\
+            "a sliding window it does not keep apart)"
+    if dims.model_type not in _ISWA_ARCHITECTURES and (
+        dims.sliding_window or config.get("use_sliding_window")
+    ):
         return "a sliding-window (iSWA) cache"
     if dims.mtp_layers:
         return f"{dims.mtp_layers} NextN/MTP layer(s) (llama.cpp filters them out of the cache)"
@@ -315,6 +447,10 @@ def plan_llamacpp_kv(
         raise UsageError("--parallel must be at least 1")
     if s.ctx_size is not None and s.ctx_size < 0:
         raise UsageError("--ctx-size must not be negative")
+    if s.ubatch_size is not None and s.ubatch_size < 1:
+        raise UsageError("--ubatch-size must be at least 1")
+    head_k = head_v = dims.head_dim
+    kv_heads = dims.num_kv_heads
     flash = s.flash_attn
     notes: list[str] = []
     if block_v > 1 and flash != "on":
@@ -357,8 +493,31 @@ def plan_llamacpp_kv(
     else:
         n_ctx_seq = _pad(n_ctx // slots)
         n_ctx = n_ctx_seq * slots
-    embd_k = dims.head_dim * dims.num_kv_heads
-    embd_v = dims.head_dim * dims.num_kv_heads
+    k_row = ggml_row_bytes(s.cache_type_k, head_k * kv_heads)
+    v_row = ggml_row_bytes(s.cache_type_v, head_v * kv_heads)
+
+    def cache(role: str, cells: int, layers: tuple[int, ...]) -> LlamaCppCache:
+        return LlamaCppCache(role, cells, layers, k_row, v_row, slots, streams,
+                             s.cache_type_k, s.cache_type_v)
+
+    caches: tuple[LlamaCppCache, ...]
+    sliding = tuple(i for i, t in enumerate(dims.layer_types) if t == SLIDING)
+    if dims.model_type in _ISWA_ARCHITECTURES and sliding and dims.sliding_window:
+        full = tuple(i for i, t in enumerate(dims.layer_types) if t != SLIDING)
+        ubatch = s.ubatch_size or DEFAULT_UBATCH
+        swa_cells = _pad(min(n_ctx_seq, dims.sliding_window * (slots if unified else 1)
+                             + ubatch), SWA_PAD)
+        if s.swa_full:
+            swa_cells = n_ctx_seq
+        caches = (cache("non-SWA", n_ctx_seq, full), cache("SWA", swa_cells, sliding))
+        notes.append(
+            f"{len(sliding)} sliding-window layers (window {dims.sliding_window:,}) in their "
+            f"own cache of {swa_cells:,} cells per stream"
+            + (" (--swa-full)" if s.swa_full else f" (window x {slots if unified else 1} "
+               f"slot(s) + ubatch {ubatch}, padded to {SWA_PAD})")
+        )
+    else:
+        caches = (cache("kv", n_ctx_seq, tuple(range(dims.num_layers))),)
     return LlamaCppKvPlan(
         architecture=LLAMACPP_KV_ARCHITECTURES[dims.model_type],
         settings=s,
@@ -367,10 +526,7 @@ def plan_llamacpp_kv(
         n_ctx_seq=n_ctx_seq,
         slots=slots,
         unified=unified,
-        cells=n_ctx_seq,
-        layers=tuple(range(dims.num_layers)),
-        k_row_bytes=ggml_row_bytes(s.cache_type_k, embd_k),
-        v_row_bytes=ggml_row_bytes(s.cache_type_v, embd_v),
+        caches=caches,
         flash_attn=flash,
         notes=tuple(notes),
     )

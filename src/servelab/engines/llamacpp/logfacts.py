@@ -16,7 +16,9 @@ each line carries llama.cpp's prefix ``M.SS.mmm.uuu L`` (time since start, level
   per stream times streams (one stream per slot unless the cache is unified), so the
   tokens the cache holds; the same line gives ``kv_cells``, ``kv_layers``,
   ``kv_streams``, ``kv_k_mib``, ``kv_cache_type_v`` and ``kv_v_mib``;
-  ``kv_device``: the device of ``... KV buffer size``;
+  ``kv_device``: the device of ``... KV buffer size``; a sliding-window model's second
+  cache (after ``creating SWA KV cache``) gives ``kv_swa_cells``, ``kv_swa_layers`` and
+  ``kv_swa_mib``;
 * ``max_model_len``: ``n_ctx_seq = 2048`` (the context one slot can use),
   ``parallel_slots``: ``n_slots = 2``;
 * ``server_url`` and ``startup_s``: the ``listening on http://...`` line and its time;
@@ -45,6 +47,7 @@ _RE_LOADING = re.compile(r"loading model '([^']+)'")
 _RE_MODEL_BUF = re.compile(rf"(\S+) model buffer size =\s+{_NUM} (B|KiB|MiB|GiB)")
 _RE_OFFLOAD = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _RE_KV_BUF = re.compile(r"(\S+) KV buffer size =")
+_RE_SWA_CACHE = re.compile(r"llama_kv_cache_iswa: creating\s+SWA KV cache")
 _RE_KV = re.compile(
     rf"llama_kv_cache: size =\s+{_NUM} (B|KiB|MiB|GiB)\s+\(\s*(\d+) cells,\s*(\d+) layers,"
     rf"\s*\d+/\s*(\d+) seqs\), K \((\w+)\):\s+{_NUM} MiB, V \((\w+)\):\s+{_NUM} MiB"
@@ -82,6 +85,7 @@ class LogParser:
         self._f: dict[str, object] = {}
         self._weights_gib = 0.0
         self._errors: list[LogNotice] = []
+        self._swa_next = False  # the next cache line is the SWA cache's
 
     def feed(self, raw_line: str) -> Phase | None:
         """Take one line; return the new phase when startup moved forward."""
@@ -121,6 +125,13 @@ class LogParser:
         elif m := _RE_OFFLOAD.search(msg):
             self._once("offloaded_layers", int(m.group(1)))
             self._once("offload_total_layers", int(m.group(2)))
+        elif _RE_SWA_CACHE.search(msg):
+            self._swa_next = True
+        elif (m := _RE_KV.search(msg)) and self._swa_next:
+            self._swa_next = False
+            self._once("kv_swa_cells", int(m.group(3)))
+            self._once("kv_swa_layers", int(m.group(4)))
+            self._once("kv_swa_mib", _gib(m.group(1), m.group(2)) * 1024)
         elif m := _RE_KV.search(msg):
             cells, layers, streams = int(m.group(3)), int(m.group(4)), int(m.group(5))
             self._once("kv_cache_gib", _gib(m.group(1), m.group(2)))
@@ -163,6 +174,9 @@ class LogParser:
             kv_layers=_int(f.get("kv_layers")),
             kv_k_mib=_float(f.get("kv_k_mib")),
             kv_v_mib=_float(f.get("kv_v_mib")),
+            kv_swa_cells=_int(f.get("kv_swa_cells")),
+            kv_swa_layers=_int(f.get("kv_swa_layers")),
+            kv_swa_mib=_float(f.get("kv_swa_mib")),
             threads=_int(f.get("threads")),
             offloaded_layers=_int(f.get("offloaded_layers")),
             offload_total_layers=_int(f.get("offload_total_layers")),

@@ -31,7 +31,7 @@ UNMODELLED_KV_FLAGS = ("--kv-unified-per-slot",)
 KV_FLAGS = (
     "-c", "--ctx-size", "-np", "--parallel", "-ctk", "--cache-type-k", "-ctv",
     "--cache-type-v", "-fa", "--flash-attn", "-kvu", "--kv-unified", "-no-kvu",
-    "--no-kv-unified", *UNMODELLED_KV_FLAGS,
+    "--no-kv-unified", "-ub", "--ubatch-size", "--swa-full", *UNMODELLED_KV_FLAGS,
 )  # fmt: skip
 
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -57,6 +57,10 @@ class LlamaCppFlags(BaseModel):
     cont_batching: bool | None = None
     kv_unified: bool | None = Field(
         default=None, description="One KV stream all slots share (-kvu / -no-kvu)."
+    )
+    swa_full: bool | None = Field(
+        default=None,
+        description="Sliding-window layers keep the whole context (--swa-full), not their window.",
     )
     extra: tuple[str, ...] = Field(
         default=(), description="Any further arguments, one per item."
