@@ -13,7 +13,8 @@ shown with a traceback hint.
     │   ├── ConfigError                config.json / quantization config is malformed
     │   ├── RecipeError                a recipe file is invalid (names key and line)
     │   ├── HardwareProfileError       unknown or malformed hardware profile
-    │   └── UsageError                 inconsistent command-line options
+    │   ├── UsageError                 inconsistent command-line options
+    │   └── OutputPathError            an output file or directory cannot be written
     ├── RemoteError                    a remote source (Hub, HTTP) failed or misbehaved
     ├── EngineError                    the serving engine could not be started or died
     │   ├── EngineNotFoundError        executable / interpreter missing
@@ -104,6 +105,10 @@ class HardwareProfileError(InputError):
 
 class UsageError(InputError):
     """Command-line options that cannot be used together, or are out of range."""
+
+
+class OutputPathError(InputError):
+    """An output file or directory cannot be written (checked before any long work)."""
 
 
 class RemoteError(ServelabError):

@@ -288,8 +288,10 @@ class WorkloadRunner:
     """Runs a :class:`WorkloadSpec` with one client and one prompt builder."""
 
     def __init__(self, client: BenchClient, builder: PromptBuilder, spec: WorkloadSpec, *,
-                 on_progress: ProgressFn | None = None) -> None:
+                 on_progress: ProgressFn | None = None,
+                 on_point: Callable[[], None] | None = None) -> None:
         self.client = client
+        self.on_point = on_point
         self.builder = builder
         self.spec = spec
         self.on_progress = on_progress
@@ -306,6 +308,10 @@ class WorkloadRunner:
         self._ref_len: dict[int, int] = {}
         self.side_samples: list[RequestSample] = []
         """Requests sent outside any point (the minimal-latency probe)."""
+        self.done: list[PointResult] = []
+        """Points finished so far (what survives an interrupt)."""
+        self.current: tuple[Point, list[RequestSample]] | None = None
+        """The point being measured and its samples so far, warm-up included."""
 
     async def measure_min_latency(self, n: int = 5) -> float | None:
         """Minimal TTFT (ms) of ``n`` shortest one-token requests: network, HTTP, scheduling."""
@@ -332,6 +338,10 @@ class WorkloadRunner:
         pts = points(self.spec, self.trace)
         for i, pt in enumerate(pts):
             results.append(await self.run_point(pt, i, len(pts), min_lat))
+            self.done.append(results[-1])
+            self.current = None
+            if self.on_point is not None:
+                self.on_point()
         return results, min_lat
 
     def _emit(self, ev: ProgressEvent) -> None:
@@ -347,6 +357,7 @@ class WorkloadRunner:
         deadline = budget_end + int(spec.drain_s * 1e9) if budget_end else None
         warm_n = spec.warmup_requests if spec.warmup_requests is not None else pt.concurrency
         samples: list[RequestSample] = []
+        self.current = (pt, [])
         if warm_n > 0:
             samples += await self._batch(pt, warm_n, pi, npts, "warmup", None, deadline, None)
         measured: list[RequestSample] = []
@@ -501,6 +512,8 @@ class WorkloadRunner:
 
         def record(s: RequestSample) -> None:
             results.append(s)
+            if self.current is not None:
+                self.current[1].append(s)
             self._emit(ProgressEvent(pt, pi, npts, phase, base + len(results),
                                      None if budget_end else base + total, s))
 

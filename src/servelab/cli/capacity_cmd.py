@@ -19,8 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.cli.errors import INTERRUPTED
 from servelab.cli.output import JsonOpt
-from servelab.errors import UsageError
+from servelab.errors import OutputPathError, UsageError
+from servelab.outfile import check_output_file, write_json
 
 if TYPE_CHECKING:  # loaded only when the command runs (fast --help)
     from servelab.bench.capacity import CapacityResult, Probe
@@ -118,9 +120,14 @@ def capacity(
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
 ) -> None:
     """Find the highest request rate or concurrency that meets an SLO (bisection, CIs, reruns)."""
-    from servelab.bench.capacity import SearchSpec, capacities_json, run_capacities, unsearchable
+    from servelab.bench.capacity import (
+        SearchSpec,
+        capacities_json,
+        partial_capacity_json,
+        run_capacities,
+        unsearchable,
+    )
     from servelab.bench.profiles import PROFILES
-    from servelab.bench.result import write_json_atomic
     from servelab.bench.run import BenchConfig
     from servelab.bench.slo import parse_slo
     from servelab.bench.transport import Timeouts
@@ -141,6 +148,8 @@ def capacity(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     slo_spec = parse_slo(slo)
+    if out is not None:
+        check_output_file(out)  # before any probe runs
     spec = SearchSpec(variable="rate" if variable == "rate" else "concurrency", low=low,
                       high=high, start=start, tolerance=tolerance, confirm=confirm)
     n_req = requests if requests is not None else (20 if variable == "rate" else None)
@@ -154,23 +163,62 @@ def capacity(
                       timeouts=Timeouts(first_byte_s=600.0, stall_s=120.0, total_s=3600.0),
                       api_key=api_key, scrape_metrics=False)
     err = Console(stderr=True, highlight=False)
+    done: list[CapacityResult] = []
+    probes: list[Probe] = []
+
+    def keep(reason: str) -> None:
+        """Write what the search found so far to --out (marked partial)."""
+        if out is None:
+            return
+        cur = next((n for n in dict.fromkeys(lens) if n not in {r.prompt_len for r in done}),
+                   None)
+        try:
+            write_json(out, partial_capacity_json(done, probes, cur, reason))
+        except OutputPathError as exc:
+            err.print(f"[bold yellow]warning:[/] {escape(str(exc))}")
 
     def on_probe(p: Probe) -> None:
         err.print(f"probe {p.value:g} ({p.purpose}): {'met' if p.met else 'missed'}, "
                   f"{p.requests} requests")
+        probes.append(p)
+        keep("running")
 
-    results = run_capacities(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe)
+    def on_result(r: CapacityResult) -> None:
+        done.append(r)
+        probes.clear()
+        keep("running")
+
+    try:
+        results = run_capacities(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe,
+                                 on_result=on_result)
+    except KeyboardInterrupt:  # handled here: Typer would turn it into a bare exit 130
+        keep("interrupted (Ctrl-C)")
+        console = Console(highlight=False)
+        for res in done:
+            render(res, console)
+        where = f"; written to {out}" if out is not None else ""
+        err.print(f"[bold red]interrupted:[/] {len(done)} search(es) finished, "
+                  f"{len(probes)} probe(s) of the next kept{escape(where)}")
+        raise typer.Exit(INTERRUPTED) from None
     data = results[0].to_json() if len(results) == 1 else capacities_json(results)
+    failure: OutputPathError | None = None
     if out is not None:
-        write_json_atomic(out, data)
-    if as_json:
+        try:
+            write_json(out, data)
+        except OutputPathError as exc:  # shown after the table, which must not be lost
+            failure = exc
+    if as_json:  # on stdout even when --out failed
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        if failure is not None:
+            raise failure
         return
     console = Console(highlight=False)
     for res in results:
         render(res, console)
     if len(results) > 1:
         render_capacities(results, console)
+    if failure is not None:
+        raise failure
 
 
 def register(app: typer.Typer) -> None:

@@ -10,8 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +20,7 @@ from rich.table import Table
 
 from servelab.defaults import PROMPT_LENS
 from servelab.errors import UsageError
+from servelab.outfile import check_output_file, write_text
 from servelab.redact import redact_args, redact_env
 
 __all__ = ["STARTER_RECIPE", "app", "register"]
@@ -100,11 +99,8 @@ def new(
     if path.exists() and not force:
         raise UsageError(f"{path} exists; use --force to overwrite")
     parse_recipe(STARTER_RECIPE)  # the starter must always validate
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(STARTER_RECIPE)
-    os.replace(tmp, path)
+    check_output_file(path)
+    write_text(path, STARTER_RECIPE)
     out.print(
         f"wrote {escape(str(path))} — edit it, then `servelab recipe check {escape(str(path))}`"
     )

@@ -44,10 +44,11 @@ def build(
 ) -> None:
     """Build recipe pages, model indexes, experiment and run pages from every recorded run."""
     # Imported here: matplotlib and the store cost ~1.5 s, which every other command would pay.
-    from servelab.site.build import build_site
+    from servelab.site.build import build_site, check_outdir
     from servelab.site.collect import collect_site
     from servelab.store import display_url, open_store, resolve_url
 
+    check_outdir(outdir)  # before reading the database and rendering
     url = resolve_url(db)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from servelab.errors import UsageError
+from servelab.outfile import check_output_dir
 
 synth_app = typer.Typer(
     name="synth",
@@ -123,6 +124,7 @@ def replica(
         "experts": rp.ROUTED_EXPERTS_ONLY,
         "all-text": rp.TEXT_LINEARS,
     }[targets]
+    check_output_dir(out_dir)  # before the replica is planned
     plan = rp.write_replica(
         out_dir,
         rp.QWEN3_6_35B_A3B,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError
+from servelab.outfile import write_json
 from servelab.points import arrival_tag, point_label
 from servelab.store.db import Store
 from servelab.store.model import (
@@ -124,13 +125,7 @@ def export_doc(records: Iterable[RunRecord]) -> JSON:
 
 def write_json_atomic(path: Path, doc: Any) -> None:
     """Write JSON to ``path`` through a temporary file and a rename (never half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write: {exc.strerror}", path=path) from exc
+    write_json(path, doc, sort_keys=False)
 
 
 def read_import_file(path: Path) -> list[RunRecord]:
