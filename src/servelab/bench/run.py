@@ -15,11 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
-
 from servelab import __version__
 from servelab.bench import specdecode, tokencheck
 from servelab.bench.client import BenchClient, ClientOptions, EndpointKind
+from servelab.bench.diagnose import require_openai
 from servelab.bench.metrics import compute
 from servelab.bench.prompts import (
     PromptBuilder,
@@ -40,7 +39,6 @@ from servelab.bench.workload import (
     notes_for,
     points,
 )
-from servelab.errors import BenchError
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +61,10 @@ class BenchConfig:
     scrape_metrics: bool = True
 
 
-def resolve_model(base_url: str, *, api_key: str | None = None, timeout_s: float = 30.0) -> str:
-    """The first model id the server lists at ``/v1/models``."""
-    url = Endpoint.parse(base_url).base_url + "/v1/models"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        r = httpx.get(url, timeout=timeout_s, headers=headers)
-        r.raise_for_status()
-        data = r.json()["data"]
-        return str(data[0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise BenchError(f"{url}: cannot list models ({type(exc).__name__}: {exc}); "
-                         "pass --model") from exc
+def resolve_model(base_url: str, *, api_key: str | None = None) -> str:
+    """The first model id the server lists at ``/v1/models`` (BenchError naming what the
+    endpoint is otherwise: :mod:`servelab.bench.diagnose`)."""
+    return require_openai(base_url, model=None, api_key=api_key)
 
 
 def _now() -> str:
@@ -100,7 +90,7 @@ class Session:
 def open_session(cfg: BenchConfig) -> Session:
     """Resolve the model and pick the token counter for ``cfg``."""
     base = Endpoint.parse(cfg.base_url).base_url
-    model = cfg.model or resolve_model(base, api_key=cfg.api_key)
+    model = require_openai(base, model=cfg.model, api_key=cfg.api_key)  # what is there?
     chat = cfg.endpoint == "chat"
     counter = make_counter(cfg.token_counter, base, model, chat=chat, tokenizer=cfg.tokenizer,
                            chat_template_kwargs=cfg.chat_template_kwargs, api_key=cfg.api_key)

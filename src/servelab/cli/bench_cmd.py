@@ -19,7 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from servelab.cli.errors import INTERRUPTED
-from servelab.cli.output import CsvOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
+from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format
 from servelab.defaults import OUTPUT_LEN, prompt_lens_text
 from servelab.errors import BenchError, OutputPathError, UsageError
 from servelab.outfile import check_output_dir, check_output_file, write_json, write_text
@@ -104,6 +105,21 @@ def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
     console.print(table)
 
 
+def record_result(result: BenchResult, db: str | None, err: Console) -> None:
+    """Record ``result`` in the results database (a run id from its content: importing its
+    JSON later finds it stored)."""
+    from servelab.store import display_url, import_runs, open_store, resolve_url
+    from servelab.store.exchange import run_from_bench_json
+
+    url = resolve_url(db)
+    rec = run_from_bench_json(result.to_json(), source=result.base_url)
+    with open_store(url) as store:
+        done = import_runs(store, [rec])
+    rid = (done.added or done.skipped)[0]
+    err.print(f"recorded as run {rid} in {escape(display_url(url))} (--no-record to skip)",
+              soft_wrap=True)
+
+
 def bench(
     url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     model: str | None = typer.Option(None, "--model", help="Served model name (default: the "
@@ -142,12 +158,16 @@ def bench(
     no_continuous_usage: bool = typer.Option(
         False, "--no-continuous-usage", help="Do not ask for usage on every chunk (then "
         "per-token ITL is unknown)."),
-    first_byte_timeout: float = typer.Option(600.0, "--first-byte-timeout",
-                                             help="Seconds to wait for a response to start."),
-    stall_timeout: float = typer.Option(120.0, "--stall-timeout",
+    first_byte_timeout: float = typer.Option(
+        FIRST_BYTE_S, "--first-byte-timeout", help="Seconds to wait for a response to start "
+        "(raise it for very long prompts on slow hardware)."),
+    stall_timeout: float = typer.Option(STALL_S, "--stall-timeout",
                                         help="Longest silence mid-stream, seconds."),
-    request_timeout: float = typer.Option(3600.0, "--request-timeout",
+    request_timeout: float = typer.Option(TOTAL_S, "--request-timeout",
                                           help="Longest single request, seconds."),
+    max_failed: float = typer.Option(
+        MAX_FAILED, "--max-failed", help="Exit non-zero when more than this fraction of the "
+        "measured requests failed (the result is still written and shown)."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompt filler and Poisson arrivals."),
@@ -184,6 +204,10 @@ def bench(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the JSON/CSV/Markdown here instead of stdout (the full JSON when "
         "no format is given).")] = None,
+    no_record: bool = typer.Option(False, "--no-record", help="Do not record the run in the "
+                                   "results database (recorded by default; a partial run "
+                                   "never is)."),
+    db: DbOpt = None,
     export_vllm: Annotated[Path | None, typer.Option(
         "--export-vllm", help="Also write each point as a vllm bench serve result JSON into "
         "this directory.")] = None,
@@ -329,6 +353,8 @@ def bench(
         render_table(result, console)
         if slo_spec is not None and slo_results is not None:
             render_slo(result, slo_spec, slo_results, console)
+    if not no_record and not interrupted:
+        record_result(result, db, err)
     if write_failed:
         raise write_failed[0]
     if interrupted:
@@ -345,6 +371,7 @@ def bench(
         pr = dead[0]
         why = "; ".join(pr.notes) or "no samples"
         raise BenchError(f"{result.base_url}: {pr.point.label}: no request completed ({why})")
+    fail_check(result.base_url, [pr.metrics for pr in result.points], max_failed)
 
 
 def bench_import(

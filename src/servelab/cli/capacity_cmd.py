@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.errors import INTERRUPTED
+from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
 from servelab.cli.output import JsonOpt
 from servelab.errors import OutputPathError, UsageError
 from servelab.outfile import check_output_file, write_json
@@ -89,7 +90,8 @@ def capacity(
                             "(ms; all must hold; a failed request counts as too slow)."),
     variable: str = typer.Option("rate", "--variable", help="What to search: rate (open loop, "
                                  "req/s) or concurrency (closed loop)."),
-    low: float = typer.Option(0.25, "--low", help="Lowest value searched."),
+    low: float | None = typer.Option(None, "--low", help="Lowest value searched (default "
+                                     "0.25 req/s for rate, 1 stream for concurrency)."),
     high: float = typer.Option(256.0, "--high", help="Highest value searched."),
     start: float | None = typer.Option(None, "--start", help="First value probed."),
     tolerance: float = typer.Option(0.05, "--tolerance", help="Rates: stop when the bracket "
@@ -116,6 +118,9 @@ def capacity(
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrivals."),
+    max_failed: float = typer.Option(
+        MAX_FAILED, "--max-failed", help="Exit non-zero when more than this fraction of all "
+        "probes' requests failed (a failing server is not a slow one)."),
     as_json: JsonOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
 ) -> None:
@@ -150,6 +155,8 @@ def capacity(
     slo_spec = parse_slo(slo)
     if out is not None:
         check_output_file(out)  # before any probe runs
+    if low is None:
+        low = 0.25 if variable == "rate" else 1.0
     spec = SearchSpec(variable="rate" if variable == "rate" else "concurrency", low=low,
                       high=high, start=start, tolerance=tolerance, confirm=confirm)
     n_req = requests if requests is not None else (20 if variable == "rate" else None)
@@ -160,7 +167,8 @@ def capacity(
                         burstiness=burstiness)
     cfg = BenchConfig(base_url=url, workload=work, model=model,
                       endpoint="chat" if endpoint == "chat" else "completions",
-                      timeouts=Timeouts(first_byte_s=600.0, stall_s=120.0, total_s=3600.0),
+                      timeouts=Timeouts(first_byte_s=FIRST_BYTE_S, stall_s=STALL_S,
+                                        total_s=TOTAL_S),
                       api_key=api_key, scrape_metrics=False)
     err = Console(stderr=True, highlight=False)
     done: list[CapacityResult] = []
@@ -211,6 +219,7 @@ def capacity(
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
         if failure is not None:
             raise failure
+        _fail_check(results, max_failed)
         return
     console = Console(highlight=False)
     for res in results:
@@ -219,6 +228,13 @@ def capacity(
         render_capacities(results, console)
     if failure is not None:
         raise failure
+    _fail_check(results, max_failed)
+
+
+def _fail_check(results: tuple[CapacityResult, ...], max_failed: float) -> None:
+    for res in results:
+        fail_check(f"{res.base_url}: prompt {res.prompt_len}",
+                   [p.metrics for p in res.probes], max_failed)
 
 
 def register(app: typer.Typer) -> None:
