@@ -25,8 +25,8 @@ from typing import Any
 
 from servelab.errors import OutputPathError
 
-__all__ = ["check_output_dir", "check_output_file", "file_mode", "write_bytes", "write_json",
-           "write_text"]
+__all__ = ["check_new_checkpoint", "check_output_dir", "check_output_file", "file_mode",
+           "write_bytes", "write_json", "write_text"]
 
 
 def file_mode() -> int:
@@ -76,6 +76,22 @@ def check_output_dir(path: Path) -> Path:
         raise OutputPathError("exists and is not a directory", path=path)
     _probe_dir(path, path)
     return path
+
+
+def check_new_checkpoint(path: Path, *, force: bool) -> Path:
+    """Check that ``path`` can receive a checkpoint: OutputPathError when it already holds
+    one (``config.json``, safetensors or GGUF files) and ``force`` is not given, or when it
+    cannot be written."""
+    path = Path(path)
+    if path.is_dir() and not force:
+        held = sorted(p.name for p in path.iterdir()
+                      if p.name == "config.json" or p.suffix in (".safetensors", ".gguf")
+                      or p.name.endswith(".safetensors.index.json"))
+        if held:
+            shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            raise OutputPathError(f"already holds a checkpoint ({shown}); pass --force to "
+                                  "overwrite it", path=path)
+    return check_output_dir(path)
 
 
 def write_bytes(path: Path, data: bytes) -> None:
