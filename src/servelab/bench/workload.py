@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from servelab.bench.client import BenchClient, RequestSpec
 from servelab.bench.datasets import Entry, load_dataset
-from servelab.bench.metrics import Metrics, buffered, compute, per_request
+from servelab.bench.metrics import Metrics, buffered, bulk_read, compute, per_request
 from servelab.bench.profiles import Arrival, LoadProfile, ProfileKind, Trace, load_trace
 from servelab.bench.prompts import PromptBuilder
 from servelab.bench.samples import ErrorKind, RequestSample
@@ -278,6 +278,12 @@ def notes_for(metrics: Metrics, samples: Sequence[RequestSample]) -> tuple[str, 
     if held:
         out.append(f"{held} completed requests arrived mostly in one chunk (server output "
                    "buffered): no per-token timing taken from them")
+    bulk = sum(1 for smp in samples if not smp.warmup and not buffered(smp) and bulk_read(smp))
+    if bulk:
+        out.append(f"{bulk} completed requests reached the client in a few bulk reads (too "
+                   "few inter-token gaps): no TPOT or decode figure taken from them")
+    if metrics.decode_flag is not None:
+        out.append(metrics.decode_flag)
     if metrics.prompt_len_mismatches:
         out.append(f"{metrics.prompt_len_mismatches} completed requests: usage.prompt_tokens "
                    "differs from the built prompt length")
@@ -368,8 +374,10 @@ class WorkloadRunner:
         n_batch = spec.batch_size(pt.concurrency)
         if self.trace is not None:
             n_batch = min(spec.requests or len(self.trace.arrivals), len(self.trace.arrivals))
+        stopped = f"the most batches allowed ({max_rep}, --max-repeats)"
         while repeats < max_rep:
             if budget_end is not None and time.perf_counter_ns() >= budget_end:
+                stopped = "the time budget (--duration) ran out"
                 break
             repeats += 1
             measured += await self._batch(pt, n_batch, pi, npts, "measure", len(measured),
@@ -379,7 +387,8 @@ class WorkloadRunner:
             if converged:
                 break
             if all(s.error is not None for s in measured[-n_batch:]):
-                break  # a whole batch failed: more repeats will not converge
+                stopped = "a whole batch failed (more batches would not converge)"
+                break
         samples += measured
         m = compute(samples, min_latency_ms=min_lat)
         dr: dict[str, Drift] = {}
@@ -400,10 +409,10 @@ class WorkloadRunner:
                              "and second half of the measured requests")
         if not converged:
             worst = {k: v for k, v in ci_rel.items() if v is None or v > spec.ci_target}
-            notes.append("95% CI not within ±{:.1%} after {} batch(es): {}".format(
+            notes.append("95% CI not within ±{:.1%} after {} batch(es): {}; stopped: {}".format(
                 spec.ci_target, repeats,
                 ", ".join(f"{k} ±{v:.1%}" if v is not None else f"{k} n/a"
-                          for k, v in worst.items()) or "no samples"))
+                          for k, v in worst.items()) or "no samples", stopped))
         return PointResult(point=pt, samples=tuple(samples), metrics=m, repeats=repeats,
                            converged=converged, ci_rel=ci_rel, drift=dr, notes=tuple(notes))
 
