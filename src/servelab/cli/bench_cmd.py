@@ -21,6 +21,7 @@ from rich.table import Table
 from servelab.cli.errors import INTERRUPTED
 from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
 from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.cli.progress import LineTicker
 from servelab.defaults import OUTPUT_LEN, prompt_lens_text
 from servelab.errors import BenchError, OutputPathError, UsageError
 from servelab.outfile import check_output_dir, check_output_file, write_json, write_text
@@ -308,9 +309,16 @@ def bench(
                   console=err, transient=True) as progress:
         tasks: dict[tuple[int, str], Any] = {}
         failed: dict[tuple[int, str], int] = {}
+        lines = LineTicker(err)  # into a log: a line per phase and every 10 s
 
         def on_progress(ev: ProgressEvent) -> None:
             key = (ev.point_index, ev.phase)
+            line = (f"[{ev.point_index + 1}/{ev.points}] {ev.point.label} · {ev.phase} "
+                    f"{ev.done}{f'/{ev.total}' if ev.total else ''}")
+            if key not in tasks or ev.done == ev.total:
+                lines.say(line)
+            else:
+                lines.tick(line)
             if key not in tasks:
                 label = f"[{ev.point_index + 1}/{ev.points}] {ev.point.label} · {ev.phase}"
                 tasks[key] = progress.add_task(escape(label), total=ev.total, failed=0)

@@ -119,7 +119,7 @@ def runs_table(runs: list[RunRecord], title: str = "runs") -> Table:
         )
         for r in runs
     ]
-    return Table(title, cols, rows)
+    return Table(title, cols, rows, no_wrap=("id",))
 
 
 @app.command("list")
