@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from tests.bench.cli import servelab
 
 from servelab.cli.output import emit
 from servelab.cli.runs_cmd import runs_table
 from servelab.store import RunRecord, open_store
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
-from tests.bench.cli import servelab
 
 
 def _db_with_runs(path: Path) -> list[str]:
