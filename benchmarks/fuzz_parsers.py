@@ -38,6 +38,7 @@ from servelab.checkpoint.safetensors_format import DTYPE_BITS, parse_header
 from servelab.checkpoint.sources import parse_index
 from servelab.errors import ServelabError
 from servelab.testing.gguf_seed import gguf_mutations, write_seed_gguf
+from servelab.testing.mutations import byte_mutations
 
 TARGETS = ("header", "index", "config", "gguf")
 
@@ -105,23 +106,6 @@ json_value = st.recursive(
 
 
 @st.composite
-def mutated_file(draw: st.DrawFn) -> bytes:
-    raw = bytearray(VALID)
-    for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["flip", "cut", "insert", "length"]))
-        pos = draw(st.integers(0, len(raw) - 1)) if raw else 0
-        if kind == "flip" and raw:
-            raw[pos] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "cut":
-            del raw[pos:]
-        elif kind == "insert":
-            raw[pos:pos] = draw(st.binary(min_size=1, max_size=8))
-        else:
-            raw[:8] = struct.pack("<Q", draw(st.integers(0, 2**64 - 1)))
-    return bytes(raw)
-
-
-@st.composite
 def structured_header(draw: st.DrawFn) -> bytes:
     header = _valid_header(draw(st.integers(0, 8)))
     names = [k for k in header if not k.startswith("__")]
@@ -149,7 +133,8 @@ def deep_json(draw: st.DrawFn) -> bytes:
     return struct.pack("<Q", len(body)) + body
 
 
-headers = st.one_of(st.binary(max_size=400), mutated_file(), structured_header(), deep_json())
+headers = st.one_of(st.binary(max_size=400), byte_mutations(VALID, field_anywhere=False),
+                    structured_header(), deep_json())
 index_docs = st.one_of(
     st.binary(max_size=300),
     json_value.map(lambda v: json.dumps(v).encode()),

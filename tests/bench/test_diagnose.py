@@ -9,12 +9,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from tests.bench.cli import servelab
 
 from servelab.bench.diagnose import diagnose
+from servelab.testing.http_server import serve_handler
 from servelab.testing.synthetic_server import Fault, FaultKind, SyntheticConfig, SyntheticServer
 
 
@@ -33,14 +34,8 @@ def _http(status: int, body: bytes, ctype: str) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve_handler(H) as url:
+        yield url
 
 
 @contextmanager

@@ -4,7 +4,6 @@ in F32, F16 and Q8_0, written with the ``gguf`` package's own writer (test infra
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -41,28 +40,12 @@ def write_seed_gguf(path: Path) -> Path:
 
 
 def gguf_mutations(seed: bytes) -> Any:
-    """A hypothesis strategy of broken copies of ``seed``: bits flipped, the file cut,
-    bytes inserted, a length or count field rewritten (up to six edits), and bare headers
-    (``GGUF`` + random bytes). Needs hypothesis (a development dependency)."""
+    """A hypothesis strategy of broken copies of ``seed``
+    (:func:`servelab.testing.mutations.byte_mutations`, any count or length field) and bare
+    headers (``GGUF`` + random bytes). Needs hypothesis (a development dependency)."""
     from hypothesis import strategies as st
 
-    @st.composite
-    def mutated(draw: st.DrawFn) -> bytes:
-        raw = bytearray(seed)
-        for _ in range(draw(st.integers(1, 6))):
-            kind = draw(st.sampled_from(["flip", "cut", "insert", "count"]))
-            pos = draw(st.integers(0, max(0, len(raw) - 1)))
-            if kind == "flip" and raw:
-                raw[pos] ^= 1 << draw(st.integers(0, 7))
-            elif kind == "cut":
-                del raw[pos:]
-            elif kind == "insert":
-                raw[pos:pos] = draw(st.binary(min_size=1, max_size=8))
-            elif len(raw) >= pos + 8:
-                value = draw(st.sampled_from([0, 1, 2**31, 2**32 + 1, 2**63, 2**64 - 1, -1]))
-                if value < 0:
-                    value = draw(st.integers(0, 2**64 - 1))
-                raw[pos:pos + 8] = struct.pack("<Q", value)
-        return bytes(raw)
+    from servelab.testing.mutations import byte_mutations
 
-    return st.one_of(mutated(), st.binary(max_size=64).map(lambda b: b"GGUF" + b))
+    return st.one_of(byte_mutations(seed, field_anywhere=True),
+                     st.binary(max_size=64).map(lambda b: b"GGUF" + b))
