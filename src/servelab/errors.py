@@ -23,6 +23,7 @@ shown with a traceback hint.
     ├── BenchError                     a benchmark could not produce a result
     └── StoreError                     the results database is unusable
         ├── StoreSchemaError           foreign or newer schema, corrupted file
+        │   └── StoreFileError         exit 2: the --db path is a directory or not SQLite
         └── RunNotFoundError           no stored run matches the given id
 
 Each class keeps the offending path (when there is one) so that the message can name it.
@@ -141,6 +142,13 @@ class StoreError(ServelabError):
 
 class StoreSchemaError(StoreError):
     """The database has a foreign, newer or corrupted schema."""
+
+
+class StoreFileError(StoreSchemaError):
+    """The database path names a directory or a file that is not SQLite at all: bad input
+    (a mistyped ``--db``), exit code 2."""
+
+    exit_code = 2
 
 
 class RunNotFoundError(StoreError):

@@ -32,6 +32,7 @@ from servelab.errors import (
     InputError,
     RunNotFoundError,
     StoreError,
+    StoreFileError,
     StoreSchemaError,
     UsageError,
 )
@@ -145,12 +146,12 @@ def _make_engine(url: str) -> Engine:
 
 def _check_sqlite_file(path: Path) -> None:
     if path.is_dir():
-        raise StoreError("is a directory, not a results database", path=path)
+        raise StoreFileError("is a directory, not a results database", path=path)
     if path.exists():
         with path.open("rb") as fh:
             head = fh.read(len(_SQLITE_MAGIC))
         if head and head != _SQLITE_MAGIC:
-            raise StoreSchemaError(
+            raise StoreFileError(
                 "not a SQLite database (corrupted or foreign file); move it away or pass --db",
                 path=path,
             )
