@@ -38,3 +38,17 @@ def test_bench_records_and_imports_are_idempotent(tmp_path: Path) -> None:
         assert imp.returncode == 0, imp.stderr
         assert len(json.loads(imp.stdout)["added"]) == added, (path, imp.stdout)
     assert len(_ids(db)) == 2
+
+
+@pytest.mark.timeout(180)
+def test_a_recorded_bench_run_claims_no_context_on_its_page(tmp_path: Path) -> None:
+    db = tmp_path / "results.db"
+    with SyntheticServer(SyntheticConfig(ttft_s=0.01, itl_s=0.002)) as srv:
+        rec = servelab("bench", srv.base_url, *ARGS, "--db", str(db))
+    assert rec.returncode == 0, rec.stderr
+    site = tmp_path / "site"
+    built = servelab("site", "build", str(site), "--db", str(db))
+    assert built.returncode == 0, built.stderr
+    pages = "\n".join(p.read_text() for p in site.rglob("*.md"))
+    assert "synthetic" in pages and "was measured on one" in pages
+    assert "0-token context" not in pages
