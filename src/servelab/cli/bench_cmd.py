@@ -23,7 +23,7 @@ from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fa
 from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format
 from servelab.cli.progress import LineTicker
 from servelab.defaults import OUTPUT_LEN, prompt_lens_text
-from servelab.errors import BenchError, OutputPathError, UsageError
+from servelab.errors import BenchError, OutputPathError, ServelabError, UsageError
 from servelab.outfile import check_output_dir, check_output_file, write_json, write_text
 from servelab.units import parse_int_list
 
@@ -361,10 +361,18 @@ def bench(
         render_table(result, console)
         if slo_spec is not None and slo_results is not None:
             render_slo(result, slo_spec, slo_results, console)
+    record_error: ServelabError | None = None
     if not no_record and not interrupted:
-        record_result(result, db, err)
+        try:
+            record_result(result, db, err)
+        except ServelabError as exc:  # said after the table, like a failed --out write
+            record_error = exc
     if write_failed:
+        if record_error is not None:
+            err.print(f"[bold yellow]warning:[/] not recorded either: {escape(str(record_error))}")
         raise write_failed[0]
+    if record_error is not None:
+        raise record_error
     if interrupted:
         n = sum(1 for pr in result.points for s in pr.samples if not s.warmup)
         where = f"; written to {out}" if out is not None else ""
