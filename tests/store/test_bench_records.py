@@ -33,6 +33,9 @@ def test_bench_records_and_imports_are_idempotent(tmp_path: Path) -> None:
         assert skip.returncode == 0, skip.stderr
     (rid,) = _ids(db)
     assert f"recorded as run {rid}" in rec.stderr and "recorded" not in skip.stderr
+    (run,) = json.loads(servelab("runs", "list", "--db", str(db), "--json").stdout)["runs"]
+    # the engine as the server names itself (/v1/models owned_by); no version it did not state
+    assert run["engine_name"] == "servelab-synthetic" and run["engine_version"] is None
     for path, added in (("a.json", 0), ("b.json", 1), ("a.json", 0), ("b.json", 0)):
         imp = servelab("runs", "import", str(tmp_path / path), "--db", str(db), "--json")
         assert imp.returncode == 0, imp.stderr

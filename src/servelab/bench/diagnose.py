@@ -40,6 +40,8 @@ class Diagnosis:
     detail: str
     status: int | None = None
     models: tuple[str, ...] = ()
+    owned_by: str | None = None
+    """The first model's ``owned_by``: the serving engine (``vllm``, ``llamacpp``, ...)."""
 
     @property
     def message(self) -> str:
@@ -95,11 +97,33 @@ def diagnose(base_url: str, *, api_key: str | None = None,
     try:
         data = r.json()["data"]
         models = tuple(str(m["id"]) for m in data)
+        owner = data[0].get("owned_by") if data and isinstance(data[0], dict) else None
     except (ValueError, KeyError, TypeError) as exc:
         return Diagnosis(url, "not_openai", f"HTTP {st} but not an OpenAI model list "
                          f"({type(exc).__name__}); not an OpenAI-compatible API", st)
     return Diagnosis(url, "ok", f"OpenAI-compatible, serving {', '.join(models) or 'nothing'}",
-                     st, models)
+                     st, models, str(owner) if isinstance(owner, str) and owner else None)
+
+
+def engine_identity(base_url: str, *, api_key: str | None = None) -> tuple[str | None,
+                                                                             str | None]:
+    """``(engine name, version)`` as the server states them, for recording a run servelab
+    did not start: the name from ``/v1/models``' ``owned_by``, vLLM's version from
+    ``/version``; ``None`` for what the server does not say (never guessed)."""
+    d = diagnose(base_url, api_key=api_key)
+    if d.verdict != "ok" or d.owned_by is None:
+        return None, None
+    version = None
+    if d.owned_by == "vllm":
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            r = httpx.get(base_url.rstrip("/") + "/version", headers=headers,
+                          timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+            v = r.json().get("version") if r.status_code == 200 else None
+            version = str(v) if isinstance(v, str) and v else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            version = None
+    return d.owned_by, version
 
 
 def require_openai(base_url: str, *, model: str | None, api_key: str | None = None) -> str:
@@ -121,4 +145,4 @@ def require_openai(base_url: str, *, model: str | None, api_key: str | None = No
     raise BenchError(d.message)
 
 
-__all__ = ["Diagnosis", "Verdict", "diagnose", "require_openai"]
+__all__ = ["Diagnosis", "Verdict", "diagnose", "engine_identity", "require_openai"]

@@ -106,14 +106,18 @@ def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
     console.print(table)
 
 
-def record_result(result: BenchResult, db: str | None, err: Console) -> None:
+def record_result(result: BenchResult, db: str | None, err: Console,
+                  api_key: str | None = None) -> None:
     """Record ``result`` in the results database (a run id from its content: importing its
-    JSON later finds it stored)."""
+    JSON later finds it stored), with the engine name and version the server states."""
+    from servelab.bench.diagnose import engine_identity
     from servelab.store import display_url, import_runs, open_store, resolve_url
     from servelab.store.exchange import run_from_bench_json
 
     url = resolve_url(db)
-    rec = run_from_bench_json(result.to_json(), source=result.base_url)
+    name, version = engine_identity(result.base_url, api_key=api_key)
+    rec = run_from_bench_json(result.to_json(), source=result.base_url, engine_name=name,
+                              engine_version=version)
     with open_store(url) as store:
         done = import_runs(store, [rec])
     rid = (done.added or done.skipped)[0]
@@ -364,7 +368,7 @@ def bench(
     record_error: ServelabError | None = None
     if not no_record and not interrupted:
         try:
-            record_result(result, db, err)
+            record_result(result, db, err, api_key)
         except ServelabError as exc:  # said after the table, like a failed --out write
             record_error = exc
     if write_failed:
