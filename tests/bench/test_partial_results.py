@@ -9,6 +9,7 @@ operating system's own.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -70,6 +71,25 @@ def test_ctrl_c_keeps_every_completed_sample(tmp_path: Path) -> None:
     assert sent - len(kept) <= 1  # only the request in flight at Ctrl-C is missing
     assert "prompt 8" in stderr and "prompt 16" in stderr  # the partial table, on stderr
     assert stdout == ""  # --out given: nothing else on stdout
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_without_out_keeps_the_result_in_the_data_directory(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "SERVELAB_HOME": str(home)}
+    with SyntheticServer(SLOW) as srv:
+        proc = subprocess.Popen([sys.executable, "-c", CODE, "bench", srv.base_url, *ARGS,
+                                 "--no-record"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        time.sleep(4.0)  # the first point (4 requests of ~0.6 s) and some of the second
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    (kept,) = (home / "partial").glob("bench-*.json")
+    assert f"written to {kept}" in stderr
+    res = load(kept)
+    assert res.partial == "interrupted (Ctrl-C)" and res.points[0].metrics.completed >= 1
+    assert "prompt 8" in stdout  # the table, on stdout (no format asked for)
 
 
 @pytest.mark.timeout(120)

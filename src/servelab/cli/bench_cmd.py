@@ -277,7 +277,7 @@ def bench(
                           total_s=request_timeout),
         tokenizer=tokenizer, api_key=api_key,
     )
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # paths stay whole
 
     def render_out(res: BenchResult) -> str:
         """The --out file's text for ``res`` in the chosen format."""
@@ -380,6 +380,16 @@ def bench(
     if interrupted:
         n = sum(1 for pr in result.points for s in pr.samples if not s.warmup)
         where = f"; written to {out}" if out is not None else ""
+        if out is None:  # no --out: the data directory keeps it, never the void
+            from servelab.store import data_dir
+
+            stamp = result.started_at.replace(":", "").replace("-", "")
+            kept = data_dir() / "partial" / f"bench-{stamp}.json"
+            try:
+                write_json(kept, result.to_json())
+                where = f"; written to {kept}"
+            except OutputPathError as exc:
+                where = f"; not written: {exc}"
         err.print(f"[bold red]interrupted:[/] partial result kept ({n} measured request(s) "
                   f"in {len(result.points)} point(s){escape(where)})")
         raise typer.Exit(INTERRUPTED)

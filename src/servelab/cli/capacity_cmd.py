@@ -170,7 +170,7 @@ def capacity(
                       timeouts=Timeouts(first_byte_s=FIRST_BYTE_S, stall_s=STALL_S,
                                         total_s=TOTAL_S),
                       api_key=api_key, scrape_metrics=False)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # paths stay whole
     done: list[CapacityResult] = []
     probes: list[Probe] = []
 
