@@ -1,9 +1,10 @@
 """Fuzz campaign over everything servelab parses from a checkpoint (issue 8).
 
-Generated inputs (hypothesis) go through the header parser, the shard-index parser and the
-config parser. Every input must either parse or be rejected with a ``ServelabError``; any
-other exception is a bug and is printed with its input. Each header input is also given to
-the reference Rust reader (``safetensors``), and the two verdicts are compared.
+Generated inputs (hypothesis) go through the header parser, the shard-index parser, the
+config parser and the GGUF reader (broken copies of a small valid GGUF file, issue 33).
+Every input must either parse or be rejected with a ``ServelabError``; any other exception
+is a bug and is printed with its input. Each header input is also given to the reference
+Rust reader (``safetensors``), and the two verdicts are compared.
 
 Prints, per target: inputs, accepted, rejected (by rule), other exceptions, the slowest
 input, the peak Python memory of the whole campaign, and — for headers — how often servelab
@@ -25,15 +26,21 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servelab.checkpoint.configs import parse_json_object
+from servelab.checkpoint.gguf_format import load_gguf
 from servelab.checkpoint.safetensors_format import DTYPE_BITS, parse_header
 from servelab.checkpoint.sources import parse_index
 from servelab.errors import ServelabError
+from servelab.testing.gguf_seed import gguf_mutations, write_seed_gguf
+from servelab.testing.mutations import byte_mutations
+
+TARGETS = ("header", "index", "config", "gguf")
 
 
 @dataclass
@@ -99,23 +106,6 @@ json_value = st.recursive(
 
 
 @st.composite
-def mutated_file(draw: st.DrawFn) -> bytes:
-    raw = bytearray(VALID)
-    for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["flip", "cut", "insert", "length"]))
-        pos = draw(st.integers(0, len(raw) - 1)) if raw else 0
-        if kind == "flip" and raw:
-            raw[pos] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "cut":
-            del raw[pos:]
-        elif kind == "insert":
-            raw[pos:pos] = draw(st.binary(min_size=1, max_size=8))
-        else:
-            raw[:8] = struct.pack("<Q", draw(st.integers(0, 2**64 - 1)))
-    return bytes(raw)
-
-
-@st.composite
 def structured_header(draw: st.DrawFn) -> bytes:
     header = _valid_header(draw(st.integers(0, 8)))
     names = [k for k in header if not k.startswith("__")]
@@ -143,7 +133,8 @@ def deep_json(draw: st.DrawFn) -> bytes:
     return struct.pack("<Q", len(body)) + body
 
 
-headers = st.one_of(st.binary(max_size=400), mutated_file(), structured_header(), deep_json())
+headers = st.one_of(st.binary(max_size=400), byte_mutations(VALID, field_anywhere=False),
+                    structured_header(), deep_json())
 index_docs = st.one_of(
     st.binary(max_size=300),
     json_value.map(lambda v: json.dumps(v).encode()),
@@ -175,9 +166,9 @@ def reference_accepts(raw: bytes, scratch: str) -> bool | None:
         return False
 
 
-def campaign(examples: int) -> dict[str, Tally]:
-    """Run all three targets with ``examples`` inputs each."""
-    tallies = {"header": Tally(), "index": Tally(), "config": Tally()}
+def campaign(examples: int, targets: tuple[str, ...] = TARGETS) -> dict[str, Tally]:
+    """Run ``targets`` with ``examples`` inputs each."""
+    tallies = {t: Tally() for t in targets}
     budget = settings(max_examples=examples, deadline=None, database=None,
                       suppress_health_check=list(HealthCheck))
     scratch = os.path.join(tempfile.mkdtemp(prefix="servelab-fuzz-"), "f.safetensors")
@@ -205,9 +196,20 @@ def campaign(examples: int) -> dict[str, Tally]:
     def fuzz_config(raw: bytes) -> None:
         tallies["config"].run(lambda: parse_json_object(raw, file="config.json"))
 
-    fuzz_header()
-    fuzz_index()
-    fuzz_config()
+    gguf_dir = tempfile.mkdtemp(prefix="servelab-fuzz-gguf-")
+    seed = write_seed_gguf(Path(gguf_dir) / "seed.gguf").read_bytes()
+    gguf_path = Path(gguf_dir) / "fuzz.gguf"
+
+    @budget
+    @given(gguf_mutations(seed))
+    def fuzz_gguf(raw: bytes) -> None:
+        gguf_path.write_bytes(raw)
+        tallies["gguf"].run(lambda: load_gguf(gguf_path, str(gguf_path)))
+
+    runs = {"header": fuzz_header, "index": fuzz_index, "config": fuzz_config,
+            "gguf": fuzz_gguf}
+    for t in targets:
+        runs[t]()
     return tallies
 
 
@@ -215,10 +217,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=12_000, help="inputs per target")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument("--targets", default=",".join(TARGETS),
+                    help=f"comma-separated subset of {', '.join(TARGETS)}")
     args = ap.parse_args()
+    targets = tuple(t for t in args.targets.split(",") if t)
+    if not set(targets) <= set(TARGETS):
+        ap.error(f"--targets: choose from {', '.join(TARGETS)}")
     tracemalloc.start()
     t0 = time.perf_counter()
-    tallies = campaign(args.examples)
+    tallies = campaign(args.examples, targets)
     wall = time.perf_counter() - t0
     _, peak = tracemalloc.get_traced_memory()
     rows = []

@@ -19,6 +19,7 @@ few seconds.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -62,6 +63,20 @@ def _session_engines(
     finally:
         for eng in engines.values():
             eng.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _results_db_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``servelab bench`` records every run by default: the suite's runs go to a database of
+    its own, never into the user's (a test that needs another passes --db)."""
+    if "SERVELAB_DB" in os.environ:
+        yield
+        return
+    os.environ["SERVELAB_DB"] = str(tmp_path_factory.mktemp("db") / "results.db")
+    try:
+        yield
+    finally:
+        os.environ.pop("SERVELAB_DB", None)
 
 
 @pytest.fixture(scope="session", autouse=True)

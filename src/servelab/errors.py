@@ -13,7 +13,8 @@ shown with a traceback hint.
     │   ├── ConfigError                config.json / quantization config is malformed
     │   ├── RecipeError                a recipe file is invalid (names key and line)
     │   ├── HardwareProfileError       unknown or malformed hardware profile
-    │   └── UsageError                 inconsistent command-line options
+    │   ├── UsageError                 inconsistent command-line options
+    │   └── OutputPathError            an output file or directory cannot be written
     ├── RemoteError                    a remote source (Hub, HTTP) failed or misbehaved
     ├── EngineError                    the serving engine could not be started or died
     │   ├── EngineNotFoundError        executable / interpreter missing
@@ -22,6 +23,7 @@ shown with a traceback hint.
     ├── BenchError                     a benchmark could not produce a result
     └── StoreError                     the results database is unusable
         ├── StoreSchemaError           foreign or newer schema, corrupted file
+        │   └── StoreFileError         exit 2: the --db path is a directory or not SQLite
         └── RunNotFoundError           no stored run matches the given id
 
 Each class keeps the offending path (when there is one) so that the message can name it.
@@ -106,6 +108,10 @@ class UsageError(InputError):
     """Command-line options that cannot be used together, or are out of range."""
 
 
+class OutputPathError(InputError):
+    """An output file or directory cannot be written (checked before any long work)."""
+
+
 class RemoteError(ServelabError):
     """A remote source failed or misbehaved."""
 
@@ -136,6 +142,13 @@ class StoreError(ServelabError):
 
 class StoreSchemaError(StoreError):
     """The database has a foreign, newer or corrupted schema."""
+
+
+class StoreFileError(StoreSchemaError):
+    """The database path names a directory or a file that is not SQLite at all: bad input
+    (a mistyped ``--db``), exit code 2."""
+
+    exit_code = 2
 
 
 class RunNotFoundError(StoreError):

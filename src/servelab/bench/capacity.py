@@ -309,13 +309,28 @@ def unsearchable(profile: str, variable: Variable) -> str | None:
 
 
 def run_capacities(cfg: BenchConfig, slo: Slo, spec: SearchSpec, *, max_rounds: int = 3,
-                   on_probe: ProbeFn | None = None) -> tuple[CapacityResult, ...]:
+                   on_probe: ProbeFn | None = None,
+                   on_result: Callable[[CapacityResult], None] | None = None
+                   ) -> tuple[CapacityResult, ...]:
     """One capacity search per prompt length of the workload, in order (each a fresh
-    :func:`run_capacity` with the workload's other settings)."""
-    return tuple(
-        run_capacity(replace(cfg, workload=replace(cfg.workload, prompt_lens=(n,))), slo, spec,
-                     max_rounds=max_rounds, on_probe=on_probe)
-        for n in dict.fromkeys(cfg.workload.prompt_lens))
+    :func:`run_capacity` with the workload's other settings); ``on_result`` receives each
+    length's result as soon as its search ends."""
+    out: list[CapacityResult] = []
+    for n in dict.fromkeys(cfg.workload.prompt_lens):
+        out.append(run_capacity(replace(cfg, workload=replace(cfg.workload, prompt_lens=(n,))),
+                                slo, spec, max_rounds=max_rounds, on_probe=on_probe))
+        if on_result is not None:
+            on_result(out[-1])
+    return tuple(out)
+
+
+def partial_capacity_json(done: Sequence[CapacityResult], probes: Sequence[Probe],
+                          prompt_len: int | None, reason: str) -> dict[str, Any]:
+    """An unfinished capacity search (schema ``servelab.capacity-partial/1``): the searches
+    that ended, then the probes of the one under way (``prompt_len``) and why it stopped."""
+    return {"schema": "servelab.capacity-partial/1", "partial": reason,
+            "results": [r.to_json() for r in done], "prompt_len": prompt_len,
+            "probes": [p.to_json() for p in probes]}
 
 
 def capacities_json(results: Sequence[CapacityResult]) -> dict[str, Any]:

@@ -56,6 +56,8 @@ class Metrics:
     min_latency_ms: float | None = None
     dispatch_lag_ms: Summary | None = None
     """Open loop: send time minus scheduled time, per request (the client's own lag)."""
+    decode_flag: str | None = None
+    """Why ``decode_tok_s`` is None although requests completed (:func:`decode_withheld`)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (schema ``servelab.bench/1``, ``points[].metrics``)."""
@@ -77,6 +79,7 @@ class Metrics:
             "tokens_per_chunk": s(self.tokens_per_chunk),
             "min_latency_ms": self.min_latency_ms,
             "dispatch_lag_ms": s(self.dispatch_lag_ms),
+            **({"decode_flag": self.decode_flag} if self.decode_flag is not None else {}),
         }
 
     @classmethod
@@ -99,7 +102,7 @@ class Metrics:
             itl_token_ms=s("itl_token_ms"), e2el_ms=s("e2el_ms"),
             decode_tok_s=s("decode_tok_s"), prefill_tok_s=s("prefill_tok_s"),
             tokens_per_chunk=s("tokens_per_chunk"), min_latency_ms=d.get("min_latency_ms"),
-            dispatch_lag_ms=s("dispatch_lag_ms"),
+            dispatch_lag_ms=s("dispatch_lag_ms"), decode_flag=d.get("decode_flag"),
         )
 
 
@@ -129,6 +132,33 @@ def buffered(s: RequestSample) -> bool:
     return bool(s.ok and s.chunk_tokens and ct > 2 and 2 * s.chunk_tokens[0] > ct)
 
 
+MIN_GAP_NS = 50_000
+"""Chunks less than 50 µs apart came out of one socket read: no decode step is that short."""
+
+
+def bulk_read(s: RequestSample) -> bool:
+    """True when the stream reached the client in a few bulk reads: fewer than a quarter of
+    the gaps between its chunks are real gaps (>= :data:`MIN_GAP_NS`), so its (E2E − TTFT)
+    is not a sum of decode steps and gives no TPOT or decode figure (a buffering proxy or
+    server does this; the issue-33 demo read 55,152 tok/s from such streams). A server that
+    runs late and sends two or three due chunks per write keeps its schedule: not flagged."""
+    c = s.chunk_ns
+    gaps = len(c) - 1
+    if not s.ok or gaps < 2:
+        return False
+    real = sum(1 for i in range(1, len(c)) if c[i] - c[i - 1] >= MIN_GAP_NS)
+    return 4 * real < gaps
+
+
+def decode_withheld(summary: Summary | None) -> str | None:
+    """Why a point's decode rate is not a figure (its 95 % CI reaches zero), or None."""
+    if summary is None or summary.n < 2 or summary.ci_low > 0:
+        return None
+    return (f"decode tok/s withheld: its 95% CI [{summary.ci_low:,.0f}, "
+            f"{summary.ci_high:,.0f}] over {summary.n} requests reaches zero (mean "
+            f"{summary.mean:,.0f}); not a measurement")
+
+
 def per_request(s: RequestSample, min_latency_ms: float | None = None) -> dict[str, float]:
     """Derived values of one completed sample: ttft/tpot/e2el in ms, decode/prefill tok/s."""
     out: dict[str, float] = {}
@@ -140,7 +170,7 @@ def per_request(s: RequestSample, min_latency_ms: float | None = None) -> dict[s
     ct = s.completion_tokens or 0
     if buffered(s):
         return out  # the answer was held back and sent in bulk: no per-token timing
-    if ct > 1 and s.latency_ns > s.ttft_ns:
+    if ct > 1 and s.latency_ns > s.ttft_ns and not bulk_read(s):
         tpot_ms = (s.latency_ns - s.ttft_ns) / 1e6 / (ct - 1)
         out["tpot_ms"] = tpot_ms
         out["decode_tok_s"] = 1000.0 / tpot_ms
@@ -188,6 +218,9 @@ def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = 
     def rate(x: float) -> float:
         return x / duration if duration > 0 else 0.0
 
+    decode = summarize(cols["decode_tok_s"])
+    flag = decode_withheld(decode)
+
     return Metrics(
         completed=len(ok), failed=len(measured) - len(ok), failures=dict(failures),
         prompt_len_mismatches=sum(1 for s in ok if s.prompt_len_mismatch),
@@ -197,9 +230,10 @@ def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = 
         max_concurrent_requests=max_concurrency(measured),
         ttft_ms=summarize(cols["ttft_ms"]), tpot_ms=summarize(cols["tpot_ms"]),
         itl_ms=summarize(itl), itl_token_ms=summarize(itl_tok),
-        e2el_ms=summarize(cols["e2el_ms"]), decode_tok_s=summarize(cols["decode_tok_s"]),
+        e2el_ms=summarize(cols["e2el_ms"]), decode_tok_s=None if flag else decode,
         prefill_tok_s=summarize(cols["prefill_tok_s"]), tokens_per_chunk=summarize(tpc),
         min_latency_ms=min_latency_ms,
         dispatch_lag_ms=summarize([s.dispatch_lag_ns / 1e6 for s in measured
                                    if s.dispatch_lag_ns is not None]),
+        decode_flag=flag,
     )

@@ -35,7 +35,9 @@ JSON schema ``servelab.bench/1`` (all times in the units their key names say)::
       "notes": [str],
       "token_check": {ok, requests, client_prompt_tokens, client_completion_tokens,
                       prompt_len_mismatches, server_prompt_tokens, server_generation_tokens,
-                      counters_compared, skipped_reason, problems: [str]} | null
+                      counters_compared, skipped_reason, problems: [str]} | null,
+      "partial": str    # only in an incomplete result: why it stopped (the last point may
+                        # be cut short; its notes say so)
     }
 
     Samples of open-loop runs also carry ``scheduled_ns`` (dispatch lag = send_ns −
@@ -46,8 +48,6 @@ JSON schema ``servelab.bench/1`` (all times in the units their key names say)::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ from servelab.bench.stats import Drift
 from servelab.bench.tokencheck import TokenCheck
 from servelab.bench.workload import Point, PointResult, WorkloadSpec
 from servelab.errors import InputError
+from servelab.outfile import write_json
 
 SCHEMA = "servelab.bench/1"
 
@@ -82,6 +83,8 @@ class BenchResult:
     notes: tuple[str, ...] = field(default=())
     schema: str = SCHEMA
     token_check: TokenCheck | None = None
+    partial: str | None = None
+    """Why the run is incomplete (``interrupted (Ctrl-C)``, ``running``, an error), or None."""
 
     def to_json(self, *, include_samples: bool = True) -> dict[str, Any]:
         """The documented JSON form (see the module docstring)."""
@@ -108,6 +111,7 @@ class BenchResult:
                                 if self.server_counters is not None else None),
             "points": pts, "notes": list(self.notes),
             "token_check": self.token_check.to_json() if self.token_check is not None else None,
+            **({"partial": self.partial} if self.partial is not None else {}),
         }
 
     @classmethod
@@ -137,21 +141,13 @@ class BenchResult:
             server_counters=CounterDelta.from_json(sc) if sc is not None else None,
             servelab_version=d["servelab_version"], notes=tuple(d.get("notes", [])),
             token_check=TokenCheck.from_json(tc) if tc is not None else None,
+            partial=d.get("partial"),
         )
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON to ``path`` through a temporary file and a rename (:mod:`servelab.outfile`)."""
+    write_json(path, data)
 
 
 def load(path: Path) -> BenchResult:

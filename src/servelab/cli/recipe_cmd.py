@@ -10,8 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.cli.output import HardwareFileOpt
 from servelab.defaults import PROMPT_LENS
-from servelab.errors import UsageError
+from servelab.errors import HardwareProfileError, RecipeError, UsageError
+from servelab.outfile import check_output_file, write_text
 from servelab.redact import redact_args, redact_env
 
 __all__ = ["STARTER_RECIPE", "app", "register"]
@@ -35,7 +35,7 @@ STARTER_RECIPE = """\
 
 name = "my-recipe"                  # short id: letters, digits, . _ -
 title = "My model on my box"
-hardware = "dgx-spark"              # hardware profile name (e.g. dgx-spark, h200, cpu)
+hardware = "dgx-spark"              # hardware profile name (e.g. dgx-spark, h200, host)
 
 [model]
 # Exactly one of: repo (Hugging Face id), path (local dir, relative to this file), synth.
@@ -100,11 +100,8 @@ def new(
     if path.exists() and not force:
         raise UsageError(f"{path} exists; use --force to overwrite")
     parse_recipe(STARTER_RECIPE)  # the starter must always validate
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(STARTER_RECIPE)
-    os.replace(tmp, path)
+    check_output_file(path)
+    write_text(path, STARTER_RECIPE)
     out.print(
         f"wrote {escape(str(path))} — edit it, then `servelab recipe check {escape(str(path))}`"
     )
@@ -117,14 +114,21 @@ def check(
         int | None, typer.Option("--port", help="Show the command for this port.")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    hardware_file: HardwareFileOpt = None,
 ) -> None:
     """Validate a recipe and print the exact engine command line it would run."""
     from servelab.engine.command import display_command
     from servelab.engine.launch import display_launcher, resolve_model
     from servelab.engine.recipe import load_recipe
     from servelab.engines import get_engine
+    from servelab.hardware.profiles import check_profile_name
 
     rec = load_recipe(file)
+    if rec.hardware is not None:
+        try:
+            check_profile_name(rec.hardware, files=hardware_file or ())
+        except HardwareProfileError as exc:
+            raise RecipeError(f"hardware: {exc}", path=file) from None
     launcher, installed = display_launcher(rec)
     model_arg, _ = resolve_model(rec, build=False)
     engine = get_engine(rec.engine.name)

@@ -47,6 +47,7 @@ from rich.progress import (
 )
 
 from servelab.cli.output import DbOpt, HardwareFileOpt, JsonOpt, MarkdownOpt, Table, emit, num
+from servelab.cli.progress import LineTicker
 
 if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
     from servelab.pipeline.run import RunEvent, RunOutcome
@@ -80,6 +81,7 @@ class RunProgress:
             transient=False,
         )
         self.tasks: dict[str, TaskID] = {}
+        self.lines = LineTicker(console)  # into a log: a line per step and every 10 s
 
     def __enter__(self) -> RunProgress:
         self.progress.__enter__()
@@ -96,14 +98,14 @@ class RunProgress:
         if ev.status == "progress" and ev.bench is not None:
             b = ev.bench
             total = f"/{b.total}" if b.total else ""
-            self.progress.update(
-                task,
-                detail=escape(
-                    f"point {b.point_index + 1}/{b.points}: {b.point.prompt_len}-token "
-                    f"prompts, c={b.point.concurrency}, {b.phase} {b.done}{total}"
-                ),
-            )
+            detail = (f"point {b.point_index + 1}/{b.points}: {b.point.prompt_len}-token "
+                      f"prompts, c={b.point.concurrency}, {b.phase} {b.done}{total}")
+            self.progress.update(task, detail=escape(detail))
+            self.lines.tick(f"{STEP_TITLES[ev.step]}: {detail}")
             return
+        if ev.status in ("start", "done", "failed"):
+            self.lines.say(f"{STEP_TITLES[ev.step]}: {ev.status}"
+                           + (f" ({ev.detail})" if ev.detail else ""))
         if ev.status == "done":
             self.progress.update(task, total=1, completed=1, detail=escape(ev.detail))
         elif ev.status == "warning":

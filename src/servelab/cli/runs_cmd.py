@@ -119,7 +119,7 @@ def runs_table(runs: list[RunRecord], title: str = "runs") -> Table:
         )
         for r in runs
     ]
-    return Table(title, cols, rows)
+    return Table(title, cols, rows, no_wrap=("id",))
 
 
 @app.command("list")
@@ -139,7 +139,7 @@ def list_cmd(
     from servelab.store import EXPORT_SCHEMA, open_store, run_to_dict
 
     fmt = pick_format(as_json, as_csv, as_markdown)
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         runs = store.list_runs(_filter(recipe, model, label, status, since, limit, True))
     doc = {"schema": EXPORT_SCHEMA, "runs": [run_to_dict(r, samples=False) for r in runs]}
     if not runs and fmt == "table":
@@ -173,7 +173,7 @@ def show_cmd(
     from servelab.store import open_store, run_to_dict
 
     fmt = pick_format(as_json, as_csv, as_markdown)
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         run = store.get_run(run_id, samples=True)
     facts = [
         ("id", run.run_id or ""),
@@ -281,7 +281,7 @@ def export_cmd(
     from servelab.store import export_doc, open_store
     from servelab.store.exchange import write_json_atomic
 
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         if run_ids:
             runs = [store.get_run(r) for r in run_ids]
         else:
@@ -335,7 +335,7 @@ def delete_cmd(
     """Delete runs with their samples and metrics."""
     from servelab.store import open_store
 
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         full = [store.resolve_id(r) for r in run_ids]
         if not yes and not typer.confirm(f"delete {len(full)} run(s): {', '.join(full)}?"):
             raise typer.Abort()

@@ -44,20 +44,22 @@ def build(
 ) -> None:
     """Build recipe pages, model indexes, experiment and run pages from every recorded run."""
     # Imported here: matplotlib and the store cost ~1.5 s, which every other command would pay.
-    from servelab.site.build import build_site
+    from servelab.cli.progress import status as progress_status
+    from servelab.site.build import build_site, check_outdir
     from servelab.site.collect import collect_site
     from servelab.store import display_url, open_store, resolve_url
 
+    check_outdir(outdir)  # before reading the database and rendering
     url = resolve_url(db)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
         if not path.exists():
             raise UsageError("no results database here; record a run first (servelab run)",
                              path=path)
-    with err.status(f"reading {escape(display_url(url))}…", spinner="dots"), \
+    with progress_status(err, f"reading {escape(display_url(url))}…"), \
             open_store(url) as store:
         site = collect_site(store, title=title)
-    with err.status(f"rendering {len(site.recipes)} recipe page(s)…", spinner="dots"):
+    with progress_status(err, f"rendering {len(site.recipes)} recipe page(s)…"):
         built = build_site(site, outdir)
     if as_json:
         typer.echo(json.dumps({

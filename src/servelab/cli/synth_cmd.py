@@ -10,6 +10,7 @@ from rich.console import Console
 
 from servelab.errors import UsageError
 from servelab.families import presets
+from servelab.outfile import check_new_checkpoint
 
 synth_app = typer.Typer(
     name="synth",
@@ -36,10 +37,12 @@ def tiny(
     ],
     out_dir: Annotated[Path, typer.Argument(help="Directory to write the checkpoint to.")],
     seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing checkpoint."),
 ) -> None:
     """Write a tiny random-weight Hugging Face checkpoint that vLLM can serve."""
     from servelab.synth.tiny import make_tiny_model
 
+    check_new_checkpoint(out_dir, force=force)
     make_tiny_model(arch, out_dir, seed=seed)
     _console.print(f"wrote {out_dir}")
 
@@ -121,6 +124,7 @@ def replica(
     max_shard_bytes: int = typer.Option(
         4_000_000_000, "--max-shard-bytes", help="Shard size limit in bytes."
     ),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing checkpoint."),
 ) -> None:
     """Write a full-dimension header replica: real headers, sparse zero data."""
     from servelab.synth import replica as rp
@@ -136,6 +140,7 @@ def replica(
         "experts": rp.ROUTED_EXPERTS_ONLY,
         "all-text": rp.TEXT_LINEARS,
     }[targets]
+    check_new_checkpoint(out_dir, force=force)  # before the replica is planned
     plan = rp.write_replica(
         out_dir,
         rp.preset_config(model),

@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +33,7 @@ from typing import Any, Protocol
 
 from servelab.engine.home import servelab_home
 from servelab.errors import EngineError, EngineNotFoundError, UsageError
+from servelab.outfile import write_json
 
 __all__ = [
     "EngineBuild",
@@ -382,8 +382,5 @@ def _install_locked(
     )
     data = install.to_dict()
     data["packages"] = list(spec.packages)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-    os.replace(tmp, root / MANIFEST)
+    write_json(root / MANIFEST, data, indent=2)
     return install, True

@@ -37,6 +37,7 @@ from servelab.engine.process import (
 from servelab.engine.recipe import Recipe
 from servelab.engines import get_engine
 from servelab.errors import EngineError, EngineNotFoundError
+from servelab.outfile import write_json
 from servelab.redact import redact_args
 
 __all__ = [
@@ -263,7 +264,4 @@ def write_facts(engine: EngineProcess, path: Path) -> None:
         "auto_env": dict(engine.spec.auto_env),
         "facts": engine.facts.to_dict(),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".facts-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, default=str)
-    os.replace(tmp, path)
+    write_json(path, data, indent=2, default=str)

@@ -11,7 +11,7 @@ recipes load unchanged.
 Layout (every table but ``[model]`` is optional)::
 
     name = "tiny-cpu"              # short id, used for run directories and pages
-    hardware = "cpu"               # hardware profile name
+    hardware = "host"              # hardware profile name (servelab hardware list)
     [model]                        # exactly one of path / repo / synth
     path = "../models/x"           # local checkpoint dir, relative to this file
     repo = "Qwen/Qwen3.6-35B-A3B-FP8"; revision = "main"

@@ -402,6 +402,18 @@ def load_profiles_toml(path: str | Path) -> dict[str, HardwareProfile]:
     return out
 
 
+def check_profile_name(name: str, *, files: Iterable[str | Path] = ()) -> str:
+    """``name`` if it names a profile (built-in, ``host`` or in ``files``), without probing
+    the host; HardwareProfileError listing the known names otherwise."""
+    user: dict[str, HardwareProfile] = {}
+    for f in files:
+        user.update(load_profiles_toml(f))
+    if name in user or name in BUILTIN or name == HOST:
+        return name
+    known = ", ".join([*user, *profile_names()])
+    raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
+
+
 def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfile:
     """A profile by name: user files first (later files win), then built-ins.
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from servelab.analysis.experiment import ExperimentResult
 from servelab.defaults import ENGINE_VERSION
 from servelab.engine.recipe import Recipe, load_recipe
+from servelab.outfile import write_text
 from servelab.pipeline.experiment import group_of, record_experiment
 from servelab.pipeline.run import EventFn, RunOptions, RunOutcome, run_recipe
 from servelab.store.db import Store
@@ -144,9 +145,7 @@ def write_demo_recipes(folder: Path) -> tuple[Path, ...]:
     for name, text in texts:
         path = folder / f"{name}.toml"
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            tmp = path.with_suffix(".toml.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)
+            write_text(path, text)
         paths.append(path)
     return tuple(paths)
 

@@ -333,9 +333,15 @@ def run_recipe(
     *,
     on_event: EventFn | None = None,
 ) -> RunOutcome:
-    """Run ``recipe`` end to end and store the run (ok or failed). Never leaves an engine."""
+    """Run ``recipe`` end to end and store the run (ok or failed). Never leaves an engine.
+
+    Raises :class:`EngineNotFoundError` (nothing recorded) when the recipe's engine is not
+    installed here."""
     opts = options or RunOptions()
     emit = on_event or (lambda _e: None)
+    # an engine that is not installed is a setup problem, not a run that failed: nothing
+    # is recorded (a failed run blaming the plan step, as before issue 33, misled)
+    resolve_launcher(recipe)
     recipe_text = recipe.source.read_text(encoding="utf-8") if recipe.source else ""
     run_dir = new_run_dir(recipe, opts.runs_parent)
     state = _RunState(started=utcnow())

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from servelab.errors import UsageError
+from servelab.errors import OutputPathError, UsageError
+from servelab.outfile import check_output_dir
 from servelab.site.model import Site
 from servelab.site.render import render_site
 
@@ -45,8 +46,11 @@ def _check_relative(rel: str) -> PurePosixPath:
     return path
 
 
-def write_files(files: dict[str, str], outdir: Path) -> BuiltSite:
-    """Write ``{relative path: content}`` to ``outdir`` atomically (see module docstring)."""
+def check_outdir(outdir: Path) -> Path:
+    """Check, before any work, that ``outdir`` can be (re)placed by a site; return it absolute.
+
+    It must be missing, empty or a site servelab built, and its parent writable.
+    """
     outdir = Path(os.path.abspath(outdir))
     if outdir.exists():
         if not outdir.is_dir():
@@ -56,6 +60,21 @@ def write_files(files: dict[str, str], outdir: Path) -> BuiltSite:
                 "exists, is not empty and was not built by servelab; refusing to replace it",
                 path=outdir,
             )
+    check_output_dir(outdir.parent)
+    return outdir
+
+
+def write_files(files: dict[str, str], outdir: Path) -> BuiltSite:
+    """Write ``{relative path: content}`` to ``outdir`` atomically (see module docstring)."""
+    outdir = check_outdir(outdir)
+    try:
+        return _write_tree(files, outdir)
+    except OSError as exc:
+        raise OutputPathError(f"cannot write the site: {exc.strerror or exc}",
+                              path=outdir) from None
+
+
+def _write_tree(files: dict[str, str], outdir: Path) -> BuiltSite:
     outdir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
     total = 0

@@ -135,9 +135,11 @@ def headline(page: RecipePage) -> Text:
     version = primary_version(page)
     prompt = reference_prompt(page)
     obs = _observation(page, version)
+    # a run servelab did not start (bench, an import) knows no context length: none is claimed
+    serves = (f"serves a {page.context_tokens:,}-token context" if page.context_tokens > 0
+              else "was measured")
     out: list[Segment] = [
-        f"{page.build_name} of {page.model_name} serves a {page.context_tokens:,}-token context "
-        f"on one {page.hardware}"
+        f"{page.build_name} of {page.model_name} {serves} on one {page.hardware}"
     ]
     if obs is not None and obs.weights is not None and obs.weights.value >= 0.01:
         out += [" with ", obs.weights, " of weights resident"]

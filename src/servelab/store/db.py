@@ -28,7 +28,14 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from servelab.errors import RunNotFoundError, StoreError, StoreSchemaError, UsageError
+from servelab.errors import (
+    InputError,
+    RunNotFoundError,
+    StoreError,
+    StoreFileError,
+    StoreSchemaError,
+    UsageError,
+)
 from servelab.redact import redact, redact_args, redact_text
 from servelab.store import schema as t
 from servelab.store.model import (
@@ -81,13 +88,17 @@ def new_id(when: datetime | None = None) -> str:
     return f"{when:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-def open_store(url: str | None = None, *, migrate: bool = True) -> Store:
+def open_store(url: str | None = None, *, migrate: bool = True, create: bool = True) -> Store:
     """Open (and by default create/migrate) the results database at ``url``.
 
-    Raises :class:`StoreSchemaError` for a corrupted or foreign file or a newer schema, and
-    :class:`StoreError` when the database cannot be reached.
+    ``create=False`` (the read-only commands) never creates a database: a SQLite file that
+    does not exist is an :class:`InputError` naming it (a mistyped ``--db`` is not an empty
+    database). Raises :class:`StoreSchemaError` for a corrupted or foreign file or a newer
+    schema, and :class:`StoreError` when the database cannot be reached.
     """
     resolved = resolve_url(url)
+    if not create:
+        _require_sqlite_file(resolved)
     engine = _make_engine(resolved)
     store = Store(engine, resolved)
     try:
@@ -96,6 +107,18 @@ def open_store(url: str | None = None, *, migrate: bool = True) -> Store:
         engine.dispose()
         raise
     return store
+
+
+def _require_sqlite_file(url: str) -> None:
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError:
+        return  # _make_engine says what is wrong with it
+    db = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and db and db != ":memory:" \
+            and not Path(db).exists():
+        raise InputError("no results database here (check --db or $SERVELAB_DB; "
+                         "'servelab bench' and 'servelab run' record one)", path=db)
 
 
 def _make_engine(url: str) -> Engine:
@@ -123,12 +146,12 @@ def _make_engine(url: str) -> Engine:
 
 def _check_sqlite_file(path: Path) -> None:
     if path.is_dir():
-        raise StoreError("is a directory, not a results database", path=path)
+        raise StoreFileError("is a directory, not a results database", path=path)
     if path.exists():
         with path.open("rb") as fh:
             head = fh.read(len(_SQLITE_MAGIC))
         if head and head != _SQLITE_MAGIC:
-            raise StoreSchemaError(
+            raise StoreFileError(
                 "not a SQLite database (corrupted or foreign file); move it away or pass --db",
                 path=path,
             )

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError
+from servelab.outfile import write_json
 from servelab.points import arrival_tag, point_label
 from servelab.store.db import Store
 from servelab.store.model import (
@@ -124,13 +125,7 @@ def export_doc(records: Iterable[RunRecord]) -> JSON:
 
 def write_json_atomic(path: Path, doc: Any) -> None:
     """Write JSON to ``path`` through a temporary file and a rename (never half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write: {exc.strerror}", path=path) from exc
+    write_json(path, doc, sort_keys=False)
 
 
 def read_import_file(path: Path) -> list[RunRecord]:
@@ -185,6 +180,13 @@ def _records_from_doc(doc: Any, source: str) -> list[RunRecord]:
 def is_vllm_bench_result(doc: JSON) -> bool:
     """True for a ``vllm bench serve`` saved result (summary keys like ``mean_ttft_ms``)."""
     return "completed" in doc and ("mean_ttft_ms" in doc or "ttfts" in doc) and "date" in doc
+
+
+def content_id(started: datetime, doc: Any) -> str:
+    """A run id made from the document's content (``YYYYmmdd-HHMMSS-xxxxxx`` like every id),
+    so that importing the same result twice finds it stored and skips it."""
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:6]
+    return f"{started.astimezone(UTC):%Y%m%d-%H%M%S}-{digest}"
 
 
 def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
@@ -287,9 +289,8 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
     failed = int(doc.get("failed") or 0)
     completed = int(doc.get("completed") or 0)
     status = STATUS_OK if completed > 0 else STATUS_FAILED
-    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:6]
     return RunRecord(
-        run_id=f"{started:%Y%m%d-%H%M%S}-{digest}",  # same file -> same id: re-import skips
+        run_id=content_id(started, doc),  # same file -> same id: re-import skips
         started_at=started,
         status=status,
         status_reason=None if status == STATUS_OK else f"{failed} requests failed, none completed",
@@ -446,6 +447,9 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
     started = _parse_dt(doc.get("started_at"))
     finished = _parse_dt(doc["finished_at"]) if doc.get("finished_at") else None
     base: dict[str, Any] = {
+        # same result -> same id: re-import skips (an SLO evaluated over it changes nothing)
+        "run_id": content_id(started, {k: v for k, v in doc.items() if k != "slo"}),
+        "labels": ("partial",) if doc.get("partial") else (),
         "started_at": started,
         "finished_at": finished,
         "status": STATUS_OK if completed else STATUS_FAILED,
