@@ -10,6 +10,7 @@ from tests.cli_checks import assert_one_line_errors
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
+from servelab.store.db import open_store
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,13 +137,16 @@ def test_ledger_over_the_shipped_priors_and_errors(
                     'bytes_read = 1\nflops = 1.0\ntok_s = 1.0\nsource = "s"\neager = "yes"\n')
     prefill_device = tmp_path / "device.toml"
     prefill_device.write_text(flag.read_text().replace('eager = "yes"', "device_only = true"))
+    empty = tmp_path / "empty.db"
+    open_store(str(empty)).close()  # a results database with no runs in it
     cases = [
         (["calibration", "report", "--priors-only", "--priors", str(flag)],
          "sample [0]: eager must be true or false"),
         (["calibration", "report", "--priors-only", "--priors", str(prefill_device)],
          "device-only time is a GPU decode step's"),
-        (["calibration", "report", "--db", str(tmp_path / "e.db")],
-         "no measured single-stream points"),
+        (["calibration", "report", "--db", str(empty)], "no measured single-stream points"),
+        # a read-only command never creates a database: a mistyped path is named
+        (["calibration", "report", "--db", str(tmp_path / "e.db")], "no results database here"),
         (["calibration", "report", "--priors-only", "--priors", str(bad)], "schema must be"),
         (["calibration", "report", "--priors-only", "-H", "b200"], "no measurement on b200"),
     ]
