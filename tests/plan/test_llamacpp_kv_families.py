@@ -187,3 +187,18 @@ def test_a_served_tiny_model_logs_the_planned_caches(
 ) -> None:
     plan, log = _served_plan(arch, flags, tmp_path)
     assert plan.log_lines == logged_cache_lines(log)
+
+
+def test_a_gguf_is_labelled_by_its_own_type_never_as_a_vllm_scheme(tmp_path: Path) -> None:
+    from servelab.checkpoint.report import build_report
+    from servelab.plan.weights import weights_from_report
+    from servelab.synth.gguf import write_gguf
+    from servelab.synth.tiny import make_tiny_model
+
+    hf = make_tiny_model("qwen2", tmp_path / "q2")
+    for qtype, scheme in (("Q8_0", "gguf-q8_0"), ("F16", "gguf-f16")):
+        gguf = write_gguf(hf, tmp_path / f"q2-{qtype}.gguf", qtype=qtype)  # type: ignore[arg-type]
+        weights = weights_from_report(build_report(load_checkpoint(str(gguf))))
+        assert weights.scheme == scheme
+    # the safetensors it came from is bf16
+    assert weights_from_report(build_report(load_checkpoint(str(hf)))).scheme == "bf16"

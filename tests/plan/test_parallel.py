@@ -24,7 +24,7 @@ from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
-from servelab.hardware.profiles import BUILTIN
+from servelab.hardware.profiles import BUILTIN, get_profile
 from servelab.plan.build import build_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
@@ -241,8 +241,8 @@ def test_plan_cli_fits_per_gpu(tiny_next: Path, tmp_path: Path) -> None:
               "--max-model-len", "256", "--kv-cache-memory-bytes", "200000",
               "--overhead", "0"]  # fmt: skip
     one = runner.invoke(app, [*common, "--fits"])
-    assert one.exit_code == 0, one.output
-    assert "fits: NO" in one.output
+    assert one.exit_code == 1, one.output  # --fits answers in its exit status
+    assert "fits: NO: weights + KV pool + overhead" in " ".join(one.output.split())
     two = runner.invoke(app, [*common, "--fits", "-tp", "2"])
     assert two.exit_code == 0, two.output
     assert "fits per GPU: yes" in two.output and "2 GPUs" in two.output
@@ -328,3 +328,24 @@ def test_layout_json_round_trip() -> None:
     d = lay.to_dict()
     assert d["world_size"] == 64
     assert ParallelLayout(**{k: d[k] for k in (f.name for f in dataclasses.fields(lay))}) == lay
+
+
+def test_plan_says_why_it_does_not_fit_and_what_memory_is_left(tiny_next: Path) -> None:
+    common = ["plan", str(tiny_next), "-H", "h200", "--engine-version", "0.26.0", "--no-store"]
+    long = runner.invoke(app, [*common, "--max-model-len", "200000",
+                               "--kv-cache-memory-bytes", "1MiB", "--fits"])
+    text = " ".join(long.output.split())
+    assert long.exit_code == 1, long.output
+    assert "fits: NO: one request of 200,000 tokens needs more KV than the 0.00 GiB pool" in text
+    assert "the largest context that fits is" in text
+    # a pool the budget leaves has no headroom figure (it is 0 by construction): what lies
+    # outside the budget is said instead
+    est = runner.invoke(app, [*common, "--max-model-len", "4096", "--fits"])
+    assert est.exit_code == 0, est.output
+    said = " ".join(est.output.split())
+    outside = get_profile("h200").memory_bytes * (1 - 0.9) / (1 << 30)
+    assert "headroom" not in said
+    assert f"{outside:.2f} GiB lies outside the budget (gpu_memory_utilization 0.9)" in said
+    given = runner.invoke(app, [*common, "--max-model-len", "4096",
+                                "--kv-cache-memory-bytes", "1GiB", "--fits"])
+    assert given.exit_code == 0 and "headroom " in given.output

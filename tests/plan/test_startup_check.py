@@ -206,3 +206,15 @@ def test_servelab_run_warns_before_the_engine_starts(qwen36_bf16: Path, tmp_path
     assert doc["mamba_cache_blocks"] == {"predicted": 794, "engine": None}
     assert doc["reason"].startswith("start:")  # it did try to start the engine
     assert [w["mamba_blocks"] for w in doc["warnings"]] == [794]
+
+
+def test_a_pool_without_one_mamba_block_is_not_fixed_by_zero_seqs() -> None:
+    # a pool too small for one mamba block: the fix is a larger pool, never --max-num-seqs <= 0
+    kv = plan_kv_pool(QWEN3_6_35B_A3B, kv_cache_memory_bytes=1 << 20, max_model_len=4096,
+                      engine_version="0.26.0", platform="cuda")
+    assert kv.num_blocks == 0
+    h200 = get_profile("h200")
+    seqs = effective_max_num_seqs(h200, "cuda", ParallelLayout(), StartupOptions())
+    finding = check_mamba_blocks(kv, seqs, StartupOptions(), h200)
+    assert finding is not None
+    assert "<= 0" not in finding.fix and finding.fix.startswith("give a KV pool of at least")

@@ -84,7 +84,7 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         f"[bold]{plan.checkpoint}[/] on [bold]{hw.name}[/] ({hw.description}); "
         f"{plan.rules_label}"
     )
-    fit = mem.fits and plan.fits_one_request
+    fit = plan.fits
     lay = plan.layout
     per_gpu = "" if lay.is_single else f" per GPU ({lay.label()}, {lay.world_size} GPUs)"
     mt = Table(title="Memory" + per_gpu, title_justify="left")
@@ -106,11 +106,10 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         f"{_gib(mem.memory_bytes)}{' unified' if mem.unified else ''}",
     )
     console.print(mt)
-    console.print(
-        f"fits{' per GPU' if not lay.is_single else ''}: [bold]{'yes' if fit else 'NO'}[/], "
-        f"headroom {_gib(mem.headroom_bytes)}; "
-        f"largest context at concurrency 1: {plan.largest_context_c1:,} tokens"
-    )
+    sentence = plan.fit_sentence()
+    if not lay.is_single:
+        sentence = sentence.replace("fits:", "fits per GPU:", 1)
+    console.print(escape(sentence), soft_wrap=True, style=None if fit else "bold")
     for finding in plan.findings:
         console.print(f"[bold yellow]warning:[/] {escape(finding.line)}")
     if plan.graph_capture is not None:
@@ -333,7 +332,8 @@ def plan(
     fits: bool = typer.Option(
         False,
         "--fits",
-        help="Only say whether it fits, the headroom, and the largest context at concurrency 1.",
+        help="Only say whether it fits (exit 1 when not, with the reason), the memory left "
+        "and the largest context at concurrency 1.",
     ),
     db: Annotated[
         str | None,
@@ -539,6 +539,8 @@ def plan(
         startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
     )
     _print_plan(result, fmt, fits)
+    if fits and not result.fits:
+        raise typer.Exit(1)  # --fits answers in its exit status too
 
 
 def _print_plan(result: Plan, fmt: str, fits: bool) -> None:

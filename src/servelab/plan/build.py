@@ -122,6 +122,43 @@ class Plan:
     def fits_one_request(self) -> bool:
         """The pool holds one full-length request (llama.cpp allocates each slot's)."""
         return self.kv.fits_one_request if self.kv is not None else True
+
+    @property
+    def fits(self) -> bool:
+        """The weights, overhead and KV pool fit the budget, and the pool holds one request."""
+        return self.memory.fits and self.fits_one_request
+
+    def fit_sentence(self) -> str:
+        """Whether it fits, why not when it does not, and the memory left, in one sentence.
+
+        A pool the budget leaves (memory profiling) takes all the budget, so its headroom is
+        not a figure: the sentence says how much lies outside the budget instead.
+        """
+        mem = self.memory
+        gib = _gib_text
+        if not mem.fits and mem.kv_pool_bytes <= 0:
+            why = (f"weights {gib(mem.weights_bytes)} + overhead {gib(mem.overhead_bytes)} "
+                   f"leave no KV pool in the budget of {gib(mem.budget_bytes)}")
+        elif not mem.fits:
+            why = (f"weights + KV pool + overhead ({gib(mem.total_bytes)}) exceed "
+                   f"{gib(mem.budget_bytes)}")
+        elif not self.fits_one_request:
+            assert self.kv is not None
+            why = (f"one request of {self.kv.max_model_len:,} tokens needs more KV than the "
+                   f"{gib(mem.kv_pool_bytes)} pool holds; the largest context that fits is "
+                   f"{self.largest_context_c1:,} tokens (lower --max-model-len or give a larger "
+                   "pool)")
+        else:
+            why = ""
+        if mem.kv_pool_source.startswith("estimate"):
+            room = (f"the KV pool takes what the budget leaves; "
+                    f"{gib(mem.memory_bytes - mem.budget_bytes)} lies outside the budget "
+                    f"(gpu_memory_utilization {mem.gpu_memory_utilization:g})")
+        else:
+            room = f"headroom {gib(mem.headroom_bytes)}"
+        verdict = "yes" if self.fits else f"NO: {why}"
+        return (f"fits: {verdict}; {room}; largest context at concurrency 1: "
+                f"{self.largest_context_c1:,} tokens")
     speculative: AcceptanceSource | None = None
     """Where the speculative prediction's acceptance length came from (or why there is none)."""
     max_num_seqs: MaxNumSeqs | None = None
@@ -205,6 +242,10 @@ def vllm_platform(hardware: HardwareProfile) -> tuple[str, str | None]:
     if hardware.platform == "cuda":
         return "cuda", None
     return "cuda", f"vLLM has no {hardware.platform} platform rules; CUDA arithmetic used"
+
+
+def _gib_text(n: float) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
 
 
 def build_plan(

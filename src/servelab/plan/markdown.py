@@ -81,9 +81,7 @@ def plan_markdown(plan: Plan) -> str:
         f"| overhead | {_gib(mem.overhead_bytes)} | {mem.overhead_source} |",
         f"| total | {_gib(mem.total_bytes)} | of {_gib(mem.budget_bytes)} budget |",
         "",
-        f"Fits: **{'yes' if mem.fits and plan.fits_one_request else 'no'}**, headroom "
-        f"{_gib(mem.headroom_bytes)}; largest context at concurrency 1: "
-        f"{plan.largest_context_c1:,} tokens.",
+        plan.fit_sentence().replace("fits: ", "Fits: ", 1) + ".",
         *(x for f in plan.findings for x in ("", f"**Warning (predicted):** {f.line}.")),
         *(("", f"{plan.graph_capture.line} (predicted).") if plan.graph_capture else ()),
         "",

@@ -274,8 +274,9 @@ def check_mamba_blocks(
         check=CHECK_MAMBA_BLOCKS,
         conditional=conditional,
         message=f"{numbers}: {when}",
-        fix=f"pass --max-num-seqs <= {kv.num_blocks:,}, or a KV pool of at least "
-            f"{_gib_up(seqs.value * kv.bytes_per_block)} per GPU "
+        fix=(f"pass --max-num-seqs <= {kv.num_blocks:,}, or a KV pool of at least "
+             if kv.num_blocks else "give a KV pool of at least ")
+            + f"{_gib_up(seqs.value * kv.bytes_per_block)} per GPU "
             f"({seqs.value:,} blocks x {kv.bytes_per_block:,} bytes)",
         max_num_seqs=seqs.value,
         max_num_seqs_source=seqs.source,

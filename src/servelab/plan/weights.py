@@ -72,7 +72,12 @@ class Weights:
 
 
 def weight_scheme(quant: QuantScheme) -> str:
-    """Classify a quantization declaration into one of :data:`SCHEMES`."""
+    """Classify a quantization declaration into one of :data:`SCHEMES`, or a GGUF file's
+    type as ``gguf-<file type>`` (``gguf-q8_0``, ``gguf-q4_k_m``, ``gguf-f16``): llama.cpp's
+    kernels are their own, so a GGUF is never labelled as a vLLM scheme (a Q8_0 file is not
+    "bf16")."""
+    if quant.method == "gguf":
+        return f"gguf-{(quant.format or 'unknown').lower()}"
     if not quant.is_quantized:
         return "bf16"
     fmt = (quant.format or "").lower()

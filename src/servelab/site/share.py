@@ -25,6 +25,9 @@ LOCAL_PATH = "<local path>"
 DEFAULT_PORT = 8000
 
 _ABS_PATH = re.compile(r"^(?:/|~/|[A-Za-z]:[\\/])")
+# An absolute path of two or more parts anywhere in prose ("... not installed at
+# /root/.local/share/servelab/engines/vllm-cpu"); not a URL's path, not "tok/s" or "1/2".
+_PROSE_ABS_PATH = re.compile(r"(?<![\w.:/~])(?:~|)/[\w.@+-]+(?:/[\w.@+-]*)+")
 # A quoted absolute path inside recipe text: "/home/x/models", '~/venv/bin/python'.
 _QUOTED_ABS_PATH = re.compile(r"""(["'])(?:/|~/|[A-Za-z]:[\\/])[^"'\n]*\1""")
 
@@ -128,10 +131,11 @@ def shareable_argv(argv: Sequence[str], *, model: str, port: int) -> tuple[str, 
 
 
 def scrub_paths(text: str, paths: Sequence[str]) -> str:
-    """``text`` with each of ``paths`` (this machine's) replaced by ``<local path>``."""
+    """``text`` with each of ``paths`` (this machine's) replaced by ``<local path>``, and
+    any other absolute path too (an engine's install directory in a failure reason)."""
     for path in sorted((p for p in paths if p and len(p) > 1), key=len, reverse=True):
         text = text.replace(path, LOCAL_PATH)
-    return text
+    return _PROSE_ABS_PATH.sub(LOCAL_PATH, text)
 
 
 def shareable_recipe(text: str) -> str:
