@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ConfigError, UsageError
-from servelab.families import ReplicaSink, family_for, filled_config, presets
+from servelab.families import ReplicaSink, family_for, filled_config, model_dims, presets
 
 _DTYPE_BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8,
@@ -246,19 +246,6 @@ def _dense_mlp(b: _Builder, p: str, cfg: Mapping[str, Any]) -> None:
     b.linear(f"{p}.down_proj", h, inter)
 
 
-def _layer_types(cfg: Mapping[str, Any]) -> list[str]:
-    n = _i(cfg, "num_hidden_layers")
-    types = cfg.get("layer_types")
-    if isinstance(types, list):
-        return [str(t) for t in types]
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        return [
-            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)
-        ]
-    return ["full_attention"] * n
-
-
 def _decoder_layer(
     b: _Builder,
     p: str,
@@ -378,7 +365,8 @@ def replica_tensors(
         raise UsageError(f"no replica layout for model_type {model_type!r}")
     h, vocab = _i(tcfg, "hidden_size"), _i(tcfg, "vocab_size")
     b.param(f"{prefix}.embed_tokens.weight", vocab, h)
-    for i, lt in enumerate(_layer_types(tcfg)):
+    # the layer kinds as the family reads them (plan and inspect read the same)
+    for i, lt in enumerate(model_dims(config).layer_types):
         _decoder_layer(
             b, f"{prefix}.layers.{i}", tcfg, text_type, lt, fused_experts=fused_experts, index=i
         )
