@@ -180,3 +180,11 @@ def test_deepseek_v2_lite_without_q_lora() -> None:
     assert d.mla is not None and d.mla.q_lora_rank is None and d.mla.latent_dim == 576
     assert (d.num_experts, d.experts_per_token, d.mtp_layers) == (64, 6, 0)
     assert (d.num_kv_heads, d.head_dim) == (1, 576)  # one latent "head", as vLLM sizes MLA
+
+
+def test_a_quantization_servelab_cannot_size_is_refused_naming_the_key() -> None:
+    from servelab.checkpoint.quant import detect_quant
+    from servelab.plan.weights import weight_scheme
+
+    with pytest.raises(ConfigError, match=r"quantization_config: quant_method 'hqq'"):
+        weight_scheme(detect_quant({"quantization_config": {"quant_method": "hqq"}}))
