@@ -8,7 +8,7 @@ an export would carry. The data region is a sparse file (``truncate``), so a 36 
 checkpoint costs a few MB of disk. The bytes are zeros: the replica is for header
 readers, planners and benchmarks, never for loading weights.
 
-Layouts: ``llama``, ``qwen3_moe``, ``qwen3_next``, ``qwen3_5_moe_text`` and
+Layouts: ``qwen3``, ``qwen3_moe``, ``qwen3_next``, ``qwen3_5_moe_text`` and
 ``qwen3_5_moe`` (multimodal: ``text_config`` + ``vision_config``, text under
 ``model.language_model.``, vision under ``model.visual.``, MTP under ``mtp.``) here; every
 other family's own layout (:mod:`servelab.families`), with its presets at published
@@ -262,9 +262,9 @@ def _decoder_layer(
     if layer_type == "linear_attention":
         _gated_deltanet(b, f"{p}.linear_attn", cfg, split=model_type == "qwen3_5_moe_text")
     else:
-        _attention(b, f"{p}.self_attn", cfg, qk_norm=model_type != "llama", gated=hybrid)
+        _attention(b, f"{p}.self_attn", cfg, qk_norm=True, gated=hybrid)
     b.param(f"{p}.post_attention_layernorm.weight", h)
-    if model_type in ("llama", "qwen3") or not _is_moe_layer(cfg, index):
+    if model_type == "qwen3" or not _is_moe_layer(cfg, index):
         _dense_mlp(b, f"{p}.mlp", cfg)
     else:
         _moe(b, f"{p}.mlp", cfg, shared=hybrid, fused=fused_experts)
@@ -359,7 +359,7 @@ def replica_tensors(
             raise UsageError("a qwen3_5_moe replica config needs a text_config")
         prefix, tcfg, vcfg = "model.language_model", text, config.get("vision_config")
         text_type = "qwen3_5_moe_text"
-    elif model_type in ("llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
+    elif model_type in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
         prefix, tcfg, vcfg, text_type = "model", config, None, model_type
     else:
         raise UsageError(f"no replica layout for model_type {model_type!r}")
