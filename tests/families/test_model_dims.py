@@ -162,3 +162,29 @@ def test_gguf_architectures_are_read_as_their_family() -> None:
             "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
             "sliding_window": 1024, "vocab_size": 262208}
     assert Counter(model_dims(flat).layer_types) == {SLIDING: 52, FULL: 10}
+
+
+def test_deepseek_v2_lite_without_q_lora() -> None:
+    # deepseek-ai/DeepSeek-V2-Lite config.json (huggingface.co/deepseek-ai/DeepSeek-V2-Lite)
+    cfg = {
+        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+        "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "vocab_size": 102400, "max_position_embeddings": 163840, "torch_dtype": "bfloat16",
+    }
+    d = model_dims(cfg)
+    assert _kinds(d) == {MLA: 27}
+    assert d.mla is not None and d.mla.q_lora_rank is None and d.mla.latent_dim == 576
+    assert (d.num_experts, d.experts_per_token, d.mtp_layers) == (64, 6, 0)
+    assert (d.num_kv_heads, d.head_dim) == (1, 576)  # one latent "head", as vLLM sizes MLA
+
+
+def test_a_quantization_servelab_cannot_size_is_refused_naming_the_key() -> None:
+    from servelab.checkpoint.quant import detect_quant
+    from servelab.plan.weights import weight_scheme
+
+    with pytest.raises(ConfigError, match=r"quantization_config: quant_method 'hqq'"):
+        weight_scheme(detect_quant({"quantization_config": {"quant_method": "hqq"}}))

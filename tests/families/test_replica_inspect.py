@@ -4,6 +4,7 @@ published dimensions."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -141,3 +142,14 @@ def test_cli_writes_every_preset_name_and_refuses_a_foreign_layout(tmp_path: Pat
     assert set(presets()) >= {"gpt-oss-120b", "gemma-3-27b", "deepseek-v3", "kimi-k2",
                               "glm-4.5", "glm-4.6", "llama-4-scout", "nemotron-nano-9b-v2",
                               "minimax-m2", "mixtral-8x7b", "mistral-7b", "qwen2.5-7b", "phi-4"}
+
+
+def test_a_config_no_family_reads_is_a_finding_naming_it(tmp_path: Path) -> None:
+    write_replica(tmp_path, preset_config("mistral-7b"))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "falcon"}))
+    r = inspect_checkpoint(tmp_path)
+    unread = next(f for f in r.findings if f.code == "config-unread")
+    assert "model_type 'falcon' is not a model family" in unread.message
+    assert str(tmp_path) in unread.message
+    assert r.layer_types == r.layer_types_from_tensors == ("full_attention",) * 32

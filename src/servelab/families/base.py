@@ -426,7 +426,7 @@ def read_softmax(
                                  sinks=sinks),
         num_experts=n_exp,
         experts_per_token=top_k,
-        mtp_layers=opt_int(r.text, mtp_key, source) or 0 if mtp_key else 0,
+        mtp_layers=(opt_int(r.text, mtp_key, source) or 0) if mtp_key else 0,
         sliding_window=window,
         notes=r.notes,
     )

@@ -91,6 +91,7 @@ def llama_like(
     *,
     prefix: str = "model",
     qkv_bias: bool = False,
+    o_bias: bool = False,
     tied: bool = False,
     head: str = "lm_head",
 ) -> None:
@@ -102,7 +103,7 @@ def llama_like(
     for i in range(cfg_int(cfg, "num_hidden_layers")):
         p = f"{prefix}.layers.{i}"
         b.param(f"{p}.input_layernorm.weight", h)
-        attention(b, f"{p}.self_attn", cfg, qkv_bias=qkv_bias)
+        attention(b, f"{p}.self_attn", cfg, qkv_bias=qkv_bias, o_bias=o_bias)
         b.param(f"{p}.post_attention_layernorm.weight", h)
         gated_mlp(b, f"{p}.mlp", h, inter)
     embeddings_and_head(b, prefix, cfg, tied=tied, head=head)

@@ -1,7 +1,7 @@
 """Llama (``llama``): every layer full attention, dense SwiGLU MLP.
 
-GGUF architecture ``llama``. The replica layout is the one :mod:`servelab.synth.replica`
-has written since before families (``model.layers.N.self_attn``/``mlp``).
+GGUF architecture ``llama``. Replica layout: ``model.layers.N.self_attn``/``mlp``
+(``attention_bias`` biases q, k, v and o alike, as LlamaAttention does).
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from servelab.families.base import Family, GgufNames, read_softmax
+from servelab.families.base import Family, GgufNames, ReplicaSink, read_softmax
 from servelab.families.dims import ModelDims
+from servelab.families.layout import llama_like
 
 #: Hugging Face -> llama.cpp tensor names shared by the Llama-layout families.
 LLAMA_GGUF_TENSORS: Mapping[str, str] = {
@@ -34,9 +35,17 @@ def read(raw: Mapping[str, Any], source: str) -> ModelDims:
     return read_softmax("llama", raw, source)
 
 
+def replica(b: ReplicaSink, cfg: Mapping[str, Any]) -> None:
+    """Llama's tensors."""
+    bias = bool(cfg.get("attention_bias", False))
+    llama_like(b, cfg, qkv_bias=bias, o_bias=bias,
+               tied=bool(cfg.get("tie_word_embeddings", False)))
+
+
 FAMILY = Family(
     name="llama",
     model_types=("llama",),
     read=read,
     gguf=GgufNames("llama", LLAMA_GGUF_TENSORS),
+    replica=replica,
 )

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from servelab.errors import ConfigError
+
 if TYPE_CHECKING:
     from servelab.checkpoint.quant import QuantScheme
     from servelab.checkpoint.report import CheckpointReport
@@ -80,6 +82,11 @@ def weight_scheme(quant: QuantScheme) -> str:
         return f"gguf-{(quant.format or 'unknown').lower()}"
     if not quant.is_quantized:
         return "bf16"
+    if quant.method == "other":  # an unknown quant_method is never planned as BF16
+        raise ConfigError(
+            f"{quant.declared_in}: quant_method {quant.format!r} is not a quantization "
+            "servelab sizes (its kernels and packed weights are unknown)"
+        )
     fmt = (quant.format or "").lower()
     w = quant.weights
     a = quant.input_activations

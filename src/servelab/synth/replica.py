@@ -8,7 +8,7 @@ an export would carry. The data region is a sparse file (``truncate``), so a 36 
 checkpoint costs a few MB of disk. The bytes are zeros: the replica is for header
 readers, planners and benchmarks, never for loading weights.
 
-Layouts: ``llama``, ``qwen3_moe``, ``qwen3_next``, ``qwen3_5_moe_text`` and
+Layouts: ``qwen3``, ``qwen3_moe``, ``qwen3_next``, ``qwen3_5_moe_text`` and
 ``qwen3_5_moe`` (multimodal: ``text_config`` + ``vision_config``, text under
 ``model.language_model.``, vision under ``model.visual.``, MTP under ``mtp.``) here; every
 other family's own layout (:mod:`servelab.families`), with its presets at published
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ConfigError, UsageError
-from servelab.families import ReplicaSink, family_for, filled_config, presets
+from servelab.families import ReplicaSink, family_for, filled_config, model_dims, presets
 
 _DTYPE_BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8,
@@ -246,19 +246,6 @@ def _dense_mlp(b: _Builder, p: str, cfg: Mapping[str, Any]) -> None:
     b.linear(f"{p}.down_proj", h, inter)
 
 
-def _layer_types(cfg: Mapping[str, Any]) -> list[str]:
-    n = _i(cfg, "num_hidden_layers")
-    types = cfg.get("layer_types")
-    if isinstance(types, list):
-        return [str(t) for t in types]
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        return [
-            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)
-        ]
-    return ["full_attention"] * n
-
-
 def _decoder_layer(
     b: _Builder,
     p: str,
@@ -275,9 +262,9 @@ def _decoder_layer(
     if layer_type == "linear_attention":
         _gated_deltanet(b, f"{p}.linear_attn", cfg, split=model_type == "qwen3_5_moe_text")
     else:
-        _attention(b, f"{p}.self_attn", cfg, qk_norm=model_type != "llama", gated=hybrid)
+        _attention(b, f"{p}.self_attn", cfg, qk_norm=True, gated=hybrid)
     b.param(f"{p}.post_attention_layernorm.weight", h)
-    if model_type in ("llama", "qwen3") or not _is_moe_layer(cfg, index):
+    if model_type == "qwen3" or not _is_moe_layer(cfg, index):
         _dense_mlp(b, f"{p}.mlp", cfg)
     else:
         _moe(b, f"{p}.mlp", cfg, shared=hybrid, fused=fused_experts)
@@ -372,13 +359,14 @@ def replica_tensors(
             raise UsageError("a qwen3_5_moe replica config needs a text_config")
         prefix, tcfg, vcfg = "model.language_model", text, config.get("vision_config")
         text_type = "qwen3_5_moe_text"
-    elif model_type in ("llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
+    elif model_type in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
         prefix, tcfg, vcfg, text_type = "model", config, None, model_type
     else:
         raise UsageError(f"no replica layout for model_type {model_type!r}")
     h, vocab = _i(tcfg, "hidden_size"), _i(tcfg, "vocab_size")
     b.param(f"{prefix}.embed_tokens.weight", vocab, h)
-    for i, lt in enumerate(_layer_types(tcfg)):
+    # the layer kinds as the family reads them (plan and inspect read the same)
+    for i, lt in enumerate(model_dims(config).layer_types):
         _decoder_layer(
             b, f"{prefix}.layers.{i}", tcfg, text_type, lt, fused_experts=fused_experts, index=i
         )
