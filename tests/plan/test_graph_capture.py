@@ -113,7 +113,7 @@ def test_the_refusal_states_the_mamba_blocks() -> None:
 
 def _plan_line(args: list[str]) -> tuple[str, dict[str, object]]:
     res = runner.invoke(app, ["plan", *args, "--fits"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code in (0, 1), res.output  # --fits: 1 when it does not fit (a CPU box)
     doc = runner.invoke(app, ["plan", *args, "--json"])
     assert doc.exit_code == 0, doc.output
     return " ".join(res.output.split()), json.loads(doc.output)["startup"]["graph_capture"]

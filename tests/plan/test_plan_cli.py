@@ -86,7 +86,9 @@ def test_plan_table_markdown_and_fits(tiny_next: Path) -> None:
     assert "| 1,024 |" in md.output
     fits = runner.invoke(app, ["plan", str(tiny_next), "--fits", "--kv-cache-memory-bytes",
                                "1MiB"])
-    assert fits.exit_code == 0, fits.output
+    # a 1 MiB pool holds no 16,384-token request: --fits says why and exits 1
+    assert fits.exit_code == 1, fits.output
+    assert "fits: NO: one request of 16,384 tokens" in " ".join(fits.output.split())
     assert "largest context at concurrency 1" in fits.output
     assert "Decode" not in fits.output
 
