@@ -96,9 +96,9 @@ def _config(meta: Mapping[str, Any], names: set[str], vocab: int | None) -> dict
             cfg[key] = value
     if "vocab_size" not in cfg and vocab is not None:
         cfg["vocab_size"] = vocab
-    window = meta.get(f"{arch}.attention.sliding_window")
+    # sliding_window came with _CONFIG_KEYS; which layers slide is llama.cpp's reading
+    window = cfg.get("sliding_window")
     if isinstance(window, int) and window > 0 and arch in _SWA_PATTERN:
-        cfg["sliding_window"] = window
         cfg["layer_types"] = _swa_layer_types(meta, arch, int(cfg.get("num_hidden_layers", 0)))
     cfg["tie_word_embeddings"] = "output.weight" not in names
     return cfg

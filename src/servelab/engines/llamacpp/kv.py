@@ -413,8 +413,8 @@ def _unsupported(dims: ModelDims, config: Mapping[str, Any]) -> str | None:
         return "sliding-window layers without a window size"
     if kinds - allowed:
         other = ", ".join(sorted(kinds - allowed))
-        return f"layers llama.cpp keeps in another kind of cache ({other}: a recurrent state or "\
-            "a sliding window it does not keep apart)"
+        return (f"layers llama.cpp keeps in another kind of cache ({other}: a recurrent state "
+                "or a sliding window it does not keep apart)")
     if dims.model_type not in _ISWA_ARCHITECTURES and (
         dims.sliding_window or config.get("use_sliding_window")
     ):
@@ -449,8 +449,6 @@ def plan_llamacpp_kv(
         raise UsageError("--ctx-size must not be negative")
     if s.ubatch_size is not None and s.ubatch_size < 1:
         raise UsageError("--ubatch-size must be at least 1")
-    head_k = head_v = dims.head_dim
-    kv_heads = dims.num_kv_heads
     flash = s.flash_attn
     notes: list[str] = []
     if block_v > 1 and flash != "on":
@@ -493,8 +491,9 @@ def plan_llamacpp_kv(
     else:
         n_ctx_seq = _pad(n_ctx // slots)
         n_ctx = n_ctx_seq * slots
-    k_row = ggml_row_bytes(s.cache_type_k, head_k * kv_heads)
-    v_row = ggml_row_bytes(s.cache_type_v, head_v * kv_heads)
+    embd = dims.head_dim * dims.num_kv_heads  # K and V rows alike: no MLA here
+    k_row = ggml_row_bytes(s.cache_type_k, embd)
+    v_row = ggml_row_bytes(s.cache_type_v, embd)
 
     def cache(role: str, cells: int, layers: tuple[int, ...]) -> LlamaCppCache:
         return LlamaCppCache(role, cells, layers, k_row, v_row, slots, streams,
