@@ -11,7 +11,9 @@ Reads are pinned to the commit the first answer names (``X-Repo-Commit``), so al
 come from one snapshot. The transport is a plain ``httpx.Client`` with redirects followed
 by hand (bounded, no scheme downgrade, the token dropped when the host changes),
 per-request timeouts and an overall deadline, and a cap on the bytes read from any
-response, so that a server that ignores ``Range`` cannot make us download weights.
+response, so that a server that ignores ``Range`` cannot make us download weights. (Not
+``get_hf_file_metadata``: one more request per file; not ``hf_raise_for_status``: it reads
+an error's whole body, unbounded; the Hub's ``X-Error-Code`` is mapped here instead.)
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Imports go one way: an engine sees only its own ``[engine]`` table (a subclass o
 
 What an engine provides:
 
-* install/version: its installable :attr:`Engine.builds` (each a pip-installable venv);
+* install/version: its installable :attr:`Engine.builds` (:mod:`servelab.engines.builds`:
+  each a venv of its own, or ``shared_env`` when it runs in servelab's own environment);
 * the recipe's ``[engine]`` table: :attr:`Engine.section`, a subclass of
   :class:`EngineSectionBase` whose ``name`` literal is the tag of the tagged union;
 * argv from its own ``[engine]`` table and a :class:`ServeTarget` that servelab resolved
