@@ -62,6 +62,9 @@ def test_recipe_gives_its_own_argv_in_servelabs_interpreter(tmp_path: Path) -> N
     path.write_text(bad, encoding="utf-8")
     with pytest.raises(RecipeError, match=r"line 12: engine\.flags\.kv_cache_dtype: unknown key"):
         load_recipe(path)
+    path.write_text(RECIPE.replace("stop_grace_s", "executable = 'x'\nstop_grace_s"))
+    with pytest.raises(RecipeError, match=r"line 8: engine\.executable: .*give python instead"):
+        load_recipe(path)
 
 
 @pytest.mark.timeout(300)

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servelab import __version__
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs, ServeTarget
@@ -75,6 +75,13 @@ class SyntheticSection(EngineSectionBase):
     build: Literal["synthetic"] = "synthetic"
     startup_timeout_s: float = Field(default=60.0, gt=0)
     flags: SyntheticFlags = Field(default_factory=lambda: SyntheticFlags())
+
+    @field_validator("executable")
+    @classmethod
+    def _no_executable(cls, v: str | None) -> str | None:
+        if v is not None:
+            raise ValueError("the synthetic server is a Python module; give python instead")
+        return v
 
 
 _OPTIONS = (
