@@ -87,9 +87,19 @@ class PlanDocument:
     kv_max_concurrency: float | None = None
     kv_engine_version: str | None = None
     kv_rule: str | None = None
+    kv_engine: str | None = None  # whose KV arithmetic: "vllm" or "llamacpp" (None: no pool)
+    kv_bytes: int | None = None  # llama.cpp: the cache's bytes (K and V of every layer)
+    engine_name: str | None = None  # the engine planned for ("vllm", "llamacpp")
     weights_resident_bytes: int | None = None
     weights_source: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kv_arithmetic(self) -> str | None:
+        """Whose KV arithmetic the plan followed, for labels: ``vLLM`` or ``llama.cpp``."""
+        if self.kv_engine is None:
+            return None
+        return "llama.cpp" if self.kv_engine == "llamacpp" else "vLLM"
 
     def speeds(self, kind: SpeedKind) -> tuple[PredictedSpeed, ...]:
         """The decode or prefill points."""
@@ -131,6 +141,8 @@ def read_plan(doc: Mapping[str, Any] | None) -> PlanDocument:
     speed = _map(doc.get("speed")) or doc
     kv = _map(doc.get("kv_pool")) or {}
     weights = _map(doc.get("weights")) or {}
+    engine = _map(doc.get("engine")) or {}
+    kv_doc = _map(doc.get("kv_pool"))
     return PlanDocument(
         decode=_points(speed, "decode"),
         prefill=_points(speed, "prefill"),
@@ -143,6 +155,9 @@ def read_plan(doc: Mapping[str, Any] | None) -> PlanDocument:
         kv_max_concurrency=_num(kv.get("max_concurrency")),
         kv_engine_version=_str(kv.get("engine_version")),
         kv_rule=_str(kv.get("rule")),
+        kv_engine=None if kv_doc is None else _str(kv_doc.get("engine")) or "vllm",
+        kv_bytes=_int(kv.get("bytes")),
+        engine_name=_str(engine.get("name")),
         weights_resident_bytes=_int(weights.get("resident_bytes")),
         weights_source=_str(weights.get("source")),
         raw=doc,
