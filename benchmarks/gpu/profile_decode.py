@@ -48,8 +48,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from servelab.engine.recipe import load_recipe
 from servelab.engines.vllm.argv import build_argv
+from servelab.serve.recipe import load_recipe
 
 CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (

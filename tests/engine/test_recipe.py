@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from servelab.cli.plan_cmd import parse_bytes
 from servelab.cli.recipe_cmd import STARTER_RECIPE
-from servelab.engine.recipe import key_lines, load_recipe, parse_recipe
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.recipe import LlamaCppSection
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.errors import RecipeError, ServelabError
+from servelab.serve.recipe import key_lines, load_recipe, parse_recipe
 from servelab.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,8 +220,8 @@ def test_recipe_name_cannot_escape_the_runs_dir(tmp_path: Path) -> None:
 
 
 def test_redaction_in_displayed_commands() -> None:
-    from servelab.engine.command import display_command
     from servelab.redact import REDACTED, redact_args
+    from servelab.serve.command import display_command
 
     assert redact_args(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == (
         "x", "--api-key", REDACTED, f"--api-key={REDACTED}", "--port", "1",

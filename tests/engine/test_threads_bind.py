@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.engines import tiny_recipe
 
-from servelab.engine.launch import prepare_launch
 from servelab.engines.vllm import VLLM
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import UsageError
+from servelab.serve.launch import prepare_launch
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engine.recipe import load_recipe, parse_recipe
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
@@ -29,6 +28,7 @@ from servelab.plan.build import build_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights
+from servelab.serve.recipe import load_recipe, parse_recipe
 
 LOGS = Path(__file__).parent / "logs"
 ROOT = Path(__file__).resolve().parents[2]

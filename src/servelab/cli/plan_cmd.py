@@ -480,9 +480,9 @@ def plan(
         if given := [k for k, v in {**vllm_only, **llamacpp_only}.items() if v]:
             raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
                              "[engine.flags]", path=checkpoint)
-        from servelab.engine.recipe import load_recipe
         from servelab.pipeline.planning import store_exists
         from servelab.pipeline.run import plan_recipe
+        from servelab.serve.recipe import load_recipe
         from servelab.store.db import open_store
 
         rec = load_recipe(Path(checkpoint))

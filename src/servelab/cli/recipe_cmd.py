@@ -95,7 +95,7 @@ def new(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented starter recipe."""
-    from servelab.engine.recipe import parse_recipe
+    from servelab.serve.recipe import parse_recipe
 
     if path.exists() and not force:
         raise UsageError(f"{path} exists; use --force to overwrite")
@@ -117,11 +117,11 @@ def check(
     hardware_file: HardwareFileOpt = None,
 ) -> None:
     """Validate a recipe and print the exact engine command line it would run."""
-    from servelab.engine.command import display_command
-    from servelab.engine.launch import display_launcher, resolve_model
-    from servelab.engine.recipe import load_recipe
     from servelab.engines import get_engine
     from servelab.hardware.profiles import check_profile_name
+    from servelab.serve.command import display_command
+    from servelab.serve.launch import display_launcher, resolve_model
+    from servelab.serve.recipe import load_recipe
 
     rec = load_recipe(file)
     if rec.hardware is not None:

@@ -319,8 +319,8 @@ def run(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Verify a recipe end to end and record the run with its prediction."""
-    from servelab.engine.recipe import load_recipe
     from servelab.pipeline.run import RunOptions, run_recipe
+    from servelab.serve.recipe import load_recipe
     from servelab.store import open_store
 
     rec = load_recipe(recipe)

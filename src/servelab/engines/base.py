@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servelab.engine.facts import EngineFacts, LineParser
+from servelab.engines.facts import EngineFacts, LineParser
 from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.specsource import SpecConfig
@@ -41,8 +41,8 @@ from servelab.plan.startup import StartupOptions
 if TYPE_CHECKING:
     import httpx
 
-    from servelab.engine.install import EngineBuild
-    from servelab.engine.recipe import Recipe
+    from servelab.serve.install import EngineBuild
+    from servelab.serve.recipe import Recipe
 
 __all__ = [
     "Engine",

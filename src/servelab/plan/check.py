@@ -116,7 +116,7 @@ def kv_pool_checks(plan: PlanDocument, logged: LoggedKvSize | None) -> tuple[Che
 class LoggedKvPool(Protocol):
     """What an engine logged about its KV pool (``None``: the log is silent).
 
-    The engine's log facts (:class:`servelab.engine.facts.EngineFacts`) satisfy it; the
+    The engine's log facts (:class:`servelab.engines.facts.EngineFacts`) satisfy it; the
     planner never imports engine code.
     """
 

@@ -15,7 +15,7 @@ How records map to pages:
 - predictions: ``prediction`` documents as written by :mod:`servelab.plan.predict`
   (``decode`` / ``prefill`` point lists, optionally under ``"speed"``), labelled with their
   basis;
-- engine observations from ``engine_facts`` (:class:`servelab.engine.facts.EngineFacts`
+- engine observations from ``engine_facts`` (:class:`servelab.engines.facts.EngineFacts`
   as a dict), memory split from ``checkpoint_report`` (``servelab.inspect/1``);
 - history: the reference decode point of every successful run, oldest first, with change
   points from :func:`servelab.analysis.history.change_points` when that is available.

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.llamacpp.build import BUILD_VERSION, LlamaServerBuilder
 from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
@@ -38,10 +37,11 @@ from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
 from servelab.plan.kvseam import KvArithmetic
+from servelab.serve.install import EngineBuild
 from servelab.synth.gguf import ensure_gguf, gguf_path
 
 if TYPE_CHECKING:
-    from servelab.engine.recipe import Recipe
+    from servelab.serve.recipe import Recipe
 
 __all__ = ["LLAMACPP", "LlamaCppEngine", "flag_args"]
 

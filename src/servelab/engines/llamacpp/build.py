@@ -16,8 +16,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from servelab.engine.install import Step, run_logged
 from servelab.errors import EngineError
+from servelab.serve.install import Step, run_logged
 
 __all__ = ["BUILD_VERSION", "LLAMA_CPP_PYTHON", "LlamaServerBuilder"]
 
@@ -43,7 +43,7 @@ _CMAKE_OPTIONS = (
 
 
 class LlamaServerBuilder:
-    """The llama.cpp build's :class:`~servelab.engine.install.Builder`."""
+    """The llama.cpp build's :class:`~servelab.serve.install.Builder`."""
 
     def target(self, root: Path) -> Path:
         """Where the built server lives."""

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servelab.defaults import ENGINE_VERSION
-from servelab.engine.install import EngineBuild
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.kv import VLLM_KV
@@ -22,9 +21,10 @@ from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import CheckpointNotFoundError
 from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.specsource import spec_config_from_mapping
+from servelab.serve.install import EngineBuild
 
 if TYPE_CHECKING:
-    from servelab.engine.recipe import Recipe
+    from servelab.serve.recipe import Recipe
 
 __all__ = ["VLLM", "VllmEngine"]
 

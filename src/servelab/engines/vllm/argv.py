@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from servelab.engines.vllm.recipe import VllmFlags, VllmSection
 
 if TYPE_CHECKING:
-    from servelab.engine.recipe import Recipe
+    from servelab.serve.recipe import Recipe
 
 __all__ = ["API_SERVER_MODULE", "build_argv", "flag_args"]
 

@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from servelab.engine.home import servelab_home
 from servelab.errors import EngineError, EngineNotFoundError, UsageError
 from servelab.outfile import write_json
+from servelab.serve.home import servelab_home
 
 __all__ = [
     "EngineBuild",

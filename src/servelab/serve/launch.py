@@ -19,26 +19,26 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from servelab.engine.home import runs_dir, synth_models_dir
-from servelab.engine.install import (
+from servelab.engines import get_engine
+from servelab.errors import EngineError, EngineNotFoundError
+from servelab.outfile import write_json
+from servelab.redact import redact_args
+from servelab.serve.home import runs_dir, synth_models_dir
+from servelab.serve.install import (
     EngineInstall,
     build_spec,
     engine_root,
     find_engine,
     launcher_versions,
 )
-from servelab.engine.process import (
+from servelab.serve.process import (
     EngineProcess,
     LaunchSpec,
     PhaseCallback,
     pick_free_port,
     start_engine,
 )
-from servelab.engine.recipe import Recipe
-from servelab.engines import get_engine
-from servelab.errors import EngineError, EngineNotFoundError
-from servelab.outfile import write_json
-from servelab.redact import redact_args
+from servelab.serve.recipe import Recipe
 
 __all__ = [
     "ensure_synth_model",
