@@ -60,7 +60,7 @@ class KvCheck:
 class LoggedKvSize(Protocol):
     """What an engine logged about the size of its KV cache (``None``: the log is silent).
 
-    :class:`servelab.engine.facts.EngineFacts` satisfies it, and so does
+    :class:`servelab.engines.facts.EngineFacts` satisfies it, and so does
     :class:`LoggedKv` (built from a stored run); the planner never imports engine code.
     """
 
