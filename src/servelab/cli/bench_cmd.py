@@ -112,12 +112,12 @@ def record_result(result: BenchResult, db: str | None, err: Console,
     JSON later finds it stored), with the engine name and version the server states."""
     from servelab.bench.diagnose import engine_identity
     from servelab.store import display_url, import_runs, open_store, resolve_url
-    from servelab.store.exchange import run_from_bench_json
+    from servelab.store.exchange import run_from_bench
 
     url = resolve_url(db)
     name, version = engine_identity(result.base_url, api_key=api_key)
-    rec = run_from_bench_json(result.to_json(), source=result.base_url, engine_name=name,
-                              engine_version=version)
+    rec = run_from_bench(result, source=result.base_url, engine_name=name,
+                         engine_version=version)
     with open_store(url) as store:
         done = import_runs(store, [rec])
     rid = (done.added or done.skipped)[0]

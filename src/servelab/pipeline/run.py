@@ -50,7 +50,7 @@ from servelab.serve.launch import (
 from servelab.serve.process import EngineProcess
 from servelab.serve.recipe import BenchSection, Recipe
 from servelab.store.db import Store, recipe_hash
-from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
+from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
 from servelab.units import format_bytes
 
@@ -305,8 +305,8 @@ def bench_record(
     """The run record of a finished benchmark: its samples and metrics, and *failed* (step
     ``bench``, with the engine's log tail) when the client's and the server's token counts
     disagree — numbers from a miscounting client or server are not a measurement."""
-    record = run_from_bench_json(
-        bench.to_json(), source=str(run_dir), started_at=started, finished_at=utcnow(), **fields
+    record = run_from_bench(
+        bench, source=str(run_dir), started_at=started, finished_at=utcnow(), **fields
     )
     extra = {
         **(record.extra or {}),
