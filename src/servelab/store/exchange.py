@@ -30,8 +30,9 @@ from typing import Any
 
 from servelab.bench.metrics import Metrics
 from servelab.bench.result import BenchResult, read_result
-from servelab.bench.samples import RequestSample
+from servelab.bench.samples import ErrorKind, RequestSample
 from servelab.bench.stats import Summary
+from servelab.bench.vllm_compat import from_vllm
 from servelab.errors import InputError
 from servelab.outfile import write_json
 from servelab.points import arrival_tag, point_label
@@ -194,14 +195,18 @@ def content_id(started: datetime, doc: Any) -> str:
 
 
 def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
-    """Convert a ``vllm bench serve`` result into a RunRecord (samples when saved detailed)."""
+    """Convert a ``vllm bench serve`` result into a RunRecord (samples when saved detailed).
+
+    The file is read by :func:`servelab.bench.vllm_compat.from_vllm` (the one parser of
+    vLLM's result JSON, also behind ``servelab bench-import``); its requests become samples
+    through :func:`sample_of`, as servelab's own do."""
     started = _vllm_date(doc.get("date"), source)
-    ttfts = _floats(doc.get("ttfts"))
-    lat = _floats(doc.get("latencies"))
-    itls = doc.get("itls") if isinstance(doc.get("itls"), list) else None
-    in_lens = _ints(doc.get("input_lens"))
-    out_lens = _ints(doc.get("output_lens"))
-    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else None
+    try:
+        parsed = from_vllm(doc, path=source)  # the one reader of vLLM's file
+    except (TypeError, ValueError, IndexError) as exc:
+        raise InputError(f"malformed vllm bench serve result: {exc!r}", path=source) from exc
+    in_lens = ([s.prompt_len for s in parsed.samples]
+               if isinstance(doc.get("input_lens"), list) else [])
     conc = doc.get("max_concurrency")
     raw_rate = doc.get("request_rate")  # "inf" (or absent): all at once, closed loop
     rate = (float(raw_rate) if isinstance(raw_rate, int | float)
@@ -215,39 +220,7 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
         point = point_label(round(statistics.median(in_lens)), conc)
     else:
         point = f"c{conc if conc is not None else 'max'}"  # no prompt length: not a PointKey
-    samples: list[Sample] = []
-    if ttfts is not None:
-        n = len(ttfts)
-        for i in range(n):
-            err = errors[i] if errors is not None and i < len(errors) else None
-            err = str(err) if err else None
-            ttft = ttfts[i]
-            gaps = _floats(itls[i]) if itls is not None and i < len(itls) else None
-            e2e = lat[i] if lat is not None and i < len(lat) else None
-            if e2e is None and gaps is not None and ttft is not None:
-                e2e = ttft + sum(gaps)
-            out_n = out_lens[i] if out_lens is not None and i < len(out_lens) else None
-            tpot = None
-            if err is None and e2e is not None and ttft is not None and out_n and out_n > 1:
-                tpot = (e2e - ttft) / (out_n - 1)
-            if err is None and ttft is not None and ttft <= 0 and not out_n:
-                err = "no output"
-            samples.append(
-                Sample(
-                    point=point,
-                    index=i,
-                    ttft_s=ttft if err is None else None,
-                    tpot_s=tpot,
-                    e2e_s=e2e if err is None else None,
-                    itl_mean_s=statistics.fmean(gaps) if gaps else None,
-                    itl_p50_s=statistics.median(gaps) if gaps else None,
-                    itl_p99_s=_pct(gaps, 99) if gaps else None,
-                    itl_max_s=max(gaps) if gaps else None,
-                    prompt_tokens=in_lens[i] if in_lens is not None and i < len(in_lens) else None,
-                    completion_tokens=out_n,
-                    error=err,
-                )
-            )
+    samples = [sample_of(r, point) for r in parsed.samples]
     metrics: list[Metric] = []
     for key, name, scale, unit in (
         ("output_throughput", "output_throughput_tok_s", 1.0, "tok/s"),
@@ -263,8 +236,8 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
         ("p99_itl_ms", "itl_p99_s", 1e-3, "s"),
         ("mean_e2el_ms", "e2e_mean_s", 1e-3, "s"),
     ):
-        value = doc.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = parsed.aggregates.get(key)
+        if value is not None:
             metrics.append(
                 Metric(
                     name=name,
@@ -382,7 +355,8 @@ def sample_of(req: RequestSample, point: str) -> Sample:
         itl_max_s=max(gaps) if gaps else None,
         prompt_tokens=req.prompt_tokens,
         completion_tokens=ct,
-        error=None if err is None else (f"{err.value}: {detail}" if detail else err.value),
+        error=None if err is None else detail if err is ErrorKind.REPORTED and detail
+        else f"{err.value}: {detail}" if detail else err.value,
     )
 
 
@@ -505,18 +479,6 @@ def _vllm_date(value: Any, source: str) -> datetime:
             except ValueError:
                 continue
     raise InputError(f"vllm bench result has no readable 'date' ({value!r})", path=source)
-
-
-def _floats(value: Any) -> list[float] | None:
-    if not isinstance(value, list):
-        return None
-    return [float(v) if isinstance(v, (int, float)) else float("nan") for v in value]
-
-
-def _ints(value: Any) -> list[int] | None:
-    if not isinstance(value, list):
-        return None
-    return [int(v) if isinstance(v, (int, float)) else 0 for v in value]
 
 
 def _pct(values: Sequence[float], q: float) -> float:
