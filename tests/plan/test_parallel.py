@@ -17,7 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
@@ -28,6 +27,7 @@ from servelab.plan.build import build_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights
+from servelab.serve.launch import engine_argv
 from servelab.serve.recipe import load_recipe, parse_recipe
 
 LOGS = Path(__file__).parent / "logs"
@@ -68,7 +68,7 @@ def test_recipe_layout_reaches_argv_and_back_by_one_value() -> None:
     layout = r.engine.flags.layout()
     assert layout == ParallelLayout(tensor=4, pipeline=2, data=2, expert=True, backend="ray")
     assert (layout.world_size, layout.gpus_per_replica, layout.moe_group) == (16, 8, 8)
-    argv = build_argv(r, launcher=["python"], model="a/b", port=1)
+    argv = engine_argv(r, launcher=["python"], model="a/b", port=1)
     assert layout_from_argv(argv) == layout
     assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
     assert "--enable-expert-parallel" in argv
@@ -308,7 +308,7 @@ def test_ray_multi_node_recipe_example() -> None:
     r = load_recipe(ROOT / "recipes" / "qwen3-next-80b-bf16-2x-spark-ray.toml")
     layout = r.engine.flags.layout()
     assert layout == ParallelLayout(pipeline=2, backend="ray")
-    argv = build_argv(r, launcher=["python"], model="m", port=8000)
+    argv = engine_argv(r, launcher=["python"], model="m", port=8000)
     assert argv[-4:] == [
         "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"
     ]  # fmt: skip

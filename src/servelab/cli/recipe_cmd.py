@@ -117,10 +117,9 @@ def check(
     hardware_file: HardwareFileOpt = None,
 ) -> None:
     """Validate a recipe and print the exact engine command line it would run."""
-    from servelab.engines import get_engine
     from servelab.hardware.profiles import check_profile_name
     from servelab.serve.command import display_command
-    from servelab.serve.launch import display_launcher, resolve_model
+    from servelab.serve.launch import display_launcher, engine_argv, resolve_model
     from servelab.serve.recipe import load_recipe
 
     rec = load_recipe(file)
@@ -131,8 +130,7 @@ def check(
             raise RecipeError(f"hardware: {exc}", path=file) from None
     launcher, installed = display_launcher(rec)
     model_arg, _ = resolve_model(rec, build=False)
-    engine = get_engine(rec.engine.name)
-    argv = engine.argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
+    argv = engine_argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
     command = display_command(argv, dict(rec.engine.env))
     if json_out:
         payload = {

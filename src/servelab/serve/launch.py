@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from servelab.engines import get_engine
+from servelab.engines.base import ServeTarget
 from servelab.errors import EngineError, EngineNotFoundError
 from servelab.outfile import write_json
 from servelab.redact import redact_args
@@ -41,6 +43,7 @@ from servelab.serve.process import (
 from servelab.serve.recipe import Recipe
 
 __all__ = [
+    "engine_argv",
     "ensure_synth_model",
     "launch",
     "new_run_dir",
@@ -161,14 +164,27 @@ def resolve_model(recipe: Recipe, *, build: bool = True) -> tuple[str, Path | No
             if build
             else synth_model_dir(m.synth, overrides, mtp=m.synth_mtp)
         )
-        path = engine.local_model(recipe, path, synth=True, build=build)
+        path = engine.local_model(recipe.engine, path, synth=True, build=build)
         return str(path), path
     local = recipe.model_path()
     if local is not None:
-        local = engine.local_model(recipe, local, synth=False, build=build)
+        local = engine.local_model(recipe.engine, local, synth=False, build=build)
         return str(local), local
     assert m.repo is not None
     return m.repo, None
+
+
+def engine_argv(recipe: Recipe, *, launcher: Sequence[str], model: str, port: int) -> list[str]:
+    """The argv of the recipe's engine: its ``[engine]`` table plus the resolved target
+    (launcher prefix, model argument, served name, port, revision)."""
+    target = ServeTarget(
+        launcher=tuple(launcher),
+        model=model,
+        served_name=recipe.served_model_name(),
+        port=port,
+        revision=recipe.model.revision,
+    )
+    return get_engine(recipe.engine.name).argv(recipe.engine, target)
 
 
 def check_engine_version(
@@ -212,8 +228,8 @@ def prepare_launch(
     else:
         chosen = port
     engine = get_engine(recipe.engine.name)
-    argv = engine.argv(recipe, launcher=launcher, model=model_arg, port=chosen)
-    auto_env = engine.auto_env(recipe)
+    argv = engine_argv(recipe, launcher=launcher, model=model_arg, port=chosen)
+    auto_env = engine.auto_env(recipe.engine)
     return LaunchSpec(
         argv=tuple(argv),
         host=host,

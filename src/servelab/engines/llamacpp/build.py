@@ -16,8 +16,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from servelab.engines.builds import Step, run_logged
 from servelab.errors import EngineError
-from servelab.serve.install import Step, run_logged
 
 __all__ = ["BUILD_VERSION", "LLAMA_CPP_PYTHON", "LlamaServerBuilder"]
 
