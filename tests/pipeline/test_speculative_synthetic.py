@@ -12,7 +12,7 @@ import pytest
 
 from servelab.analysis.acceptance import measured_acceptance
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.pipeline.run import bench_record
 from servelab.site.collect import site_from_records
 from servelab.site.render import render_site

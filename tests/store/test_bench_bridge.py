@@ -15,7 +15,7 @@ import pytest
 
 from servelab.analysis import Group, compare_groups
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.store import (
     RunRecord,
     fields_from_engine_facts,

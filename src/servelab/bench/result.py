@@ -54,10 +54,11 @@ from typing import Any
 
 from servelab.bench.metrics import Metrics
 from servelab.bench.samples import RequestSample
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.specdecode import CounterDelta
 from servelab.bench.stats import Drift
 from servelab.bench.tokencheck import TokenCheck
-from servelab.bench.workload import Point, PointResult, WorkloadSpec
+from servelab.bench.workload import Point, PointResult
 from servelab.errors import InputError
 from servelab.outfile import write_json
 

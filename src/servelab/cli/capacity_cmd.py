@@ -135,8 +135,8 @@ def capacity(
     from servelab.bench.profiles import PROFILES
     from servelab.bench.run import BenchConfig
     from servelab.bench.slo import parse_slo
+    from servelab.bench.spec import WorkloadSpec
     from servelab.bench.transport import Timeouts
-    from servelab.bench.workload import WorkloadSpec
     from servelab.units import parse_int_list
 
     if variable not in ("rate", "concurrency"):

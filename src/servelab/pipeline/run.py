@@ -11,7 +11,6 @@ prints.
 
 from __future__ import annotations
 
-import math
 import platform
 import socket
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from typing import Any, Literal
 
 from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import ProgressEvent, WorkloadSpec
+from servelab.bench.workload import ProgressEvent
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines import get_engine
@@ -48,7 +47,7 @@ from servelab.serve.launch import (
     resolve_model,
 )
 from servelab.serve.process import EngineProcess
-from servelab.serve.recipe import BenchSection, Recipe
+from servelab.serve.recipe import Recipe
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
@@ -107,28 +106,6 @@ class RunOutcome:
         """The stored run's id."""
         assert self.record.run_id is not None
         return self.record.run_id
-
-
-def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
-    """The recipe's ``[bench]`` table as a bench workload.
-
-    ``repetitions`` measured requests per batch, repeated up to ``max_repetitions`` requests
-    in all until the 95 % CI is within ``ci_target_pct``; ``warmup`` requests excluded;
-    ``request_rates`` (with ``arrival_profile``) sweep open-loop rates, concurrency capping.
-    """
-    batches = max(1, math.ceil(bench.max_repetitions / bench.repetitions))
-    return WorkloadSpec(
-        prompt_lens=tuple(bench.prompt_tokens),
-        output_len=bench.output_tokens,
-        concurrency=tuple(bench.concurrency),
-        requests=bench.repetitions,
-        max_repeats=batches,
-        ci_target=bench.ci_target_pct / 100.0,
-        warmup_requests=bench.warmup,
-        request_rates=tuple(bench.request_rates),
-        profile=bench.arrival_profile,
-        burstiness=bench.burstiness,
-    )
 
 
 def resolve_hardware(recipe: Recipe, options: RunOptions) -> HardwareProfile:
@@ -219,7 +196,7 @@ def make_run_plan(
         gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
         kv_cache_dtype=flags.kv_cache_dtype or "auto",
         engine_version=engine_version,
-        prompt_lens=tuple(recipe.bench.prompt_tokens),
+        prompt_lens=tuple(recipe.bench.workload().prompt_lens),
         enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
         kv_arithmetic=arithmetic,
@@ -419,7 +396,7 @@ def run_recipe(
             bench = run_bench(
                 BenchConfig(
                     base_url=engine.base_url,
-                    workload=workload_from_recipe(recipe.bench),
+                    workload=recipe.bench.workload(),
                     model=engine.served_model_name,
                     temperature=recipe.bench.temperature,
                     ignore_eos=recipe.bench.ignore_eos,
@@ -444,7 +421,7 @@ def run_recipe(
             emit(RunEvent("bench", "failed", record.status_reason or ""))
         else:
             summary = summarize(
-                record.metrics, state.fields.get("prediction"), recipe.bench.prompt_tokens
+                record.metrics, state.fields.get("prediction"), recipe.bench.workload().prompt_lens
             )
         record = replace(
             record,
