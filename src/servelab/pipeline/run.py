@@ -35,6 +35,8 @@ from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
+from servelab.plan.parallel import topology_for
+from servelab.plan.request import EngineKnobs
 from servelab.plan.specsource import AUTO
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
@@ -191,16 +193,19 @@ def make_run_plan(
         hardware,
         runs,
         engine=serving.name,
-        max_model_len=flags.max_model_len,
-        kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
-        gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
-        kv_cache_dtype=flags.kv_cache_dtype or "auto",
+        knobs=EngineKnobs(
+            max_model_len=flags.max_model_len,
+            kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
+            gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
+            kv_cache_dtype=flags.kv_cache_dtype or "auto",
+            enable_prefix_caching=flags.enable_prefix_caching is not False,
+            startup=flags.startup,
+        ),
         engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.workload().prompt_lens),
-        enable_prefix_caching=flags.enable_prefix_caching is not False,
         layout=flags.layout,
+        topology=topology_for(hardware.name),
         kv_arithmetic=arithmetic,
-        startup=flags.startup,
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
     )
