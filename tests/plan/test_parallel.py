@@ -22,7 +22,8 @@ from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
-from servelab.hardware.profiles import BUILTIN, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
@@ -157,7 +158,7 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
         "[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n"
         '[profile.cpu-box.sources]\nbandwidth = "a test"\n'
     )
-    from servelab.hardware.profiles import get_profile
+    from servelab.hardware.lookup import get_profile
 
     cpu = get_profile("cpu-box", files=[prof])
     w = _weights()

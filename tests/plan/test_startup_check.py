@@ -22,7 +22,8 @@ from servelab.cli.app import app
 from servelab.engines import get_engine
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.recipe import VllmFlags
-from servelab.hardware.profiles import GIB, HardwareProfile, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import GIB, HardwareProfile
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import (
     StartupOptions,

@@ -51,8 +51,9 @@ def _gib(n: float, nd: int = 2) -> str:
 
 
 def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareProfile:
+    from servelab.hardware.lookup import get_profile
     from servelab.hardware.probe import load_probe
-    from servelab.hardware.profiles import get_profile, with_probe
+    from servelab.hardware.profiles import with_probe
 
     hw = get_profile(name, files=files)
     if probe is not None:

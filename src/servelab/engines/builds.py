@@ -46,6 +46,10 @@ class EngineBuild:
     key of the engine's version in manifests. ``import_name`` is imported once after
     installing to prove the engine loads. ``python_env`` names an environment variable
     that points servelab at an engine interpreter installed by other means.
+
+    ``shared_env``: the engine is importable from servelab's own environment (installed
+    beside servelab, or shipped with it), so it gets no venv of its own: its interpreter
+    is servelab's, and ``servelab engine install`` only checks that it imports.
     """
 
     name: str
@@ -57,6 +61,7 @@ class EngineBuild:
     python_env: str
     remove_reason: str = ""
     builder: Builder | None = None
+    shared_env: bool = False
 
     @property
     def version_key(self) -> str:

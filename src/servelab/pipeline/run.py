@@ -29,7 +29,8 @@ from servelab.engines.facts import EngineFacts, Phase
 from servelab.errors import ServelabError, UsageError
 from servelab.families import DTYPE_BYTES, model_dims
 from servelab.hardware.host import host_cpu
-from servelab.hardware.profiles import HardwareProfile, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.speculative import resolve_acceptance

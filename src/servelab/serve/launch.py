@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -23,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from servelab.engines import get_engine
 from servelab.engines.base import ServeTarget
 from servelab.errors import EngineError, EngineNotFoundError
-from servelab.outfile import write_json
+from servelab.outfile import atomic_dir, write_json
 from servelab.redact import redact_args
 from servelab.serve.home import runs_dir, synth_models_dir
 from servelab.serve.install import (
@@ -79,25 +77,19 @@ def ensure_synth_model(
         return target
     from servelab.synth.tiny import make_tiny_model
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    base = ensure_synth_model(arch, overrides) if mtp else None
     try:
-        if mtp:
-            from servelab.synth.quantize import add_mtp_head
+        with atomic_dir(target) as tmp:
+            if base is not None:
+                from servelab.synth.quantize import add_mtp_head
 
-            base = ensure_synth_model(arch, overrides)
-            shutil.rmtree(tmp)
-            add_mtp_head(base, tmp)
-        else:
-            make_tiny_model(arch, tmp, overrides=overrides)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not (target / "config.json").exists():  # someone else won the race if it exists
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+                tmp.rmdir()  # add_mtp_head makes its output directory itself
+                add_mtp_head(base, tmp)
+            else:
+                make_tiny_model(arch, tmp, overrides=overrides)
+    except OSError:
+        if not (target / "config.json").exists():  # someone else won the race if it exists
+            raise
     return target
 
 
