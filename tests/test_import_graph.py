@@ -44,12 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 # Known upward edges, each to be removed by the branch named; keep this list short.
-ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    # site (publishing) reads the speed-model ledger from the orchestrator's calibration;
-    # branch `predcore` moves pipeline/calibration.py into servelab/predict/ and deletes
-    # this import: delete this entry when merging it.
-    ("servelab.site.collect", "servelab.pipeline.calibration"),
-})
+ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 
 def _modules(src: Path = SRC) -> dict[str, Path]:

@@ -27,16 +27,16 @@ from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
-from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.parallel import Topology
-from servelab.plan.priors import load_priors
 from servelab.plan.request import EngineKnobs, PlanRequest
 from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceSource
 from servelab.plan.weights import Weights, weights_from_report
+from servelab.predict.priors import load_priors
+from servelab.predict.runs import calibration_for
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
 __all__ = ["calibrated_plan", "plan_checkpoint", "store_exists", "stored_runs"]
@@ -123,7 +123,7 @@ def plan_checkpoint(request: PlanRequest) -> Plan:
     source = load_checkpoint(r.checkpoint, revision=r.revision)
     weights = weights_from_report(build_report(source), name=r.checkpoint)
     every = stored_runs(store.db, None) if store.use else []
-    # drafting runs calibrate the speculative step, not plain decode (pipeline.calibration)
+    # drafting runs calibrate the speculative step, not plain decode (predict.runs)
     runs = [run for run in every if run.hardware == r.hardware.name]
     acceptance = resolve_acceptance(spec.acceptance, method=spec.method,
                                     draft_tokens=spec.draft_tokens,
