@@ -60,7 +60,7 @@ def report(
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
     from servelab.hardware.lookup import get_profile
-    from servelab.predict.ledger import ledger, summarize
+    from servelab.predict.ledger import LedgerDocument, ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
     from servelab.predict.runs import Coefficients, ledger_for_runs, samples_from_runs
@@ -128,12 +128,7 @@ def report(
     sources = sorted({f"{r.level}: {r.source}" for r in rows})
     emit(
         fmt,
-        doc={
-            "schema": "servelab.ledger/1",
-            "priors_version": table.version,
-            "rows": [r.to_dict() for r in rows],
-            "summary": [s.to_dict() for s in summary],
-        },
+        doc=LedgerDocument(table.version, tuple(rows), tuple(summary)).to_dict(),
         tables=[
             Table(
                 "leave-one-model-out: measured vs predicted (single stream)",

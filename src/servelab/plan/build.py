@@ -46,6 +46,7 @@ from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.families import FULL, ModelDims, model_dims
 from servelab.hardware.profiles import HardwareProfile
+from servelab.plan.document import PLAN_SCHEMA
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
 from servelab.plan.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
 from servelab.plan.layout import ParallelLayout
@@ -72,7 +73,7 @@ from servelab.plan.weights import Weights
 from servelab.predict.levels import Calibration
 from servelab.predict.speed import SpeedPrediction, predict_speed
 
-SCHEMA = "servelab.plan/1"
+SCHEMA = PLAN_SCHEMA  # one name for writer (to_dict) and reader (plan.document)
 
 
 @dataclass(frozen=True)
