@@ -18,11 +18,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servelab.bench.spec import FIELDS, option_default
+from servelab.bench.spec import FIELDS
 from servelab.cli.errors import INTERRUPTED
 from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
 from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format
 from servelab.cli.progress import LineTicker
+from servelab.cli.workload_options import workload_option
 from servelab.errors import BenchError, OutputPathError, ServelabError, UsageError
 from servelab.outfile import check_output_dir, check_output_file, write_json, write_text
 from servelab.units import parse_int_list
@@ -31,15 +32,6 @@ if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.bench.result import BenchResult
     from servelab.bench.slo import Slo, SloResult
     from servelab.bench.workload import ProgressEvent
-
-
-def workload_option(name: str, default: Any = None) -> Any:
-    """The option of workload field ``name``: its flag, help and default from the one
-    workload schema (:mod:`servelab.bench.spec`); ``default`` replaces the field's where
-    the option spells it otherwise (``--depths 0``: no depth grid)."""
-    field = FIELDS[name]
-    return typer.Option(option_default(name) if default is None else default, field.flag,
-                        help=field.help)
 
 
 #: The options of ``bench`` that set the workload, one per schema field.
