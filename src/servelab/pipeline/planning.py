@@ -91,8 +91,9 @@ def calibrated_plan(
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions",
                          path=where)
+    path = hardware.kernel_path(weights.scheme, moe=weights.moe)  # worked out once, here
     calibration = calibration_for(
-        runs, hardware, weights, engine=engine, priors=load_priors(priors)
+        runs, hardware, weights, engine=engine, priors=load_priors(priors), path=path
     )
     plan = build_plan(
         dict(config), weights, hardware, calibration=calibration, engine_name=engine,
@@ -101,7 +102,7 @@ def calibrated_plan(
         engine_version=engine_version, prompt_lens=prompt_lens, layout=layout,
         topology=topology, draft_tokens=draft_tokens,
         acceptance_lengths=speculative.lengths if speculative is not None else (),
-        **knobs.build_args(),
+        kernel_path=path, **knobs.build_args(),
     )
     if speculative is None:
         return plan

@@ -45,7 +45,7 @@ from typing import Any
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.families import FULL, ModelDims, model_dims
-from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.document import PLAN_SCHEMA
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
 from servelab.plan.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
@@ -272,6 +272,7 @@ def build_plan(
     cpu_avx512_bf16: bool = True,
     engine_name: str = "vllm",
     startup: StartupOptions | None = None,
+    kernel_path: KernelPath | None = None,
 ) -> Plan:
     """Plan serving ``weights`` (with ``config``) on ``hardware``; the KV pool or cache is
     what ``kv_arithmetic`` (the engine's own, :mod:`servelab.plan.kvseam`) says: a pool
@@ -361,6 +362,7 @@ def build_plan(
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
         graph_tokens=graphs.max_tokens if graphs is not None else None,
+        kernel_path=kernel_path,
     )
     topo = topology or topology_for(hardware.name)
     bw, _ = hardware.effective_bandwidth_ceiling()

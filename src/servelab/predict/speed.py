@@ -139,18 +139,20 @@ def predict_speed(
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
     graph_tokens: int | None = None,
+    kernel_path: KernelPath | None = None,
 ) -> SpeedPrediction:
     """Predict decode and prefill speed on ``hardware`` (see module docs for the model).
     ``graph_tokens``: the largest step the engine captures a CUDA graph for
     (:func:`servelab.plan.startup.graph_capture`); a longer prompt's prefill is predicted as
-    launched layer by layer. ``None``: not known (no eager term)."""
+    launched layer by layer. ``None``: not known (no eager term). ``kernel_path``: the path
+    ``weights`` take on ``hardware``, when the caller has worked it out already."""
     if not prompt_lens or any(p <= 0 for p in prompt_lens):
         raise UsageError("prompt lengths must be positive integers")
     if ssm_dtype not in DTYPE_BYTES:
         raise UsageError(f"unknown SSM state dtype {ssm_dtype!r}")
     kvb = kv_dtype_bytes or dims.dtype_bytes
     bw, bw_src = hardware.effective_bandwidth_ceiling()
-    path = hardware.kernel_path(weights.scheme, moe=weights.moe)
+    path = kernel_path or hardware.kernel_path(weights.scheme, moe=weights.moe)
     rate = hardware.compute_rate(path.compute)
     comp_src = (
         "measured (probe)"
