@@ -9,7 +9,7 @@ looks a hardware profile or a topology up by name again. Pure values, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +39,7 @@ class EngineKnobs:
 
     def build_args(self) -> dict[str, Any]:
         """As :func:`servelab.plan.build.build_plan`'s keywords of the same names."""
-        return {
-            "max_model_len": self.max_model_len,
-            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "overhead_bytes": self.overhead_bytes,
-            "startup": self.startup,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
