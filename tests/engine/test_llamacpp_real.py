@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.checkpoint.report import inspect_checkpoint
 from servelab.engines.llamacpp.logfacts import parse_log
 from servelab.serve.launch import launch

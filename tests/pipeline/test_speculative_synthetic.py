@@ -12,7 +12,7 @@ import pytest
 
 from servelab.analysis.acceptance import measured_acceptance
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.pipeline.run import bench_record
 from servelab.site.collect import site_from_records
 from servelab.site.render import render_site
@@ -118,9 +118,9 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.cli.app import app
     from servelab.engines.vllm.kv import VLLM_KV
     from servelab.hardware.lookup import get_profile
-    from servelab.pipeline.calibration import samples_from_runs
     from servelab.plan.build import build_plan
     from servelab.plan.weights import weights_from_report
+    from servelab.predict.runs import samples_from_runs
     from servelab.serve.launch import ensure_synth_model
 
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))

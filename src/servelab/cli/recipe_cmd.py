@@ -74,13 +74,13 @@ extra = []                          # any further flags, one argument per item
 [engine.env]
 # VLLM_LOGGING_LEVEL = "INFO"
 
-[bench]                             # workload defaults for `servelab bench`
-prompt_tokens = [{PROMPT_LENS}]
-output_tokens = 256
+[bench]                             # the workload, named as `servelab bench`'s options
+prompt_lens = [{PROMPT_LENS}]
+output_len = 256
 concurrency = [1]
-repetitions = 3
-max_repetitions = 10
-ci_target_pct = 5.0                 # stop repeating once the 95% CI is within ±5% of the mean
+requests = 3                        # measured requests per batch
+max_repeats = 4                     # batches at most
+ci_target = 0.05                    # stop repeating once the 95% CI is within ±5% of the mean
 
 [labels]
 # owner = "me"

@@ -60,13 +60,13 @@ kv_cache_memory_bytes = "256MiB"
 # The same workload for every build, so their pages compare like with like.
 _BENCH = """\
 [bench]
-prompt_tokens = [128, 512, 2048]
-output_tokens = 64
+prompt_lens = [128, 512, 2048]
+output_len = 64
 concurrency = [1, 4]
-repetitions = 3
-max_repetitions = 6
-ci_target_pct = 10.0
-warmup = 1
+requests = 3
+max_repeats = 2
+ci_target = 0.10
+warmup_requests = 1
 
 [labels]
 purpose = "demo"

@@ -45,7 +45,8 @@ from typing import Any
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.families import FULL, ModelDims, model_dims
-from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.profiles import HardwareProfile, KernelPath
+from servelab.plan.document import PLAN_SCHEMA
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
 from servelab.plan.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
 from servelab.plan.layout import ParallelLayout
@@ -58,9 +59,7 @@ from servelab.plan.parallel import (
     topology_for,
     weights_per_gpu,
 )
-from servelab.plan.predict import SpeedPrediction, predict_speed
 from servelab.plan.specsource import AcceptanceSource
-from servelab.plan.speedmodel import Calibration
 from servelab.plan.startup import (
     GraphCapture,
     MaxNumSeqs,
@@ -71,8 +70,10 @@ from servelab.plan.startup import (
     planned_graph_capture,
 )
 from servelab.plan.weights import Weights
+from servelab.predict.levels import Calibration
+from servelab.predict.speed import SpeedPrediction, predict_speed
 
-SCHEMA = "servelab.plan/1"
+SCHEMA = PLAN_SCHEMA  # one name for writer (to_dict) and reader (plan.document)
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,7 @@ def build_plan(
     cpu_avx512_bf16: bool = True,
     engine_name: str = "vllm",
     startup: StartupOptions | None = None,
+    kernel_path: KernelPath | None = None,
 ) -> Plan:
     """Plan serving ``weights`` (with ``config``) on ``hardware``; the KV pool or cache is
     what ``kv_arithmetic`` (the engine's own, :mod:`servelab.plan.kvseam`) says: a pool
@@ -360,6 +362,7 @@ def build_plan(
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
         graph_tokens=graphs.max_tokens if graphs is not None else None,
+        kernel_path=kernel_path,
     )
     topo = topology or topology_for(hardware.name)
     bw, _ = hardware.effective_bandwidth_ceiling()

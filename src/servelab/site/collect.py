@@ -12,7 +12,7 @@ How records map to pages:
   point. A point's prompt length and concurrency come from its name (``p2048-c1``), else from
   its samples. Decode is single-stream only (concurrency 1). Values are the mean of the
   completed requests with a 95 % t-interval; runs without samples use their stored metric;
-- predictions: ``prediction`` documents as written by :mod:`servelab.plan.predict`
+- predictions: ``prediction`` documents as written by :mod:`servelab.predict.speed`
   (``decode`` / ``prefill`` point lists, optionally under ``"speed"``), labelled with their
   basis;
 - engine observations from ``engine_facts`` (:class:`servelab.engines.facts.EngineFacts`
@@ -24,18 +24,20 @@ How records map to pages:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis import stats
 from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.check import Check
 from servelab.errors import UsageError
-from servelab.pipeline.calibration import ledger_for_runs
+from servelab.plan.check import LoggedKv, kv_pool_checks
 from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv
 from servelab.points import PointKey
+from servelab.predict.runs import ledger_for_runs
 from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
 from servelab.site.fmt import (
@@ -243,57 +245,29 @@ def observation(run: RunRecord) -> EngineObservation:
     )
 
 
-def _kv_checks(
-    run: RunRecord, plan: PlanDocument, obs: EngineObservation, kv_pool: Mapping[str, Any]
-) -> Iterator[PlanCheck]:
-    """The KV pool as planned by the run's engine's own arithmetic, against its log: vLLM's
-    pool (tokens, concurrency) or llama.cpp's cache (tokens, MiB as its log prints them).
-    A stored plan that followed another engine's arithmetic is not checked."""
-    engine = (run.prediction or {}).get("engine")
-    name = engine.get("name", "vllm") if isinstance(engine, Mapping) else "vllm"
-    if name == "llamacpp" and kv_pool.get("engine") == "llamacpp":
-        rule = f"llama.cpp KV arithmetic ({plan.kv_rule or '?'})"
-        if plan.kv_tokens is not None and obs.kv_tokens is not None:
-            yield PlanCheck("KV cache tokens", Predicted(float(plan.kv_tokens), "tokens", rule,
-                                                         run.run_id), obs.kv_tokens)
-        size = kv_pool.get("bytes")
-        logged = _num(_facts(run), "kv_cache_gib")
-        if isinstance(size, int) and logged is not None:
-            yield PlanCheck(
-                "KV cache size",
-                Predicted(round(size / 2**20, 2), "MiB", rule + "; MiB to two decimals, as "
-                          "llama.cpp prints it", run.run_id),
-                Measured(round(logged * 1024, 2), "MiB", _rid(run)))
-        return
-    if name != "vllm":
-        return
-    rule = f"vLLM {plan.kv_engine_version or '?'} KV arithmetic ({plan.kv_rule or '?'})"
-    if plan.kv_tokens is not None and obs.kv_tokens is not None:
-        yield PlanCheck("KV pool", Predicted(float(plan.kv_tokens), "tokens", rule,
-                                             run.run_id), obs.kv_tokens)
-    if plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
-        yield PlanCheck("max concurrency at full context",
-                        Predicted(plan.kv_max_concurrency, "x", rule, run.run_id),
-                        obs.max_concurrency)
-
-
 def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
-    """The run's plan (``servelab.plan/1``) against what its engine reported."""
+    """The run's plan (``servelab.plan/1``) against what its engine reported: the KV pool
+    by the engine's own arithmetic (:func:`servelab.plan.check.kv_pool_checks`, the checks
+    ``servelab run`` prints) and the resident weights."""
     plan = read_plan(run.prediction)
-    if not isinstance((run.prediction or {}).get("kv_pool"), Mapping):
+    if plan.kv_engine is None:
         return ()
     obs = observation(run)
-    kv_pool: Mapping[str, Any] = (run.prediction or {})["kv_pool"]
-    out = list(_kv_checks(run, plan, obs, kv_pool))
+    f = _facts(run)
+    logged = LoggedKv(
+        kv_pool_tokens=int(obs.kv_tokens.value) if obs.kv_tokens is not None else None,
+        max_concurrency=_num(f, "max_concurrency"),
+        kv_cache_gib=_num(f, "kv_cache_gib"),
+    )
+    checks = [c for c in kv_pool_checks(plan, logged) if c.both]
     resident = plan.weights_resident_bytes
     if resident is not None and obs.weights is not None and (
             # the engine prints GiB with two decimals: below that there is nothing to compare
             obs.weights.value > 0 or resident >= 0.005 * GIB):
-        out.append(PlanCheck("weights resident", Predicted(
-            resident / GIB, "GiB",
-            f"checkpoint bytes from the safetensors headers ({plan.weights_source or 'inspect'})",
-            run.run_id), obs.weights))
-    return tuple(out)
+        checks.append(Check(
+            "weights resident", resident / GIB, obs.weights.value, "GiB",
+            f"checkpoint bytes from the safetensors headers ({plan.weights_source or 'inspect'})"))
+    return tuple(PlanCheck(c, _rid(run)) for c in checks)
 
 
 def memory_split(run: RunRecord) -> MemorySplit | None:

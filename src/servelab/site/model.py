@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servelab.plan.ledger import LedgerRow
+from servelab.check import Check
 from servelab.plan.specsource import SpecConfig
+from servelab.predict.ledger import LedgerRow
 
 __all__ = [
     "BuildRow",
@@ -49,6 +50,7 @@ __all__ = [
     "Text",
     "TroubleshootingEntry",
     "Verification",
+    "check_of",
 ]
 
 
@@ -140,11 +142,39 @@ class ConcurrentRow:
 
 @dataclass(frozen=True)
 class PlanCheck:
-    """One planned quantity next to what the engine then reported (e.g. the KV pool)."""
+    """One planned quantity next to what the engine then reported (e.g. the KV pool): the
+    :class:`~servelab.check.Check` of run ``run_id``, as page numbers."""
 
-    label: str
-    predicted: Predicted
-    measured: Measured
+    check: Check
+    run_id: str
+
+    @property
+    def label(self) -> str:
+        """What is compared."""
+        return self.check.label
+
+    @property
+    def predicted(self) -> Predicted:
+        """The plan's value, labelled with its basis."""
+        return Predicted(_number(self.check.predicted), self.check.unit, self.check.basis,
+                         self.run_id, self.check.low, self.check.high)
+
+    @property
+    def measured(self) -> Measured:
+        """What the engine reported."""
+        return Measured(_number(self.check.observed), self.check.unit, self.run_id)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a page number must be a number, not {value!r}")
+    return float(value)
+
+
+def check_of(measured: Measured, predicted: Predicted, label: str = "") -> Check:
+    """A measured page number against its prediction, as one :class:`Check`."""
+    return Check(label, predicted.value, measured.value, measured.unit, predicted.basis,
+                 predicted.low, predicted.high)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A stored run carries its measured single-stream decode/prefill per prompt length
 its concurrency-1 points, :class:`~servelab.points.PointKey`) and the plan made before it
 (read with :func:`~servelab.plan.document.read_plan`): bytes read per token (weights + KV + state),
 prefill FLOPs and bytes, the kernel path, and the checkpoint report (layer count). Together
-they give one :class:`~servelab.plan.speedmodel.Sample` per point. Where an export redacted
+they give one :class:`~servelab.predict.form.Sample` per point. Where an export redacted
 ``bytes_per_token`` (older exports did), it is rebuilt from its parts (weight, KV and state
 bytes), which every plan stores.
 """
@@ -18,13 +18,9 @@ from typing import Any
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.errors import ServelabError
 from servelab.hardware.lookup import get_profile
-from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.ledger import LedgerRow, ledger, step_key
-from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
-from servelab.plan.priors import PriorTable, load_priors
-from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
 from servelab.plan.startup import (
     MaxNumSeqs,
     StartupOptions,
@@ -33,6 +29,16 @@ from servelab.plan.startup import (
 )
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
+from servelab.predict.form import Sample, expert_slots
+from servelab.predict.ledger import LedgerRow, ledger, step_key
+from servelab.predict.levels import Calibration, Target, calibrate
+from servelab.predict.priors import PriorTable, load_priors
+from servelab.predict.roofline import (
+    bounds,
+    coefficients,
+    lower_bounds,
+    roofline_coefficients,
+)
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -311,21 +317,19 @@ def calibration_for(
     engine: str = "vllm",
     model: str = "",
     priors: PriorTable | None = None,
+    path: KernelPath | None = None,
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
     hardware over the shipped priors (which carry the prediction when no run is stored),
-    else the roofline alone (see :mod:`servelab.plan.speedmodel`). Samples of build
-    ``model`` are left out of the fit."""
+    else the roofline alone (see :mod:`servelab.predict`). Samples of build
+    ``model`` are left out of the fit. ``path``: the kernel path ``weights`` take on
+    ``hardware``, when the caller has worked it out already."""
     stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
     table = priors or load_priors()
-    target = Target(
-        engine=engine,
-        kernel_path=hardware.kernel_path(weights.scheme, moe=weights.moe).name,
-        hardware=hardware.name,
-        model=model,
-    )
-    roof = physical_prior(hardware, weights)
-    low = lower_bounds(hardware, hardware.kernel_path(weights.scheme, moe=weights.moe).compute)
+    path = path or hardware.kernel_path(weights.scheme, moe=weights.moe)
+    target = Target(engine=engine, kernel_path=path.name, hardware=hardware.name, model=model)
+    roof = roofline_coefficients(hardware, path.compute)
+    low = lower_bounds(hardware, path.compute)
     cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k])
     if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
         note = f"shipped priors table {table.version} ({table.origin})"

@@ -2,7 +2,7 @@
 
 For every build in the samples, servelab forgets it, calibrates exactly as it would for a
 build it has never run (same levels, same fallbacks, same interval rule: see
-:mod:`servelab.plan.speedmodel`) and predicts its measured points. Each row says what was
+:mod:`servelab.predict`) and predicts its measured points. Each row says what was
 measured, what would have been predicted, whether the measurement fell inside the printed
 interval, and where the prediction came from. This is the evidence behind every interval
 servelab prints (``servelab calibration report``; linked from every page).
@@ -11,18 +11,13 @@ servelab prints (``servelab calibration report``; linked from every page).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
-from servelab.plan.speedmodel import (
-    Sample,
-    Target,
-    fit_levels,
-    interval,
-    levels_for,
-    repeat_spread,
-    row_seconds,
-)
+from servelab.check import Check
+from servelab.errors import InputError
+from servelab.predict.form import Sample, row_seconds
+from servelab.predict.levels import Target, fit_levels, interval, levels_for, repeat_spread
 
 #: The ledger kind of a speculative run's rows: one verification step per second, not tokens.
 STEP_KIND = "spec step"
@@ -58,19 +53,23 @@ class LedgerRow:
     unit: str = "tok/s"  # "steps/s" for a speculative run's steps (kind STEP_KIND)
 
     @property
+    def check(self) -> Check:
+        """The measurement against its leave-one-model-out prediction, as one
+        :class:`~servelab.check.Check` (the comparison run summaries and pages make)."""
+        return Check(f"{self.model} {self.kind} at {self.length:,}", self.predicted_tok_s,
+                     self.measured_tok_s, self.unit, f"{self.level}: {self.source}",
+                     self.low, self.high)
+
+    @property
     def error(self) -> float | None:
         """measured / predicted - 1, as run summaries and pages state it (negative: the
         build ran slower than predicted)."""
-        if not self.predicted_tok_s:
-            return None
-        return self.measured_tok_s / self.predicted_tok_s - 1.0
+        return self.check.error
 
     @property
     def inside(self) -> bool | None:
         """Whether the measurement lies inside the printed interval."""
-        if self.low is None or self.high is None:
-            return None
-        return self.low <= self.measured_tok_s <= self.high
+        return self.check.inside
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the error and the inside flag included)."""
@@ -92,7 +91,7 @@ class LedgerSummary:
     median_abs_error: float | None
     inside: int
     #: How far one build's reruns strayed from their mean on this hardware (the floor under
-    #: every interval: :func:`servelab.plan.speedmodel.repeat_spread`); None without reruns.
+    #: every interval: :func:`servelab.predict.levels.repeat_spread`); None without reruns.
     rerun_spread: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -188,3 +187,55 @@ def summarize(
             )
         )
     return tuple(out)
+
+
+SCHEMA = "servelab.ledger/1"
+_ROW_FIELDS = {f.name: f for f in fields(LedgerRow)}
+_SUMMARY_FIELDS = {f.name: f for f in fields(LedgerSummary)}
+
+
+@dataclass(frozen=True)
+class LedgerDocument:
+    """The ledger as ``servelab calibration report --json`` writes it (``servelab.ledger/1``)."""
+
+    priors_version: str
+    rows: tuple[LedgerRow, ...]
+    summary: tuple[LedgerSummary, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; :func:`read_ledger` reads it back."""
+        return {
+            "schema": SCHEMA,
+            "priors_version": self.priors_version,
+            "rows": [r.to_dict() for r in self.rows],
+            "summary": [s.to_dict() for s in self.summary],
+        }
+
+
+def _record(cls: type[Any], names: dict[str, Any], item: Any, what: str,
+            source: str) -> Any:
+    if not isinstance(item, dict):
+        raise InputError(f"a ledger {what} is not an object: {str(item)[:60]}", path=source)
+    given = {k: v for k, v in item.items() if k in names}
+    missing = [n for n, f in names.items() if n not in given
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise InputError(f"a ledger {what} lacks {', '.join(missing)}", path=source)
+    return cls(**given)
+
+
+def read_ledger(doc: Any, *, source: str = "input") -> LedgerDocument:
+    """The typed reader of a ``servelab.ledger/1`` document (parsed JSON); an InputError
+    naming ``source`` and the problem otherwise. The derived ``error`` and
+    ``inside_interval`` keys are recomputed, not read."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise InputError(f"not a {SCHEMA} document", path=source)
+    rows, summary = doc.get("rows"), doc.get("summary")
+    if not isinstance(rows, list) or not isinstance(summary, list):
+        raise InputError("a ledger needs 'rows' and 'summary' lists", path=source)
+    return LedgerDocument(
+        priors_version=str(doc.get("priors_version") or ""),
+        rows=tuple(_record(LedgerRow, _ROW_FIELDS, r, "row", source) for r in rows),
+        summary=tuple(_record(LedgerSummary, _SUMMARY_FIELDS, s, "summary", source)
+                      for s in summary),
+    )
