@@ -1,0 +1,139 @@
+"""The speculative step's arithmetic on synthetic figures (servelab.plan.specstep).
+
+Every expected number is worked out by hand in the comments from the module's form, so a
+change to the form fails here with the term that moved."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from servelab.errors import UsageError
+from servelab.plan.specstep import (
+    ModelBytes,
+    StepParts,
+    StepSample,
+    expected_distinct_fraction,
+    fit_draft_term,
+    implied_acceptance,
+    spec_tok_s,
+    step_parts,
+    step_seconds,
+)
+
+# 10 experts, top-2: one token touches 0.2 of the routed bytes, three tokens 1 - 0.8^3.
+MODEL = ModelBytes(
+    non_routed=100, routed=1000, num_experts=10, top_k=2, lm_head=30,
+    head_non_routed=5, head_routed=50, head_layers=1,
+)
+
+
+def _parts(method: str = "mtp", k: int = 2) -> StepParts:
+    return step_parts(method, k, MODEL, context_len=10, layers=4, moe_layers=4, kv_read=7,
+                      state_bytes=3, head_kv_per_token=1)
+
+
+def test_distinct_fraction_of_independent_draws() -> None:
+    assert expected_distinct_fraction(10, 2, 1) == pytest.approx(0.2)
+    assert expected_distinct_fraction(10, 2, 3) == pytest.approx(1 - 0.8**3)
+    assert expected_distinct_fraction(4, 4, 2) == 1.0  # every expert picked by every token
+    assert expected_distinct_fraction(0, 2, 3) == 0.0  # a dense model routes nothing
+
+
+def test_mtp_step_by_hand() -> None:
+    p = _parts()
+    # verify: 100 non-routed + 1000 x (1 - 0.8^3 = 0.488) + 7 KV + state read once and
+    # written for 3 positions: 3 x 4 = 12  ->  100 + 488 + 7 + 12 = 607
+    assert p.verify_bytes == 607
+    # draft: 2 passes x (5 head + 30 lm_head + 10 tokens x 1 KV) = 90; the first pass over 3
+    # positions touches 50 x 0.488 = 24.4 of the head's experts, the second 50 x 0.2 = 10
+    assert p.draft_bytes == round(90 + 24.4 + 10)
+    assert (p.verify_layers, p.draft_layers, p.draft_passes) == (4, 2, 2)
+    # slots: 4 MoE layers x 10 experts + 2 head passes x 1 MoE layer x 10 experts
+    assert p.expert_slots == 60
+    assert p.step_bytes == p.verify_bytes + p.draft_bytes
+    assert p.step_layers == 6
+
+
+def test_verify_reads_the_weights_once_for_k_plus_one_tokens() -> None:
+    plain = MODEL.non_routed + MODEL.routed * 0.2 + 7 + 2 * 3  # one token: r+w state
+    for k in (1, 2, 3, 5):
+        p = _parts(k=k)
+        extra_experts = MODEL.routed * (expected_distinct_fraction(10, 2, k + 1) - 0.2)
+        assert p.verify_bytes == round(plain + extra_experts + k * 3)
+        # far less than k + 1 single-token steps
+        assert p.verify_bytes < (k + 1) * plain
+
+
+def test_ngram_drafts_on_the_host() -> None:
+    n, m = _parts("ngram"), _parts("mtp")
+    assert n.verify_bytes == m.verify_bytes
+    assert (n.draft_bytes, n.draft_layers, n.draft_passes) == (0, 0, 1)
+    assert n.expert_slots == 40
+
+
+def test_refusals() -> None:
+    with pytest.raises(UsageError, match="at least one draft token"):
+        _parts(k=0)
+    with pytest.raises(UsageError, match="medusa"):
+        _parts("medusa")
+    headless = ModelBytes(non_routed=100, routed=0, num_experts=0, top_k=0, lm_head=30)
+    with pytest.raises(UsageError, match="ships none"):
+        step_parts("mtp", 2, headless, context_len=1, layers=2, moe_layers=0, kv_read=0,
+                   state_bytes=0)
+    with pytest.raises(UsageError, match="negative"):
+        ModelBytes(non_routed=-1, routed=0, num_experts=0, top_k=0, lm_head=0)
+
+
+def test_step_seconds_gpu_overlaps_cpu_sums() -> None:
+    # GPU: device 4 ms + 2 passes x 1 ms = 6 ms against a 5 ms form (host) floor
+    assert step_seconds(5e-3, 4e-3, 2, 1e-3, host_bound=False) == pytest.approx(6e-3)
+    # a host-bound GPU step: the draft term hides under the host's 9 ms
+    assert step_seconds(9e-3, 4e-3, 2, 1e-3, host_bound=False) == pytest.approx(9e-3)
+    # CPU: everything adds
+    assert step_seconds(5e-3, 4e-3, 2, 1e-3, host_bound=True) == pytest.approx(7e-3)
+
+
+def test_tok_s_is_accepted_tokens_per_step_over_step_time() -> None:
+    assert spec_tok_s(3.0, 0.03) == pytest.approx(100.0)
+    assert implied_acceptance(100.0, 0.03) == pytest.approx(3.0)
+    with pytest.raises(UsageError):
+        spec_tok_s(2.0, 0.0)
+    with pytest.raises(UsageError):
+        spec_tok_s(2.0, math.inf)
+
+
+def _sample(build: str, form: float, per_pass: float, k: int = 2) -> StepSample:
+    p = _parts(k=k)
+    return StepSample(f"{build} [mtp k={k} step]", p, form + p.draft_passes * per_pass, form,
+                      "synthetic")
+
+
+def test_draft_term_recovers_a_known_per_pass_time() -> None:
+    samples = [_sample("a", f, 1e-3) for f in (4e-3, 5e-3, 6e-3)]
+    fit = fit_draft_term(samples, "mtp", "synthetic")
+    assert fit is not None
+    assert fit.per_pass == pytest.approx(1e-3)
+    assert fit.builds == ("a",) and fit.n_samples == 3
+    assert fit.rel_error is None  # one build: no leave-one-build-out
+    assert fit_draft_term(samples, "eagle", "synthetic") is None
+
+
+def test_draft_term_floor_and_leave_one_build_out() -> None:
+    # a step faster than its form alone cannot make the draft term negative
+    fast = [StepSample("a [mtp k=2 step]", _parts(), 3e-3, 4e-3, "synthetic")]
+    fit = fit_draft_term(fast, "mtp", "synthetic")
+    assert fit is not None and fit.per_pass == 0.0
+    # two builds, 1 ms and 2 ms per pass, one step each with a 4 ms form, 2 passes:
+    # a (6 ms) predicted from b alone: 4 + 2 x 2 = 8 ms -> |6/8 - 1| = 0.25;
+    # b (8 ms) predicted from a alone: 4 + 2 x 1 = 6 ms -> |8/6 - 1| = 1/3;
+    # the largest, widened by 1 + 1/2 builds: 0.5
+    two = [_sample("a", 4e-3, 1e-3), _sample("b", 4e-3, 2e-3)]
+    fit2 = fit_draft_term(two, "mtp", "synthetic")
+    assert fit2 is not None
+    assert fit2.rel_error == pytest.approx(0.5)
+    # pooled: s = sum(p r / t^2) / sum(p^2 / t^2) with p = 2, r = 2 ms and 4 ms, t = 6, 8 ms
+    num = 2 * 2e-3 / 6e-3**2 + 2 * 4e-3 / 8e-3**2
+    den = 4 / 6e-3**2 + 4 / 8e-3**2
+    assert fit2.per_pass == pytest.approx(num / den)
