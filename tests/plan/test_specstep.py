@@ -18,6 +18,7 @@ from servelab.plan.specstep import (
     fit_draft_term,
     implied_acceptance,
     spec_tok_s,
+    step_interval,
     step_parts,
     step_seconds,
 )
@@ -125,15 +126,29 @@ def test_draft_term_floor_and_leave_one_build_out() -> None:
     fast = [StepSample("a [mtp k=2 step]", _parts(), 3e-3, 4e-3, "synthetic")]
     fit = fit_draft_term(fast, "mtp", "synthetic")
     assert fit is not None and fit.per_pass == 0.0
-    # two builds, 1 ms and 2 ms per pass, one step each with a 4 ms form, 2 passes:
-    # a (6 ms) predicted from b alone: 4 + 2 x 2 = 8 ms -> |6/8 - 1| = 0.25;
-    # b (8 ms) predicted from a alone: 4 + 2 x 1 = 6 ms -> |8/6 - 1| = 1/3;
-    # the largest, widened by 1 + 1/2 builds: 0.5
+    # two builds, 1 ms and 2 ms per pass: a's own 1 ms against b's 2 ms misses by 0.5,
+    # b's 2 ms against a's 1 ms by 1.0; the largest, widened by 1 + 1/2 builds: 1.5
     two = [_sample("a", 4e-3, 1e-3), _sample("b", 4e-3, 2e-3)]
     fit2 = fit_draft_term(two, "mtp", "synthetic")
     assert fit2 is not None
-    assert fit2.rel_error == pytest.approx(0.5)
+    assert fit2.rel_error == pytest.approx(1.5)
     # pooled: s = sum(p r / t^2) / sum(p^2 / t^2) with p = 2, r = 2 ms and 4 ms, t = 6, 8 ms
     num = 2 * 2e-3 / 6e-3**2 + 2 * 4e-3 / 8e-3**2
     den = 4 / 6e-3**2 + 4 / 8e-3**2
     assert fit2.per_pass == pytest.approx(num / den)
+
+
+def test_step_interval_adds_the_parts_errors() -> None:
+    # form 10 ms known to ±25 % (time 8 to 13.33 ms), draft 2 ms known to ±50 % (1 to 3 ms):
+    # fastest 9 ms, slowest 16.33 ms; acceptance 3 -> 183.7 to 333.3 tok/s
+    lo, hi = step_interval(3.0, 10e-3, 0.25, 2e-3, 0.5) or (0.0, 0.0)
+    assert lo == pytest.approx(3.0 / (10e-3 / 0.75 + 3e-3))
+    assert hi == pytest.approx(3.0 / 9e-3)
+    # one build: the draft term from none to twice itself (8 ms to 17.33 ms)
+    lo1, hi1 = step_interval(3.0, 10e-3, 0.25, 2e-3, None) or (0.0, 0.0)
+    assert lo1 == pytest.approx(3.0 / (10e-3 / 0.75 + 4e-3))
+    assert hi1 == pytest.approx(3.0 / 8e-3)
+    # capped at the roofline; none without a decode interval
+    lo2, hi2 = step_interval(3.0, 10e-3, 0.25, 2e-3, 0.5, bound=300.0) or (0.0, 0.0)
+    assert (lo2, hi2) == (lo, 300.0)
+    assert step_interval(3.0, 10e-3, None, 2e-3, 0.5) is None

@@ -197,7 +197,8 @@ def step_seconds(form_seconds: float, device_seconds: float, passes: int,
 @dataclass(frozen=True)
 class DraftFit:
     """The fitted draft term of one method: seconds per draft pass, the builds it came from,
-    and its leave-one-build-out relative error on step times (None with one build)."""
+    and its relative error (``rel_error``: how far one build's own per-pass time lay from the
+    others', leave-one-build-out, widened by ``1 + 1/builds``; None with one build)."""
 
     method: str
     per_pass: float
@@ -208,9 +209,9 @@ class DraftFit:
 
     @property
     def label(self) -> str:
-        """``draft pass 0.92 ms (mtp; fitted from 3 steps of 1 build: ...)``."""
+        """``draft pass 0.84 ms (mtp; 3 step(s) of 1 build(s): ...)``."""
         return (
-            f"draft pass {self.per_pass * 1e3:.2f} ms ({self.method}; fitted from "
+            f"draft pass {self.per_pass * 1e3:.2f} ms ({self.method}; "
             f"{self.n_samples} step(s) of {len(self.builds)} build(s): {self.source})"
         )
 
@@ -234,25 +235,22 @@ def build_of(model: str) -> str:
 def fit_draft_term(samples: Sequence[StepSample], method: str, source: str) -> DraftFit | None:
     """The draft term of ``method`` from ``samples`` (those of that method with draft
     passes), or None without any. With two builds or more it carries the largest
-    leave-one-build-out relative error of step time, widened by ``1 + 1/builds`` as the
-    decode form's intervals are (:func:`servelab.plan.speedmodel.error_bound`)."""
+    leave-one-build-out relative miss of a build's own per-pass time by the others',
+    widened by ``1 + 1/builds`` as the decode form's intervals are
+    (:func:`servelab.plan.speedmodel.error_bound`); infinite when the others fit none."""
     mine = [s for s in samples if s.parts.method == method and s.parts.draft_passes > 0]
     if not mine:
         return None
     builds = tuple(sorted({build_of(s.model) for s in mine}))
-    per_pass = _per_pass(mine)
     rel: float | None = None
     if len(builds) > 1:
         errs = []
         for b in builds:
-            rest = [s for s in mine if build_of(s.model) != b]
-            s_out = _per_pass(rest)
-            for s in mine:
-                if build_of(s.model) == b:
-                    pred = s.form_seconds + s.parts.draft_passes * s_out
-                    errs.append(abs(s.seconds / pred - 1.0))
+            own = _per_pass([s for s in mine if build_of(s.model) == b])
+            rest = _per_pass([s for s in mine if build_of(s.model) != b])
+            errs.append(abs(own / rest - 1.0) if rest > 0 else (0.0 if own == 0 else math.inf))
         rel = max(errs) * (1.0 + 1.0 / len(builds))
-    return DraftFit(method, per_pass, builds, len(mine), rel, source)
+    return DraftFit(method, _per_pass(mine), builds, len(mine), rel, source)
 
 
 def spec_tok_s(acceptance: float, seconds: float) -> float:
@@ -265,3 +263,39 @@ def spec_tok_s(acceptance: float, seconds: float) -> float:
 def implied_acceptance(tok_s: float, seconds: float) -> float:
     """The mean acceptance length at which a step of ``seconds`` decodes ``tok_s``."""
     return tok_s * seconds
+
+
+#: The draft term's relative error when it rests on one build (nothing to leave out): the
+#: term may be anything from none to twice itself. Measured across hardware it is wider
+#: still: 0.84 ms per pass on the H200 (vLLM 0.26.0) against about 4.6 ms implied by a
+#: published RTX PRO 6000 point (vLLM 0.19.0; benchmarks/RESULTS.md).
+ONE_BUILD_DRAFT_ERROR = 1.0
+
+
+def step_interval(
+    acceptance: float,
+    form_seconds: float,
+    form_rel: float | None,
+    draft_seconds: float,
+    draft_rel: float | None,
+    bound: float | None = None,
+) -> tuple[float, float] | None:
+    """tok/s interval of a step whose decode-form part (``form_seconds``) is known to
+    ``1 ± form_rel`` in tok/s terms (time within ``t / (1 ± e)``, as every decode interval)
+    and whose draft term (``draft_seconds``) to ``± draft_rel`` of itself (None: one build,
+    :data:`ONE_BUILD_DRAFT_ERROR`): the errors of the two parts add. The top is capped at
+    the roofline ``bound``. None without a decode interval."""
+    if form_rel is None:
+        return None
+    e_d = ONE_BUILD_DRAFT_ERROR if draft_rel is None else draft_rel
+    fastest = form_seconds / (1.0 + form_rel) + draft_seconds * max(0.0, 1.0 - e_d)
+    slowest = (
+        form_seconds / (1.0 - form_rel) + draft_seconds * (1.0 + e_d)
+        if form_rel < 1.0 and math.isfinite(e_d)
+        else math.inf
+    )
+    lo = acceptance / slowest if math.isfinite(slowest) else 0.0
+    hi = acceptance / fastest if fastest > 0 else math.inf
+    if bound is not None and bound > 0:
+        hi, lo = min(hi, bound), min(lo, bound)
+    return lo, hi
