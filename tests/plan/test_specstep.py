@@ -11,9 +11,11 @@ import pytest
 
 from servelab.errors import UsageError
 from servelab.plan.specstep import (
+    ONE_BUILD_DRAFT_ERROR,
     ModelBytes,
     StepParts,
     StepSample,
+    choose_draft_fit,
     expected_distinct_fraction,
     fit_draft_term,
     implied_acceptance,
@@ -107,8 +109,8 @@ def test_tok_s_is_accepted_tokens_per_step_over_step_time() -> None:
 
 def _sample(build: str, form: float, per_pass: float, k: int = 2) -> StepSample:
     p = _parts(k=k)
-    return StepSample(f"{build} [mtp k={k} step]", p, form + p.draft_passes * per_pass, form,
-                      "synthetic")
+    return StepSample(f"{build} [mtp k={k} step]", "hw", "mtp", p.draft_passes,
+                      form + p.draft_passes * per_pass, form, "synthetic")
 
 
 def test_draft_term_recovers_a_known_per_pass_time() -> None:
@@ -123,7 +125,7 @@ def test_draft_term_recovers_a_known_per_pass_time() -> None:
 
 def test_draft_term_floor_and_leave_one_build_out() -> None:
     # a step faster than its form alone cannot make the draft term negative
-    fast = [StepSample("a [mtp k=2 step]", _parts(), 3e-3, 4e-3, "synthetic")]
+    fast = [StepSample("a [mtp k=2 step]", "hw", "mtp", 2, 3e-3, 4e-3, "synthetic")]
     fit = fit_draft_term(fast, "mtp", "synthetic")
     assert fit is not None and fit.per_pass == 0.0
     # two builds, 1 ms and 2 ms per pass: a's own 1 ms against b's 2 ms misses by 0.5,
@@ -152,3 +154,17 @@ def test_step_interval_adds_the_parts_errors() -> None:
     lo2, hi2 = step_interval(3.0, 10e-3, 0.25, 2e-3, 0.5, bound=300.0) or (0.0, 0.0)
     assert (lo2, hi2) == (lo, 300.0)
     assert step_interval(3.0, 10e-3, None, 2e-3, 0.5) is None
+
+
+def test_draft_levels_same_hardware_first_then_a_labelled_fallback() -> None:
+    here = _sample("a", 4e-3, 1e-3)
+    there = StepSample("b [mtp k=2 step]", "other", "mtp", 2, 8e-3, 4e-3, "synthetic")
+    fit = choose_draft_fit([here, there], hardware="hw", method="mtp")
+    assert fit is not None and fit.per_pass == pytest.approx(1e-3)
+    assert fit.builds == ("a",) and fit.rel_error is None
+    # leaving a out, the other machine's 2 ms per pass is a fallback of at least ±100 %
+    out = choose_draft_fit([here, there], hardware="hw", method="mtp", leave_out="a [x]")
+    assert out is not None and out.per_pass == pytest.approx(2e-3)
+    assert out.rel_error == ONE_BUILD_DRAFT_ERROR
+    assert "fallback: no mtp step measured on hw; from other" in out.label
+    assert choose_draft_fit([here], hardware="hw", method="mtp", leave_out="a") is None

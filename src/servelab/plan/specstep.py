@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servelab.errors import UsageError
 
@@ -167,19 +167,21 @@ def step_parts(
 
 @dataclass(frozen=True)
 class StepSample:
-    """One measured speculative step: its parts, the measured time of one step
-    (``acceptance / tok/s``) and the plain decode form's time for the same parts (without
-    the draft term), under the build key ``model``."""
+    """One measured speculative step: the measured time of one step (``acceptance / tok/s``)
+    and the plain decode form's time for its parts (without the draft term), with how many
+    draft passes it ran, under the build key ``model`` on ``hardware``."""
 
     model: str
-    parts: StepParts
+    hardware: str
+    method: str
+    draft_passes: int
     seconds: float
     form_seconds: float
     source: str
 
     def __post_init__(self) -> None:
-        if self.seconds <= 0 or self.form_seconds <= 0:
-            raise UsageError(f"step sample {self.model!r}: non-positive time")
+        if self.seconds <= 0 or self.form_seconds <= 0 or self.draft_passes < 0:
+            raise UsageError(f"step sample {self.model!r}: non-positive time or passes")
 
 
 def step_seconds(form_seconds: float, device_seconds: float, passes: int,
@@ -221,9 +223,8 @@ def _per_pass(samples: Sequence[StepSample]) -> float:
     ``samples`` when every step is device-bound (``t = form + passes x s``), floored at 0:
     ``s = sum(p r / t^2) / sum(p^2 / t^2)`` with ``r = t - form`` (closed form of a
     one-parameter weighted least squares)."""
-    num = sum(s.parts.draft_passes * (s.seconds - s.form_seconds) / s.seconds**2
-              for s in samples)
-    den = sum(s.parts.draft_passes**2 / s.seconds**2 for s in samples)
+    num = sum(s.draft_passes * (s.seconds - s.form_seconds) / s.seconds**2 for s in samples)
+    den = sum(s.draft_passes**2 / s.seconds**2 for s in samples)
     return max(num / den, 0.0) if den > 0 else 0.0
 
 
@@ -238,7 +239,7 @@ def fit_draft_term(samples: Sequence[StepSample], method: str, source: str) -> D
     leave-one-build-out relative miss of a build's own per-pass time by the others',
     widened by ``1 + 1/builds`` as the decode form's intervals are
     (:func:`servelab.plan.speedmodel.error_bound`); infinite when the others fit none."""
-    mine = [s for s in samples if s.parts.method == method and s.parts.draft_passes > 0]
+    mine = [s for s in samples if s.method == method and s.draft_passes > 0]
     if not mine:
         return None
     builds = tuple(sorted({build_of(s.model) for s in mine}))
@@ -263,6 +264,31 @@ def spec_tok_s(acceptance: float, seconds: float) -> float:
 def implied_acceptance(tok_s: float, seconds: float) -> float:
     """The mean acceptance length at which a step of ``seconds`` decodes ``tok_s``."""
     return tok_s * seconds
+
+
+def choose_draft_fit(
+    samples: Sequence[StepSample], *, hardware: str, method: str, leave_out: str = ""
+) -> DraftFit | None:
+    """The draft term for ``method`` on ``hardware``: from the measured steps on that
+    hardware, else (a labelled fallback) from those on other hardware, whose relative error is
+    then at least :data:`ONE_BUILD_DRAFT_ERROR` (the draft's host work differs between
+    machines and engine versions by more than its fit over one machine shows); None without
+    any. ``leave_out`` names a build whose steps are not used (leave-one-build-out)."""
+    keep = [s for s in samples if not leave_out or build_of(s.model) != build_of(leave_out)]
+    same = fit_draft_term([s for s in keep if s.hardware == hardware], method,
+                          f"measured steps on {hardware}")
+    if same is not None:
+        return same
+    other = [s for s in keep if s.hardware != hardware]
+    where = sorted({s.hardware for s in other if s.method == method and s.draft_passes > 0})
+    fit = fit_draft_term(
+        other, method, f"fallback: no {method} step measured on {hardware}; from "
+        + ", ".join(where),
+    )
+    if fit is None:
+        return None
+    rel = ONE_BUILD_DRAFT_ERROR if fit.rel_error is None else fit.rel_error
+    return replace(fit, rel_error=max(rel, ONE_BUILD_DRAFT_ERROR))
 
 
 #: The draft term's relative error when it rests on one build (nothing to leave out): the
