@@ -23,7 +23,7 @@ from servelab.units import parse_float_list, parse_int_list, parse_size
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.hardware.profiles import HardwareProfile
     from servelab.plan.build import Plan
-    from servelab.plan.speedmodel import Fit
+    from servelab.predict.levels import Fit
 
 GIB = 1 << 30
 
