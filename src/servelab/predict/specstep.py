@@ -26,7 +26,7 @@ How vLLM runs a step (v1 engine, 0.26-0.32; ``vllm/v1/spec_decode/llm_base_propo
      asynchronous scheduling off for it, so its host time adds to the step:
      ``s_per_draft_pass`` once per step.
 
-The step's time is the decode form (:mod:`servelab.plan.speedmodel`) of its bytes, layers
+The step's time is the decode form (:mod:`servelab.predict.form`) of its bytes, layers
 and expert slots, plus the draft term::
 
     t_step = max(device(verify + draft bytes, layers, slots) + passes x s_per_draft_pass,
@@ -45,19 +45,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from servelab.errors import UsageError
+from servelab.plan.costs import distinct_expert_fraction
 
 #: Methods whose draft is a forward of a head on the device, one per drafted token.
 HEAD_METHODS = frozenset({"mtp", "eagle", "eagle3"})
 #: Methods whose draft is a host-side lookup (no device forward).
 LOOKUP_METHODS = frozenset({"ngram"})
-
-
-def expected_distinct_fraction(num_experts: int, top_k: int, tokens: int) -> float:
-    """Expected fraction of ``num_experts`` that ``tokens`` independent top-``top_k``
-    draws touch: ``1 - (1 - K/E)^tokens``."""
-    if num_experts <= 0 or top_k <= 0 or tokens <= 0:
-        return 0.0
-    return 1.0 - (1.0 - top_k / num_experts) ** tokens
 
 
 @dataclass(frozen=True)
@@ -89,7 +82,7 @@ class ModelBytes:
     def routed_touched(self, tokens: int, routed: int | None = None) -> float:
         """Routed-expert bytes a pass over ``tokens`` tokens reads (expected)."""
         total = self.routed if routed is None else routed
-        return total * expected_distinct_fraction(self.num_experts, self.top_k, tokens)
+        return total * distinct_expert_fraction(self.num_experts, self.top_k, tokens)
 
 
 @dataclass(frozen=True)
@@ -238,7 +231,7 @@ def fit_draft_term(samples: Sequence[StepSample], method: str, source: str) -> D
     passes), or None without any. With two builds or more it carries the largest
     leave-one-build-out relative miss of a build's own per-pass time by the others',
     widened by ``1 + 1/builds`` as the decode form's intervals are
-    (:func:`servelab.plan.speedmodel.error_bound`); infinite when the others fit none."""
+    (:func:`servelab.predict.levels.error_bound`); infinite when the others fit none."""
     mine = [s for s in samples if s.method == method and s.draft_passes > 0]
     if not mine:
         return None

@@ -1,4 +1,4 @@
-"""The speculative step's arithmetic on synthetic figures (servelab.plan.specstep).
+"""The speculative step's arithmetic on synthetic figures (servelab.predict.specstep).
 
 Every expected number is worked out by hand in the comments from the module's form, so a
 change to the form fails here with the term that moved."""
@@ -10,13 +10,13 @@ import math
 import pytest
 
 from servelab.errors import UsageError
-from servelab.plan.specstep import (
+from servelab.plan.costs import distinct_expert_fraction as expected_distinct_fraction
+from servelab.predict.specstep import (
     ONE_BUILD_DRAFT_ERROR,
     ModelBytes,
     StepParts,
     StepSample,
     choose_draft_fit,
-    expected_distinct_fraction,
     fit_draft_term,
     implied_acceptance,
     spec_tok_s,
