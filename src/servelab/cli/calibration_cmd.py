@@ -60,10 +60,12 @@ def report(
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
     from servelab.hardware.profiles import get_profile
+    from servelab.predict.form import Sample
     from servelab.predict.ledger import ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
     from servelab.predict.runs import Coefficients, ledger_for_runs, samples_from_runs
+    from servelab.predict.spec import step_predictor
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
 
@@ -79,13 +81,14 @@ def report(
             profile = get_profile(hw)
             return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
 
-        rows = ledger(
-            stored,
-            [],
-            lambda kind, s: coefficients(s.hardware, s.compute)[0][kind],
-            origin="shipped priors",
-            lower=lambda kind, s: coefficients(s.hardware, s.compute)[1][kind],
-        )
+        def roof(kind: str, s: Sample) -> tuple[float, ...]:
+            return coefficients(s.hardware, s.compute)[0][kind]
+
+        def floor(kind: str, s: Sample) -> tuple[float, ...]:
+            return coefficients(s.hardware, s.compute)[1][kind]
+
+        rows = ledger(stored, [], roof, origin="shipped priors", lower=floor,
+                      steps=step_predictor(stored, [], roof, floor))
     else:
         with open_store(db, create=False) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))

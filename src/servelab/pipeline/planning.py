@@ -34,7 +34,7 @@ from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption, AcceptanceSource
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.predict.priors import load_priors
-from servelab.predict.runs import calibration_for
+from servelab.predict.runs import calibration_for, draft_for
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
 __all__ = ["calibrated_plan", "plan_checkpoint", "store_exists", "stored_runs"]
@@ -71,6 +71,7 @@ def calibrated_plan(
     engine: str = "vllm",
     speculative: AcceptanceSource | None = None,
     kv_arithmetic: KvArithmetic | None = None,
+    draft_runs: Sequence[RunRecord] | None = None,
     **knobs: Any,
 ) -> Plan:
     """:func:`~servelab.plan.build.build_plan` calibrated from ``runs`` and the priors.
@@ -80,7 +81,9 @@ def calibrated_plan(
     recipe's engine name) picks that engine's own calibration and labels the plan;
     ``speculative`` gives the acceptance lengths to predict speculative decode at (and
     their source, kept in the plan); ``kv_arithmetic`` is the engine's KV arithmetic for
-    its flags (default: ``engine``'s, at its default flags).
+    its flags (default: ``engine``'s, at its default flags); ``draft_runs``: the stored runs
+    whose measured speculative steps calibrate the draft term (any hardware; default
+    ``runs``).
     """
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions",
@@ -90,6 +93,12 @@ def calibrated_plan(
     )
     if speculative is not None:
         knobs["acceptance_lengths"] = speculative.lengths
+        knobs["spec_method"] = speculative.method
+        if speculative.lengths:
+            knobs["draft"] = draft_for(
+                list(runs if draft_runs is None else draft_runs), hardware, weights,
+                speculative.method, engine=engine, priors=load_priors(priors),
+            )
     arithmetic = kv_arithmetic or get_engine(engine).kv_arithmetic()
     if arithmetic is None:
         raise UsageError(f"servelab does not reproduce {engine}'s KV arithmetic")
@@ -101,12 +110,7 @@ def calibrated_plan(
     )
     if speculative is None:
         return plan
-    notes = plan.notes
-    if speculative.lengths and speculative.method != DEFAULT_METHOD:
-        notes = (*notes, f"{speculative.method} is not an MTP head: the speculative step above "
-                 "counts k draft passes of the MTP head (else the lm_head), not "
-                 f"{speculative.method}'s own draft cost")
-    return replace(plan, speculative=speculative, notes=notes)
+    return replace(plan, speculative=speculative)
 
 
 def plan_checkpoint(
@@ -133,7 +137,7 @@ def plan_checkpoint(
     source = load_checkpoint(checkpoint, revision=revision)
     weights = weights_from_report(build_report(source), name=checkpoint)
     every = stored_runs(db, None) if use_store else []
-    # drafting runs calibrate the speculative step, not plain decode (predict.runs)
+    # drafting runs calibrate the draft term, not plain decode (predict.spec)
     runs = [r for r in every if r.hardware == hardware.name]
     spec = resolve_acceptance(acceptance, method=spec_method, draft_tokens=draft_tokens,
                               header_hash=source.header_sha256, runs=every,
@@ -141,7 +145,7 @@ def plan_checkpoint(
     plan = calibrated_plan(source.config or {}, weights, hardware, runs, priors=priors,
                            where=checkpoint, engine_version=engine_version,
                            prompt_lens=prompt_lens, speculative=spec,
-                           draft_tokens=draft_tokens, **knobs)
+                           draft_tokens=draft_tokens, draft_runs=every, **knobs)
     hint = speculative_hint(every, source.header_sha256) if (
         acceptance == AUTO and draft_tokens <= 0) else None
     return replace(plan, notes=(*plan.notes, hint)) if hint else plan

@@ -15,7 +15,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servelab.predict.form import Sample, row_seconds
-from servelab.predict.levels import Target, fit_levels, interval, levels_for, repeat_spread
+from servelab.predict.levels import Fit, Target, fit_levels, interval, levels_for, repeat_spread
+
+#: Predicts one measured speculative step of a left-out build from the decode fit of its
+#: target (steps/s, low, high, where the draft term came from): the draft term's
+#: calibration (:func:`servelab.predict.spec.step_predictor`).
+StepPredictor = Callable[
+    [Target, Fit, Sample, float | None],
+    tuple[float | None, float | None, float | None, str],
+]
 
 #: The ledger kind of a speculative run's rows: one verification step per second, not tokens.
 STEP_KIND = "spec step"
@@ -100,13 +108,16 @@ def ledger(
     *,
     origin: str = "stored runs",
     lower: Callable[[str, Sample], Sequence[float]] | None = None,
+    steps: StepPredictor | None = None,
 ) -> tuple[LedgerRow, ...]:
     """Leave-one-model-out rows for every sample in ``stored``.
 
     ``physical(kind, sample)`` gives the roofline coefficients of the sample's hardware and
     kernel path (the prior of last resort and the lower bound); ``origin`` names where
     ``stored`` came from (``"shipped priors"`` when the ledger checks the table itself);
-    ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients).
+    ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients);
+    ``steps`` predicts a speculative step (decode form + draft term); without it a step is
+    predicted by the decode form alone.
     """
     rows: list[LedgerRow] = []
     by_model: dict[tuple[str, str, str], list[Sample]] = {}
@@ -126,13 +137,16 @@ def ledger(
             fit = fit_levels(levels, kind, target, roof, floor)
             for s in points:
                 tok = lo = hi = None
-                if not fit.is_roofline:
+                source = fit.label()
+                ceiling = floor if floor is not None else roof
+                least = row_seconds(ceiling, s.features)
+                if not fit.is_roofline and s.is_step and steps is not None:
+                    tok, lo, hi, source = steps(target, fit, s, 1.0 / least if least else None)
+                elif not fit.is_roofline:
                     seconds = fit.seconds(s.features)
                     if seconds > 0:
                         tokens = 1.0 if kind == "decode" else s.length
                         tok = tokens / seconds
-                        ceiling = floor if floor is not None else roof
-                        least = row_seconds(ceiling, s.features)
                         band = interval(tok, fit.rel_error, tokens / least if least else None)
                         lo, hi = band if band else (None, None)
                 step = is_step(model)
@@ -149,7 +163,7 @@ def ledger(
                         low=lo,
                         high=hi,
                         level=fit.level,
-                        source=fit.label(),
+                        source=source,
                         unit="steps/s" if step else "tok/s",
                     )
                 )
