@@ -9,6 +9,7 @@ measured against predicted per point (:mod:`servelab.predict.ledger`). ``--json`
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -64,7 +65,7 @@ def report(
     from servelab.predict.ledger import ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
-    from servelab.predict.runs import Coefficients, ledger_for_runs, samples_from_runs
+    from servelab.predict.runs import Ceilings, ledger_for_runs, samples_from_runs
     from servelab.predict.spec import step_predictor
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
@@ -77,14 +78,14 @@ def report(
             raise UsageError(f"the priors table has no measurement on {hardware}")
 
         @functools.cache
-        def coefficients(hw: str, compute: str) -> tuple[Coefficients, Coefficients]:
+        def coefficients(hw: str, compute: str) -> tuple[Ceilings, Ceilings]:
             profile = get_profile(hw)
             return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
 
-        def roof(kind: str, s: Sample) -> tuple[float, ...]:
+        def roof(kind: str, s: Sample) -> Sequence[float]:
             return coefficients(s.hardware, s.compute)[0][kind]
 
-        def floor(kind: str, s: Sample) -> tuple[float, ...]:
+        def floor(kind: str, s: Sample) -> Sequence[float]:
             return coefficients(s.hardware, s.compute)[1][kind]
 
         rows = ledger(stored, [], roof, origin="shipped priors", lower=floor,

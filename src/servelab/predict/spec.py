@@ -17,13 +17,13 @@ with an interval that adds the decode fit's error and the draft term's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servelab.families import MLA, ModelDims
 from servelab.plan.weights import Weights
-from servelab.predict.form import HOST_BOUND, Sample, features, row_seconds
+from servelab.predict.form import HOST_BOUND, Row, Sample, features, row_seconds
 from servelab.predict.ledger import StepPredictor
-from servelab.predict.levels import Fit, Target, build_of, fit_levels, levels_for
+from servelab.predict.levels import Fit, Target, fit_levels, levels_for
 from servelab.predict.specstep import (
     HEAD_METHODS,
     DraftFit,
@@ -131,21 +131,23 @@ def spec_step(
     )
 
 
-def step_features(step: SpecStep, platform: str) -> tuple[float, ...]:
-    """The decode form's design row for one speculative step (without the draft term)."""
+def step_features(step: SpecStep, platform: str) -> Row:
+    """The decode form's row for one speculative step (without the draft term)."""
     return features(
         "decode", step.step_bytes, step.step_layers, expert_slots=step.expert_slots,
         platform=platform,
     )
 
 
-def _device_seconds(theta: Sequence[float], row: Sequence[float]) -> float:
+def _device_seconds(theta: Sequence[float], row: Row) -> float:
     """A decode row's device part alone (its fixed, host term switched off)."""
-    return row_seconds(theta, (*row[:-1], 0.0))
+    fixed = row.form.index("s_fixed")
+    amounts = tuple(0.0 if i == fixed else a for i, a in enumerate(row.amounts))
+    return row_seconds(theta, replace(row, amounts=amounts))
 
 
 def step_time(
-    fit: Fit, draft: DraftFit | None, row: Sequence[float], passes: int, platform: str
+    fit: Fit, draft: DraftFit | None, row: Row, passes: int, platform: str
 ) -> tuple[float, float]:
     """(step seconds, of which the draft term) for a step's decode ``row`` under ``fit``."""
     form = fit.seconds(row)
@@ -193,8 +195,8 @@ def draft_samples(
             continue
         form = fit.seconds(s.features)
         if form > 0:
-            out.append(StepSample(s.model, s.hardware, s.spec_method, s.draft_passes, s.seconds,
-                                  form, s.source))
+            out.append(StepSample(s.build.model, s.hardware, s.spec_method, s.draft_passes,
+                                  s.seconds, form, s.source))
     return out
 
 
@@ -219,9 +221,9 @@ def draft_fit_for(
     cache: dict[tuple[str, str, str], Fit] = {}
 
     def fit_of(s: Sample) -> Fit:
-        key = (s.kernel_path, s.hardware, build_of(s.model))
+        key = (s.kernel_path, s.hardware, s.build.model)
         if key not in cache:
-            t = Target(s.engine, s.kernel_path, s.hardware, s.model)
+            t = Target(s.engine, s.kernel_path, s.hardware, s.build.model)
             cache[key] = fit_levels(
                 levels_for(t, stored, priors), "decode", t, physical(s),
                 lower(s) if lower else None,
