@@ -3,6 +3,8 @@ synthetic weights at the seed model's dimensions and hand-set coefficients."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from servelab.families import model_dims
@@ -94,3 +96,33 @@ def test_a_step_is_the_form_plus_its_draft_passes() -> None:
     # no decode interval, no step interval; no fit, no prediction
     assert predict_step(_fit(None), draft, STEP, "cuda", 3.0, bound=1e9)[1:] == (None, None)
     assert predict_step(None, draft, STEP, "cuda", 3.0, bound=1e9) == (None, None, None)
+
+
+def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Path) -> None:
+    """`servelab plan` of an NVFP4 Qwen3.6 replica with its BF16 MTP head on the DGX Spark,
+    k=3 at a given acceptance: the step reads the lm_head once per draft pass, and its draft
+    term is the H200's measured one, labelled as a fallback from another machine."""
+    from servelab.hardware.profiles import get_profile
+    from servelab.pipeline.planning import plan_checkpoint
+    from servelab.synth.replica import QWEN3_6_35B_A3B, TEXT_LINEARS, QuantLayout, write_replica
+
+    path = tmp_path / "nvfp4-mtp"
+    write_replica(path, QWEN3_6_35B_A3B, QuantLayout("nvfp4", TEXT_LINEARS), mtp="fused")
+    plan = plan_checkpoint(str(path), hardware=get_profile("dgx-spark"), use_store=False,
+                           engine_version="0.26.0", prompt_lens=(2048,), acceptance=(3.0, 4.0),
+                           spec_method="mtp", draft_tokens=3, max_model_len=262144,
+                           kv_cache_memory_bytes=6 * 2**30)
+    assert plan.speculative is not None and plan.speculative.kind == "given"
+    (step,) = plan.speed.spec_steps
+    assert (step.method, step.draft_passes) == ("mtp", 3)
+    lm_head = 248_320 * 2048 * 2  # BF16, read by every draft pass
+    assert step.draft_bytes > 3 * lm_head
+    three, four = plan.speed.mtp
+    for m in (three, four):
+        assert m.draft_pass_s is not None and m.draft_pass_s > 0
+        assert "fallback: no mtp step measured on dgx-spark; from h200" in m.draft_source
+        assert m.predicted_low is not None and m.predicted_high is not None
+        assert m.predicted_tok_s is not None
+        assert m.predicted_low < m.predicted_tok_s < m.predicted_high <= m.roofline_tok_s
+    assert three.predicted_tok_s is not None
+    assert four.predicted_tok_s == pytest.approx(three.predicted_tok_s * 4 / 3)  # one step
