@@ -9,6 +9,7 @@ measured against predicted per point (:mod:`servelab.predict.ledger`). ``--json`
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -60,10 +61,12 @@ def report(
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
     from servelab.hardware.lookup import get_profile
+    from servelab.predict.form import Sample
     from servelab.predict.ledger import LedgerDocument, ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
-    from servelab.predict.runs import Coefficients, ledger_for_runs, samples_from_runs
+    from servelab.predict.runs import Ceilings, ledger_for_runs, samples_from_runs
+    from servelab.predict.spec import step_predictor
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
 
@@ -75,17 +78,18 @@ def report(
             raise UsageError(f"the priors table has no measurement on {hardware}")
 
         @functools.cache
-        def coefficients(hw: str, compute: str) -> tuple[Coefficients, Coefficients]:
+        def coefficients(hw: str, compute: str) -> tuple[Ceilings, Ceilings]:
             profile = get_profile(hw)
             return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
 
-        rows = ledger(
-            stored,
-            [],
-            lambda kind, s: coefficients(s.hardware, s.compute)[0][kind],
-            origin="shipped priors",
-            lower=lambda kind, s: coefficients(s.hardware, s.compute)[1][kind],
-        )
+        def roof(kind: str, s: Sample) -> Sequence[float]:
+            return coefficients(s.hardware, s.compute)[0][kind]
+
+        def floor(kind: str, s: Sample) -> Sequence[float]:
+            return coefficients(s.hardware, s.compute)[1][kind]
+
+        rows = ledger(stored, [], roof, origin="shipped priors", lower=floor,
+                      steps=step_predictor(stored, [], roof, floor))
     else:
         with open_store(db, create=False) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))

@@ -169,6 +169,7 @@ def _kv_table(plan: Plan) -> Table:
 def _render_speed(plan: Plan, console: Console) -> None:
     """Decode, prefill and speculative decode tables, then the plan's notes."""
     from servelab.plan.markdown import interval_text
+    from servelab.predict.spec import draft_line
 
     sp = plan.speed
     dt = Table(title="Decode, single stream (predicted)", title_justify="left")
@@ -223,6 +224,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
                 f"{m.speedup:.2f}x" if m.speedup is not None else "-",
             )
         console.print(st)
+        console.print(draft_line(sp.mtp[0]))
     if plan.speculative is not None:
         console.print(plan.speculative.line)
     for n in (*plan.notes, *sp.notes):

@@ -36,7 +36,7 @@ from servelab.plan.request import EngineKnobs, PlanRequest
 from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceSource
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.predict.priors import load_priors
-from servelab.predict.runs import calibration_for
+from servelab.predict.runs import calibration_for, draft_for
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
 __all__ = ["calibrated_plan", "plan_checkpoint", "store_exists", "stored_runs"]
@@ -79,6 +79,7 @@ def calibrated_plan(
     where: str | Path | None = None,
     speculative: AcceptanceSource | None = None,
     draft_tokens: int = 0,
+    draft_runs: Sequence[RunRecord] | None = None,
 ) -> Plan:
     """:func:`~servelab.plan.build.build_plan` calibrated from ``runs`` and the priors.
 
@@ -86,7 +87,9 @@ def calibrated_plan(
     ``where`` names the checkpoint in the error when it has no config; ``engine`` (the
     recipe's engine name) picks that engine's own calibration and labels the plan;
     ``speculative`` gives the acceptance lengths to predict speculative decode at (and
-    their source, kept in the plan) with ``draft_tokens`` per step.
+    their source, kept in the plan) with ``draft_tokens`` per step; ``draft_runs``: the
+    stored runs whose measured speculative steps calibrate the draft term (any hardware;
+    default ``runs``).
     """
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions",
@@ -95,6 +98,12 @@ def calibrated_plan(
     calibration = calibration_for(
         runs, hardware, weights, engine=engine, priors=load_priors(priors), path=path
     )
+    draft = None
+    if speculative is not None and speculative.lengths:
+        draft = draft_for(
+            list(runs if draft_runs is None else draft_runs), hardware, weights,
+            speculative.method, engine=engine, priors=load_priors(priors),
+        )
     plan = build_plan(
         dict(config), weights, hardware, calibration=calibration, engine_name=engine,
         kv_arithmetic=kv_arithmetic,
@@ -102,16 +111,12 @@ def calibrated_plan(
         engine_version=engine_version, prompt_lens=prompt_lens, layout=layout,
         topology=topology, draft_tokens=draft_tokens,
         acceptance_lengths=speculative.lengths if speculative is not None else (),
-        kernel_path=path, **knobs.build_args(),
+        spec_method=speculative.method if speculative is not None else DEFAULT_METHOD,
+        draft=draft, kernel_path=path, **knobs.build_args(),
     )
     if speculative is None:
         return plan
-    notes = plan.notes
-    if speculative.lengths and speculative.method != DEFAULT_METHOD:
-        notes = (*notes, f"{speculative.method} is not an MTP head: the speculative step above "
-                 "counts k draft passes of the MTP head (else the lm_head), not "
-                 f"{speculative.method}'s own draft cost")
-    return replace(plan, speculative=speculative, notes=notes)
+    return replace(plan, speculative=speculative)
 
 
 def plan_checkpoint(request: PlanRequest) -> Plan:
@@ -135,7 +140,7 @@ def plan_checkpoint(request: PlanRequest) -> Plan:
                            engine_version=r.engine_version, prompt_lens=r.prompt_lens,
                            layout=r.layout, topology=r.topology, priors=store.priors,
                            where=r.checkpoint, speculative=acceptance,
-                           draft_tokens=spec.draft_tokens)
+                           draft_tokens=spec.draft_tokens, draft_runs=every)
     hint = speculative_hint(every, source.header_sha256) if (
         spec.acceptance == AUTO and spec.draft_tokens <= 0) else None
     return replace(plan, notes=(*plan.notes, hint)) if hint else plan

@@ -180,7 +180,7 @@ def make_run_plan(
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
     every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
-    # drafting runs calibrate the speculative step, not plain decode (predict.runs)
+    # drafting runs calibrate the draft term, not plain decode (predict.spec)
     runs = [r for r in every if r.hardware == hardware.name]
     spec = flags.speculative
     speculative = resolve_acceptance(
@@ -209,6 +209,7 @@ def make_run_plan(
         kv_arithmetic=arithmetic,
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
+        draft_runs=every,
     )
     if serving.kv_arithmetic(recipe.engine) is not None:
         return plan

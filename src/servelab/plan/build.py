@@ -71,6 +71,7 @@ from servelab.plan.startup import (
 )
 from servelab.plan.weights import Weights
 from servelab.predict.levels import Calibration
+from servelab.predict.specstep import DraftFit
 from servelab.predict.speed import SpeedPrediction, predict_speed
 
 SCHEMA = PLAN_SCHEMA  # one name for writer (to_dict) and reader (plan.document)
@@ -267,6 +268,8 @@ def build_plan(
     calibration: Calibration | None = None,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
+    spec_method: str = "mtp",
+    draft: DraftFit | None = None,
     layout: ParallelLayout | None = None,
     topology: Topology | None = None,
     cpu_avx512_bf16: bool = True,
@@ -319,7 +322,7 @@ def build_plan(
                 enable_prefix_caching=enable_prefix_caching,
                 num_speculative_tokens=draft_tokens,
                 draft_attention_layers=dims.mtp_layers
-                if draft_tokens and weights.mtp_tensors else 0,
+                if draft_tokens and spec_method == "mtp" and weights.mtp_tensors else 0,
                 layout=lay,
                 cpu_avx512_bf16=cpu_avx512_bf16,
                 device_memory_bytes=hardware.memory_bytes,
@@ -334,7 +337,7 @@ def build_plan(
         graphs = planned_graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
         if (finding := check_mamba_blocks(kv, seqs, opts, hardware)) is not None:
             findings.append(finding)
-        if draft_tokens and weights.mtp_tensors and dims.mtp_layers:
+        if draft_tokens and spec_method == "mtp" and weights.mtp_tensors and dims.mtp_layers:
             notes.append(
                 f"{dims.mtp_layers} MTP draft attention layer(s) and "
                 f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part "
@@ -363,6 +366,8 @@ def build_plan(
         draft_tokens=draft_tokens,
         graph_tokens=graphs.max_tokens if graphs is not None else None,
         kernel_path=kernel_path,
+        spec_method=spec_method,
+        draft=draft,
     )
     topo = topology or topology_for(hardware.name)
     bw, _ = hardware.effective_bandwidth_ceiling()

@@ -17,8 +17,9 @@ from typing import Any
 
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.errors import ServelabError
+from servelab.families import family_for
 from servelab.hardware.lookup import get_profile
-from servelab.hardware.profiles import HardwareProfile, KernelPath
+from servelab.hardware.profiles import BUILTIN, HardwareProfile, KernelPath
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import (
@@ -30,15 +31,19 @@ from servelab.plan.startup import (
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
 from servelab.predict.form import Sample, expert_slots
-from servelab.predict.ledger import LedgerRow, ledger, step_key
+from servelab.predict.keys import BuildKey
+from servelab.predict.ledger import LedgerRow, ledger
 from servelab.predict.levels import Calibration, Target, calibrate
 from servelab.predict.priors import PriorTable, load_priors
 from servelab.predict.roofline import (
+    ByKind,
     bounds,
     coefficients,
     lower_bounds,
     roofline_coefficients,
 )
+from servelab.predict.spec import draft_fit_for, step_predictor
+from servelab.predict.specstep import DraftFit
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -183,14 +188,23 @@ def checkpoint_names(runs: Sequence[RunRecord]) -> list[str]:
     return [best.get(run.checkpoint_header_hash or "", run_name(run)) for run in runs]
 
 
-def model_key(run: RunRecord, weight_bytes: float | None, name: str | None = None) -> str:
+def run_family(run: RunRecord) -> str:
+    """The model family (:mod:`servelab.families`) of the run's checkpoint, by the
+    ``model_type`` its report recorded ("" when it recorded none servelab reads)."""
+    config = _map((_map(run.checkpoint_report) or {}).get("model"))
+    if config is None:
+        return ""
+    try:
+        return family_for(config).name
+    except ServelabError:
+        return ""
+
+
+def build_key(run: RunRecord, weight_bytes: float | None, name: str | None = None) -> BuildKey:
     """The build a run measured, for leave-one-model-out: the model's ``name`` (default the
     run's own, :func:`run_name`) plus weight bytes per token (so a BF16 and an FP32 cast of
-    one checkpoint are two builds)."""
-    name = name or run_name(run)
-    if weight_bytes is None:
-        return name
-    return f"{name} [{weight_bytes / 2**20:,.1f} MiB/token]"
+    one checkpoint are two builds), with its family."""
+    return BuildKey.of(name or run_name(run), weight_bytes, run_family(run))
 
 
 @dataclass(frozen=True)
@@ -198,7 +212,7 @@ class _RunBuild:
     """What every sample of one run shares: build key, engine, kernel path, compute
     precision and platform, read from the run and the plan stored with it."""
 
-    model: str
+    build: BuildKey
     engine: str
     kernel_path: str
     compute: str
@@ -210,7 +224,7 @@ def _run_build(run: RunRecord, plan: PlanDocument, name: str | None) -> _RunBuil
     kernel = _map(speed.get("kernel_path"))
     weight = _num(plan.decode[0].raw.get("weight_bytes")) if plan.decode else None
     return _RunBuild(
-        model=model_key(run, weight, name),
+        build=build_key(run, weight, name),
         engine=run.engine_name or "vllm",
         kernel_path=str(kernel.get("name")) if kernel else "unknown",
         compute=str(speed.get("compute_precision") or "bf16"),
@@ -259,7 +273,7 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
         if not nbytes or flops is None or (point.kind == "prefill" and not flops):
             continue
         out.append(
-            Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
+            Sample(b.build, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
                    flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform,
                    eager=point.kind == "prefill" and graph is not None and n > graph,
                    linear_layers=linear, expert_flops=min(xflops, flops))
@@ -268,36 +282,43 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
 
 
 def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
-    """Decode-form samples of one speculative step from an MTP run: at each measured
-    single-stream decode point, ``t_step = acceptance length / tok/s`` (the run's own measured
-    acceptance), with the step's cost from the plan stored with the run (its ``spec_steps``).
-    Empty for other methods (an n-gram draft costs the device nothing, which the MTP step
-    form does not describe), without a measured acceptance, or without stored step costs."""
+    """Samples of one speculative step from a drafting run: at each measured single-stream
+    decode point, ``t_step = acceptance length / tok/s`` (the run's own measured acceptance),
+    with the step's cost from the plan stored with the run (its ``spec_steps``): they
+    calibrate the draft term (:mod:`servelab.predict.spec`), not plain decode. A plan that
+    predates the step's parts stored MTP steps only (an n-gram run's step there counted
+    draft passes it never ran): its n-gram runs give none. Empty without a measured
+    acceptance or stored step costs."""
     measured = run_acceptance(run)
-    if measured is None or measured.config.method != "mtp" or not run.hardware:
+    if measured is None or not run.hardware:
         return []
+    method = measured.config.method
     plan = read_plan(run.prediction)
     raw_steps = _speed(plan).get("spec_steps")
+    k = measured.config.draft_tokens
     steps = {
         int(st["context_len"]): st
         for st in (raw_steps if isinstance(raw_steps, list) else [])
-        if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
+        if isinstance(st, Mapping) and st.get("draft_tokens") == k
+        and st.get("method", "mtp") == method
     }
     b = _run_build(run, plan, name)
-    model = step_key(b.model, measured.config.label)  # build_of() still names the model
+    build = b.build.stepped(measured.config.label)  # still a build of the same model
     a = measured.acceptance_length
     out: list[Sample] = []
     for n, st in sorted(steps.items()):
         tok_s = run.metric("decode_tok_s", PointKey(n, 1).label)
         nbytes, layers = _num(st.get("step_bytes")), st.get("step_layers")
+        passes = st.get("draft_passes", k)
         if tok_s is None or tok_s.value <= 0 or not nbytes or not isinstance(layers, int):
             continue
         out.append(
-            Sample(model, b.engine, b.kernel_path, run.hardware, "decode", n, layers,
+            Sample(build, b.engine, b.kernel_path, run.hardware, "decode", n, layers,
                    nbytes, 0.0, a / tok_s.value,
                    f"run {run.run_id} (speculative step: {measured.config.label}, "
                    f"measured acceptance {a:.2f})",
-                   b.compute, int(st.get("expert_slots") or 0), b.platform)
+                   b.compute, int(st.get("expert_slots") or 0), b.platform,
+                   spec_method=method, draft_passes=int(passes) if isinstance(passes, int) else k)
         )
     return out
 
@@ -337,10 +358,42 @@ def calibration_for(
     return cal
 
 
-Coefficients = dict[str, tuple[float, ...]]
+def draft_for(
+    runs: Sequence[RunRecord],
+    hardware: HardwareProfile,
+    weights: Weights,
+    method: str,
+    *,
+    engine: str = "vllm",
+    model: str = "",
+    priors: PriorTable | None = None,
+) -> DraftFit | None:
+    """The draft term of ``method`` for ``weights`` on ``hardware``
+    (:func:`servelab.predict.spec.draft_fit_for`) from the measured steps of ``runs`` (any
+    hardware: another machine's steps are a labelled fallback) and the shipped priors; each
+    step's plain part predicted with the ceilings of its own hardware profile."""
+    table = priors or load_priors()
+    profiles = {hardware.name: hardware}
+    # other machines' steps by their built-in profiles (never probe this host for them); a
+    # machine servelab has no profile of sits out
+    for name in {s.hardware for s in table.samples} | {r.hardware for r in runs if r.hardware}:
+        if name not in profiles and name in BUILTIN:
+            profiles[name] = BUILTIN[name]
+    stored = [s for s in samples_from_runs(runs) if s.hardware in profiles]
+    pri = [s for s in table.samples if s.hardware in profiles]
+    target = Target(engine, hardware.kernel_path(weights.scheme, moe=weights.moe).name,
+                    hardware.name, model)
+    return draft_fit_for(
+        target, method, stored, pri,
+        lambda s: roofline_coefficients(profiles[s.hardware], s.compute)["decode"],
+        lambda s: lower_bounds(profiles[s.hardware], s.compute)["decode"],
+    )
 
 
-def roofline_of_run(run: RunRecord) -> tuple[Coefficients, Coefficients] | None:
+Ceilings = ByKind
+
+
+def roofline_of_run(run: RunRecord) -> tuple[Ceilings, Ceilings] | None:
     """(roofline coefficients, lower bounds) of the ceilings a run's own plan used: its
     bandwidth and its kernel path's compute rate (``None`` when the plan lacks them)."""
     speed = (run.prediction or {}).get("speed")
@@ -360,7 +413,7 @@ def ledger_for_runs(
     """The leave-one-model-out ledger over ``runs`` (each build predicted as if never run),
     with each run's own ceilings as the roofline. Pure."""
     stored: list[Sample] = []
-    ceilings: dict[str, tuple[Coefficients, Coefficients]] = {}
+    ceilings: dict[BuildKey, tuple[Ceilings, Ceilings]] = {}
     runs = list(runs)
     for run, name in zip(runs, checkpoint_names(runs), strict=True):
         got = samples_from_run(run, name)
@@ -369,11 +422,22 @@ def ledger_for_runs(
             continue
         stored.extend(got)
         for s in got:
-            ceilings.setdefault(s.model, bounds)
+            ceilings.setdefault(s.build, bounds)
     table = priors or load_priors()
+    # the priors' steps (for the draft term) at their hardware profiles' ceilings
+    shipped = [s for s in table.samples if s.build in ceilings or s.hardware in BUILTIN]
+
+    def ceiling(s: Sample, which: int) -> Ceilings:
+        if s.build in ceilings:
+            return ceilings[s.build][which]
+        hw = BUILTIN[s.hardware]
+        return (lower_bounds if which else roofline_coefficients)(hw, s.compute)
+
     return ledger(
         stored,
         table.samples,
-        lambda kind, s: ceilings[s.model][0][kind],
-        lower=lambda kind, s: ceilings[s.model][1][kind],
+        lambda kind, s: ceilings[s.build][0][kind],
+        lower=lambda kind, s: ceilings[s.build][1][kind],
+        steps=step_predictor(stored, shipped, lambda kind, s: ceiling(s, 0)[kind],
+                             lambda kind, s: ceiling(s, 1)[kind]),
     )
