@@ -155,7 +155,7 @@ def test_an_mtp_run_is_a_speculative_step_sample_and_an_ngram_run_is_none() -> N
     steps[0] = {**steps[0], "method": "ngram", "draft_passes": 1, "step_layers": 40}
     (n,) = samples_from_run(drafting("ngram"))
     assert (n.spec_method, n.draft_passes, n.layers) == ("ngram", 1, 40)
-    assert n.model.endswith("[ngram k=2 step]")
+    assert n.build.step == "ngram k=2"
 
 
 def _h200_session(name: str) -> dict[str, RunRecord]:
