@@ -102,16 +102,23 @@ def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Pat
     """`servelab plan` of an NVFP4 Qwen3.6 replica with its BF16 MTP head on the DGX Spark,
     k=3 at a given acceptance: the step reads the lm_head once per draft pass, and its draft
     term is the H200's measured one, labelled as a fallback from another machine."""
-    from servelab.hardware.profiles import get_profile
+    from servelab.engines import get_engine
+    from servelab.hardware.lookup import get_profile
     from servelab.pipeline.planning import plan_checkpoint
+    from servelab.plan.parallel import topology_for
+    from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
     from servelab.synth.replica import QWEN3_6_35B_A3B, TEXT_LINEARS, QuantLayout, write_replica
 
     path = tmp_path / "nvfp4-mtp"
     write_replica(path, QWEN3_6_35B_A3B, QuantLayout("nvfp4", TEXT_LINEARS), mtp="fused")
-    plan = plan_checkpoint(str(path), hardware=get_profile("dgx-spark"), use_store=False,
-                           engine_version="0.26.0", prompt_lens=(2048,), acceptance=(3.0, 4.0),
-                           spec_method="mtp", draft_tokens=3, max_model_len=262144,
-                           kv_cache_memory_bytes=6 * 2**30)
+    arithmetic = get_engine("vllm").kv_arithmetic()
+    assert arithmetic is not None
+    spark = get_profile("dgx-spark")
+    plan = plan_checkpoint(PlanRequest(
+        str(path), spark, topology_for(spark.name), arithmetic, engine_version="0.26.0",
+        prompt_lens=(2048,), store=StoreChoice(use=False),
+        knobs=EngineKnobs(max_model_len=262144, kv_cache_memory_bytes=6 * 2**30),
+        speculation=Speculation(acceptance=(3.0, 4.0), method="mtp", draft_tokens=3)))
     assert plan.speculative is not None and plan.speculative.kind == "given"
     (step,) = plan.speed.spec_steps
     assert (step.method, step.draft_passes) == ("mtp", 3)
