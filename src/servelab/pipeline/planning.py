@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.checkpoint.report import build_report
-from servelab.checkpoint.sources import load_checkpoint
+from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.engines import get_engine
 from servelab.errors import UsageError
@@ -37,7 +37,7 @@ from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption, Acc
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
-__all__ = ["calibrated_plan", "plan_checkpoint", "store_exists", "stored_runs"]
+__all__ = ["calibrated_plan", "plan_checkpoint", "plan_source", "store_exists", "stored_runs"]
 
 
 def store_exists(db: str | None) -> bool:
@@ -131,15 +131,39 @@ def plan_checkpoint(
     ``draft_tokens`` measured, or ``none``.
     """
     source = load_checkpoint(checkpoint, revision=revision)
-    weights = weights_from_report(build_report(source), name=checkpoint)
     every = stored_runs(db, None) if use_store else []
+    return plan_source(source, checkpoint, hardware=hardware, every=every, priors=priors,
+                       use_store=use_store, engine_version=engine_version,
+                       prompt_lens=prompt_lens, acceptance=acceptance, spec_method=spec_method,
+                       draft_tokens=draft_tokens, **knobs)
+
+
+def plan_source(
+    source: CheckpointSource,
+    name: str,
+    *,
+    hardware: HardwareProfile,
+    every: Sequence[RunRecord],
+    use_store: bool = True,
+    priors: Path | None = None,
+    engine_version: str = ENGINE_VERSION,
+    prompt_lens: Sequence[int] = PROMPT_LENS,
+    acceptance: AcceptanceOption = AUTO,
+    spec_method: str = DEFAULT_METHOD,
+    draft_tokens: int = 0,
+    **knobs: Any,
+) -> Plan:
+    """:func:`plan_checkpoint` on a checkpoint already loaded (headers read), named
+    ``name``, calibrated from the successful runs ``every`` (those on ``hardware`` calibrate
+    plain decode; all of them may hold this checkpoint's measured acceptance)."""
+    weights = weights_from_report(build_report(source), name=name)
     # drafting runs calibrate the speculative step, not plain decode (pipeline.calibration)
     runs = [r for r in every if r.hardware == hardware.name]
     spec = resolve_acceptance(acceptance, method=spec_method, draft_tokens=draft_tokens,
                               header_hash=source.header_sha256, runs=every,
                               use_store=use_store)
     plan = calibrated_plan(source.config or {}, weights, hardware, runs, priors=priors,
-                           where=checkpoint, engine_version=engine_version,
+                           where=name, engine_version=engine_version,
                            prompt_lens=prompt_lens, speculative=spec,
                            draft_tokens=draft_tokens, **knobs)
     hint = speculative_hint(every, source.header_sha256) if (

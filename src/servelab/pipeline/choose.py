@@ -1,0 +1,170 @@
+"""``servelab choose``: read each build's headers, plan it, look up what the store measured,
+and rank (:func:`servelab.choose.rank.choose`).
+
+A build is a Hub repo id, a local checkpoint directory or a GGUF file; a base model's repo
+id with ``discover=True`` brings its model tree (:func:`servelab.choose.tree.model_tree`).
+Each is planned through :func:`servelab.pipeline.planning.plan_source` (the public planning
+function ``servelab plan`` uses), so later changes to the prediction flow in: vLLM's KV
+pool at ``max_model_len = context``, llama.cpp's cache at ``-c context -np 1`` for a GGUF
+file. A build the user named that cannot be read is an error (one line, like inspect); a
+build that is read but cannot be planned (a KV layout the engine's arithmetic refuses, a
+discovered repo that cannot be read) is a row saying why.
+
+Measured numbers replace predictions where the store holds a successful run of the very
+checkpoint (same header hash) on the same hardware: single-stream decode and prefill at the
+prompt length, the newest run's mean over its requests with a 95 % interval (an interval
+reaching zero is not a measurement and is skipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.analysis.metrics import METRICS
+from servelab.analysis.stats import mean_ci
+from servelab.checkpoint.gguf_format import is_gguf
+from servelab.checkpoint.sources import load_checkpoint
+from servelab.choose.rank import Candidate, Choice, Measurement, SloTarget, choose
+from servelab.choose.tree import TreeChild, model_tree
+from servelab.engines.llamacpp.build import BUILD_VERSION
+from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
+from servelab.errors import ServelabError, UsageError
+from servelab.hardware.profiles import HardwareProfile
+from servelab.pipeline.planning import plan_source, store_exists, stored_runs
+from servelab.plan.specsource import AUTO, AcceptanceOption
+from servelab.points import PointKey
+from servelab.store.model import STATUS_OK, RunFilter, RunRecord
+
+__all__ = ["ChooseRequest", "choose_builds", "measured_at"]
+
+
+@dataclass(frozen=True)
+class ChooseRequest:
+    """What to choose among and for what."""
+
+    builds: tuple[str, ...]
+    hardware: HardwareProfile
+    context_len: int
+    prompt_len: int = 2048
+    slo: tuple[SloTarget, ...] = ()
+    discover: bool = False
+    endpoint: str | None = None
+    db: str | None = None
+    use_store: bool = True
+    acceptance: AcceptanceOption = AUTO
+    draft_tokens: int = 0
+
+
+def measured_at(run: RunRecord, metric: str, prompt_len: int) -> Measurement | None:
+    """``decode_tok_s`` / ``prefill_tok_s`` of ``run`` single stream at ``prompt_len``: the
+    mean of its requests with a 95 % interval; None when absent or when the interval reaches
+    zero (not a measurement)."""
+    for point in run.points:
+        samples = run.samples_at(point)
+        key = PointKey.parse(point, (s.prompt_tokens for s in samples))
+        if (key is None or key.prompt_tokens != prompt_len or key.concurrency not in (1, None)
+                or key.depth or key.open_loop):
+            continue
+        values = METRICS[metric].sample_values(run, point)
+        if not values:
+            continue
+        mean, low, high = mean_ci(values)
+        if len(values) > 1 and low <= 0:
+            return None
+        return Measurement(mean, low if len(values) > 1 else None,
+                           high if len(values) > 1 else None, run.run_id or "unrecorded",
+                           len(values))
+    return None
+
+
+def _measured(runs: Sequence[RunRecord], header_hash: str, hardware: str, metric: str,
+              prompt_len: int) -> Measurement | None:
+    mine = sorted((r for r in runs if r.checkpoint_header_hash == header_hash
+                   and r.hardware == hardware and r.status == STATUS_OK),
+                  key=lambda r: r.started_at, reverse=True)
+    for run in mine:
+        if (m := measured_at(run, metric, prompt_len)) is not None:
+            return m
+    return None
+
+
+def _runs_with_samples(db: str | None, hardware: str) -> list[RunRecord]:
+    """Successful runs on ``hardware`` with their samples (none without a database)."""
+    from servelab.store.db import open_store
+
+    if not store_exists(db):
+        return []
+    with open_store(db) as store:
+        return store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK), samples=True)
+
+
+def _name(location: str) -> str:
+    """A short display name: a repo id as is, a path by its last part."""
+    path = Path(location)
+    return path.name if path.exists() else location
+
+
+def _unique(names: Sequence[str], locations: Sequence[str]) -> list[str]:
+    """Display names, the full location where two builds share a short name."""
+    return [n if names.count(n) == 1 else loc for n, loc in zip(names, locations, strict=True)]
+
+
+def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[RunRecord],
+               measured: Sequence[RunRecord], *, named: bool) -> Candidate:
+    """Read and plan one build; a read error is raised for a build the user ``named``."""
+    try:
+        source = load_checkpoint(location, endpoint=req.endpoint)
+    except ServelabError as exc:
+        if named:
+            raise
+        return Candidate(name, location, None, refused=f"cannot be read: {exc}")
+    gguf = Path(location).exists() and is_gguf(Path(location))
+    knobs: dict[str, Any] = (
+        {"kv_arithmetic": LlamaCppKv(LlamaCppKvSettings(ctx_size=req.context_len, parallel=1)),
+         "engine": "llamacpp", "engine_version": BUILD_VERSION}
+        if gguf else {"max_model_len": req.context_len})
+    try:
+        plan = plan_source(source, name, hardware=req.hardware, every=every,
+                           use_store=req.use_store, prompt_lens=[req.prompt_len],
+                           acceptance=req.acceptance, draft_tokens=req.draft_tokens, **knobs)
+    except ServelabError as exc:
+        return Candidate(name, location, None, refused=str(exc))
+    hw = req.hardware.name
+    return Candidate(
+        name, location, plan,
+        decode=_measured(measured, source.header_sha256, hw, "decode_tok_s", req.prompt_len),
+        prefill=_measured(measured, source.header_sha256, hw, "prefill_tok_s", req.prompt_len),
+    )
+
+
+def resolve_builds(req: ChooseRequest) -> tuple[tuple[str, str | None, bool], ...]:
+    """(location, why it cannot be planned or None, named by the user) per build."""
+    if not req.builds:
+        raise UsageError("name a base model's repo id, or the builds to choose among")
+    if not req.discover:
+        return tuple((b, None, True) for b in dict.fromkeys(req.builds))
+    if len(req.builds) != 1:
+        raise UsageError("--discover takes one base model's repo id")
+    children: tuple[TreeChild, ...] = model_tree(req.builds[0], endpoint=req.endpoint)
+    return tuple((c.repo_id, c.plannable, c.relation == "base") for c in children)
+
+
+def choose_builds(req: ChooseRequest) -> Choice:
+    """Plan every build of ``req`` on its hardware and rank them."""
+    if req.context_len < 1 or req.prompt_len < 1:
+        raise UsageError("--context and --prompt-len must be at least 1 token")
+    builds = resolve_builds(req)
+    every = stored_runs(req.db, None) if req.use_store else []
+    measured = _runs_with_samples(req.db, req.hardware.name) if req.use_store else []
+    locations = [b[0] for b in builds]
+    names = _unique([_name(loc) for loc in locations], locations)
+    candidates = [
+        Candidate(name, loc, None, refused=why) if why is not None
+        else _candidate(loc, name, req, every, measured, named=named)
+        for (loc, why, named), name in zip(builds, names, strict=True)
+    ]
+    return choose(candidates, hardware=req.hardware.name, context_len=req.context_len,
+                  prompt_len=req.prompt_len, slo=req.slo)
