@@ -66,7 +66,7 @@ def model_tree(
 ) -> tuple[TreeChild, ...]:
     """The base model and its children on the Hub, base first, then each relation's
     children by downloads (a repo listed under several relations appears once)."""
-    import httpx
+    import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import HfApi, constants
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
@@ -92,7 +92,7 @@ def model_tree(
                     "with `hf auth login` or set HF_TOKEN)", path=base) from None
             raise RemoteError(f"HTTP {code} from {where} listing the model tree",
                               path=base) from None
-        except (httpx.HTTPError, OSError, ValueError) as exc:  # refused, timeouts, bad JSON
+        except (httpx2.HTTPError, OSError, ValueError) as exc:  # refused, timeouts, bad JSON
             raise RemoteError(f"listing the model tree at {where} failed: {exc}",
                               path=base) from None
         for info in infos:
