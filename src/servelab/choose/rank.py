@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servelab.plan.build import Plan
-from servelab.plan.explain import better_kernel, explain
+from servelab.plan.explain import Explanation, better_kernel, explain
+from servelab.units import format_bytes
 
 SCHEMA = "servelab.choose/1"
 GIB = 1 << 30
@@ -333,13 +334,13 @@ def _key(row: Row) -> tuple[int, int, int, float]:
             -(best.tok_s or 0.0))
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB"
-
-
 def _tok(s: Speed) -> str:
-    label = {MEASURED: "measured", PREDICTED: "predicted", BOUND: "bound"}.get(s.source, "")
-    return f"{s.tok_s:,.1f} tok/s {label}".strip() if s.tok_s is not None else "no figure"
+    """A speed with its label: "measured in run ID", "predicted" or "bound"."""
+    if s.tok_s is None:
+        return "no figure"
+    label = {MEASURED: f"measured in run {s.run_id}", PREDICTED: "predicted",
+             BOUND: "roofline bound"}.get(s.source, "")
+    return f"{s.tok_s:,.1f} tok/s {label}".strip()
 
 
 def _flags(row: Row) -> list[str]:
@@ -353,10 +354,35 @@ def _flags(row: Row) -> list[str]:
     return out
 
 
+EFFICIENCY_MARGIN = 1.25
+"""A lead more than this many times the bytes ratio is mostly efficiency, not bytes."""
+
+
+def _lead(win: Row, lose: Row, e: Explanation) -> str:
+    """Why ``win`` decodes faster than ``lose`` in explain's terms (``e``: win as A)."""
+    ws, ls = win.best_decode.tok_s or 0.0, lose.best_decode.tok_s or 0.0
+    speed_ratio = ws / ls if ls > 0 else float("inf")
+    r = e.bytes_ratio
+    sizes = f"{format_bytes(e.b.bytes_per_token)} against {format_bytes(e.a.bytes_per_token)}"
+    engines = f", {win.engine} against {lose.engine}" if win.engine != lose.engine else ""
+    if r > 1 and speed_ratio > r * EFFICIENCY_MARGIN:
+        return (f"{lose.build} reads {r:.2f}x the bytes per token ({sizes}), which explains "
+                f"{r:.2f}x of a {speed_ratio:.2f}x lead; the rest is efficiency ("
+                f"{e.a.kernel_path} against {e.b.kernel_path}{engines})")
+    if r > 1 and better_kernel(e.b.compute_precision, e.a.compute_precision):
+        return (f"bytes beat kernels: {lose.build} has the better kernel path "
+                f"({e.b.kernel_path}) but reads {r:.2f}x the bytes per token ({sizes})")
+    if r > 1:
+        return (f"{lose.build} reads {r:.2f}x the bytes per token ({sizes}), and decode pays "
+                "for every byte it reads")
+    return (f"{win.build} reads no fewer bytes ({format_bytes(e.a.bytes_per_token)} against "
+            f"{format_bytes(e.b.bytes_per_token)}) and is faster through efficiency "
+            f"({e.a.kernel_path} against {e.b.kernel_path}{engines})")
+
+
 def _versus(row: Row, pick: Row, plans: Mapping[str, Plan]) -> str:
     """Why ``row`` loses to ``pick``, in explain's terms (bytes, kernels, efficiency)."""
-    a, b = plans[pick.build], plans[row.build]
-    e = explain(a, b)
+    e = explain(plans[pick.build], plans[row.build])
     if _tied(row, pick):
         lead = (f"ties with {pick.build} on decode"
                 + (", which ships a usable MTP draft head this build lacks"
@@ -366,20 +392,10 @@ def _versus(row: Row, pick: Row, plans: Mapping[str, Plan]) -> str:
             row.speculative is None):
         lead = (f"{pick.build} drafts with its MTP head ({_tok(pick.best_decode)}) and this "
                 "build has no usable one")
-    elif e.bytes_ratio > 1 and better_kernel(e.b.compute_precision, e.a.compute_precision):
-        lead = (f"bytes beat kernels: a better kernel path ({e.b.kernel_path}) than "
-                f"{pick.build}'s, but {e.bytes_ratio:.2f}x the bytes per token "
-                f"({_gib(e.b.bytes_per_token)} against {_gib(e.a.bytes_per_token)}), and "
-                "decode is bandwidth-bound")
-    elif e.bytes_ratio > 1:
-        lead = (f"reads {e.bytes_ratio:.2f}x the bytes per token of {pick.build} "
-                f"({_gib(e.b.bytes_per_token)} against {_gib(e.a.bytes_per_token)}); decode "
-                "is bandwidth-bound")
     else:
-        lead = (f"reads no more bytes than {pick.build} but decodes slower: its kernel path "
-                f"({e.b.kernel_path}) is less efficient")
-    return "; ".join([f"{_tok(row.best_decode)} against {_tok(pick.best_decode)}: {lead}",
-                      *_flags(row)])
+        lead = _lead(pick, row, e)
+    return "; ".join([f"{_tok(row.best_decode)} against {_tok(pick.best_decode)} for "
+                      f"{pick.build}: {lead}", *_flags(row)])
 
 
 def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardware: str,
@@ -390,7 +406,7 @@ def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardw
         return f"the only build that {fits} ({speed})"
     e = explain(plans[pick.build], plans[runner.build])
     if _tied(pick, runner):
-        same = (f"the same bytes per token ({_gib(e.a.bytes_per_token)})"
+        same = (f"the same bytes per token ({format_bytes(e.a.bytes_per_token)})"
                 if abs(e.bytes_ratio - 1) < TIE else
                 f"{e.bytes_ratio:.2f}x the bytes per token in {runner.build}")
         why = (f"it ties with {runner.build} on decode ({speed} against "
@@ -407,19 +423,11 @@ def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardw
     elif pick.best_decode is pick.speculative and runner.speculative is None:
         why = (f"it ships a usable MTP draft head ({pick.mtp_tensors} mtp.* tensors): "
                f"{speed} with drafts against {_tok(runner.best_decode)} for {runner.build}")
-    elif e.bytes_ratio > 1 and better_kernel(e.b.compute_precision, e.a.compute_precision):
-        why = (f"bytes beat kernels: {runner.build} has the better kernel path "
-               f"({e.b.kernel_path}) but reads {e.bytes_ratio:.2f}x the bytes per token; "
-               f"{speed} against {_tok(runner.best_decode)}")
-    elif e.bytes_ratio > 1:
-        why = (f"it reads the fewest bytes per token ({_gib(e.a.bytes_per_token)}; "
-               f"{runner.build} reads {e.bytes_ratio:.2f}x) and decode is bandwidth-bound: "
-               f"{speed} against {_tok(runner.best_decode)}")
     else:
-        why = (f"its kernel path ({e.a.kernel_path}) is the more efficient on no fewer bytes: "
-               f"{speed} against {_tok(runner.best_decode)} for {runner.build}")
+        why = (f"{speed} against {_tok(runner.best_decode)} for {runner.build}: "
+               f"{_lead(pick, runner, e)}")
     if not pick.best_decode.figure:
-        why += " (roofline bounds only: no calibrated prediction for these builds)"
+        why = f"no prediction on {hardware} for these builds, only roofline bounds: {why}"
     return f"{why}; {fits}"
 
 

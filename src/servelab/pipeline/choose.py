@@ -34,11 +34,13 @@ from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 from servelab.errors import ServelabError, UsageError
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.planning import plan_source, store_exists, stored_runs
+from servelab.plan.build import Plan
 from servelab.plan.specsource import AUTO, AcceptanceOption
 from servelab.points import PointKey
+from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
-__all__ = ["ChooseRequest", "choose_builds", "measured_at"]
+__all__ = ["ChooseRequest", "choose_builds", "measured_at", "recipe_choices"]
 
 
 @dataclass(frozen=True)
@@ -168,3 +170,70 @@ def choose_builds(req: ChooseRequest) -> Choice:
     ]
     return choose(candidates, hardware=req.hardware.name, context_len=req.context_len,
                   prompt_len=req.prompt_len, slo=req.slo)
+
+
+# --- the site's answer: every recipe of a model on every hardware servelab knows ----------
+
+
+def _hardware_profiles(runs: Sequence[RunRecord]) -> list[HardwareProfile]:
+    """Every built-in profile, then each hardware the runs were on that is not built in
+    (``host``: the profile stored with its newest run)."""
+    from servelab.hardware.profiles import BUILTIN, profile_from_dict
+
+    out = list(BUILTIN.values())
+    for run in sorted(runs, key=lambda r: r.started_at, reverse=True):
+        if run.hardware and run.hardware not in {p.name for p in out} and run.hardware_profile:
+            try:
+                out.append(profile_from_dict(run.hardware_profile))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out
+
+
+def _recipe_plan(run: RunRecord, hardware: HardwareProfile, store: Store) -> Plan:
+    """The plan ``servelab run`` would make of ``run``'s recipe on ``hardware`` (headers of
+    the checkpoint the run served, read again; the recipe's own engine and flags)."""
+    from servelab.checkpoint.report import build_report
+    from servelab.engine.recipe import parse_recipe
+    from servelab.pipeline.run import make_run_plan
+
+    path = run.checkpoint_path
+    if not run.recipe_text or not path or not Path(path).exists():
+        raise UsageError("its checkpoint is not on this machine: its headers cannot be read")
+    recipe = parse_recipe(run.recipe_text)
+    source = load_checkpoint(path)
+    return make_run_plan(recipe, build_report(source), dict(source.config or {}), hardware,
+                         engine_version=run.engine_version or "", store=store,
+                         header_hash=source.header_sha256)
+
+
+def recipe_choices(store: Store, runs: Sequence[RunRecord], *, prompt_len: int,
+                   context_len: int) -> tuple[Choice, ...]:
+    """One :class:`Choice` per hardware servelab knows among the recipes of ``runs`` (the
+    builds of one model): measured where a recipe's newest successful run on that hardware
+    measured decode at ``prompt_len``, predicted from its plan elsewhere. A build whose
+    checkpoint is not on this machine is a row saying so."""
+    newest: dict[str, RunRecord] = {}
+    for run in sorted(runs, key=lambda r: r.started_at):
+        if run.status == STATUS_OK:
+            newest[run.recipe_name or run.model_id or "unnamed"] = run
+    out = []
+    for hw in _hardware_profiles(runs):
+        candidates = []
+        for name, latest in newest.items():
+            on_hw = [r for r in runs if (r.recipe_name or r.model_id or "unnamed") == name
+                     and r.hardware == hw.name and r.status == STATUS_OK]
+            on_hw.sort(key=lambda r: r.started_at, reverse=True)
+            decode = next((m for r in on_hw
+                           if (m := measured_at(r, "decode_tok_s", prompt_len))), None)
+            prefill = next((m for r in on_hw
+                            if (m := measured_at(r, "prefill_tok_s", prompt_len))), None)
+            try:
+                plan = _recipe_plan(on_hw[0] if on_hw else latest, hw, store)
+            except ServelabError as exc:
+                candidates.append(Candidate(name, name, None, refused=str(exc)))
+                continue
+            candidates.append(Candidate(name, name, plan, decode=decode, prefill=prefill))
+        out.append(choose(candidates, hardware=hw.name, context_len=context_len,
+                          prompt_len=prompt_len))
+    return tuple(out)
