@@ -482,6 +482,10 @@ def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
         reason = _pick_reason(pick, runner, plans, hardware, context_len)
         if len(fitting) == 1 and others:
             reason += f"; the only build that meets the SLO ({slo_label})"
+        unranked = [r.build for r in fitting if not r.best_decode.figure]
+        if pick.best_decode.figure and unranked:
+            reason += (f"; no prediction on {hardware} for {', '.join(unranked)} (a bound "
+                       "only), so it is not ranked above builds with one")
     out: list[Row] = []
     for i, r in enumerate(planned, 1):
         if pick is not None and r.build == pick.build:

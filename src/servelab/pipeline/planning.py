@@ -116,26 +116,16 @@ def plan_checkpoint(
     revision: str | None = None,
     db: str | None = None,
     use_store: bool = True,
-    priors: Path | None = None,
-    engine_version: str = ENGINE_VERSION,
-    prompt_lens: Sequence[int] = PROMPT_LENS,
-    acceptance: AcceptanceOption = AUTO,
-    spec_method: str = DEFAULT_METHOD,
-    draft_tokens: int = 0,
-    **knobs: Any,
+    **options: Any,
 ) -> Plan:
-    """Read a checkpoint's headers and plan it on ``hardware`` (``servelab plan``).
-
-    ``acceptance``: lengths to predict speculative decode at (``draft_tokens`` per step),
-    ``auto`` for what stored runs of this checkpoint with ``spec_method`` and
-    ``draft_tokens`` measured, or ``none``.
-    """
+    """Read a checkpoint's headers and plan it on ``hardware`` (``servelab plan``):
+    :func:`plan_source` with the successful runs of ``db`` (none unless ``use_store``);
+    ``options`` are plan_source's (priors, engine version, prompt lengths, acceptance,
+    draft tokens and build_plan's knobs)."""
     source = load_checkpoint(checkpoint, revision=revision)
     every = stored_runs(db, None) if use_store else []
-    return plan_source(source, checkpoint, hardware=hardware, every=every, priors=priors,
-                       use_store=use_store, engine_version=engine_version,
-                       prompt_lens=prompt_lens, acceptance=acceptance, spec_method=spec_method,
-                       draft_tokens=draft_tokens, **knobs)
+    return plan_source(source, checkpoint, hardware=hardware, every=every, use_store=use_store,
+                       **options)
 
 
 def plan_source(
@@ -153,9 +143,11 @@ def plan_source(
     draft_tokens: int = 0,
     **knobs: Any,
 ) -> Plan:
-    """:func:`plan_checkpoint` on a checkpoint already loaded (headers read), named
-    ``name``, calibrated from the successful runs ``every`` (those on ``hardware`` calibrate
-    plain decode; all of them may hold this checkpoint's measured acceptance)."""
+    """Plan a checkpoint already loaded (headers read), named ``name``, calibrated from the
+    successful runs ``every`` (those on ``hardware`` calibrate plain decode; all of them may
+    hold this checkpoint's measured acceptance). ``acceptance``: lengths to predict
+    speculative decode at (``draft_tokens`` per step), ``auto`` for what stored runs of this
+    checkpoint with ``spec_method`` and ``draft_tokens`` measured, or ``none``."""
     weights = weights_from_report(build_report(source), name=name)
     # drafting runs calibrate the speculative step, not plain decode (pipeline.calibration)
     runs = [r for r in every if r.hardware == hardware.name]
