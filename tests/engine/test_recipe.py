@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from servelab.cli.plan_cmd import parse_bytes
 from servelab.cli.recipe_cmd import STARTER_RECIPE
-from servelab.engine.recipe import key_lines, load_recipe, parse_recipe
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.recipe import LlamaCppSection
-from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.errors import RecipeError, ServelabError
+from servelab.serve.launch import engine_argv
+from servelab.serve.recipe import key_lines, load_recipe, parse_recipe
 from servelab.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +143,7 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
     rec = load_recipe(ROOT / "recipes" / "tiny-llamacpp-cpu.toml")
     assert isinstance(rec.engine, LlamaCppSection) and rec.engine.gguf_type == "Q8_0"
     engine = get_engine(rec.engine.name)
-    argv = engine.argv(rec, launcher=["/e/bin/llama-server"], model="/m/x.gguf", port=9000)
+    argv = engine_argv(rec, launcher=["/e/bin/llama-server"], model="/m/x.gguf", port=9000)
     assert argv == [
         "/e/bin/llama-server", "--model", "/m/x.gguf", "--alias", "tiny-qwen3-moe",
         "--host", "127.0.0.1", "--port", "9000", "--metrics", "--log-verbosity", "4",
@@ -163,7 +163,7 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
 
 def test_spark_recipe_exact_argv() -> None:
     spark = load_recipe(ROOT / "recipes" / "qwen3.6-35b-a3b-fp8-spark.toml")
-    argv = build_argv(
+    argv = engine_argv(
         spark, launcher=["/venv/bin/python"], model="Qwen/Qwen3.6-35B-A3B-FP8", port=8000
     )
     assert argv == [
@@ -184,7 +184,7 @@ def test_executable_launcher_and_flags() -> None:
         'speculative_config = { method = "mtp", num_speculative_tokens = 3 }\n'
         'extra = ["--max-num-seqs", "4"]\n'
     )
-    argv = build_argv(r, launcher=["vllm"], model="a/b", port=1234)
+    argv = engine_argv(r, launcher=["vllm"], model="a/b", port=1234)
     assert argv[:3] == ["vllm", "serve", "a/b"]
     assert argv[3:5] == ["--revision", "v1"]
     assert "--no-enable-prefix-caching" in argv and "--enforce-eager" in argv
@@ -220,8 +220,8 @@ def test_recipe_name_cannot_escape_the_runs_dir(tmp_path: Path) -> None:
 
 
 def test_redaction_in_displayed_commands() -> None:
-    from servelab.engine.command import display_command
     from servelab.redact import REDACTED, redact_args
+    from servelab.serve.command import display_command
 
     assert redact_args(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == (
         "x", "--api-key", REDACTED, f"--api-key={REDACTED}", "--port", "1",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.hardware.profiles import get_profile
+from servelab.hardware.lookup import get_profile
 from servelab.pipeline.calibration import (
     calibration_for,
     checkpoint_names,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engine.recipe import load_recipe
 from servelab.pipeline.run import RunEvent, RunOptions, run_recipe
+from servelab.serve.recipe import load_recipe
 from servelab.store import open_store
 from servelab.store.model import STATUS_FAILED, RunFilter
 

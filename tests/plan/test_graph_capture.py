@@ -20,16 +20,16 @@ from servelab.cli.app import app
 from servelab.cli.output import Table
 from servelab.cli.run_cmd import graphs_table, outcome_doc
 from servelab.cli.serve_cmd import facts_table
-from servelab.engine.facts import EngineFacts
-from servelab.engine.recipe import parse_recipe
 from servelab.engines import get_engine
+from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.hardware.profiles import get_profile
+from servelab.hardware.lookup import get_profile
 from servelab.pipeline.planning import plan_checkpoint
 from servelab.pipeline.run import RunOutcome
 from servelab.plan.build import Plan
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import StartupOptions, effective_max_num_seqs, planned_graph_capture
+from servelab.serve.recipe import parse_recipe
 from servelab.store.model import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,9 +17,10 @@ import pytest
 from site_chromium import Browser, chromium_available, serve_directory
 
 from servelab.checkpoint import load_checkpoint
+from servelab.cli.answers import answered_site
 from servelab.hardware.profiles import BUILTIN
 from servelab.site.build import build_site
-from servelab.site.collect import collect_site, point_values, prediction_of
+from servelab.site.collect import point_values, prediction_of
 from servelab.site.fmt import format_number
 from servelab.site.model import Measured
 from servelab.store import Metric, RunRecord, Sample, open_store
@@ -107,7 +108,7 @@ def test_zero_gib_from_a_log_is_below_its_precision() -> None:
 
 def test_model_page_leads_with_the_answer(store_url: str) -> None:
     with open_store(store_url) as store:
-        site = collect_site(store)
+        site = answered_site(store)
     (index,) = site.models
     answers = {a.hardware: a for a in index.answers}
     assert set(answers) == set(BUILTIN)  # every hardware servelab knows
@@ -138,7 +139,7 @@ def browser() -> Iterator[Browser]:
 @pytest.mark.browser
 def test_model_page_at_1300_pixels(store_url: str, tmp_path: Path, browser: Browser) -> None:
     with open_store(store_url) as store:
-        site = collect_site(store)
+        site = answered_site(store)
     built = build_site(site, tmp_path / "site")
     with serve_directory(built.outdir) as base, browser.page(
             base + f"models/{site.models[0].slug}.html", width=1300, height=900) as page:

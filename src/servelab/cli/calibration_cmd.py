@@ -59,7 +59,7 @@ def report(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
-    from servelab.hardware.profiles import get_profile
+    from servelab.hardware.lookup import get_profile
     from servelab.pipeline.calibration import Coefficients, ledger_for_runs, samples_from_runs
     from servelab.plan.ledger import ledger, summarize
     from servelab.plan.predict import lower_bounds, roofline_coefficients

@@ -49,8 +49,9 @@ def _gib(n: float, nd: int = 2) -> str:
 
 
 def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareProfile:
+    from servelab.hardware.lookup import get_profile
     from servelab.hardware.probe import load_probe
-    from servelab.hardware.profiles import get_profile, with_probe
+    from servelab.hardware.profiles import with_probe
 
     hw = get_profile(name, files=files)
     if probe is not None:
@@ -480,9 +481,9 @@ def plan(
         if given := [k for k, v in {**vllm_only, **llamacpp_only}.items() if v]:
             raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
                              "[engine.flags]", path=checkpoint)
-        from servelab.engine.recipe import load_recipe
         from servelab.pipeline.planning import store_exists
         from servelab.pipeline.run import plan_recipe
+        from servelab.serve.recipe import load_recipe
         from servelab.store.db import open_store
 
         rec = load_recipe(Path(checkpoint))

@@ -414,26 +414,6 @@ def check_profile_name(name: str, *, files: Iterable[str | Path] = ()) -> str:
     raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
 
 
-def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfile:
-    """A profile by name: user files first (later files win), then built-ins.
-
-    ``host`` is this machine, measured on the spot by a short probe.
-    """
-    user: dict[str, HardwareProfile] = {}
-    for f in files:
-        user.update(load_profiles_toml(f))
-    if name in user:
-        return user[name]
-    if name in BUILTIN:
-        return BUILTIN[name]
-    if name == HOST:
-        from servelab.hardware.host import host_profile
-
-        return host_profile()
-    known = ", ".join([*user, *profile_names()])
-    raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
-
-
 def with_probe(
     profile: HardwareProfile, *, bandwidth: float | None, compute: Mapping[str, float]
 ) -> HardwareProfile:

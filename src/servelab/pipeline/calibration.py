@@ -17,7 +17,8 @@ from typing import Any
 
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.errors import ServelabError
-from servelab.hardware.profiles import HardwareProfile, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.ledger import LedgerRow, ledger, step_key

@@ -194,8 +194,8 @@ def _recipe_plan(run: RunRecord, hardware: HardwareProfile, store: Store) -> Pla
     """The plan ``servelab run`` would make of ``run``'s recipe on ``hardware`` (headers of
     the checkpoint the run served, read again; the recipe's own engine and flags)."""
     from servelab.checkpoint.report import build_report
-    from servelab.engine.recipe import parse_recipe
     from servelab.pipeline.run import make_run_plan
+    from servelab.serve.recipe import parse_recipe
 
     path = run.checkpoint_path
     if not run.recipe_text or not path or not Path(path).exists():
@@ -237,3 +237,4 @@ def recipe_choices(store: Store, runs: Sequence[RunRecord], *, prompt_len: int,
         out.append(choose(candidates, hardware=hw.name, context_len=context_len,
                           prompt_len=prompt_len))
     return tuple(out)
+

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from servelab.analysis.experiment import ExperimentResult
 from servelab.defaults import ENGINE_VERSION
-from servelab.engine.recipe import Recipe, load_recipe
 from servelab.outfile import write_text
 from servelab.pipeline.experiment import group_of, record_experiment
 from servelab.pipeline.run import EventFn, RunOptions, RunOutcome, run_recipe
+from servelab.serve.recipe import Recipe, load_recipe
 from servelab.store.db import Store
 
 DEMO_CRITERIA = "decode >= +5% and memory not worse"

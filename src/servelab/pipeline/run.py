@@ -25,22 +25,13 @@ from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.workload import ProgressEvent, WorkloadSpec
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.facts import EngineFacts, Phase
-from servelab.engine.launch import (
-    LOG_NAME,
-    check_engine_version,
-    launch,
-    new_run_dir,
-    resolve_launcher,
-    resolve_model,
-)
-from servelab.engine.process import EngineProcess
-from servelab.engine.recipe import BenchSection, Recipe
 from servelab.engines import get_engine
+from servelab.engines.facts import EngineFacts, Phase
 from servelab.errors import ServelabError, UsageError
 from servelab.families import DTYPE_BYTES, model_dims
 from servelab.hardware.host import host_cpu
-from servelab.hardware.profiles import HardwareProfile, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.speculative import resolve_acceptance
@@ -49,6 +40,16 @@ from servelab.plan.build import Plan
 from servelab.plan.specsource import AUTO
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
+from servelab.serve.launch import (
+    LOG_NAME,
+    check_engine_version,
+    launch,
+    new_run_dir,
+    resolve_launcher,
+    resolve_model,
+)
+from servelab.serve.process import EngineProcess
+from servelab.serve.recipe import BenchSection, Recipe
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow

@@ -53,7 +53,7 @@ class KvCheck:
 class LoggedKvPool(Protocol):
     """What an engine logged about its KV pool (``None``: the log is silent).
 
-    The engine's log facts (:class:`servelab.engine.facts.EngineFacts`) satisfy it; the
+    The engine's log facts (:class:`servelab.engines.facts.EngineFacts`) satisfy it; the
     planner never imports engine code.
     """
 

@@ -15,7 +15,7 @@ How records map to pages:
 - predictions: ``prediction`` documents as written by :mod:`servelab.plan.predict`
   (``decode`` / ``prefill`` point lists, optionally under ``"speed"``), labelled with their
   basis;
-- engine observations from ``engine_facts`` (:class:`servelab.engine.facts.EngineFacts`
+- engine observations from ``engine_facts`` (:class:`servelab.engines.facts.EngineFacts`
   as a dict), memory split from ``checkpoint_report`` (``servelab.inspect/1``);
 - history: the reference decode point of every successful run, oldest first, with change
   points from :func:`servelab.analysis.history.change_points` when that is available.
@@ -700,12 +700,10 @@ def site_from_records(runs: Sequence[RunRecord], experiments: Sequence[Experimen
 
 
 def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:
-    """Read every run (with samples) and experiment from ``store`` into a :class:`Site`;
-    each model page leads with which build to download on every hardware servelab knows
-    (:func:`with_answers`)."""
-    runs = store.list_runs(samples=True)
-    return with_answers(site_from_records(runs, store.list_experiments(), title=title),
-                        store, runs)
+    """Read every run (with samples) and experiment from ``store`` into a :class:`Site`
+    (without the model pages' answers: :func:`servelab.pipeline.choose.answered_site` adds
+    them)."""
+    return site_from_records(store.list_runs(samples=True), store.list_experiments(), title=title)
 
 
 def _answer_number(speed: Speed) -> Measured | Predicted | None:
@@ -744,27 +742,37 @@ def _finding(page: RecipePage, answer: HardwareAnswer, builds: int) -> str:
             f"{verdict.removeprefix('pick: ')}.")
 
 
-def with_answers(site: Site, store: Store, runs: Sequence[RunRecord]) -> Site:
-    """Every model page with its answer per hardware, every recipe page with its finding
-    (:func:`servelab.pipeline.choose.recipe_choices`: plans of each recipe on each hardware
-    servelab knows, measured numbers where its runs measured them)."""
-    from servelab.pipeline.choose import recipe_choices
+def model_runs(site: Site, runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """The runs of each model page (by its slug), for :func:`with_answers`'s choices."""
+    out: dict[str, list[RunRecord]] = {}
+    for index in site.models:
+        slugs = {p.slug for p in site.recipes if p.model_slug == index.slug}
+        out[index.slug] = [r for r in runs if slugify(_recipe_key(r)) in slugs]
+    return out
 
+
+def answer_lengths(site: Site, slug: str) -> tuple[int, int]:
+    """(context, prompt) a model page's answer is for: the longest context its recipes
+    serve and the prompt its headlines quote (2,048 by default)."""
+    pages = [p for p in site.recipes if p.model_slug == slug]
+    prompt = max((prose.reference_prompt(p) or 0 for p in pages), default=0) or 2048
+    context = max((p.context_tokens for p in pages), default=0) or prompt
+    return context, prompt
+
+
+def with_answers(site: Site, choices: Mapping[str, Sequence[Choice]]) -> Site:
+    """Every model page with its answer per hardware (``choices``: by model slug, one
+    :class:`~servelab.choose.rank.Choice` per hardware over its recipes), measured hardware
+    first, and every recipe page with its finding on its own hardware."""
     indexes, recipes = [], {p.slug: p for p in site.recipes}
     for index in site.models:
         pages = [p for p in site.recipes if p.model_slug == index.slug]
-        slugs = {p.slug for p in pages}
-        mine = [r for r in runs if slugify(_recipe_key(r)) in slugs]
-        if not pages or not mine:
+        if not choices.get(index.slug):
             indexes.append(index)
             continue
-        prompt = max(prose.reference_prompt(p) or 0 for p in pages) or 2048
-        context = max(p.context_tokens for p in pages) or prompt
-        answers = tuple(sorted(  # measured hardware first
-            (hardware_answer(c) for c in recipe_choices(
-                store, mine, prompt_len=prompt, context_len=context)),
-            key=lambda a: a.basis != "measured"))
-        indexes.append(_replace_index(index, answers, context, prompt))
+        answers = tuple(sorted((hardware_answer(c) for c in choices[index.slug]),
+                               key=lambda a: a.basis != "measured"))
+        indexes.append(_replace_index(index, answers, *answer_lengths(site, index.slug)))
         for page in pages:
             own = next((a for a in answers if a.hardware == page.hardware), None)
             if own is not None:
@@ -785,6 +793,7 @@ def _replace_index(index: ModelIndexPage, answers: tuple[HardwareAnswer, ...], c
 
 __all__ = [
     "PointKey",
+    "answer_lengths",
     "build_row",
     "collect_site",
     "concurrent_rows",
@@ -792,6 +801,7 @@ __all__ = [
     "key_params",
     "mean_ci",
     "memory_split",
+    "model_runs",
     "observation",
     "plan_checks",
     "prediction_of",
