@@ -409,7 +409,7 @@ def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardw
         same = (f"the same bytes per token ({format_bytes(e.a.bytes_per_token)})"
                 if abs(e.bytes_ratio - 1) < TIE else
                 f"{e.bytes_ratio:.2f}x the bytes per token in {runner.build}")
-        why = (f"it ties with {runner.build} on decode ({speed} against "
+        why = (f"it ties with {runner.build} on decode, within their intervals ({speed} against "
                f"{_tok(runner.best_decode)}; {same}, kernel paths {e.a.kernel_path} and "
                f"{e.b.kernel_path})")
         if pick.mtp_usable and not runner.mtp_usable:
@@ -432,8 +432,9 @@ def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardw
 
 
 TIE = 0.01
-"""Decode figures within 1 % of the best are a tie: the pick among them is the one with a
-usable MTP head, then the fewest bytes per token, then the most concurrency."""
+"""Decode figures within 1 % of the best, or whose intervals overlap the best's, are a tie:
+the pick among them is the one with a usable MTP head, then the fewest bytes per token,
+then the most concurrency."""
 
 
 def _top(fitting: Sequence[Row]) -> Row | None:
@@ -442,16 +443,22 @@ def _top(fitting: Sequence[Row]) -> Row | None:
     if not fitting:
         return None
     first = fitting[0]
-    best = first.best_decode.tok_s or 0.0
-    tied = [r for r in fitting if r.best_decode.figure == first.best_decode.figure
-            and (r.best_decode.tok_s or 0.0) >= best * (1 - TIE)]
+    tied = [r for r in fitting if r is first or _tied(r, first)]
     return min(tied, key=lambda r: (not r.mtp_usable, r.bytes_per_token or 0,
                                     -(r.max_concurrency or 0.0)))
 
 
 def _tied(a: Row, b: Row) -> bool:
-    sa, sb = a.best_decode.tok_s, b.best_decode.tok_s
-    return sa is not None and sb is not None and abs(sa - sb) <= TIE * max(sa, sb)
+    """Whether two decode figures cannot be told apart: within :data:`TIE` of each other,
+    or both with intervals (a measurement's 95 % CI, a prediction's interval) that overlap."""
+    da, db = a.best_decode, b.best_decode
+    sa, sb = da.tok_s, db.tok_s
+    if sa is None or sb is None or da.figure != db.figure:
+        return False
+    if abs(sa - sb) <= TIE * max(sa, sb):
+        return True
+    return (da.figure and None not in (da.low, da.high, db.low, db.high)
+            and (da.low or 0.0) <= (db.high or 0.0) and (db.low or 0.0) <= (da.high or 0.0))
 
 
 def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
