@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("checkpoint",),  # header readers: local, GGUF, Hub
     ("synth",),  # tiny real checkpoints, GGUF conversion, header replicas
     ("plan",),  # memory/KV arithmetic seam, roofline, speed model: values in, values out
+    ("choose",),  # which build to download: ranking over plans (pure), the Hub model tree
     ("engines",),  # the Engine seam, the shared log-facts record, one folder per engine
     # load generator and statistics (needs nothing above the foundations); below serve: a
     # recipe's [bench] table is the bench's own workload schema (bench.spec)

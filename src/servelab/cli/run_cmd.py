@@ -183,9 +183,10 @@ def speculative_table(s: SpeculativeSummary) -> Table:
 
 def rebuild_site(store: Store, outdir: Path) -> Path:
     """Rebuild the whole static site from the store; returns the index path."""
-    from servelab.site.build import publish  # matplotlib: only when a site is built
+    from servelab.cli.answers import answered_site
+    from servelab.site.build import build_site  # matplotlib: only when a site is built
 
-    return publish(store, outdir).index
+    return build_site(answered_site(store), outdir).index
 
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:

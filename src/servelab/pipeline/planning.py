@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.checkpoint.report import build_report
-from servelab.checkpoint.sources import load_checkpoint
+from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.hardware.host import host_has_avx512_bf16
@@ -39,7 +39,7 @@ from servelab.predict.priors import load_priors
 from servelab.predict.runs import calibration_for, draft_for
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
-__all__ = ["calibrated_plan", "plan_checkpoint", "store_exists", "stored_runs"]
+__all__ = ["calibrated_plan", "plan_checkpoint", "plan_source", "store_exists", "stored_runs"]
 
 
 def store_exists(db: str | None) -> bool:
@@ -120,15 +120,25 @@ def calibrated_plan(
 
 
 def plan_checkpoint(request: PlanRequest) -> Plan:
-    """Read a checkpoint's headers and plan it as ``request`` says (``servelab plan``).
+    """Read a checkpoint's headers and plan it as ``request`` says (``servelab plan``):
+    :func:`plan_source` with the successful runs of the request's store (none unless it is
+    used)."""
+    source = load_checkpoint(request.checkpoint, revision=request.revision)
+    every = stored_runs(request.store.db, None) if request.store.use else []
+    return plan_source(source, request, every)
+
+
+def plan_source(source: CheckpointSource, request: PlanRequest,
+                every: Sequence[RunRecord]) -> Plan:
+    """Plan a checkpoint already loaded (headers read) as ``request`` says, calibrated from
+    the successful runs ``every`` (those on the request's hardware calibrate plain decode;
+    all of them may hold this checkpoint's measured acceptance and drafting steps).
 
     Speculative decode is predicted at the request's acceptance lengths, or ``auto``: what
     stored runs of this checkpoint with the same method and draft tokens measured.
     """
     r, spec, store = request, request.speculation, request.store
-    source = load_checkpoint(r.checkpoint, revision=r.revision)
     weights = weights_from_report(build_report(source), name=r.checkpoint)
-    every = stored_runs(store.db, None) if store.use else []
     # drafting runs calibrate the speculative step, not plain decode (predict.runs)
     runs = [run for run in every if run.hardware == r.hardware.name]
     acceptance = resolve_acceptance(spec.acceptance, method=spec.method,

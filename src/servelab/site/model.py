@@ -30,6 +30,7 @@ __all__ = [
     "EngineObservation",
     "ExperimentMetric",
     "ExperimentPage",
+    "HardwareAnswer",
     "HistoryPoint",
     "HistorySeries",
     "Measured",
@@ -373,6 +374,7 @@ class RecipePage:
     gpus: int = 1  # GPUs of the latest run's layout
     layout: str = ""  # e.g. "TP2 x PP1 x DP1" when more than one GPU
     acceptance: SpecAcceptance | None = None  # the latest run's, when it drafted
+    finding: str = ""  # the page's first sentence: this build against the others, on its hardware
 
 
 @dataclass(frozen=True)
@@ -393,12 +395,30 @@ class BuildRow:
 
 
 @dataclass(frozen=True)
+class HardwareAnswer:
+    """Which build of a model to download on one hardware profile (``servelab choose`` over
+    the model's recipes): measured where the pick's decode was measured there, predicted
+    (labelled) elsewhere; the reason is one sentence in explain's terms."""
+
+    hardware: str
+    pick: str | None  # build name; None when no build fits
+    pick_slug: str | None  # its recipe page
+    decode: Measured | Predicted | None  # the pick's single-stream decode
+    basis: str  # measured | predicted | bound | none
+    reason: str
+    verdicts: tuple[tuple[str, str], ...] = ()  # (build name, verdict) for every build
+
+
+@dataclass(frozen=True)
 class ModelIndexPage:
     """The index comparing all builds of one model."""
 
     slug: str
     model_name: str
     builds: tuple[BuildRow, ...]
+    answers: tuple[HardwareAnswer, ...] = ()
+    context_tokens: int = 0
+    prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)
