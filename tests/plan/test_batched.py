@@ -211,3 +211,32 @@ def test_intervals_mix_decode_and_prefill_by_their_share_of_the_time() -> None:
     assert long.prefill_share > short.prefill_share
     assert long.tpot_s.value > short.tpot_s.value
     assert lp.to_dict()["predicted"] is True
+
+
+def test_on_a_gpu_more_requests_stream_inside_the_layers_latency() -> None:
+    m = _model()
+    s_byte, s_layer, s_slot, _ = DECODE.theta
+    layers, slots = DIMS.num_layers, DIMS.num_layers * DIMS.num_experts
+    one = (m.weights.prefill_fixed_bytes + m.routed_bytes(1) + m.curve.read(512)
+           + m.state_bytes)
+    latency = layers * s_layer + one * s_byte
+    for b in (2, 8, 64):
+        streamed = (m.weights.prefill_fixed_bytes + m.routed_bytes(b)
+                    + b * (m.curve.read(512) + m.state_bytes)) * s_byte
+        dense, expert = m.s_per_flop
+        extra = 2.0 * (b - 1) * ((m.weights.active_params - m.weights.active_routed_params)
+                                 * dense + m.weights.active_routed_params * expert)
+        assert m.decode_step([512] * b) == pytest.approx(
+            max(max(latency, streamed) + slots * s_slot + extra, DECODE.theta[3]))
+
+
+def test_on_a_cpu_every_term_adds() -> None:
+    m = StepModel(weights=_weights(), dims=DIMS, decode=_fit("decode", (1e-10, 1e-4, 0.0, 1e-3)),
+                  prefill=PREFILL, platform="cpu", kv_dtype_bytes=2)
+    one, four = m.decode_step([512]), m.decode_step([512] * 4)
+    extra_bytes = (m.routed_bytes(4) - m.routed_bytes(1)
+                   + 3 * (m.curve.read(512) + m.state_bytes))
+    dense, expert = m.s_per_flop
+    extra_flops_s = 2.0 * 3 * ((m.weights.active_params - m.weights.active_routed_params) * dense
+                               + m.weights.active_routed_params * expert)
+    assert four - one == pytest.approx(extra_bytes * 1e-10 + extra_flops_s)

@@ -17,6 +17,18 @@ of ``T`` prompt tokens in all (a chunk of ``t`` tokens starting at prompt positi
 A decode-only step is the single-stream **decode** form at those bytes, with the extra FLOPs
 at the prefill fit's per-FLOP rate added to the device's side; on a GPU the step is the larger
 of the device's time and the host's per-step floor (vLLM overlaps them), on a CPU their sum.
+On a GPU the per-layer term and the bytes overlap as a batch grows::
+
+    device(B) = max(layers x s_per_layer + bytes(one request) x s_per_byte,
+                    bytes(B) x s_per_byte) + expert_slots x s_per_expert_slot
+
+At one request a GPU's layers are small kernels whose launch and latency (the per-layer term)
+outlast what they read; the bytes that more requests add are streamed by the same kernels
+within that time until they outlast it. Summed instead, the H200's stored sweep of an FP8
+Qwen3-30B-A3B (benchmarks/gpu/results/run-h200-qwen3-30b-a3b-fp8.json: TPOT 4.2 ms alone,
+5.1 ms at 16 streams of 512-token prompts) was predicted at 8.9 ms at 16 streams: the 3.2 ms
+the fit gives 48 layers' kernels at one request do not add to the 4.5 ms that 16 requests'
+distinct experts take to stream (benchmarks/RESULTS.md, "Under load").
 A step with prefill chunks is the single-stream **prefill** form of a ``T``-token prompt whose
 bytes and FLOPs also carry the step's decoders (eager when ``B + T`` exceeds the largest
 captured CUDA graph). At ``B = 1`` and no chunk, the first is exactly the single-stream decode
@@ -40,7 +52,7 @@ from servelab.plan.predict import (
     model_expert_slots,
     state_traffic_bytes,
 )
-from servelab.plan.speedmodel import Fit, features
+from servelab.plan.speedmodel import HOST_BOUND, Fit, features
 from servelab.plan.weights import Weights
 
 #: A chunk of a prompt in one step: (tokens already prefilled, tokens in this step).
@@ -124,23 +136,25 @@ class StepModel:
         if b == 0:
             raise UsageError("a decode step needs at least one request")
         w = self.weights
-        nbytes = (
-            w.prefill_fixed_bytes
-            + self.routed_bytes(b)
-            + sum(self.curve.read(c) for c in contexts)
-            + b * self.state_bytes
-        )
+        kv = [self.curve.read(c) for c in contexts]
+        nbytes = w.prefill_fixed_bytes + self.routed_bytes(b) + sum(kv) + b * self.state_bytes
         dense, expert = self.s_per_flop
         body = w.active_params - w.active_routed_params
         extra_s = 2.0 * (b - 1) * (body * dense + w.active_routed_params * expert)
-        s_per_byte = self.decode.theta[0]
-        # the extra FLOPs are the device's work: carried as the bytes that take as long
-        nbytes += extra_s / s_per_byte if s_per_byte > 0 else 0.0
-        row = features(
-            "decode", nbytes, self.dims.num_layers,
-            expert_slots=model_expert_slots(self.dims), platform=self.platform,
-        )
-        return self.decode.seconds(row)
+        layers, slots = self.dims.num_layers, model_expert_slots(self.dims)
+        if self.platform in HOST_BOUND:
+            # the host's work is the device's: every term adds (the single-stream form)
+            s_per_byte = self.decode.theta[0]
+            nbytes += extra_s / s_per_byte if s_per_byte > 0 else 0.0
+            row = features("decode", nbytes, layers, expert_slots=slots, platform=self.platform)
+            return self.decode.seconds(row)
+        s_byte, s_layer, s_slot, s_fixed = self.decode.theta
+        one = w.prefill_fixed_bytes + self.routed_bytes(1) + kv[0] + self.state_bytes
+        # A GPU's layers are small kernels at one request (their launch and latency, the
+        # per-layer term, outlast what they read); the bytes more requests add stream inside
+        # that time until they outlast it (OVERLAP_BATCH in the module docs).
+        device = max(layers * s_layer + one * s_byte, nbytes * s_byte) + slots * s_slot
+        return max(device + extra_s, s_fixed)
 
     def mixed_step(self, contexts: Sequence[int], chunks: Sequence[Chunk]) -> float:
         """Seconds of a step holding ``chunks`` of prompts beside one decode token for each
