@@ -20,7 +20,7 @@ from servelab.engine.launch import resolve_model
 from servelab.engine.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIORS = ROOT / "src/servelab/plan/priors.toml"
+PRIORS = ROOT / "src/servelab/predict/priors.toml"
 MODELS = {"tiny-llama-cpu": "tiny-llama", "tiny-qwen3-moe-cpu": "tiny-qwen3-moe",
           "tiny-qwen3-next-cpu": "tiny-qwen3-next"}
 ARGS = ["-H", "host", "--max-model-len", "4096", "--kv-cache-memory-bytes", "256MiB",

@@ -4,9 +4,9 @@
         --source "servelab's own H200 runs (benchmarks/gpu/results, 2026-12-02/03)"
 
 Prints one ``[[sample]]`` TOML row per measured single-stream point (the same samples
-``servelab calibration report`` uses: servelab.pipeline.calibration.samples_from_run), with the
+``servelab calibration report`` uses: servelab.predict.runs.samples_from_run), with the
 build, kernel path, layer count, bytes and FLOPs servelab planned for it. Paste them into
-src/servelab/plan/priors.toml and bump its version.
+src/servelab/predict/priors.toml and bump its version.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from servelab.pipeline.calibration import samples_from_runs
+from servelab.predict.runs import samples_from_runs
 from servelab.store.exchange import run_from_dict
 
 

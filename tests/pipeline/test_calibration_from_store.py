@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from servelab.hardware.profiles import get_profile
-from servelab.pipeline.calibration import (
+from servelab.plan.weights import Weights
+from servelab.predict.ledger import LedgerRow
+from servelab.predict.priors import PriorTable, load_priors
+from servelab.predict.runs import (
     calibration_for,
     checkpoint_names,
     ledger_for_runs,
@@ -18,9 +21,6 @@ from servelab.pipeline.calibration import (
     samples_from_run,
     samples_from_runs,
 )
-from servelab.plan.ledger import LedgerRow
-from servelab.plan.priors import PriorTable, load_priors
-from servelab.plan.weights import Weights
 from servelab.store import open_store
 from servelab.store.exchange import run_from_dict
 from servelab.store.model import Metric, RunRecord

@@ -10,13 +10,14 @@ from tests.plan.inputs import planning_inputs
 
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.hardware.profiles import BUILTIN, get_profile
-from servelab.pipeline.calibration import calibration_for, samples_from_runs
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.explain import explain
-from servelab.plan.ledger import ledger
-from servelab.plan.predict import model_expert_slots, roofline_coefficients
-from servelab.plan.priors import shipped_priors
-from servelab.plan.speedmodel import Sample
+from servelab.predict.form import Sample
+from servelab.predict.ledger import ledger
+from servelab.predict.priors import shipped_priors
+from servelab.predict.roofline import roofline_coefficients
+from servelab.predict.runs import calibration_for, samples_from_runs
+from servelab.predict.speed import model_expert_slots
 from servelab.store.exchange import run_from_dict
 
 GIB = 1 << 30

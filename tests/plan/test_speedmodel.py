@@ -11,23 +11,19 @@ import numpy as np
 import pytest
 
 from servelab.errors import UsageError
-from servelab.plan.ledger import ledger, summarize
-from servelab.plan.speedmodel import (
+from servelab.predict.form import OVERLAP, Sample, features, row_seconds
+from servelab.predict.ledger import ledger, summarize
+from servelab.predict.levels import (
     MIN_REL_ERROR,
-    OVERLAP,
-    Sample,
     Target,
     calibrate,
-    features,
     fit_levels,
     interval,
     levels_for,
-    nnls,
     path_family,
     repeat_spread,
-    row_seconds,
-    solve,
 )
+from servelab.predict.solver import nnls, solve
 
 BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
 # s/byte, s/layer, s/expert slot, s fixed (on a GPU the host's time per step, which overlaps
@@ -421,8 +417,9 @@ def test_default_paths_of_one_scheme_are_one_path_for_dense_and_moe() -> None:
 
 
 def test_speculative_step_reads_the_experts_of_k_plus_one_tokens_and_k_lm_heads() -> None:
-    from servelab.plan.predict import distinct_expert_fraction, draft_bytes_per_step
+    from servelab.plan.costs import distinct_expert_fraction
     from servelab.plan.weights import Weights
+    from servelab.predict.spec import draft_bytes_per_step
 
     # 256 experts, top-8: one token touches 8/256; four tokens 1 - (1 - 8/256)^4 of them.
     assert distinct_expert_fraction(256, 8, 1) == pytest.approx(8 / 256)
@@ -471,7 +468,7 @@ def test_a_kernel_path_holds_the_host_launch_terms_fitted_over_every_path() -> N
 def test_host_bound_is_the_launches_outlasting_the_device() -> None:
     """A launched prefill row waits on the host when its launch terms exceed its device
     terms; a row inside a CUDA graph (no launch columns) never does."""
-    from servelab.plan import speedmodel as sm
+    from servelab.predict import form as sm
 
     theta = [1e-15, 2e-15, 2e-13, 1e-4, 0.0, 1e-3, 5e-4, 2e-3, 3e-6, 5e-3]
     short = sm.features("prefill", 6e10, 48, 2e13, expert_flops=1e13, expert_slots=6144,

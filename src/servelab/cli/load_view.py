@@ -15,7 +15,7 @@ from servelab.errors import UsageError
 
 if TYPE_CHECKING:
     from servelab.plan.build import Plan
-    from servelab.plan.load import CapacityPrediction, LoadPrediction, SweepCheck
+    from servelab.predict.load import CapacityPrediction, LoadPrediction, SweepCheck
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,9 @@ def answer(plan: Plan, req: LoadRequest, check: SweepCheck | None = None) -> Loa
     """Predict ``req`` under ``plan``; a model or hardware the batched model cannot price is
     answered with the reason instead."""
     from servelab.bench.slo import parse_slo
-    from servelab.plan.load import predict_capacity, predict_load, requests_for
-    from servelab.plan.schedule import Load
     from servelab.plan.startup import StartupOptions, effective_max_num_batched_tokens
+    from servelab.predict.load import predict_capacity, predict_load, requests_for
+    from servelab.predict.schedule import Load
 
     slo = parse_slo(req.slo) if req.slo else None  # bad syntax is the user's error: raise
     opts = StartupOptions(max_num_batched_tokens=req.max_num_batched_tokens)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.cli.load_view import LoadRequest
     from servelab.hardware.profiles import HardwareProfile
     from servelab.plan.build import Plan
-    from servelab.plan.speedmodel import Fit
+    from servelab.predict.levels import Fit
 
 GIB = 1 << 30
 

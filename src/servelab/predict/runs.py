@@ -4,7 +4,7 @@ A stored run carries its measured single-stream decode/prefill per prompt length
 its concurrency-1 points, :class:`~servelab.points.PointKey`) and the plan made before it
 (read with :func:`~servelab.plan.document.read_plan`): bytes read per token (weights + KV + state),
 prefill FLOPs and bytes, the kernel path, and the checkpoint report (layer count). Together
-they give one :class:`~servelab.plan.speedmodel.Sample` per point. Where an export redacted
+they give one :class:`~servelab.predict.form.Sample` per point. Where an export redacted
 ``bytes_per_token`` (older exports did), it is rebuilt from its parts (weight, KV and state
 bytes), which every plan stores.
 """
@@ -20,10 +20,6 @@ from servelab.errors import ServelabError
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.ledger import LedgerRow, ledger, step_key
-from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
-from servelab.plan.priors import PriorTable, load_priors
-from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
 from servelab.plan.startup import (
     MaxNumSeqs,
     StartupOptions,
@@ -32,6 +28,11 @@ from servelab.plan.startup import (
 )
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
+from servelab.predict.form import Sample, expert_slots
+from servelab.predict.ledger import LedgerRow, ledger, step_key
+from servelab.predict.levels import Calibration, Target, calibrate
+from servelab.predict.priors import PriorTable, load_priors
+from servelab.predict.roofline import bounds, coefficients, lower_bounds, physical_prior
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -313,7 +314,7 @@ def calibration_for(
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
     hardware over the shipped priors (which carry the prediction when no run is stored),
-    else the roofline alone (see :mod:`servelab.plan.speedmodel`). Samples of build
+    else the roofline alone (see :mod:`servelab.predict`). Samples of build
     ``model`` are left out of the fit."""
     stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
     table = priors or load_priors()

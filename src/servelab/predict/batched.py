@@ -1,6 +1,6 @@
 """The batched step model: what one engine step costs when it holds several requests.
 
-The same bytes and terms as the single-stream forms of :mod:`servelab.plan.speedmodel`, with
+The same bytes and terms as the single-stream forms of :mod:`servelab.predict.form`, with
 a step holding ``B`` decoding requests (request ``i`` at context ``c_i``) and prefill chunks
 of ``T`` prompt tokens in all (a chunk of ``t`` tokens starting at prompt position ``s``)::
 
@@ -44,16 +44,17 @@ from dataclasses import dataclass, field
 
 from servelab.errors import UsageError
 from servelab.families import ModelDims
-from servelab.plan.predict import (
+from servelab.plan.costs import (
     attention_flops,
     distinct_expert_fraction,
     kv_write_bytes,
     layer_token_bytes,
-    model_expert_slots,
     state_traffic_bytes,
 )
-from servelab.plan.speedmodel import HOST_BOUND, Fit, features
 from servelab.plan.weights import Weights
+from servelab.predict.form import HOST_BOUND, features
+from servelab.predict.levels import Fit
+from servelab.predict.speed import model_expert_slots
 
 #: A chunk of a prompt in one step: (tokens already prefilled, tokens in this step).
 Chunk = tuple[int, int]
@@ -67,7 +68,7 @@ class KvCurve:
     terms: tuple[tuple[int, int | None], ...]
 
     def read(self, context: int) -> int:
-        """Bytes read at ``context`` tokens (equals :func:`servelab.plan.predict.kv_read_bytes`)."""
+        """Bytes read at ``context`` tokens (equals :func:`servelab.plan.costs.kv_read_bytes`)."""
         return sum(b * (context if cap is None else min(context, cap)) for b, cap in self.terms)
 
 

@@ -1,10 +1,10 @@
 """Predicted serving under load: TPOT, TTFT and output tok/s at a concurrency or a request
 rate, and the highest load that meets an SLO, from a plan (before anything is downloaded).
 
-The step model (:mod:`servelab.plan.batched`) prices each engine step from the plan's
-calibrated single-stream fits; the scheduler (:mod:`servelab.plan.schedule`) replays vLLM's
+The step model (:mod:`servelab.predict.batched`) prices each engine step from the plan's
+calibrated single-stream fits; the scheduler (:mod:`servelab.predict.schedule`) replays vLLM's
 chunked prefill and admission over it, with the KV pool's admission limit from the plan's
-pool (:func:`servelab.plan.schedule.requests_admitted`) and the step's budget and request
+pool (:func:`servelab.predict.schedule.requests_admitted`) and the step's budget and request
 limit from the engine's flags or defaults.
 
 Intervals. A simulated point's time is a sum of decode steps and steps holding prompt
@@ -25,9 +25,10 @@ from typing import Any
 
 from servelab.bench.slo import Slo
 from servelab.errors import UsageError
-from servelab.plan.batched import StepModel
 from servelab.plan.build import Plan
-from servelab.plan.schedule import (
+from servelab.plan.startup import BatchedTokens
+from servelab.predict.batched import StepModel
+from servelab.predict.schedule import (
     Limits,
     Load,
     LoadStats,
@@ -38,7 +39,6 @@ from servelab.plan.schedule import (
     simulate,
     stats,
 )
-from servelab.plan.startup import BatchedTokens
 
 #: Requests simulated per closed-loop point when not given: servelab bench's default batch,
 #: ``max(3, 2 x concurrency)`` (two waves of its clients).

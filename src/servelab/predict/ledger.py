@@ -2,7 +2,7 @@
 
 For every build in the samples, servelab forgets it, calibrates exactly as it would for a
 build it has never run (same levels, same fallbacks, same interval rule: see
-:mod:`servelab.plan.speedmodel`) and predicts its measured points. Each row says what was
+:mod:`servelab.predict`) and predicts its measured points. Each row says what was
 measured, what would have been predicted, whether the measurement fell inside the printed
 interval, and where the prediction came from. This is the evidence behind every interval
 servelab prints (``servelab calibration report``; linked from every page).
@@ -14,15 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.plan.speedmodel import (
-    Sample,
-    Target,
-    fit_levels,
-    interval,
-    levels_for,
-    repeat_spread,
-    row_seconds,
-)
+from servelab.predict.form import Sample, row_seconds
+from servelab.predict.levels import Target, fit_levels, interval, levels_for, repeat_spread
 
 #: The ledger kind of a speculative run's rows: one verification step per second, not tokens.
 STEP_KIND = "spec step"
@@ -92,7 +85,7 @@ class LedgerSummary:
     median_abs_error: float | None
     inside: int
     #: How far one build's reruns strayed from their mean on this hardware (the floor under
-    #: every interval: :func:`servelab.plan.speedmodel.repeat_spread`); None without reruns.
+    #: every interval: :func:`servelab.predict.levels.repeat_spread`); None without reruns.
     rerun_spread: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
