@@ -4,85 +4,17 @@ the highest load that meets an SLO, printed after the plan (or under ``load`` in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from servelab.errors import UsageError
+from servelab.predict.load import LoadAnswer, LoadRequest
 
 if TYPE_CHECKING:
-    from servelab.plan.build import Plan
-    from servelab.predict.load import CapacityPrediction, LoadPrediction, SweepCheck
-
-
-@dataclass(frozen=True)
-class LoadRequest:
-    """What the user asked to predict under load."""
-
-    prompt_lens: tuple[int, ...]
-    output_len: int
-    concurrency: tuple[int, ...] = ()
-    rates: tuple[float, ...] = ()
-    requests: int | None = None
-    max_num_batched_tokens: int | None = None
-    slo: str | None = None
-
-    @property
-    def wanted(self) -> bool:
-        """Whether any load prediction was asked for."""
-        return bool(self.concurrency or self.rates or self.slo)
-
-
-@dataclass(frozen=True)
-class LoadAnswer:
-    """The load prediction and SLO capacities, or why there are none."""
-
-    load: LoadPrediction | None
-    capacities: tuple[CapacityPrediction, ...]
-    reason: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (``predicted: true``)."""
-        return {
-            "predicted": True,
-            "points": self.load.to_dict() if self.load else None,
-            "capacity": [c.to_dict() for c in self.capacities],
-            "no_prediction": self.reason,
-        }
-
-
-def answer(plan: Plan, req: LoadRequest, check: SweepCheck | None = None) -> LoadAnswer:
-    """Predict ``req`` under ``plan``; a model or hardware the batched model cannot price is
-    answered with the reason instead."""
-    from servelab.bench.slo import parse_slo
-    from servelab.plan.startup import StartupOptions, effective_max_num_batched_tokens
-    from servelab.predict.load import predict_capacity, predict_load, requests_for
-    from servelab.predict.schedule import Load
-
-    slo = parse_slo(req.slo) if req.slo else None  # bad syntax is the user's error: raise
-    opts = StartupOptions(max_num_batched_tokens=req.max_num_batched_tokens)
-    tokens = effective_max_num_batched_tokens(plan.hardware, plan.platform, plan.layout, opts)
-    loads = [
-        Load(p, req.output_len, req.requests or requests_for(c), concurrency=c)
-        for p in req.prompt_lens for c in req.concurrency
-    ] + [
-        Load(p, req.output_len, req.requests or requests_for(None), rate=r)
-        for p in req.prompt_lens for r in req.rates
-    ]
-    try:
-        load = predict_load(plan, loads, tokens, check=check) if loads else None
-        caps = tuple(
-            predict_capacity(plan, slo, tokens, prompt_len=p, output_len=req.output_len,
-                              variable="rate" if req.rates and not req.concurrency
-                              else "concurrency", check=check)
-            for p in req.prompt_lens
-        ) if slo is not None else ()
-    except UsageError as exc:
-        return LoadAnswer(None, (), str(exc))
-    return LoadAnswer(load, caps, None)
+    pass
 
 
 def _num(x: float, digits: int) -> str:

@@ -21,10 +21,10 @@ from servelab.units import format_bytes as human_bytes
 from servelab.units import parse_float_list, parse_int_list, parse_size
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
-    from servelab.cli.load_view import LoadRequest
     from servelab.hardware.profiles import HardwareProfile
     from servelab.plan.build import Plan
     from servelab.predict.levels import Fit
+    from servelab.predict.load import LoadRequest
 
 GIB = 1 << 30
 
@@ -581,8 +581,9 @@ def plan(
 def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = None) -> None:
     from servelab.cli import load_view
     from servelab.plan.markdown import plan_markdown
+    from servelab.predict.load import answer
 
-    ans = load_view.answer(result, load) if load is not None and load.wanted else None
+    ans = answer(result, load) if load is not None and load.wanted else None
     if fmt == JSON:
         doc = result.to_dict()
         if ans is not None:

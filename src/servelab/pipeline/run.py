@@ -109,6 +109,19 @@ class RunOutcome:
         return self.record.run_id
 
 
+def load_prediction(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.predict.load`),
+    each point one batch of the ``repetitions`` requests the bench sends, as JSON."""
+    from servelab.predict.load import LoadRequest, answer
+
+    bench = recipe.bench
+    req = LoadRequest(tuple(bench.prompt_tokens), bench.output_tokens, tuple(bench.concurrency),
+                      requests=bench.repetitions,
+                      max_num_batched_tokens=getattr(recipe.engine, "max_num_batched_tokens",
+                                                     None))
+    return answer(plan, req).to_dict()
+
+
 def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
     """The recipe's ``[bench]`` table as a bench workload.
 
@@ -398,6 +411,8 @@ def run_recipe(
             header_hash=source.header_sha256,
         )
         state.fields["prediction"] = state.plan.to_dict()
+        if any(c > 1 for c in recipe.bench.concurrency):  # the recipe's sweep, predicted too
+            state.fields["prediction"]["load"] = load_prediction(recipe, state.plan)
         emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))
         for finding in state.plan.findings:  # shown before the engine starts; never blocks
             emit(RunEvent("plan", "warning", finding.line))

@@ -10,11 +10,11 @@ limit from the engine's flags or defaults.
 Intervals. A simulated point's time is a sum of decode steps and steps holding prompt
 chunks, each priced by a fit with its own relative half-width (leave-one-model-out, the
 single-stream rule). The point's half-width is their time-weighted mean, ``(1 - f) e_decode +
-f e_prefill`` with ``f`` the share of step time in steps with prompt chunks; where stored
-concurrency sweeps on the hardware checked the batched form itself (:func:`check_sweeps`),
-no narrower than the largest miss there, widened by ``1 + 1/models`` as single-stream
-intervals are. A latency's interval is ``x (1 ± e)``; a rate's ``/ (1 ∓ e)``. SLO capacity
-comes with the capacities of every step made ``1 ± e`` longer.
+f e_prefill`` with ``f`` the share of step time in steps with prompt chunks. The batched form's
+own error is not in it yet: that needs stored concurrency sweeps of several models on a
+hardware (one model's on the H200 so far), and each point says so. A latency's interval is
+``x (1 ± e)``; a rate's ``/ (1 ∓ e)``. SLO capacity comes with the capacities of every step made
+``1 ± e`` longer.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from servelab.bench.slo import Slo
+from servelab.bench.slo import Slo, parse_slo
 from servelab.errors import UsageError
 from servelab.plan.build import Plan
-from servelab.plan.startup import BatchedTokens
+from servelab.plan.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
 from servelab.predict.batched import StepModel
 from servelab.predict.schedule import (
     Limits,
@@ -107,24 +107,6 @@ class LoadPrediction:
         return d
 
 
-@dataclass(frozen=True)
-class SweepCheck:
-    """The batched form against stored concurrency sweeps: per-point errors of TPOT
-    (measured / predicted - 1) with every model's sweep predicted from fits that left that
-    model out."""
-
-    hardware: str
-    models: tuple[str, ...]
-    errors: tuple[float, ...]
-
-    @property
-    def bound(self) -> float | None:
-        """The largest miss widened by ``1 + 1/models``; None with fewer than two models."""
-        if len(self.models) < 2 or not self.errors:
-            return None
-        return max(abs(e) for e in self.errors) * (1.0 + 1.0 / len(self.models))
-
-
 def step_model(plan: Plan) -> StepModel:
     """The plan's :class:`StepModel`, or a UsageError saying why there is none."""
     sp = plan.speed
@@ -179,8 +161,6 @@ def predict_load(
     plan: Plan,
     loads: Sequence[Load],
     tokens: BatchedTokens,
-    *,
-    check: SweepCheck | None = None,
 ) -> LoadPrediction:
     """Predicted :class:`LoadPoint` for each of ``loads`` under ``plan`` (see module docs)."""
     model = step_model(plan)
@@ -189,7 +169,6 @@ def predict_load(
     e_p = model.prefill.rel_error
     if e_d is None or e_p is None:
         raise UsageError("the decode or prefill fit carries no interval: no load prediction")
-    floor = check.bound if check is not None else None
     gpus = plan.layout.gpus_per_replica
     points = []
     for load in loads:
@@ -199,20 +178,14 @@ def predict_load(
         st = stats(timings, load)
         share = spent[1] / spent[0] if spent[0] > 0 else 0.0
         e = (1.0 - share) * e_d + share * e_p
-        if floor is not None:
-            e = max(e, floor)
         points.append(_point(load, limits, st, timings, e, share, gpus))
     basis = (f"decode ±{e_d * 100:.0f}% ({model.decode.error_basis}); prefill ±{e_p * 100:.0f}% "
              f"({model.prefill.error_basis}), mixed by each point's share of prefill steps")
-    notes = []
-    if check is not None and floor is not None:
-        basis += (f"; no narrower than ±{floor * 100:.0f}%, the batched form's largest miss on "
-                  f"the stored sweeps of {', '.join(check.models)} ({check.hardware})")
-    else:
-        notes.append(
-            f"the batched form has not been checked against stored concurrency sweeps of two "
-            f"models on {plan.hardware.name}: its intervals are the single-stream fits'"
-        )
+    notes = [
+        "the batched form's own error is not in these intervals: they are the single-stream "
+        "fits', and stored concurrency sweeps of two or more models on a hardware are needed "
+        "to measure it (benchmarks/RESULTS.md, \"Under load\")"
+    ]
     return LoadPrediction(
         points=tuple(points),
         max_num_batched_tokens=tokens.value,
@@ -314,7 +287,6 @@ def predict_capacity(
     output_len: int,
     variable: str = "concurrency",
     max_load: float = 1024,
-    check: SweepCheck | None = None,
 ) -> CapacityPrediction:
     """The highest load meeting ``slo`` (see :class:`CapacityPrediction`)."""
     if variable not in ("concurrency", "rate"):
@@ -324,7 +296,7 @@ def predict_capacity(
     e_d, e_p = model.decode.rel_error, model.prefill.rel_error
     if e_d is None or e_p is None:
         raise UsageError("the decode or prefill fit carries no interval: no capacity prediction")
-    e = max(e_d, e_p, check.bound or 0.0) if check is not None else max(e_d, e_p)
+    e = max(e_d, e_p)
 
     def capacity(scale: float) -> float | None:
         def ok(x: float) -> bool:
@@ -342,3 +314,65 @@ def predict_capacity(
         slo=slo.label, variable=variable, prompt_len=prompt_len, output_len=output_len,
         capacity=best, low=capacity(1.0 + e), high=capacity(max(1.0 - e, 0.05)), rel_error=e,
     )
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What the user asked to predict under load."""
+
+    prompt_lens: tuple[int, ...]
+    output_len: int
+    concurrency: tuple[int, ...] = ()
+    rates: tuple[float, ...] = ()
+    requests: int | None = None
+    max_num_batched_tokens: int | None = None
+    slo: str | None = None
+
+    @property
+    def wanted(self) -> bool:
+        """Whether any load prediction was asked for."""
+        return bool(self.concurrency or self.rates or self.slo)
+
+
+@dataclass(frozen=True)
+class LoadAnswer:
+    """The load prediction and SLO capacities, or why there are none."""
+
+    load: LoadPrediction | None
+    capacities: tuple[CapacityPrediction, ...]
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``predicted: true``)."""
+        return {
+            "predicted": True,
+            "points": self.load.to_dict() if self.load else None,
+            "capacity": [c.to_dict() for c in self.capacities],
+            "no_prediction": self.reason,
+        }
+
+
+def answer(plan: Plan, req: LoadRequest) -> LoadAnswer:
+    """Predict ``req`` under ``plan``; a model or hardware the batched model cannot price is
+    answered with the reason instead."""
+    slo = parse_slo(req.slo) if req.slo else None  # bad syntax is the user's error: raise
+    opts = StartupOptions(max_num_batched_tokens=req.max_num_batched_tokens)
+    tokens = effective_max_num_batched_tokens(plan.hardware, plan.platform, plan.layout, opts)
+    loads = [
+        Load(p, req.output_len, req.requests or requests_for(c), concurrency=c)
+        for p in req.prompt_lens for c in req.concurrency
+    ] + [
+        Load(p, req.output_len, req.requests or requests_for(None), rate=r)
+        for p in req.prompt_lens for r in req.rates
+    ]
+    try:
+        load = predict_load(plan, loads, tokens) if loads else None
+        caps = tuple(
+            predict_capacity(plan, slo, tokens, prompt_len=p, output_len=req.output_len,
+                              variable="rate" if req.rates and not req.concurrency
+                              else "concurrency")
+            for p in req.prompt_lens
+        ) if slo is not None else ()
+    except UsageError as exc:
+        return LoadAnswer(None, (), str(exc))
+    return LoadAnswer(load, caps, None)
