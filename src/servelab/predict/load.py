@@ -10,7 +10,9 @@ limit from the engine's flags or defaults.
 Intervals. A simulated point's time is a sum of decode steps and steps holding prompt
 chunks, each priced by a fit with its own relative half-width (leave-one-model-out, the
 single-stream rule). The point's half-width is their time-weighted mean, ``(1 - f) e_decode +
-f e_prefill`` with ``f`` the share of step time in steps with prompt chunks. The batched form's
+f e_prefill`` with ``f`` the share of step time in steps with prompt chunks; a TTFT's, no
+narrower than ``e_prefill`` (a first token waits on a prefill step: on the H200's stored sweep
+the mixed width left 8 of 9 TTFTs outside). The batched form's
 own error is not in it yet: that needs stored concurrency sweeps of several models on a
 hardware (one model's on the H200 so far), and each point says so. A latency's interval is
 ``x (1 ± e)``; a rate's ``/ (1 ∓ e)``. SLO capacity comes with the capacities of every step made
@@ -80,7 +82,7 @@ class LoadPoint:
     ttft_p99_s: Band
     stream_tok_s: Band
     output_tok_s_per_gpu: Band
-    rel_error: float
+    rel_error: float  # of TPOT and the rates; TTFT's is no narrower than the prefill fit's
     prefill_share: float  # of the simulated step time, steps holding prompt chunks
     queued: int  # requests that waited for admission
     predicted: bool = True
@@ -178,7 +180,7 @@ def predict_load(
         st = stats(timings, load)
         share = spent[1] / spent[0] if spent[0] > 0 else 0.0
         e = (1.0 - share) * e_d + share * e_p
-        points.append(_point(load, limits, st, timings, e, share, gpus))
+        points.append(_point(load, limits, st, timings, e, max(e, e_p), share, gpus))
     basis = (f"decode ±{e_d * 100:.0f}% ({model.decode.error_basis}); prefill ±{e_p * 100:.0f}% "
              f"({model.prefill.error_basis}), mixed by each point's share of prefill steps")
     notes = [
@@ -200,7 +202,7 @@ def predict_load(
 
 
 def _point(load: Load, limits: Limits, st: LoadStats, timings: Sequence[Timing], e: float,
-           share: float, gpus: int) -> LoadPoint:
+           e_ttft: float, share: float, gpus: int) -> LoadPoint:
     return LoadPoint(
         prompt_len=load.prompt_len,
         output_len=load.output_len,
@@ -209,8 +211,8 @@ def _point(load: Load, limits: Limits, st: LoadStats, timings: Sequence[Timing],
         requests=load.requests,
         max_admitted=limits.max_admitted,
         tpot_s=_latency(st.tpot_mean_s, e),
-        ttft_s=_latency(st.ttft_mean_s, e),
-        ttft_p99_s=_latency(percentile([t.ttft for t in timings], 99), e),
+        ttft_s=_latency(st.ttft_mean_s, e_ttft),
+        ttft_p99_s=_latency(percentile([t.ttft for t in timings], 99), e_ttft),
         stream_tok_s=_rate(st.stream_tok_s, e),
         output_tok_s_per_gpu=_rate(st.output_tok_s / gpus, e),
         rel_error=e,
