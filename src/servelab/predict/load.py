@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servelab.bench.slo import Slo, parse_slo
+from servelab.bench.stats import percentile
 from servelab.errors import UsageError
 from servelab.plan.build import Plan
 from servelab.plan.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
@@ -36,7 +37,6 @@ from servelab.predict.schedule import (
     LoadStats,
     StepCost,
     Timing,
-    percentile,
     requests_admitted,
     simulate,
     stats,

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from servelab.bench.stats import percentile
 from servelab.errors import UsageError
 from servelab.families.layers import CHUNKED, SLIDING, STATE_KINDS
 from servelab.plan.kvpool import KvPoolPlan, cdiv
@@ -204,16 +205,6 @@ class LoadStats:
     stream_tok_s: float  # mean over requests of 1 / TPOT
     output_tok_s: float  # output tokens per second of the whole server
     queued: int  # requests that waited for admission (the KV pool or max_num_seqs)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (linear interpolation, as numpy's default)."""
-    xs = sorted(values)
-    if not xs:
-        raise UsageError("percentile of no values")
-    k = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def stats(timings: Sequence[Timing], load: Load) -> LoadStats:
