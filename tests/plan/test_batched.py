@@ -242,3 +242,12 @@ def test_on_a_cpu_every_term_adds() -> None:
     extra_flops_s = 2.0 * 3 * ((m.weights.active_params - m.weights.active_routed_params) * dense
                                + m.weights.active_routed_params * expert)
     assert four - one == pytest.approx(extra_bytes * 1e-10 + extra_flops_s)
+
+
+def test_a_gpu_load_with_many_prompt_tokens_in_flight_names_the_measured_stall() -> None:
+    plan = _plan()
+    tokens = BatchedTokens(8192, "test")
+    few = predict_load(plan, [Load(2048, 8, 8, concurrency=4)], tokens)
+    many = predict_load(plan, [Load(2048, 8, 32, concurrency=16)], tokens)
+    assert not any("stalled" in n for n in few.notes)
+    assert any("stalled" in n for n in many.notes)

@@ -31,6 +31,7 @@ from servelab.errors import UsageError
 from servelab.plan.build import Plan
 from servelab.plan.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
 from servelab.predict.batched import StepModel
+from servelab.predict.form import HOST_BOUND
 from servelab.predict.schedule import (
     Limits,
     Load,
@@ -46,6 +47,8 @@ from servelab.predict.schedule import (
 #: ``max(3, 2 x concurrency)`` (two waves of its clients).
 WAVES = 2
 MIN_REQUESTS = 3
+#: Prompt tokens in flight (streams x prompt) from which the stored H200 sweep stalled.
+STALL_TOKENS = 32_768
 #: Requests simulated at a constant rate.
 RATE_REQUESTS = 200
 
@@ -188,6 +191,14 @@ def predict_load(
         "fits', and stored concurrency sweeps of two or more models on a hardware are needed "
         "to measure it (benchmarks/RESULTS.md, \"Under load\")"
     ]
+    if plan.hardware.platform not in HOST_BOUND and any(
+        (ld.concurrency or 0) * ld.prompt_len >= STALL_TOKENS for ld in loads
+    ):
+        notes.append(
+            f"{STALL_TOKENS:,} or more prompt tokens in flight: the one stored GPU sweep (H200, "
+            "FP8 Qwen3-30B-A3B) stalled every stream once per wave there (1.4 s at 32K tokens, "
+            "7.6 s at 131K), which this model does not predict (benchmarks/RESULTS.md)"
+        )
     return LoadPrediction(
         points=tuple(points),
         max_num_batched_tokens=tokens.value,
