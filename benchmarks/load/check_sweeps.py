@@ -165,6 +165,29 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def scaling(rows: Sequence[Mapping[str, Any]]) -> str:
+    """TPOT at c streams over TPOT at one stream, predicted against measured, per build and
+    prompt: the batched form's scaling without the machine's speed that day (a box running
+    three times slower than when its priors were measured slows both alike)."""
+    one = {(r["build"], r["prompt"]): r for r in rows if r["c"] == 1}
+    out = ["| build | prompt | c | TPOT(c) / TPOT(1) predicted | measured | error |",
+           "|---|---:|---:|---:|---:|---:|"]
+    errs = []
+    for r in rows:
+        base = one.get((r["build"], r["prompt"]))
+        if base is None or r["c"] == 1:
+            continue
+        pred = r["tpot"][0] / base["tpot"][0]
+        meas = r["tpot"][1] / base["tpot"][1]
+        errs.append(pred / meas - 1.0)
+        out.append(f"| {r['build']} | {r['prompt']:,} | {r['c']} | {pred:.2f} | {meas:.2f} | "
+                   f"{errs[-1] * 100:+.0f}% |")
+    if errs:
+        out.append(f"\nmedian |error| {statistics.median(abs(e) for e in errs) * 100:.0f}%, "
+                   f"largest {max(abs(e) for e in errs) * 100:.0f}% over {len(errs)} points")
+    return "\n".join(out)
+
+
 CPU = {"tiny-llama-cpu": "tiny-llama", "tiny-qwen3-moe-cpu": "tiny-qwen3-moe",
        "tiny-qwen3-next-cpu": "tiny-qwen3-next"}
 
@@ -177,7 +200,10 @@ def main(argv: Sequence[str]) -> None:
         pred = predicted_live(ckpt, "h200", "qwen3-30b-a3b-fp8-random", sorted(meas), 256, 16,
                               max_model_len=40960, kv_cache_memory_bytes=32 << 30,
                               engine_version="0.26.0")
-        print(render(compare("Qwen3-30B-A3B FP8 (stored)", pred, meas)))
+        rows = compare("Qwen3-30B-A3B FP8 (stored)", pred, meas)
+        print(render(rows))
+        print()
+        print(scaling(rows))
         return
     if argv[0] == "cpu":
         prereg, measured = Path(argv[1]), Path(argv[2])
@@ -192,6 +218,8 @@ def main(argv: Sequence[str]) -> None:
                 rows_tag += compare(f"{recipe} ({tag})", pred, measured_bench(bench))
             print(f"\n### predictions from {tag}\n")
             print(render(rows_tag))
+            print(f"\n### scaling with the streams, predictions from {tag}\n")
+            print(scaling(rows_tag))
             rows += rows_tag
         return
     raise SystemExit(__doc__)
