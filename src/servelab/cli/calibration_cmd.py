@@ -63,7 +63,7 @@ def report(
     from servelab.predict.ledger import ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
-    from servelab.predict.runs import Coefficients, ledger_for_runs, samples_from_runs
+    from servelab.predict.runs import Ceilings, ledger_for_runs, samples_from_runs
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
 
@@ -75,7 +75,7 @@ def report(
             raise UsageError(f"the priors table has no measurement on {hardware}")
 
         @functools.cache
-        def coefficients(hw: str, compute: str) -> tuple[Coefficients, Coefficients]:
+        def coefficients(hw: str, compute: str) -> tuple[Ceilings, Ceilings]:
             profile = get_profile(hw)
             return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
 

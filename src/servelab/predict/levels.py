@@ -35,18 +35,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from servelab.predict.form import (
+    FORMS,
     KINDS,
-    PREFILL_LAUNCH,
-    TERMS,
+    OVERLAPPED,
+    Coefficients,
+    Row,
     Sample,
     host_bound,
-    launched,
+    overlapping,
     row_seconds,
 )
 from servelab.predict.solver import PRIOR_WEIGHT, fit_samples
 
-#: Pull that holds a kernel path's host-launch terms (:data:`PREFILL_LAUNCH`) at the fit over
-#: every kernel path of the hardware: effectively a pin (see :func:`fit_levels`).
+#: Pull that holds a kernel path's host-launch terms (the prefill form's overlapped ones) at
+#: the fit over every kernel path of the hardware: effectively a pin (see :func:`fit_levels`).
 HOLD_WEIGHT = 1e5
 #: Smallest interval half-width printed (measurement noise between runs of one build).
 MIN_REL_ERROR = 0.03
@@ -57,7 +59,7 @@ class Fit:
     """A fitted (or prior) coefficient vector with where it came from and how far it errs."""
 
     kind: str
-    theta: tuple[float, ...]
+    theta: Coefficients
     level: str
     source: str
     models: tuple[str, ...]
@@ -66,18 +68,18 @@ class Fit:
     error_basis: str
     fallback: str | None = None
 
-    def seconds(self, row: Sequence[float]) -> float:
+    def seconds(self, row: Row) -> float:
         """Predicted time for one design-matrix row (:func:`row_seconds`)."""
         return row_seconds(self.theta, row)
 
-    def waits_on_host(self, row: Sequence[float]) -> bool:
+    def waits_on_host(self, row: Row) -> bool:
         """True for a prefill row whose host launches outlast the device's kernels in this
         fit: its time is the host's (CPU) more than the GPU's."""
         return host_bound(self.theta, row)
 
     def coefficients(self) -> dict[str, float]:
         """``{term: value}`` in SI units (seconds per byte, per FLOP, per layer, fixed)."""
-        return dict(zip(TERMS[self.kind], self.theta, strict=True))
+        return self.theta.as_dict()
 
     @property
     def is_roofline(self) -> bool:
@@ -119,15 +121,15 @@ def relative_errors(
 ) -> list[float]:
     """Leave-one-model-out errors of tokens/s (predicted / measured - 1) over ``samples``."""
     mine = [s for s in samples if s.kind == kind]
-    models = sorted({build_of(s.model) for s in mine})
+    models = sorted({s.build.model for s in mine})
     errs: list[float] = []
     if len(models) < 2:
         return errs
     for m in models:
-        train = [s for s in mine if build_of(s.model) != m]
+        train = [s for s in mine if s.build.model != m]
         theta = fit_samples(train, kind, prior, lower, prior_weight)
         for s in mine:
-            if build_of(s.model) == m:
+            if s.build.model == m:
                 pred = row_seconds(theta, s.features)
                 errs.append(s.seconds / pred - 1.0 if pred > 0 else math.inf)
     return errs
@@ -140,10 +142,10 @@ def repeat_spread(samples: Sequence[Sample], kind: str) -> float | None:
     machines a lent GPU comes with, which no fit of the build's costs can predict. ``None``
     when no point was measured twice. On the H200 (2026-12-03/04) Qwen3-Next's 2,048-token
     prefill took 41.6-57.8 ms in three sessions with the same flags (benchmarks/RESULTS.md)."""
-    groups: dict[tuple[str, tuple[float, ...]], list[float]] = {}
+    groups: dict[tuple[str, Row], list[float]] = {}
     for s in samples:
         if s.kind == kind and not s.device_only:  # same build, same costs: the same work
-            g = groups.setdefault((build_of(s.model), s.features), [])
+            g = groups.setdefault((s.build.model, s.features), [])
             # a shipped prior restating a stored run (to its printed digits) is not a rerun
             if not any(abs(s.tok_s / v - 1.0) < 5e-4 for v in g):
                 g.append(s.tok_s)
@@ -172,18 +174,13 @@ class Level:
 
 @dataclass(frozen=True)
 class Target:
-    """What is being predicted: engine, kernel path, hardware and (to exclude) the model."""
+    """What is being predicted: engine, kernel path, hardware and the model whose builds the
+    fit leaves out (:attr:`~servelab.predict.keys.BuildKey.model`; empty: none)."""
 
     engine: str
     kernel_path: str
     hardware: str
     model: str = ""
-
-
-def build_of(model: str) -> str:
-    """The model a build key names (``"m [0.3 MiB/token]"`` -> ``"m"``): leave-one-model-out
-    leaves out every build of a model, in the store and in the priors alike."""
-    return model.split(" [", 1)[0]
 
 
 _DEFAULT_PATH = re.compile(r"^(?P<scheme>.+) (?:MoE|dense) \(default\)$")
@@ -201,9 +198,9 @@ def path_family(kernel_path: str) -> str:
 
 def _kind_levels(levels: Sequence[Level], kind: str, target: Target) -> list[Level]:
     out = []
-    gone = build_of(target.model) if target.model else None
+    gone = target.model or None
     for lv in levels:
-        keep = tuple(s for s in lv.samples if s.kind == kind and build_of(s.model) != gone)
+        keep = tuple(s for s in lv.samples if s.kind == kind and s.build.model != gone)
         if keep:
             out.append(Level(lv.level, keep, lv.source, lv.fallback, lv.pooled))
     return out
@@ -220,7 +217,7 @@ def fit_levels(
     fit of the levels below it (down to the physical prior). ``lower`` bounds every fit
     (default: the physical prior itself, i.e. nothing beats the roofline).
 
-    A prefill's host-launch terms (:data:`PREFILL_LAUNCH`) are the host's: the same Python and
+    A prefill's host-launch terms (its form's overlapped part) are the host's: the same Python and
     CUDA launches of a layer's kernels whatever format its weights are in. Once a level pooled
     over every kernel path of the hardware has fitted them from launched rows, the kernel
     path's own levels hold them there (:data:`HOLD_WEIGHT`) instead of fitting them again
@@ -231,7 +228,7 @@ def fit_levels(
     usable = _kind_levels(levels, kind, target)
     roof = Fit(
         kind=kind,
-        theta=tuple(float(v) for v in physical),
+        theta=Coefficients(kind, tuple(float(v) for v in physical)),
         level="roofline",
         source="roofline (peak bandwidth and compute, no overheads): an upper bound",
         models=(),
@@ -248,8 +245,8 @@ def fit_levels(
         theta = fit_samples(lv.samples, kind, prior, bound, weight)
         errs = relative_errors(lv.samples, kind, prior, bound, weight)
         if lv.pooled and kind == "prefill":
-            held = held or any(launched(s.features) for s in lv.samples)
-        models = tuple(sorted({build_of(s.model) for s in lv.samples}))
+            held = held or any(overlapping(s.features) for s in lv.samples)
+        models = tuple(sorted({s.build.model for s in lv.samples}))
         if errs:
             rel: float | None = error_bound(errs, len(models))
             basis = f"leave-one-model-out over {len(models)} models"
@@ -280,7 +277,8 @@ def fit_levels(
 def _held_weights(k: int) -> tuple[float, ...]:
     """Prior weights that hold a prefill fit's host-launch terms at the prior's values."""
     w = [PRIOR_WEIGHT] * k
-    w[PREFILL_LAUNCH] = [HOLD_WEIGHT] * len(w[PREFILL_LAUNCH])
+    launch = FORMS["prefill"].span(OVERLAPPED)
+    w[launch] = [HOLD_WEIGHT] * len(w[launch])
     return tuple(w)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from servelab.errors import InputError, UsageError
 from servelab.predict.form import KINDS, Sample
+from servelab.predict.keys import BuildKey
 
 SCHEMA = "servelab.priors/1"
 _REQUIRED = {
@@ -36,6 +37,7 @@ _REQUIRED = {
 }
 _OPTIONAL = {
     "note": str,
+    "family": str,
     "compute": str,
     "expert_slots": int,
     "platform": str,
@@ -84,7 +86,7 @@ def _sample(row: Any, where: str) -> Sample:
     tokens = 1 if row["kind"] == "decode" else length
     try:
         return Sample(
-            model=row["model"],
+            build=BuildKey(row["model"], family=row.get("family", "")),
             engine=row["engine"],
             kernel_path=row["kernel_path"],
             hardware=row["hardware"],

@@ -17,6 +17,7 @@ from typing import Any
 
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.errors import ServelabError
+from servelab.families import family_for
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
@@ -29,10 +30,11 @@ from servelab.plan.startup import (
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
 from servelab.predict.form import Sample, expert_slots
-from servelab.predict.ledger import LedgerRow, ledger, step_key
+from servelab.predict.keys import BuildKey
+from servelab.predict.ledger import LedgerRow, ledger
 from servelab.predict.levels import Calibration, Target, calibrate
 from servelab.predict.priors import PriorTable, load_priors
-from servelab.predict.roofline import bounds, coefficients, lower_bounds, physical_prior
+from servelab.predict.roofline import ByKind, bounds, coefficients, lower_bounds, physical_prior
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -177,14 +179,23 @@ def checkpoint_names(runs: Sequence[RunRecord]) -> list[str]:
     return [best.get(run.checkpoint_header_hash or "", run_name(run)) for run in runs]
 
 
-def model_key(run: RunRecord, weight_bytes: float | None, name: str | None = None) -> str:
+def run_family(run: RunRecord) -> str:
+    """The model family (:mod:`servelab.families`) of the run's checkpoint, by the
+    ``model_type`` its report recorded ("" when it recorded none servelab reads)."""
+    config = _map((_map(run.checkpoint_report) or {}).get("model"))
+    if config is None:
+        return ""
+    try:
+        return family_for(config).name
+    except ServelabError:
+        return ""
+
+
+def build_key(run: RunRecord, weight_bytes: float | None, name: str | None = None) -> BuildKey:
     """The build a run measured, for leave-one-model-out: the model's ``name`` (default the
     run's own, :func:`run_name`) plus weight bytes per token (so a BF16 and an FP32 cast of
-    one checkpoint are two builds)."""
-    name = name or run_name(run)
-    if weight_bytes is None:
-        return name
-    return f"{name} [{weight_bytes / 2**20:,.1f} MiB/token]"
+    one checkpoint are two builds), with its family."""
+    return BuildKey.of(name or run_name(run), weight_bytes, run_family(run))
 
 
 @dataclass(frozen=True)
@@ -192,7 +203,7 @@ class _RunBuild:
     """What every sample of one run shares: build key, engine, kernel path, compute
     precision and platform, read from the run and the plan stored with it."""
 
-    model: str
+    build: BuildKey
     engine: str
     kernel_path: str
     compute: str
@@ -204,7 +215,7 @@ def _run_build(run: RunRecord, plan: PlanDocument, name: str | None) -> _RunBuil
     kernel = _map(speed.get("kernel_path"))
     weight = _num(plan.decode[0].raw.get("weight_bytes")) if plan.decode else None
     return _RunBuild(
-        model=model_key(run, weight, name),
+        build=build_key(run, weight, name),
         engine=run.engine_name or "vllm",
         kernel_path=str(kernel.get("name")) if kernel else "unknown",
         compute=str(speed.get("compute_precision") or "bf16"),
@@ -253,7 +264,7 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
         if not nbytes or flops is None or (point.kind == "prefill" and not flops):
             continue
         out.append(
-            Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
+            Sample(b.build, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
                    flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform,
                    eager=point.kind == "prefill" and graph is not None and n > graph,
                    linear_layers=linear, expert_flops=min(xflops, flops))
@@ -278,7 +289,7 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
         if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
     }
     b = _run_build(run, plan, name)
-    model = step_key(b.model, measured.config.label)  # build_of() still names the model
+    build = b.build.stepped(measured.config.label)  # still a build of the same model
     a = measured.acceptance_length
     out: list[Sample] = []
     for n, st in sorted(steps.items()):
@@ -287,7 +298,7 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
         if tok_s is None or tok_s.value <= 0 or not nbytes or not isinstance(layers, int):
             continue
         out.append(
-            Sample(model, b.engine, b.kernel_path, run.hardware, "decode", n, layers,
+            Sample(build, b.engine, b.kernel_path, run.hardware, "decode", n, layers,
                    nbytes, 0.0, a / tok_s.value,
                    f"run {run.run_id} (speculative step: {measured.config.label}, "
                    f"measured acceptance {a:.2f})",
@@ -333,10 +344,10 @@ def calibration_for(
     return cal
 
 
-Coefficients = dict[str, tuple[float, ...]]
+Ceilings = ByKind
 
 
-def roofline_of_run(run: RunRecord) -> tuple[Coefficients, Coefficients] | None:
+def roofline_of_run(run: RunRecord) -> tuple[Ceilings, Ceilings] | None:
     """(roofline coefficients, lower bounds) of the ceilings a run's own plan used: its
     bandwidth and its kernel path's compute rate (``None`` when the plan lacks them)."""
     speed = (run.prediction or {}).get("speed")
@@ -356,7 +367,7 @@ def ledger_for_runs(
     """The leave-one-model-out ledger over ``runs`` (each build predicted as if never run),
     with each run's own ceilings as the roofline. Pure."""
     stored: list[Sample] = []
-    ceilings: dict[str, tuple[Coefficients, Coefficients]] = {}
+    ceilings: dict[BuildKey, tuple[Ceilings, Ceilings]] = {}
     runs = list(runs)
     for run, name in zip(runs, checkpoint_names(runs), strict=True):
         got = samples_from_run(run, name)
@@ -365,11 +376,11 @@ def ledger_for_runs(
             continue
         stored.extend(got)
         for s in got:
-            ceilings.setdefault(s.model, bounds)
+            ceilings.setdefault(s.build, bounds)
     table = priors or load_priors()
     return ledger(
         stored,
         table.samples,
-        lambda kind, s: ceilings[s.model][0][kind],
-        lower=lambda kind, s: ceilings[s.model][1][kind],
+        lambda kind, s: ceilings[s.build][0][kind],
+        lower=lambda kind, s: ceilings[s.build][1][kind],
     )

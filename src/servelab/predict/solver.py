@@ -19,11 +19,13 @@ import numpy as np
 
 from servelab.errors import UsageError
 from servelab.predict.form import (
-    PREFILL_DEVICE,
-    PREFILL_LAUNCH,
+    DEVICE,
+    HOST,
+    OVERLAPPED,
+    Coefficients,
+    Row,
     Sample,
-    launched,
-    overlapped,
+    overlapping,
     row_seconds,
 )
 
@@ -33,7 +35,7 @@ PRIOR_WEIGHT = 0.1
 
 
 def solve(
-    rows: Sequence[Sequence[float]],
+    rows: Sequence[Row],
     times: Sequence[float],
     prior: Sequence[float],
     *,
@@ -47,30 +49,42 @@ def solve(
     one unit of term ``j`` contributes on a typical row, so the pull is the same size for
     every term: it decides only directions the data leave open. The bound is physics: no
     engine reads bytes faster than the hardware's ceiling or multiplies faster than its peak
-    (see :func:`physical_bounds`). Rows of one fit are all summed, or overlapped with
-    device-only rows among them (one platform): those go through :func:`_solve_overlap`.
-    ``prior_weight``: ``w``, one for every term or one per term (a large one holds a term at
-    its prior).
+    (see :func:`physical_bounds`). Rows of one fit are of one kind, and all summed or all of
+    one platform's overlapping rows (:func:`~servelab.predict.form.overlapping`): a form
+    whose overlapped part is one per-step term and has no host part (decode) goes through
+    :func:`_solve_overlap` (device-only rows may sit among them), another (prefill) through
+    :func:`_solve_launched`. ``prior_weight``: ``w``, one for every term or one per term (a
+    large one holds a term at its prior).
     """
     w = np.broadcast_to(np.asarray(prior_weight, dtype=float), (len(prior),)).copy()
-    if any(overlapped(r) for r in rows):
-        if any(not overlapped(r) and r[-1] != 0 for r in rows):
-            raise UsageError("one fit mixes overlapped (GPU decode) and summed rows")
-        return _solve_overlap(rows, times, prior, lower=lower, prior_weight=w)
-    if any(launched(r) for r in rows):
-        return _solve_launched(*_arrays(rows, times, prior, lower), w)
-    return _solve_linear(rows, times, prior, lower=lower, prior_weight=w)
+    if len({r.kind for r in rows}) > 1:
+        raise UsageError("one fit mixes decode and prefill rows")
+    if any(overlapping(r) for r in rows):
+        form = rows[0].form
+        span = form.span(OVERLAPPED)
+        summed = [r for r in rows if not r.overlap and any(r.amounts[span])]
+        if summed:
+            raise UsageError(f"one fit mixes overlapped and summed {form.kind} rows")
+        if span.stop - span.start == 1 and form.span(HOST).stop == form.span(HOST).start:
+            return _solve_overlap(rows, times, prior, lower=lower, prior_weight=w)
+        return _solve_launched(rows, *_arrays(rows, times, prior, lower), w)
+    return _solve_linear(_amounts(rows), times, prior, lower=lower, prior_weight=w)
+
+
+def _amounts(rows: Sequence[Row]) -> list[tuple[float, ...]]:
+    return [r.amounts for r in rows]
 
 
 def _arrays(
-    rows: Sequence[Sequence[float]],
+    rows: Sequence[Row] | Sequence[Sequence[float]],
     times: Sequence[float],
     prior: Sequence[float],
     lower: Sequence[float] | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rows, times, bound and prior (raised to the bound) as arrays, checked."""
     k = len(prior)
-    x = np.asarray(rows, dtype=float).reshape(-1, k)
+    raw = [r.amounts if isinstance(r, Row) else r for r in rows]
+    x = np.asarray(raw, dtype=float).reshape(-1, k)
     t = np.asarray(times, dtype=float)
     if x.shape[0] != t.shape[0]:
         raise UsageError("rows and times differ in length")
@@ -81,41 +95,48 @@ def _arrays(
 
 
 def _solve_overlap(
-    rows: Sequence[Sequence[float]],
+    rows: Sequence[Row],
     times: Sequence[float],
     prior: Sequence[float],
     *,
     lower: Sequence[float] | None,
     prior_weight: np.ndarray,
 ) -> tuple[float, ...]:
-    """:func:`solve` for overlapped rows: ``t = max(device terms, h)``, ``h`` the host's time
-    per step. Exact over the floors that can matter: for each candidate ``h`` (the bound, the
-    prior's, every measured time) the points measured above ``h`` are device-bound and fit the
-    device terms by :func:`_solve_linear`, with every device-only row (a profiled device
-    time: no floor applies); the candidate with the lowest objective wins. A build that is
-    device-bound everywhere leaves ``h`` at most its fastest point."""
+    """:func:`solve` for overlapping rows: ``t = max(device terms, h)``, ``h`` the host's time
+    per step (the form's one overlapped term). Exact over the floors that can matter: for each
+    candidate ``h`` (the bound, the prior's, every measured time) the points measured above
+    ``h`` are device-bound and fit the device terms by :func:`_solve_linear`, with every
+    device-only row (a profiled device time: no floor applies); the candidate with the lowest
+    objective wins. A build that is device-bound everywhere leaves ``h`` at most its fastest
+    point."""
     k = len(prior)
+    form = rows[0].form
+    dev, h_at = form.span(DEVICE), form.span(OVERLAPPED).start
     x, t, lb, p = _arrays(rows, times, prior, lower)
-    device_only = np.array([not overlapped(r) for r in rows], dtype=bool)
-    y = x[:, :-1]
-    unit = _units(np.hstack([y, np.ones((len(t), 1))]) / t[:, None], k)
+    device_only = np.array([not overlapping(r) for r in rows], dtype=bool)
+    y = x[:, dev]
+    per_step = x.copy()
+    per_step[:, h_at] = 1.0
+    unit = _units(per_step / t[:, None], k)
     best: tuple[float, tuple[float, ...]] | None = None
-    walls = (float(v) for v, d in zip(t, device_only, strict=True) if not d and v >= lb[-1])
-    for h in sorted({float(lb[-1]), float(p[-1]), *walls}):
+    walls = (float(v) for v, d in zip(t, device_only, strict=True) if not d and v >= lb[h_at])
+    for h in sorted({float(lb[h_at]), float(p[h_at]), *walls}):
         fitted = device_only | (t > h)
         if fitted.any():
             device = np.asarray(
                 _solve_linear(
                     y[fitted].tolist(),
                     t[fitted].tolist(),
-                    p[:-1].tolist(),
-                    lower=lb[:-1].tolist(),
-                    prior_weight=prior_weight[:-1],
+                    p[dev].tolist(),
+                    lower=lb[dev].tolist(),
+                    prior_weight=prior_weight[dev],
                 )
             )
         else:
-            device = p[:-1].copy()
-        theta = np.append(device, h)
+            device = p[dev].copy()
+        theta = p.copy()
+        theta[dev] = device
+        theta[h_at] = h
         pred = np.where(device_only, y @ device, np.maximum(y @ device, h))
         cost = float(np.sum(((pred - t) / t) ** 2))
         cost += float(np.sum((prior_weight * unit * (theta - p)) ** 2))
@@ -188,26 +209,32 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _solve_launched(
-    x: np.ndarray, t: np.ndarray, lb: np.ndarray, p: np.ndarray, prior_weight: np.ndarray
+    rows: Sequence[Row],
+    x: np.ndarray,
+    t: np.ndarray,
+    lb: np.ndarray,
+    p: np.ndarray,
+    prior_weight: np.ndarray,
 ) -> tuple[float, ...]:
     """:func:`solve` for prefill rows with host launches, ``t = host + max(device, launches)``
-    (rows ``x``, times ``t``, bound ``lb`` and prior ``p`` as :func:`_arrays` gives them): each
-    such row is bound by one of the two; for a given choice the fit is
+    (``rows``, as ``x``, times ``t``, bound ``lb`` and prior ``p`` as :func:`_arrays` gives
+    them): each such row is bound by one of the two; for a given choice the fit is
     :func:`_solve_linear` on the rows with the other part zeroed. Starting from every row
     device-bound, every row launch-bound and the prior's own choice, each fit reassigns the
     rows to the part it predicts longer until a choice repeats; the lowest objective (the max
     form's residuals and the same pull) wins. A local search, not an exhaustive one: a row near
     the crossover can sit on either side."""
-    has = np.array([launched(r) for r in x], dtype=bool)
+    has = np.array([overlapping(r) for r in rows], dtype=bool)
     unit = _units(x / t[:, None], len(p))
+    dev, launch = rows[0].form.span(DEVICE), rows[0].form.span(OVERLAPPED)
 
     def device_bound(theta: np.ndarray) -> np.ndarray:
-        dev = x[:, PREFILL_DEVICE] @ theta[PREFILL_DEVICE]
-        bound: np.ndarray = ~has | (dev >= x[:, PREFILL_LAUNCH] @ theta[PREFILL_LAUNCH])
+        busy = x[:, dev] @ theta[dev]
+        bound: np.ndarray = ~has | (busy >= x[:, launch] @ theta[launch])
         return bound
 
     def objective(theta: np.ndarray) -> float:
-        pred = np.array([row_seconds(theta.tolist(), r) for r in x.tolist()])
+        pred = np.array([row_seconds(theta.tolist(), r) for r in rows])
         cost = float(np.sum(((pred - t) / t) ** 2))
         return cost + float(np.sum((prior_weight * unit * (theta - p)) ** 2))
 
@@ -217,8 +244,8 @@ def _solve_launched(
         while on_device.tobytes() not in seen:
             seen.add(on_device.tobytes())
             y = x.copy()
-            y[~on_device, PREFILL_DEVICE] = 0.0
-            y[on_device, PREFILL_LAUNCH] = 0.0
+            y[~on_device, dev] = 0.0
+            y[on_device, launch] = 0.0
             theta = np.asarray(
                 _solve_linear(y.tolist(), t.tolist(), p.tolist(), lower=lb.tolist(),
                               prior_weight=prior_weight, unit=unit)
@@ -237,9 +264,9 @@ def fit_samples(
     prior: Sequence[float],
     lower: Sequence[float] | None = None,
     prior_weight: float | Sequence[float] = PRIOR_WEIGHT,
-) -> tuple[float, ...]:
+) -> Coefficients:
     """Coefficients for ``kind`` from ``samples`` (those of that kind) around ``prior``."""
     rows = [s.features for s in samples if s.kind == kind]
     times = [s.seconds for s in samples if s.kind == kind]
-    return solve(rows, times, prior, lower=lower, prior_weight=prior_weight)
+    return Coefficients(kind, solve(rows, times, prior, lower=lower, prior_weight=prior_weight))
 

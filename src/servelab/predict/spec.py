@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from servelab.families import ModelDims
 from servelab.plan.costs import routed_bytes_touched
 from servelab.plan.weights import Weights
-from servelab.predict.form import expert_slots, features
+from servelab.predict.form import Row, expert_slots, features
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def spec_step(
     return SpecStep(context_len, draft_tokens, step_bytes, step_layers, slots)
 
 
-def step_features(step: SpecStep, platform: str) -> tuple[float, ...]:
+def step_features(step: SpecStep, platform: str) -> Row:
     """The decode form's design row for one speculative step."""
     return features(
         "decode", step.step_bytes, step.step_layers, expert_slots=step.expert_slots,

@@ -29,7 +29,7 @@ from servelab.plan.costs import (
     prefill_flops,
 )
 from servelab.plan.weights import Weights
-from servelab.predict.form import expert_slots, features
+from servelab.predict.form import Row, expert_slots, features
 from servelab.predict.levels import Calibration, Fit, interval
 from servelab.predict.roofline import roofline_decode_tok_s
 from servelab.predict.spec import MtpPoint, SpecStep, spec_step, step_features
@@ -111,7 +111,7 @@ def model_expert_slots(dims: ModelDims) -> int:
 
 
 def _predicted(
-    fit: Fit | None, row: Sequence[float], tokens: float, bound: float
+    fit: Fit | None, row: Row, tokens: float, bound: float
 ) -> tuple[float | None, ...]:
     """(tok/s, low, high) of a fit for one design row (the interval's top capped at the
     roofline ``bound``), or Nones without a usable fit."""
