@@ -17,7 +17,7 @@ from servelab.plan.costs import kv_read_bytes
 from servelab.plan.startup import BatchedTokens
 from servelab.plan.weights import Weights
 from servelab.predict.batched import StepModel, kv_curve
-from servelab.predict.form import TERMS
+from servelab.predict.form import Coefficients
 from servelab.predict.levels import Calibration, Fit, Target
 from servelab.predict.load import _search, predict_load
 from servelab.predict.schedule import Limits, Load, requests_admitted, simulate, stats
@@ -41,9 +41,8 @@ def _weights() -> Weights:
 
 
 def _fit(kind: str, theta: tuple[float, ...], rel: float = 0.1) -> Fit:
-    assert len(theta) == len(TERMS[kind])
-    return Fit(kind=kind, theta=theta, level="test", source="synthetic fit", models=("a", "b"),
-               n_samples=6, rel_error=rel, error_basis="synthetic")
+    return Fit(kind=kind, theta=Coefficients(kind, theta), level="test", source="synthetic fit",
+               models=("a", "b"), n_samples=6, rel_error=rel, error_basis="synthetic")
 
 
 DECODE = _fit("decode", (1 / 4.0e12, 20e-6, 1e-8, 2e-3), 0.05)

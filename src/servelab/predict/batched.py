@@ -119,7 +119,7 @@ class StepModel:
     def s_per_flop(self) -> tuple[float, float]:
         """(dense, routed-expert) seconds per FLOP of the prefill fit."""
         theta = self.prefill.theta
-        return theta[0], theta[1]
+        return theta.get("s_per_flop"), theta.get("s_per_expert_flop")
 
     def routed_bytes(self, tokens: int) -> float:
         """Routed-expert bytes a step of ``tokens`` tokens touches (expected distinct experts
@@ -145,11 +145,13 @@ class StepModel:
         layers, slots = self.dims.num_layers, model_expert_slots(self.dims)
         if self.platform in HOST_BOUND:
             # the host's work is the device's: every term adds (the single-stream form)
-            s_per_byte = self.decode.theta[0]
+            s_per_byte = self.decode.theta.get("s_per_byte")
             nbytes += extra_s / s_per_byte if s_per_byte > 0 else 0.0
             row = features("decode", nbytes, layers, expert_slots=slots, platform=self.platform)
             return self.decode.seconds(row)
-        s_byte, s_layer, s_slot, s_fixed = self.decode.theta
+        th = self.decode.theta
+        s_byte, s_layer = th.get("s_per_byte"), th.get("s_per_layer")
+        s_slot, s_fixed = th.get("s_per_expert_slot"), th.get("s_fixed")
         one = w.prefill_fixed_bytes + self.routed_bytes(1) + kv[0] + self.state_bytes
         # A GPU's layers are small kernels at one request (their launch and latency, the
         # per-layer term, outlast what they read); the bytes more requests add stream inside
