@@ -250,3 +250,19 @@ def test_a_gpu_load_with_many_prompt_tokens_in_flight_names_the_measured_stall()
     many = predict_load(plan, [Load(2048, 8, 32, concurrency=16)], tokens)
     assert not any("stalled" in n for n in few.notes)
     assert any("stalled" in n for n in many.notes)
+
+
+def test_a_run_stores_its_recipes_sweep_as_predicted_under_load() -> None:
+    from servelab.engine.recipe import Recipe
+    from servelab.pipeline.run import load_prediction
+
+    recipe = Recipe.model_validate({
+        "name": "t", "model": {"path": "/nowhere"},
+        "bench": {"prompt_tokens": [512], "output_tokens": 16, "concurrency": [1, 4],
+                  "repetitions": 8, "max_repetitions": 8},
+    })
+    doc = load_prediction(recipe, _plan())
+    assert doc["predicted"] is True and doc["no_prediction"] is None
+    pts = doc["points"]["points"]
+    assert [(p["concurrency"], p["requests"]) for p in pts] == [(1, 8), (4, 8)]
+    assert doc["points"]["max_num_batched_tokens"] == 8192  # the H200's default
