@@ -72,3 +72,30 @@ def test_sweep_points_get_a_pareto_plot_on_the_recipe_page() -> None:
     svg = files["recipes/tiny-bf16-pareto.svg"]
     ET.fromstring(svg)
     assert "Pareto front" in svg and "c=16" in svg
+
+
+def test_the_plans_load_prediction_is_drawn_beside_the_measured_sweep() -> None:
+    base = record(0, "tiny-bf16", "BF16", "0.32.0", 50.0)
+    extra = tuple(Sample(point=f"p512-c{c}", index=i, ttft_s=0.1, tpot_s=1 / d,
+                         prompt_tokens=512, completion_tokens=32)
+                  for c, d in ((4, 40.0), (16, 20.0)) for i in range(3))
+    band = {"value": 25.0, "low": 20.0, "high": 30.0}
+    load = {"points": {"points": [
+        {"prompt_len": 512, "concurrency": c, "stream_tok_s": band} for c in (1, 4, 16)
+    ] + [{"prompt_len": 8192, "concurrency": 4, "stream_tok_s": band}]}}
+    prediction = {**(base.prediction or {}), "load": load}
+    run = dataclasses.replace(base, run_id="sweep", samples=base.samples + extra,
+                              prediction=prediction)
+    [page] = site_from_records([run]).recipes
+    assert [(p.prompt_tokens, p.concurrency) for p in page.predicted_load] == [
+        (512, 1), (512, 4), (512, 16), (8192, 4)]
+    got = pareto_series(page)
+    assert got is not None
+    series, _ = got
+    # only at a measured prompt length, after its measured series
+    assert "predicted prompt 8,192" not in series
+    assert list(series)[:2] == ["prompt 512", "predicted prompt 512"]
+    assert series["predicted prompt 512"] == [(40.0, 25.0, 1), (40.0, 100.0, 4),
+                                               (40.0, 400.0, 16)]
+    svg = render_site(site_from_records([run]))["recipes/tiny-bf16-pareto.svg"]
+    assert "predicted prompt 512" in svg and "Pareto front" in svg

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.plan.build import Plan
     from servelab.plan.kvseam import KvArithmetic
     from servelab.predict.levels import Fit
+    from servelab.predict.load import LoadRequest
 
 GIB = 1 << 30
 
@@ -435,6 +436,30 @@ def plan(
     enforce_eager: bool = typer.Option(
         False, "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs."
     ),
+    concurrency: str | None = typer.Option(
+        None, "--concurrency",
+        help="Predict serving under load at these closed-loop concurrencies, e.g. 1,4,16,64: "
+        "TPOT, TTFT, tok/s per stream and per GPU (at each --prompt-lens).",
+    ),
+    request_rate: str | None = typer.Option(
+        None, "--request-rate", help="Predict under load at these constant request rates (req/s)."
+    ),
+    output_len: int = typer.Option(
+        128, "--output-len", help="Output tokens per request under load."
+    ),
+    requests: int | None = typer.Option(
+        None, "--requests",
+        help="Requests per load point (default: as servelab bench, max(3, 2 x concurrency)).",
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens",
+        help="vLLM --max-num-batched-tokens, the step's token budget (default: vLLM's).",
+    ),
+    slo: str | None = typer.Option(
+        None, "--slo",
+        help="Predict the highest load meeting this SLO, capacity's syntax "
+        "(ttft_p99=500,tpot_p50=40), per prompt length.",
+    ),
 ) -> None:
     """Plan memory, the KV pool and predicted speed for CHECKPOINT on a hardware profile.
 
@@ -452,12 +477,21 @@ def plan(
 
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
+    from servelab.cli.load_view import parse_request
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
     from servelab.plan.specsource import parse_acceptance_option
     from servelab.plan.startup import StartupOptions
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
+    lens = [int(x) for x in parse_list(prompt_lens, int, "--prompt-lens")]
+    load = parse_request(
+        lens, output_len,
+        [int(x) for x in parse_list(concurrency, int, "--concurrency")] if concurrency else [],
+        [float(x) for x in parse_list(request_rate, float, "--request-rate")]
+        if request_rate else [],
+        requests, max_num_batched_tokens, slo,
+    )
     if kv_unified_on and kv_unified_off:
         raise UsageError("--kv-unified and --no-kv-unified exclude each other")
     # checked here, not with min=1: Typer would print "<int range> [x>=1]" as the metavar and
@@ -480,7 +514,7 @@ def plan(
             raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
                              "[engine.flags]", path=checkpoint)
         _print_plan(_plan_recipe(Path(checkpoint), hardware, hardware_file or [], probe, db,
-                                 no_store), fmt, fits)
+                                 no_store), fmt, fits, load)
         return
     hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)  # looked up once
     engine_name = "llamacpp" if _use_llamacpp(engine, checkpoint) else "vllm"
@@ -505,16 +539,17 @@ def plan(
             kv_cache_dtype=kv_cache_dtype,
             enable_prefix_caching=not no_prefix_caching,
             overhead_bytes=parse_bytes(overhead) if overhead else None,
-            startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
+            startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
+                                   max_num_batched_tokens=max_num_batched_tokens),
         ),
-        prompt_lens=tuple(int(x) for x in parse_list(prompt_lens, int, "--prompt-lens")),
+        prompt_lens=tuple(lens),
         revision=revision,
         speculation=Speculation(parse_acceptance_option(mtp_acceptance), spec_method,
                                 draft_tokens),
         store=StoreChoice(db, not no_store, priors),
     )
     result = plan_checkpoint(request)
-    _print_plan(result, fmt, fits)
+    _print_plan(result, fmt, fits, load)
     if fits and not result.fits:
         raise typer.Exit(1)  # --fits answers in its exit status too
 
@@ -573,15 +608,24 @@ def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe:
         return plan_recipe(rec, hw, store)
 
 
-def _print_plan(result: Plan, fmt: str, fits: bool) -> None:
+def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = None) -> None:
+    from servelab.cli import load_view
     from servelab.plan.markdown import plan_markdown
+    from servelab.predict.load import answer
 
+    ans = answer(result, load) if load is not None and load.wanted else None
     if fmt == JSON:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        doc = result.to_dict()
+        if ans is not None:
+            doc["load"] = ans.to_dict()
+        typer.echo(json.dumps(doc, indent=2))
     elif fmt == MARKDOWN:
         typer.echo(plan_markdown(result), nl=False)
     else:
-        render_plan(result, Console(highlight=False), fits_only=fits)
+        console = Console(highlight=False)
+        render_plan(result, console, fits_only=fits)
+        if ans is not None:
+            load_view.render(ans, console)
 
 
 def explain(

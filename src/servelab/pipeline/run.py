@@ -111,6 +111,19 @@ class RunOutcome:
         return self.record.run_id
 
 
+def load_prediction(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.predict.load`),
+    each point one batch of the requests the bench sends per point, as JSON."""
+    from servelab.predict.load import LoadRequest, answer
+
+    work = recipe.bench.workload()
+    req = LoadRequest(tuple(work.prompt_lens), work.output_len, tuple(work.concurrency),
+                      requests=work.requests,
+                      max_num_batched_tokens=getattr(recipe.engine, "max_num_batched_tokens",
+                                                     None))
+    return answer(plan, req).to_dict()
+
+
 def resolve_hardware(recipe: Recipe, options: RunOptions) -> HardwareProfile:
     """The hardware profile named by the options, the recipe, or ``host``."""
     name = options.hardware or recipe.hardware or DEFAULT_HARDWARE
@@ -382,6 +395,9 @@ def run_recipe(
             header_hash=source.header_sha256,
         )
         state.fields["prediction"] = state.plan.to_dict()
+        # the recipe's sweep, predicted too
+        if any(c > 1 for c in recipe.bench.workload().concurrency):
+            state.fields["prediction"]["load"] = load_prediction(recipe, state.plan)
         emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))
         for finding in state.plan.findings:  # shown before the engine starts; never blocks
             emit(RunEvent("plan", "warning", finding.line))

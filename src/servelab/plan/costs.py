@@ -29,7 +29,7 @@ from servelab.plan.weights import Weights
 SOFTMAX_KINDS = frozenset({FULL, SLIDING, CHUNKED})
 
 
-def _layer_token_bytes(dims: ModelDims, i: int, kv_dtype_bytes: int) -> int:
+def layer_token_bytes(dims: ModelDims, i: int, kv_dtype_bytes: int) -> int:
     """Bytes one cached token holds in layer ``i`` (0 for state and cache-less layers)."""
     kind = dims.layer_types[i]
     if kind == MLA:
@@ -54,7 +54,7 @@ def kv_read_bytes(dims: ModelDims, context_len: int, kv_dtype_bytes: int) -> int
     whole context, a sliding layer at most its window, a chunked layer at most its chunk,
     an MLA layer the latent (``kv_lora_rank + qk_rope_head_dim``) of every token."""
     return sum(
-        _layer_token_bytes(dims, i, kv_dtype_bytes) * _tokens_read(dims, i, context_len)
+        layer_token_bytes(dims, i, kv_dtype_bytes) * _tokens_read(dims, i, context_len)
         for i in range(dims.num_layers)
     )
 
@@ -62,7 +62,7 @@ def kv_read_bytes(dims: ModelDims, context_len: int, kv_dtype_bytes: int) -> int
 def kv_write_bytes(dims: ModelDims, tokens: int, kv_dtype_bytes: int) -> int:
     """KV bytes writing ``tokens`` new tokens takes (every attention layer caches each)."""
     return tokens * sum(
-        _layer_token_bytes(dims, i, kv_dtype_bytes) for i in range(dims.num_layers)
+        layer_token_bytes(dims, i, kv_dtype_bytes) for i in range(dims.num_layers)
     )
 
 

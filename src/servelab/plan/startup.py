@@ -36,6 +36,11 @@ LARGE_GPU_BYTES = 70 * GIB
 LARGE_GPU_MAX_NUM_SEQS = 1024
 GPU_MAX_NUM_SEQS = 256
 CPU_MAX_NUM_SEQS_PER_RANK = 128
+LARGEST_GPU_BYTES = 160 * GIB
+LARGEST_GPU_BATCHED_TOKENS = 16384
+LARGE_GPU_BATCHED_TOKENS = 8192
+GPU_BATCHED_TOKENS = 2048
+CPU_BATCHED_TOKENS_PER_RANK = 2048
 
 # cudagraph modes (vLLM's CUDAGraphMode names) and what servelab knows of them.
 FULL_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -117,6 +122,36 @@ def effective_max_num_seqs(
     if mnbt is not None and mnbt < value:
         return MaxNumSeqs(mnbt, f"{source}, capped at --max-num-batched-tokens")
     return MaxNumSeqs(value, source)
+
+
+@dataclass(frozen=True)
+class BatchedTokens:
+    """The token budget of one engine step (vLLM's ``max_num_batched_tokens``): what a step's
+    decodes and prefill chunks share, and where the figure comes from."""
+
+    value: int
+    source: str
+
+
+def effective_max_num_batched_tokens(
+    hardware: HardwareProfile, platform: str, layout: ParallelLayout, opts: StartupOptions
+) -> BatchedTokens:
+    """The user's ``max_num_batched_tokens``, else vLLM's OpenAI-server default
+    (``EngineArgs.get_batch_defaults`` in 0.26.0 and 0.32.0): 16,384 on a GPU with >= 160
+    GiB, 8,192 with >= 70 GiB (not an A100), else 2,048; on CPU 2,048 x (TP x PP). The
+    H200's engine logs say "Chunked prefill is enabled with max_num_batched_tokens=8192"."""
+    if opts.max_num_batched_tokens is not None:
+        return BatchedTokens(opts.max_num_batched_tokens, "--max-num-batched-tokens")
+    if platform == "cpu":
+        ranks = layout.gpus_per_replica
+        return BatchedTokens(CPU_BATCHED_TOKENS_PER_RANK * ranks,
+                             f"vLLM's CPU default, 2,048 x {ranks} rank(s)")
+    if hardware.memory_bytes >= LARGEST_GPU_BYTES:
+        return BatchedTokens(LARGEST_GPU_BATCHED_TOKENS, "vLLM's default on a GPU with >= 160 GiB")
+    if hardware.memory_bytes >= LARGE_GPU_BYTES and not _is_a100(hardware):
+        return BatchedTokens(LARGE_GPU_BATCHED_TOKENS,
+                             "vLLM's default on a GPU with >= 70 GiB, not an A100")
+    return BatchedTokens(GPU_BATCHED_TOKENS, "vLLM's default on a GPU with < 70 GiB or an A100")
 
 
 #: vLLM's ceiling on the largest CUDA graph it captures by default (tokens per step).

@@ -65,6 +65,7 @@ from servelab.site.model import (
     ModelIndexPage,
     PlanCheck,
     Predicted,
+    PredictedLoadRow,
     RecipePage,
     RunPage,
     SiblingBuild,
@@ -76,6 +77,10 @@ from servelab.site.model import (
 from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
 
 LOG_EXCERPT_LINES = 40
+
+
+def _map(v: object) -> Mapping[str, Any] | None:
+    return v if isinstance(v, Mapping) else None
 def mean_ci(values: Sequence[float]) -> tuple[float, float | None, float | None]:
     """Mean and 95 % Student-t interval of the mean (no bounds for a single value)."""
     mean, low, high = stats.mean_ci(values)
@@ -125,6 +130,22 @@ def run_layout(run: RunRecord) -> ParallelLayout:
         return layout_from_argv(run.engine_args)
     except UsageError:
         return ParallelLayout()
+
+
+def predicted_load_rows(run: RunRecord) -> tuple[PredictedLoadRow, ...]:
+    """The closed-loop points the run's stored plan predicted under load (none when it
+    predicted none, or said why it could not)."""
+    load = _map((run.prediction or {}).get("load"))
+    points = _map((load or {}).get("points"))
+    rows = []
+    for p in (points or {}).get("points") or ():
+        stream = _map(p.get("stream_tok_s")) if isinstance(p, Mapping) else None
+        if stream is None or not p.get("concurrency"):
+            continue
+        rows.append(PredictedLoadRow(int(p["prompt_len"]), int(p["concurrency"]),
+                                     float(stream["value"]), float(stream["low"]),
+                                     float(stream["high"])))
+    return tuple(rows)
 
 
 def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[ConcurrentRow, ...]:
@@ -489,6 +510,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         memory=memory_split(latest),
         plan_checks=plan_checks(latest),
         concurrent=concurrent_rows(by_version),
+        predicted_load=predicted_load_rows(latest),
         title=str(doc.get("title") or ""), description=str(doc.get("description") or ""),
         port=port, model_note=ref.note, recipe_text=recipe_text,
         gpus=run_layout(latest).world_size,

@@ -106,6 +106,19 @@ class MeasuredRow:
 
 
 @dataclass(frozen=True)
+class PredictedLoadRow:
+    """A closed-loop point as the run's plan predicted it (servelab.predict.load), drawn beside
+    the measured points and labelled predicted."""
+
+    prompt_tokens: int
+    concurrency: int
+    stream_tok_s: float  # per-stream decode, 1 / TPOT
+    stream_low: float
+    stream_high: float
+    predicted: bool = True
+
+
+@dataclass(frozen=True)
 class ConcurrentRow:
     """A workload point with several streams at once: per-stream decode and time to first token."""
 
@@ -365,6 +378,7 @@ class RecipePage:
     reference_prompt_tokens: int | None = None
     plan_checks: tuple[PlanCheck, ...] = ()
     concurrent: tuple[ConcurrentRow, ...] = ()
+    predicted_load: tuple[PredictedLoadRow, ...] = ()  # the latest run's plan, under load
     title: str = ""  # the recipe's own title, when it has one
     description: str = ""
     port: int = 8000

@@ -129,19 +129,31 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
     return front
 
 
+#: First word of a series drawn as predicted (dashed, hollow markers, off the Pareto front).
+PREDICTED = "predicted"
+
+
 def pareto(series: Mapping[str, Sequence[tuple[float, float, int]]], *, y_label: str,
            title: str) -> str:
     """Throughput against latency, one marker series per prompt length (points labelled with
-    their concurrency), and the Pareto front over all of them as a step line."""
+    their concurrency), and the Pareto front over the measured ones as a step line. A series
+    whose label starts with :data:`PREDICTED` is the plan's prediction for that prompt length:
+    dashed, hollow markers, the colour of its measured series, never on the front."""
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(6.4, 3.6), layout="constrained")
         ax = fig.add_subplot()
         every: list[tuple[float, float]] = []
-        for i, (label, pts) in enumerate(series.items()):
-            color = _COLORS[i % len(_COLORS)]
+        colors: dict[str, str] = {}
+        for label, pts in series.items():
+            predicted = label.split()[0] == PREDICTED
+            key = label.removeprefix(PREDICTED).strip()
+            color = colors.setdefault(key, _COLORS[len(colors) % len(_COLORS)])
             ordered = sorted(pts)
             ax.plot([p[0] for p in ordered], [p[1] for p in ordered], marker="o", color=color,
-                    linestyle=":", label=label)
+                    linestyle="--" if predicted else ":", label=label,
+                    markerfacecolor="none" if predicted else color)
+            if predicted:
+                continue
             for x, y, c in ordered:
                 ax.annotate(f"c={c}", (x, y), textcoords="offset points", xytext=(4, 3),
                             fontsize=7, color=color)

@@ -288,10 +288,19 @@ def pareto_series(page: RecipePage
                 (1000.0 / decode, streams * decode / gpus, streams))
     if sum(len(v) for v in out.values()) < 2 or not page.concurrent:
         return None
+    measured = {k.split()[1] for k in out}
+    for p in page.predicted_load:  # the plan's prediction at the measured prompt lengths
+        if f"{p.prompt_tokens:,}" in measured and p.stream_tok_s > 0:
+            out.setdefault(f"{plots.PREDICTED} prompt {p.prompt_tokens:,}", []).append(
+                (1000.0 / p.stream_tok_s, p.concurrency * p.stream_tok_s / gpus, p.concurrency))
     per = "GPU" if page.hardware not in ("host", "cpu") else "engine"
     label = (f"output tok/s per {per} (streams × per-stream decode"
              + (f" ÷ {gpus} GPUs)" if gpus > 1 else ")"))
-    return dict(sorted(out.items(), key=lambda kv: int(kv[0].split()[1].replace(",", "")))), label
+    def order(kv: tuple[str, list[tuple[float, float, int]]]) -> tuple[int, bool]:
+        words = kv[0].split()
+        return int(words[-1].replace(",", "")), words[0] == plots.PREDICTED
+
+    return dict(sorted(out.items(), key=order)), label
 
 
 def decode_lengths(index: ModelIndexPage) -> list[int]:

@@ -1,0 +1,78 @@
+"""``servelab plan --concurrency/--request-rate/--slo``: predicted serving under load, and
+the highest load that meets an SLO, printed after the plan (or under ``load`` in its JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servelab.errors import UsageError
+from servelab.predict.load import LoadAnswer, LoadRequest
+
+if TYPE_CHECKING:
+    pass
+
+
+def _num(x: float, digits: int) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def render(ans: LoadAnswer, console: Console) -> None:
+    """The load table, the SLO capacities and where the figures come from."""
+    if ans.reason is not None:
+        console.print(f"[yellow]no load prediction:[/] {escape(ans.reason)}")
+        return
+    lp = ans.load
+    if lp is not None:
+        t = Table(title="Under load (predicted; each figure within the row's ±)",
+                  title_justify="left")
+        for c in ("prompt", "load", "TPOT ms", "TTFT ms", "TTFT p99", "tok/s/stream",
+                  f"tok/s/GPU ({lp.gpus})", "±", "admitted", "queued"):
+            t.add_column(c, justify="right")
+        for p in lp.points:
+            load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.rate:g}/s"
+            pm = f"{p.rel_error * 100:.0f}%" if p.rel_error < 1 else "none"
+            t.add_row(f"{p.prompt_len:,}", load, _num(p.tpot_s.value * 1e3, 1),
+                      _num(p.ttft_s.value * 1e3, 0), _num(p.ttft_p99_s.value * 1e3, 0),
+                      _num(p.stream_tok_s.value, 1), _num(p.output_tok_s_per_gpu.value, 0), pm,
+                      f"{p.max_admitted:,}", f"{p.queued}/{p.requests}")
+        console.print(t)
+        console.print(f"step budget {lp.max_num_batched_tokens:,} tokens "
+                      f"({escape(lp.max_num_batched_tokens_source)}); max_num_seqs "
+                      f"{lp.max_num_seqs:,} ({escape(lp.max_num_seqs_source)}); admitted: "
+                      "requests of that length the KV pool holds at once")
+        console.print(f"load: {escape(lp.source)}; {escape(lp.error_basis)}")
+        for n in lp.notes:
+            console.print(f"[yellow]note:[/] {escape(n)}")
+    for cap in ans.capacities:
+        unit = "streams" if cap.variable == "concurrency" else "req/s"
+        head = f"predicted SLO capacity at {cap.prompt_len:,} tokens ({escape(cap.slo)}): "
+        if cap.capacity is None:
+            console.print(head + "none (the lowest load misses it)")
+            continue
+        lo = "none" if cap.low is None else f"{cap.low:g}"
+        hi = "none" if cap.high is None else f"{cap.high:g}"
+        band = f"steps ±{cap.rel_error * 100:.0f}%: {lo}–{hi}"
+        console.print(head + f"{cap.capacity:g} {unit} ({band})")
+
+
+def parse_request(prompt_lens: Sequence[int], output_len: int, concurrency: Sequence[int],
+                  rates: Sequence[float], requests: int | None,
+                  max_num_batched_tokens: int | None, slo: str | None) -> LoadRequest:
+    """Check the options and build a :class:`LoadRequest`."""
+    if output_len < 1:
+        raise UsageError(f"--output-len must be at least 1, got {output_len}")
+    if any(c < 1 for c in concurrency):
+        raise UsageError("--concurrency levels must be at least 1")
+    if any(not r > 0 for r in rates):
+        raise UsageError("--request-rate values must be positive")
+    if requests is not None and requests < 1:
+        raise UsageError(f"--requests must be at least 1, got {requests}")
+    if max_num_batched_tokens is not None and max_num_batched_tokens < 1:
+        raise UsageError("--max-num-batched-tokens must be at least 1")
+    return LoadRequest(tuple(prompt_lens), output_len, tuple(concurrency), tuple(rates),
+                       requests, max_num_batched_tokens, slo)

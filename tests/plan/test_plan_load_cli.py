@@ -1,0 +1,56 @@
+"""``servelab plan --concurrency/--request-rate/--slo``: load predictions end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli.app import app
+from servelab.errors import UsageError
+
+runner = CliRunner()
+BASE = ["--hardware", "host", "--max-model-len", "4096", "--kv-cache-memory-bytes", "256MiB",
+        "--no-store", "--prompt-lens", "512,2048", "--output-len", "16"]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from servelab.synth.tiny import make_tiny_model
+
+    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama")
+
+
+def test_plan_predicts_each_load_point_and_the_slo_capacity(tiny_llama: Path) -> None:
+    res = runner.invoke(app, ["plan", str(tiny_llama), *BASE, "--concurrency", "1,4,64",
+                              "--slo", "tpot_p50=50", "--json"])
+    assert res.exit_code == 0, res.output
+    load = json.loads(res.output)["load"]
+    assert load["predicted"] is True and load["no_prediction"] is None
+    pts = load["points"]["points"]
+    assert [(p["prompt_len"], p["concurrency"]) for p in pts] == [
+        (512, 1), (512, 4), (512, 64), (2048, 1), (2048, 4), (2048, 64)]
+    for p in pts:
+        assert p["predicted"] is True
+        assert p["requests"] == max(3, 2 * p["concurrency"])  # as servelab bench sends
+        assert p["tpot_s"]["low"] <= p["tpot_s"]["value"] <= p["tpot_s"]["high"]
+    assert load["points"]["max_num_batched_tokens"] == 2048  # vLLM's CPU default
+    assert [c["prompt_len"] for c in load["capacity"]] == [512, 2048]
+    text = runner.invoke(app, ["plan", str(tiny_llama), *BASE, "--request-rate", "2"])
+    assert text.exit_code == 0, text.output
+    assert "Under load (predicted" in text.output and "2/s" in text.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--concurrency", "0"], "--concurrency levels must be at least 1"),
+    (["--slo", "tpot=abc"], "--slo: cannot read"),
+    (["--concurrency", "4", "--output-len", "0"], "--output-len must be at least 1"),
+])
+def test_bad_load_options_are_one_clear_line(tiny_llama: Path, args: list[str],
+                                             message: str) -> None:
+    res = runner.invoke(app, ["plan", str(tiny_llama), *BASE, *args])
+    assert res.exit_code != 0
+    # the CLI's error table turns a UsageError into one line (tests/cli_checks.py)
+    assert isinstance(res.exception, UsageError) and message in str(res.exception)
