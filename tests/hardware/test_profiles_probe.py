@@ -24,7 +24,7 @@ from servelab.hardware.profiles import BUILTIN, GIB, get_profile, load_profiles_
 runner = CliRunner()
 EXPECTED = {
     "dgx-spark", "h100", "h200", "b200", "rtx-pro-6000", "rtx-5090", "rtx-4090", "mi300x",
-    "m4-max", "m3-max", "m2-ultra", "m3-ultra",
+    "m4-max", "m3-max", "m2-ultra", "m3-ultra", "m1-ultra", "m2-max",
 }
 
 
