@@ -11,7 +11,7 @@ enter servelab: ``calibration`` rows go into the priors table (src/servelab/plan
 
 ``predict`` plans every build with the servelab of the working tree (``servelab plan --json
 --no-store``: the shipped priors only, as a new user has them) from full-dimension header
-replicas (benchmarks/priors/gguf_replicas.py for the GGUF builds, ``servelab synth replica``'s
+replicas (servelab.synth.gguf_replica for the GGUF builds, ``servelab synth replica``'s
 presets for the safetensors ones), and writes the predictions with the servelab commit, the
 date and the command. The file is committed before the data enter the calibration.
 """
@@ -107,10 +107,9 @@ def replica(build: str, root: Path) -> Path:
     """Write the header replica of ``build`` under ``root`` (once) and return its path."""
     out = root / build
     if out.exists():
-        return out if out.is_dir() else out
+        return out
     if build.startswith(("llama2-7b-", "gpt-oss-20b-")):
-        sys.path.insert(0, str(ROOT))
-        from benchmarks.priors.gguf_replicas import BUILDS, write_replica
+        from servelab.synth.gguf_replica import BUILDS, write_replica
 
         model, ftype = build.rsplit("-", 1) if "MXFP4" not in build else ("gpt-oss-20b",
                                                                              "MXFP4_MOE")
@@ -145,6 +144,7 @@ def plan(p: Point, root: Path, priors: str | None) -> dict[str, Any]:
     [row] = [r for r in rows if r[key] == p.length]
     fit = speed.get("decode_fit" if p.kind == "decode" else "prefill_fit") or {}
     return {
+        "fitted_tok_s": fitted(p, doc, row, fit),
         "predicted_tok_s": row.get("predicted_tok_s"),
         "low": row.get("predicted_low"),
         "high": row.get("predicted_high"),
@@ -152,6 +152,82 @@ def plan(p: Point, root: Path, priors: str | None) -> dict[str, Any]:
         "label": fit.get("label"),
         "kernel_path": (speed.get("kernel_path") or {}).get("name"),
     }
+
+
+def plan_json(p: Point, root: Path, priors: str | None = None) -> dict[str, Any]:
+    """The whole ``servelab plan --json`` document of ``p``'s build at its length."""
+    path = replica(p.build, root)
+    cmd = [sys.executable, "-m", "servelab", "plan", str(path), "-H", p.hardware, "--json",
+           "--no-store", "--prompt-lens", str(p.length), "--engine", p.engine]
+    cmd += (["-c", str(max(4096, p.length + 64))] if p.engine == "llamacpp"
+            else ["--max-model-len", str(max(4096, p.length + 64))])
+    if priors:
+        cmd += ["--priors", priors]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+def rows(version: str) -> int:
+    """The calibration points as ``[[sample]]`` rows of the priors table, their costs from
+    servelab's plan of each build's replica (tests/plan recompute them)."""
+    from servelab.hardware.profiles import get_profile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in POINTS:
+            if p.role != "calibration":
+                continue
+            doc = plan_json(p, Path(tmp))
+            speed, dims = doc["speed"], doc["dims"]
+            layers = int(dims["num_layers"])
+            base, ftype = p.build.rsplit("-", 1) if "MXFP4" not in p.build else (
+                "gpt-oss-20b", "MXFP4_MOE")
+            row: dict[str, Any] = {
+                # a build key: leave-one-model-out leaves out every GGUF type of a model
+                "model": f"{base} [gguf {ftype}]", "engine": p.engine, "engine_version": version,
+                "kernel_path": speed["kernel_path"]["name"],
+                "compute": speed["compute_precision"], "hardware": p.hardware,
+                "kind": p.kind, "length": p.length, "layers": layers,
+                "expert_slots": layers * int(dims.get("num_experts") or 0),
+                "platform": get_profile(p.hardware).platform,
+            }
+            if p.kind == "decode":
+                [d] = [r for r in speed["decode"] if r["context_len"] == p.length]
+                row |= {"bytes_read": int(d["bytes_per_token"]), "flops": 0.0}
+            else:
+                [f] = [r for r in speed["prefill"] if r["prompt_len"] == p.length]
+                row |= {"bytes_read": int(f["bytes_read"]), "flops": float(f["flops"])}
+                if f.get("expert_flops"):
+                    row["expert_flops"] = float(f["expert_flops"])
+            row |= {"tok_s": p.measured_tok_s, "source": p.source}
+            print("\n[[sample]]")
+            for k, v in row.items():
+                print(f"{k} = {json.dumps(v)}")
+    return 0
+
+
+def fitted(p: Point, doc: dict[str, Any], row: dict[str, Any], fit: dict[str, Any]) -> float | None:
+    """The fit's own point estimate for ``row``, printed by servelab or not: where a level
+    holds one model, servelab prints no prediction (no interval), but its fit still says a
+    speed, and the errors of that number say how far the level's form carries."""
+    from servelab.plan.speedmodel import TERMS, features, row_seconds
+
+    if not fit or fit.get("level") == "roofline":
+        return None
+    theta = [fit["coefficients"][t] for t in TERMS[p.kind]]
+    dims = doc["dims"]
+    slots = int(dims["num_layers"]) * int(dims.get("num_experts") or 0)
+    platform = doc["hardware"]["platform"]
+    if p.kind == "decode":
+        x = features("decode", row["bytes_per_token"], row["layers"], expert_slots=slots,
+                     platform=platform)
+        return 1.0 / row_seconds(theta, x)
+    x = features("prefill", row["bytes_read"], row["layers"], row["flops"],
+                 expert_flops=row.get("expert_flops") or 0.0, expert_slots=slots,
+                 platform=platform, eager=bool(row.get("eager")),
+                 linear_layers=int(dims.get("linear_attention_layers") or 0),
+                 prompt_tokens=p.length)
+    return p.length / row_seconds(theta, x)
 
 
 def predict(out: Path, priors: str | None) -> int:
@@ -183,7 +259,10 @@ def errors(path: Path) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["points"]:
         m, pr, roof = r["measured_tok_s"], r.get("predicted_tok_s"), r.get("roofline_tok_s")
+        fit = r.get("fitted_tok_s")
         pred = "no prediction" if pr is None else f"{pr:,.1f} ({r['low']:,.1f}-{r['high']:,.1f})"
+        if pr is None and fit:
+            pred += f"; fit says {fit:,.1f} ({m / fit - 1:+.1%})"
         err = "" if pr is None else f"{m / pr - 1:+.1%}"
         inside = "" if pr is None else ("yes" if r["low"] <= m <= r["high"] else "no")
         bound = f"{m / roof:.2f}" if roof else ""
@@ -197,6 +276,8 @@ if __name__ == "__main__":
     if len(args) >= 2 and args[0] == "predict":
         pri = args[args.index("--priors") + 1] if "--priors" in args else None
         sys.exit(predict(Path(args[1]), pri))
+    if len(args) == 2 and args[0] == "rows":
+        sys.exit(rows(args[1]))
     if len(args) == 2 and args[0] == "errors":
         sys.exit(errors(Path(args[1])))
     sys.exit(__doc__)
