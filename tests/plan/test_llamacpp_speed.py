@@ -153,3 +153,19 @@ def test_each_gguf_type_gets_its_own_fit_and_an_unseen_type_a_labelled_fallback(
                    lambda k: physical[k])
     assert q4.decode.fallback is not None and "no gguf-q4_0 (default) data" in q4.decode.fallback
     assert GPT_OSS_20B.experts == 32  # the MoE replica's routing is the published one
+
+
+def test_a_safetensors_plan_for_llamacpp_says_its_bytes_are_not_the_ggufs(
+    tmp_path: Path,
+) -> None:
+    """Why a safetensors plan's bound for llama.cpp could sit below a published llama.cpp
+    figure: llama.cpp serves a GGUF conversion of other types (gpt-oss-20b's MXFP4_MOE GGUF
+    reads 2.58 GB per token, its safetensors 3.71 GB). The plan says so."""
+    from servelab.synth.tiny import make_tiny_model
+
+    hf = make_tiny_model("qwen2", tmp_path / "q2")
+    res = runner.invoke(app, ["plan", str(hf), "-H", "dgx-spark", "--engine", "llamacpp",
+                              "--no-store", "-c", "1024"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert "llama.cpp serves a GGUF conversion, not these safetensors" in " ".join(
+        res.output.split())

@@ -69,6 +69,16 @@ def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareP
     return hw
 
 
+#: A llama.cpp plan of a safetensors checkpoint counts the safetensors' bytes; llama.cpp serves
+#: a GGUF conversion whose types set what it reads (gpt-oss-20b: 3.71 GB per token from its
+#: safetensors, 2.58 GB as the MXFP4_MOE GGUF llama-bench ran at 79.7 tok/s on a DGX Spark,
+#: above the safetensors' 73.6 tok/s bound; benchmarks/RESULTS.md).
+SAFETENSORS_FOR_LLAMACPP = (
+    "llama.cpp serves a GGUF conversion, not these safetensors: the bytes, bound and "
+    "prediction above are the safetensors' tensor types; a "
+    "GGUF of another type reads less or more per token. Plan the GGUF file for its own."
+)
+
 #: How an engine is named in a message.
 ENGINE_LABELS = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
 
@@ -556,6 +566,10 @@ def plan(
         engine="llamacpp" if llamacpp else "vllm",
         startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
     )
+    if llamacpp and not result.weights.scheme.startswith("gguf-"):
+        from dataclasses import replace
+
+        result = replace(result, notes=(*result.notes, SAFETENSORS_FOR_LLAMACPP))
     _print_plan(result, fmt, fits)
     if fits and not result.fits:
         raise typer.Exit(1)  # --fits answers in its exit status too
