@@ -16,7 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from servelab.pipeline.calibration import checkpoint_names, ledger_for_runs, samples_from_run
+from servelab.predict.runs import checkpoint_names, ledger_for_runs, samples_from_run
 from servelab.store.exchange import run_from_dict
 from servelab.store.model import RunRecord
 
@@ -43,7 +43,7 @@ def main() -> int:
     runs, lease = _runs()
     # which lease measured each point: a run's samples, by build and measured tok/s
     where = {
-        (smp.model, smp.length, smp.tok_s): lease[str(run.run_id)]
+        (smp.name, smp.length, smp.tok_s): lease[str(run.run_id)]
         for run, name in zip(runs, checkpoint_names(runs), strict=True)
         for smp in samples_from_run(run, name)
     }

@@ -3,7 +3,7 @@
 Each :data:`POINTS` row is one published single-stream measurement of a build: llama.cpp's
 llama-bench figures (its Apple-silicon scoreboard, the DGX Spark page) and vLLM figures for
 gpt-oss on the DGX Spark, each with its URL. ``role`` says what the row is for once the data
-enter servelab: ``calibration`` rows go into the priors table (src/servelab/plan/priors.toml);
+enter servelab: ``calibration`` rows go into the priors table (src/servelab/predict/priors.toml);
 ``check`` rows never do: they are the held-out set whose errors RESULTS.md reports.
 
     .venv/bin/python benchmarks/prereg/builds.py predict OUT.json   # plan every build now
@@ -103,6 +103,10 @@ POINTS: tuple[Point, ...] = (
 )
 
 
+#: The model family of each base model (the priors rows' ``family``).
+FAMILIES = {"llama2-7b": "llama", "gpt-oss-20b": "gpt_oss"}
+
+
 def replica(build: str, root: Path) -> Path:
     """Write the header replica of ``build`` under ``root`` (once) and return its path."""
     out = root / build
@@ -180,11 +184,11 @@ def rows(version: str) -> int:
             doc = plan_json(p, Path(tmp))
             speed, dims = doc["speed"], doc["dims"]
             layers = int(dims["num_layers"])
-            base, ftype = p.build.rsplit("-", 1) if "MXFP4" not in p.build else (
-                "gpt-oss-20b", "MXFP4_MOE")
+            base = p.build.rsplit("-", 1)[0]  # "gpt-oss-20b-MXFP4_MOE" -> "gpt-oss-20b"
             row: dict[str, Any] = {
-                # a build key: leave-one-model-out leaves out every GGUF type of a model
-                "model": f"{base} [gguf {ftype}]", "engine": p.engine, "engine_version": version,
+                # the base model: leave-one-model-out leaves out every GGUF type of it
+                "model": base, "family": FAMILIES[base], "engine": p.engine,
+                "engine_version": version,
                 "kernel_path": speed["kernel_path"]["name"],
                 "compute": speed["compute_precision"], "hardware": p.hardware,
                 "kind": p.kind, "length": p.length, "layers": layers,
@@ -210,7 +214,7 @@ def fitted(p: Point, doc: dict[str, Any], row: dict[str, Any], fit: dict[str, An
     """The fit's own point estimate for ``row``, printed by servelab or not: where a level
     holds one model, servelab prints no prediction (no interval), but its fit still says a
     speed, and the errors of that number say how far the level's form carries."""
-    from servelab.plan.speedmodel import TERMS, features, row_seconds
+    from servelab.predict.form import TERMS, features, row_seconds
 
     if not fit or fit.get("level") == "roofline":
         return None

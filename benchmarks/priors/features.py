@@ -1,5 +1,5 @@
 """Print the cost features (bytes read, FLOPs and the routed experts' share of them, layers)
-servelab computes for the builds behind the shipped priors (src/servelab/plan/priors.toml),
+servelab computes for the builds behind the shipped priors (src/servelab/predict/priors.toml),
 from full-dimension header replicas.
 
     .venv/bin/python benchmarks/priors/features.py          # prints TOML fragments

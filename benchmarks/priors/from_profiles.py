@@ -8,7 +8,7 @@ device's work alone, without the host's time per step that bounds a small model.
 one ``[[sample]]`` row with ``device_only = true`` and ``tok_s`` = 1 / that time, the build's
 costs (layers, expert slots, bytes per token) taken from the table's own 512-token decode row
 of the same build (the profile's context was under 120 tokens; the KV cache it reads there is
-under 1 % of those bytes). Paste them into src/servelab/plan/priors.toml and bump its version.
+under 1 % of those bytes). Paste them into src/servelab/predict/priors.toml and bump its version.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from from_runs import _toml  # this folder's sibling script: one TOML spelling for both
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIORS = ROOT / "src" / "servelab" / "plan" / "priors.toml"
+PRIORS = ROOT / "src" / "servelab" / "predict" / "priors.toml"
 RECIPES = ROOT / "benchmarks" / "gpu"
 KEYS = ("model", "engine", "engine_version", "kernel_path", "compute", "hardware", "kind",
         "length", "layers", "expert_slots", "linear_layers", "platform", "bytes_read", "flops")

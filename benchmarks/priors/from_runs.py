@@ -4,9 +4,9 @@
         --source "servelab's own H200 runs (benchmarks/gpu/results, 2026-12-02/03)"
 
 Prints one ``[[sample]]`` TOML row per measured single-stream point (the same samples
-``servelab calibration report`` uses: servelab.pipeline.calibration.samples_from_run), with the
+``servelab calibration report`` uses: servelab.predict.runs.samples_from_run), with the
 build, kernel path, layer count, bytes and FLOPs servelab planned for it. Paste them into
-src/servelab/plan/priors.toml and bump its version.
+src/servelab/predict/priors.toml and bump its version.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from servelab.pipeline.calibration import samples_from_runs
+from servelab.predict.keys import BuildKey
+from servelab.predict.runs import samples_from_runs
 from servelab.store.exchange import run_from_dict
 
 
@@ -37,16 +38,17 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(path.read_text(encoding="utf-8"))
         runs += [run_from_dict(r, source=str(path)) for r in doc["runs"]]
     versions = {r.model_id or r.recipe_name: r.engine_version for r in runs}
-    seen: set[tuple[str, str, int, bool]] = set()
+    seen: set[tuple[BuildKey, str, int, bool]] = set()
     newest_first = sorted(runs, key=lambda r: r.started_at, reverse=True)
     for s in samples_from_runs(newest_first):
-        key = (s.model, s.kind, s.length, s.eager)
+        key = (s.build, s.kind, s.length, s.eager)
         if key in seen:  # a repeated run of the same build in the same regime: keep the newest
             continue
         seen.add(key)
-        name = s.model.split(" [")[0]
+        name = s.build.model
         row = {
             "model": name,
+            **({"family": s.build.family} if s.build.family else {}),
             "engine": s.engine,
             "engine_version": args.engine_version or versions.get(name) or "",
             "kernel_path": s.kernel_path,
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             "tok_s": round(s.tok_s, 2),
             "source": args.source,
         }
-        if "(speculative step" in s.source:  # an MTP run: one verification step per row
+        if s.build.is_step:  # an MTP run: one verification step per row
             row["note"] = s.source[s.source.index("(") + 1 : -1]
         print("\n[[sample]]")
         for k, v in row.items():

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from servelab.hardware.profiles import get_profile
-from servelab.pipeline.calibration import (
+from servelab.plan.weights import Weights
+from servelab.predict.ledger import LedgerRow
+from servelab.predict.priors import PriorTable, load_priors
+from servelab.predict.runs import (
     calibration_for,
     checkpoint_names,
     ledger_for_runs,
@@ -18,9 +21,6 @@ from servelab.pipeline.calibration import (
     samples_from_run,
     samples_from_runs,
 )
-from servelab.plan.ledger import LedgerRow
-from servelab.plan.priors import PriorTable, load_priors
-from servelab.plan.weights import Weights
 from servelab.store import open_store
 from servelab.store.exchange import run_from_dict
 from servelab.store.model import Metric, RunRecord
@@ -62,7 +62,7 @@ def test_stored_runs_calibrate_the_next_prediction(tmp_path: Path) -> None:
         store.add_run(_run("b", 420.0, 1.6 * GB, 24))
         runs = store.list_runs()
     stored = [s for r in runs for s in samples_from_run(r)]
-    assert {(s.model, s.kind) for s in stored} == {
+    assert {(s.name, s.kind) for s in stored} == {
         ("a [2,861.0 MiB/token]", "decode"), ("a [2,861.0 MiB/token]", "prefill"),
         ("b [1,525.9 MiB/token]", "decode"), ("b [1,525.9 MiB/token]", "prefill")}
     cal = calibration_for(runs, get_profile("h200"), _weights())
@@ -117,7 +117,7 @@ def test_every_h200_calibration_run_becomes_samples() -> None:
         (H200_RESULTS / "calibration-2026-12-03" / "runs-h200-calibration.json").read_text())
     runs = [run_from_dict(r) for r in doc["runs"]]
     samples = samples_from_runs(runs)
-    models = {s.model.split(" [")[0] for s in samples}
+    models = {s.build.model for s in samples}
     assert models == {"llama-3.1-8b-bf16-random", "qwen3-30b-a3b-bf16-24l-random",
                       "qwen3-next-bf16-12l-random"}
     assert {s.kernel_path for s in samples} == {"bf16 dense (default)", "bf16 MoE (default)"}
@@ -144,7 +144,7 @@ def test_an_mtp_run_is_a_speculative_step_sample_and_an_ngram_run_is_none() -> N
         )
 
     (s,) = samples_from_run(drafting("qwen3_next_mtp"))
-    assert s.kind == "decode" and s.length == 512 and s.model.endswith("[mtp k=2 step]")
+    assert s.kind == "decode" and s.length == 512 and s.build.step == "mtp k=2"
     assert s.seconds == pytest.approx(1.8 / 300.0)
     assert (s.bytes_read, s.layers, s.expert_slots) == (4 * GB, 42, 42 * 128)
     assert "speculative step: mtp k=2, measured acceptance 1.80" in s.source
@@ -178,7 +178,8 @@ def test_a_prefill_past_the_largest_cuda_graph_is_an_eager_sample() -> None:
     assert run_graph_tokens(logged) == 4096
     assert _eager(logged) == {512: False, 2048: False, 8192: True}
     # and on a CPU there are no graphs: no eager column either
-    assert all(s.features[4] == 0.0 for s in samples_from_run(replace(
+    assert all(s.features.amount("s_per_eager_layer") == 0.0
+               and s.features.amount("s_per_expert_slot") == 0.0 for s in samples_from_run(replace(
         default, prediction={**(default.prediction or {}), "hardware": {"platform": "cpu"}}))
         if s.kind == "prefill")
 
@@ -201,8 +202,8 @@ def test_runs_of_one_checkpoint_are_left_out_together() -> None:
     # their Qwen3.6 rows (a decode profile among them) to the MTP run's own name, so they are
     # left out of both ledgers here.
     table = load_priors()
-    others = PriorTable(table.version, tuple(s for s in table.samples
-                                             if not s.model.startswith("qwen3.6")), table.origin)
+    kept = tuple(s for s in table.samples if not s.build.model.startswith("qwen3.6"))
+    others = PriorTable(table.version, kept, table.origin)
     with_plain = steps(ledger_for_runs(runs, others))
     plain = {"qwen3.6-35b-a3b-bf16-h200", "qwen3.6-35b-a3b-bf16-mns256-h200"}
     without = steps(ledger_for_runs([r for r in runs if r.recipe_name not in plain], others))

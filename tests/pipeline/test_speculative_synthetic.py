@@ -119,9 +119,9 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.engine.launch import ensure_synth_model
     from servelab.engines.vllm.kv import VLLM_KV
     from servelab.hardware.profiles import get_profile
-    from servelab.pipeline.calibration import samples_from_runs
     from servelab.plan.build import build_plan
     from servelab.plan.weights import weights_from_report
+    from servelab.predict.runs import samples_from_runs
 
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
     ckpt = ensure_synth_model(

@@ -10,13 +10,14 @@ from tests.plan.inputs import planning_inputs
 
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.hardware.profiles import BUILTIN, get_profile
-from servelab.pipeline.calibration import calibration_for, samples_from_runs
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.explain import explain
-from servelab.plan.ledger import ledger
-from servelab.plan.predict import model_expert_slots, roofline_coefficients
-from servelab.plan.priors import shipped_priors
-from servelab.plan.speedmodel import Sample
+from servelab.predict.form import Sample
+from servelab.predict.ledger import ledger
+from servelab.predict.priors import shipped_priors
+from servelab.predict.roofline import roofline_coefficients
+from servelab.predict.runs import calibration_for, samples_from_runs
+from servelab.predict.speed import model_expert_slots
 from servelab.store.exchange import run_from_dict
 
 GIB = 1 << 30
@@ -82,26 +83,28 @@ def test_h200_priors_are_the_committed_runs() -> None:
     runs.sort(key=lambda r: r.started_at, reverse=True)
     measured: dict[tuple[str, str, int, bool, bool], Sample] = {}
     for s in samples_from_runs(runs):
-        step = s.model.endswith(" step]")
-        measured.setdefault((s.model.split(" [")[0], s.kind, s.length, s.eager, step), s)
+        step = s.build.is_step
+        measured.setdefault((s.build.model, s.kind, s.length, s.eager, step), s)
     rows = [s for s in shipped_priors().samples if s.hardware == "h200" and not s.device_only]
     assert len(rows) == len(measured) == 114  # eighteen builds, one with an MTP run
     for r in rows:
-        m = measured[(r.model, r.kind, r.length, r.eager, r.layers != m_layers(r.model))]
+        name = r.build.model
+        m = measured[(name, r.kind, r.length, r.eager, r.layers != m_layers(name))]
         assert (r.layers, r.expert_slots, r.bytes_read) == (m.layers, m.expert_slots,
                                                            int(m.bytes_read))
         assert r.expert_flops == m.expert_flops
         assert r.tok_s == pytest.approx(m.tok_s, abs=0.01)
-    assert {r.expert_slots for r in rows if r.model.startswith("qwen3.6")} >= {40 * 256}
+    assert {r.expert_slots for r in rows if r.build.model.startswith("qwen3.6")} >= {40 * 256}
     # the routed experts' FLOPs: every prompt token through 8 of 128 experts (3 x 2048 x 768
     # parameters each) in each of 48 layers, from the run's own checkpoint report
     qwen30 = {r.length: r.expert_flops for r in rows
-              if r.model == "qwen3-30b-a3b-fp8-random" and r.kind == "prefill"}
+              if r.build.model == "qwen3-30b-a3b-fp8-random" and r.kind == "prefill"}
     assert qwen30[2048] == 2 * 48 * 8 * 3 * 2048 * 768 * 2048
-    assert all(r.expert_flops == 0 for r in rows if r.model.startswith("llama"))
+    assert all(r.expert_flops == 0 for r in rows if r.build.model.startswith("llama"))
     # the same Llama-3.2-3B prompt with and without a CUDA graph (--max-num-seqs 64 vs default)
     llama = {r.eager: r.tok_s for r in rows
-             if r.model == "llama-3.2-3b-bf16-random" and r.kind == "prefill" and r.length == 512}
+             if r.build.model == "llama-3.2-3b-bf16-random" and r.kind == "prefill"
+             and r.length == 512}
     assert llama[False] > 1.5 * llama[True]
 
 
@@ -124,7 +127,7 @@ def test_priors_table_costs_are_servelab_arithmetic(
     builds = {"Qwen/Qwen3.6-35B-A3B-FP8": qwen36_fp8, "Qwen/Qwen3.6-35B-A3B": qwen36_bf16,
               "nvidia/Qwen3.6-35B-A3B-NVFP4": qwen36_nvfp4a16}
     rows = [s for s in shipped_priors().samples if s.hardware == "dgx-spark" and s.engine == "vllm"]
-    assert {s.model for s in rows} == set(builds)
+    assert {s.build.model for s in rows} == set(builds)
     for name, path in builds.items():
         plan = _plan(path, calibrated=False)
         sp = plan.speed
@@ -133,7 +136,7 @@ def test_priors_table_costs_are_servelab_arithmetic(
         # every prompt token through 8 of 256 experts (3 x 2048 x 512 parameters each) in 40
         # layers, whatever the weights' format
         assert prefill[2048][1] == 2 * 40 * 8 * (3 * 2048 * 512) * 2048
-        for s in (s for s in rows if s.model == name):
+        for s in (s for s in rows if s.build.model == name):
             assert s.kernel_path == sp.kernel_path.name and s.layers == 40
             assert s.expert_slots == model_expert_slots(plan.dims) == 40 * 256
             if s.kind == "decode":

@@ -13,8 +13,10 @@ from typer.testing import CliRunner
 
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.cli.app import app
-from servelab.plan.priors import shipped_priors
-from servelab.plan.speedmodel import Sample, Target, calibrate, row_seconds
+from servelab.predict.form import TERMS, Sample, row_seconds
+from servelab.predict.keys import BuildKey
+from servelab.predict.levels import Target, calibrate
+from servelab.predict.priors import shipped_priors
 from servelab.synth.gguf_replica import (
     BUILDS,
     GIB,
@@ -45,10 +47,11 @@ def _plan(path: Path, hardware: str, lengths: str, *extra: str) -> dict[str, obj
     return doc
 
 
-def _replica_key(model: str) -> str:
-    """``llama2-7b [gguf Q4_0]`` (a priors row's build key) -> ``llama2-7b-Q4_0``."""
-    base, ftype = model.removesuffix("]").split(" [gguf ")
-    return f"{base}-{ftype}"
+def _replica_key(s: Sample) -> str:
+    """The replica of a priors row: its model and the GGUF type its kernel path names
+    (``gguf-q8_0 dense (default)`` -> ``llama2-7b-Q8_0``)."""
+    ftype = s.kernel_path.split()[0].removeprefix("gguf-").upper()
+    return f"{s.build.model}-{ftype}"
 
 
 def test_replicas_carry_llama_cpps_type_mix(replicas: dict[str, Path]) -> None:
@@ -69,10 +72,10 @@ def test_llamacpp_priors_costs_are_servelab_arithmetic(replicas: dict[str, Path]
     groups: dict[tuple[str, str], list[Sample]] = {}
     for s in rows:
         assert s.source.startswith("https://")
-        groups.setdefault((s.model, s.hardware), []).append(s)
-    for (model, hardware), group in groups.items():
+        groups.setdefault((_replica_key(s), s.hardware), []).append(s)
+    for (key, hardware), group in groups.items():
         lengths = ",".join(sorted({str(s.length) for s in group}))
-        doc = _plan(replicas[_replica_key(model)], hardware, lengths)
+        doc = _plan(replicas[key], hardware, lengths)
         speed, dims = doc["speed"], doc["dims"]
         assert isinstance(speed, dict) and isinstance(dims, dict)
         decode = {r["context_len"]: r for r in speed["decode"]}
@@ -131,19 +134,20 @@ def test_no_data_for_the_engine_names_the_engine_not_the_hardware(
 
 
 def _sample(model: str, path: str, nbytes: float, seconds: float) -> Sample:
-    return Sample(model, "llamacpp", path, "box", "decode", 64, 32, nbytes, 0.0, seconds,
-                  "synthetic", platform="mps")
+    return Sample(BuildKey(model), "llamacpp", path, "box", "decode", 64, 32, nbytes, 0.0,
+                  seconds, "synthetic", platform="mps")
 
 
 def test_each_gguf_type_gets_its_own_fit_and_an_unseen_type_a_labelled_fallback() -> None:
     """Synthetic llama.cpp decode points on one box: Q8_0 reads at 400 GB/s, F16 at 600 GB/s
     (a dequantising kernel's efficiency per type). The Q8_0 path's own fit recovers its rate;
     a Q4_0 target, with no figure, is predicted from the pool of both and says so."""
-    q8 = [_sample(f"m{i} [q8]", "gguf-q8_0 dense (default)", b, b / 400e9)
+    q8 = [_sample(f"m{i}", "gguf-q8_0 dense (default)", b, b / 400e9)
           for i, b in enumerate((4e9, 7e9, 13e9))]
-    f16 = [_sample(f"n{i} [f16]", "gguf-f16 dense (default)", b, b / 600e9)
+    f16 = [_sample(f"n{i}", "gguf-f16 dense (default)", b, b / 600e9)
            for i, b in enumerate((8e9, 14e9, 26e9))]
-    physical = {"decode": (1 / 800e9, 0.0, 0.0, 0.0), "prefill": (0.0,) * 10}
+    physical = {"decode": (1 / 800e9,) + (0.0,) * (len(TERMS["decode"]) - 1),
+                "prefill": (0.0,) * len(TERMS["prefill"])}
     cal = calibrate(Target("llamacpp", "gguf-q8_0 dense (default)", "box"), [], q8 + f16,
                     lambda k: physical[k])
     row = q8[0].features

@@ -14,10 +14,11 @@ from servelab.engines.vllm.kv import VLLM_KV
 from servelab.errors import UsageError
 from servelab.families import model_dims
 from servelab.hardware.profiles import BUILTIN
-from servelab.pipeline.calibration import calibration_for
 from servelab.plan.build import build_plan
-from servelab.plan.predict import predict_speed, roofline_decode_tok_s
 from servelab.plan.weights import Weights
+from servelab.predict.roofline import roofline_decode_tok_s
+from servelab.predict.runs import calibration_for
+from servelab.predict.speed import predict_speed
 from servelab.synth.replica import QWEN3_6_35B_A3B
 
 GIB = 1 << 30

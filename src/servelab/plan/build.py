@@ -58,9 +58,7 @@ from servelab.plan.parallel import (
     topology_for,
     weights_per_gpu,
 )
-from servelab.plan.predict import SpeedPrediction, predict_speed
 from servelab.plan.specsource import AcceptanceSource
-from servelab.plan.speedmodel import Calibration
 from servelab.plan.startup import (
     GraphCapture,
     MaxNumSeqs,
@@ -71,6 +69,8 @@ from servelab.plan.startup import (
     planned_graph_capture,
 )
 from servelab.plan.weights import Weights
+from servelab.predict.levels import Calibration
+from servelab.predict.speed import SpeedPrediction, predict_speed
 
 SCHEMA = "servelab.plan/1"
 

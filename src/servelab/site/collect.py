@@ -12,7 +12,7 @@ How records map to pages:
   point. A point's prompt length and concurrency come from its name (``p2048-c1``), else from
   its samples. Decode is single-stream only (concurrency 1). Values are the mean of the
   completed requests with a 95 % t-interval; runs without samples use their stored metric;
-- predictions: ``prediction`` documents as written by :mod:`servelab.plan.predict`
+- predictions: ``prediction`` documents as written by :mod:`servelab.predict.speed`
   (``decode`` / ``prefill`` point lists, optionally under ``"speed"``), labelled with their
   basis;
 - engine observations from ``engine_facts`` (:class:`servelab.engine.facts.EngineFacts`
@@ -32,10 +32,10 @@ from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.errors import UsageError
-from servelab.pipeline.calibration import ledger_for_runs
 from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv
 from servelab.points import PointKey
+from servelab.predict.runs import ledger_for_runs
 from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
 from servelab.site.fmt import (

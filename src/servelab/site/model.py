@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servelab.plan.ledger import LedgerRow
 from servelab.plan.specsource import SpecConfig
+from servelab.predict.ledger import LedgerRow
 
 __all__ = [
     "BuildRow",

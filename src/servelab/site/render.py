@@ -21,7 +21,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from servelab.plan.ledger import LedgerRow
+from servelab.predict.ledger import LedgerRow
 from servelab.redact import redact_args, redact_text
 from servelab.site import plots, prose
 from servelab.site.fmt import (

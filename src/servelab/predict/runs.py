@@ -4,7 +4,7 @@ A stored run carries its measured single-stream decode/prefill per prompt length
 its concurrency-1 points, :class:`~servelab.points.PointKey`) and the plan made before it
 (read with :func:`~servelab.plan.document.read_plan`): bytes read per token (weights + KV + state),
 prefill FLOPs and bytes, the kernel path, and the checkpoint report (layer count). Together
-they give one :class:`~servelab.plan.speedmodel.Sample` per point. Where an export redacted
+they give one :class:`~servelab.predict.form.Sample` per point. Where an export redacted
 ``bytes_per_token`` (older exports did), it is rebuilt from its parts (weight, KV and state
 bytes), which every plan stores.
 """
@@ -17,13 +17,10 @@ from typing import Any
 
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.errors import ServelabError
+from servelab.families import family_for
 from servelab.hardware.profiles import HardwareProfile, get_profile
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
-from servelab.plan.ledger import LedgerRow, ledger, step_key
-from servelab.plan.predict import bounds, coefficients, lower_bounds, physical_prior
-from servelab.plan.priors import PriorTable, load_priors
-from servelab.plan.speedmodel import Calibration, Sample, Target, calibrate, expert_slots
 from servelab.plan.startup import (
     MaxNumSeqs,
     StartupOptions,
@@ -32,6 +29,12 @@ from servelab.plan.startup import (
 )
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
+from servelab.predict.form import Sample, expert_slots
+from servelab.predict.keys import BuildKey
+from servelab.predict.ledger import LedgerRow, ledger
+from servelab.predict.levels import Calibration, Target, calibrate
+from servelab.predict.priors import PriorTable, load_priors
+from servelab.predict.roofline import ByKind, bounds, coefficients, lower_bounds, physical_prior
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -176,14 +179,23 @@ def checkpoint_names(runs: Sequence[RunRecord]) -> list[str]:
     return [best.get(run.checkpoint_header_hash or "", run_name(run)) for run in runs]
 
 
-def model_key(run: RunRecord, weight_bytes: float | None, name: str | None = None) -> str:
+def run_family(run: RunRecord) -> str:
+    """The model family (:mod:`servelab.families`) of the run's checkpoint, by the
+    ``model_type`` its report recorded ("" when it recorded none servelab reads)."""
+    config = _map((_map(run.checkpoint_report) or {}).get("model"))
+    if config is None:
+        return ""
+    try:
+        return family_for(config).name
+    except ServelabError:
+        return ""
+
+
+def build_key(run: RunRecord, weight_bytes: float | None, name: str | None = None) -> BuildKey:
     """The build a run measured, for leave-one-model-out: the model's ``name`` (default the
     run's own, :func:`run_name`) plus weight bytes per token (so a BF16 and an FP32 cast of
-    one checkpoint are two builds)."""
-    name = name or run_name(run)
-    if weight_bytes is None:
-        return name
-    return f"{name} [{weight_bytes / 2**20:,.1f} MiB/token]"
+    one checkpoint are two builds), with its family."""
+    return BuildKey.of(name or run_name(run), weight_bytes, run_family(run))
 
 
 @dataclass(frozen=True)
@@ -191,7 +203,7 @@ class _RunBuild:
     """What every sample of one run shares: build key, engine, kernel path, compute
     precision and platform, read from the run and the plan stored with it."""
 
-    model: str
+    build: BuildKey
     engine: str
     kernel_path: str
     compute: str
@@ -203,7 +215,7 @@ def _run_build(run: RunRecord, plan: PlanDocument, name: str | None) -> _RunBuil
     kernel = _map(speed.get("kernel_path"))
     weight = _num(plan.decode[0].raw.get("weight_bytes")) if plan.decode else None
     return _RunBuild(
-        model=model_key(run, weight, name),
+        build=build_key(run, weight, name),
         engine=run.engine_name or "vllm",
         kernel_path=str(kernel.get("name")) if kernel else "unknown",
         compute=str(speed.get("compute_precision") or "bf16"),
@@ -252,7 +264,7 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
         if not nbytes or flops is None or (point.kind == "prefill" and not flops):
             continue
         out.append(
-            Sample(b.model, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
+            Sample(b.build, b.engine, b.kernel_path, run.hardware, point.kind, n, layers, nbytes,
                    flops, seconds, f"run {run.run_id}", b.compute, slots, b.platform,
                    eager=point.kind == "prefill" and graph is not None and n > graph,
                    linear_layers=linear, expert_flops=min(xflops, flops))
@@ -277,7 +289,7 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
         if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
     }
     b = _run_build(run, plan, name)
-    model = step_key(b.model, measured.config.label)  # build_of() still names the model
+    build = b.build.stepped(measured.config.label)  # still a build of the same model
     a = measured.acceptance_length
     out: list[Sample] = []
     for n, st in sorted(steps.items()):
@@ -286,7 +298,7 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
         if tok_s is None or tok_s.value <= 0 or not nbytes or not isinstance(layers, int):
             continue
         out.append(
-            Sample(model, b.engine, b.kernel_path, run.hardware, "decode", n, layers,
+            Sample(build, b.engine, b.kernel_path, run.hardware, "decode", n, layers,
                    nbytes, 0.0, a / tok_s.value,
                    f"run {run.run_id} (speculative step: {measured.config.label}, "
                    f"measured acceptance {a:.2f})",
@@ -313,7 +325,7 @@ def calibration_for(
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
     hardware over the shipped priors (which carry the prediction when no run is stored),
-    else the roofline alone (see :mod:`servelab.plan.speedmodel`). Samples of build
+    else the roofline alone (see :mod:`servelab.predict`). Samples of build
     ``model`` are left out of the fit."""
     stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
     table = priors or load_priors()
@@ -332,10 +344,10 @@ def calibration_for(
     return cal
 
 
-Coefficients = dict[str, tuple[float, ...]]
+Ceilings = ByKind
 
 
-def roofline_of_run(run: RunRecord) -> tuple[Coefficients, Coefficients] | None:
+def roofline_of_run(run: RunRecord) -> tuple[Ceilings, Ceilings] | None:
     """(roofline coefficients, lower bounds) of the ceilings a run's own plan used: its
     bandwidth and its kernel path's compute rate (``None`` when the plan lacks them)."""
     speed = (run.prediction or {}).get("speed")
@@ -355,7 +367,7 @@ def ledger_for_runs(
     """The leave-one-model-out ledger over ``runs`` (each build predicted as if never run),
     with each run's own ceilings as the roofline. Pure."""
     stored: list[Sample] = []
-    ceilings: dict[str, tuple[Coefficients, Coefficients]] = {}
+    ceilings: dict[BuildKey, tuple[Ceilings, Ceilings]] = {}
     runs = list(runs)
     for run, name in zip(runs, checkpoint_names(runs), strict=True):
         got = samples_from_run(run, name)
@@ -364,11 +376,11 @@ def ledger_for_runs(
             continue
         stored.extend(got)
         for s in got:
-            ceilings.setdefault(s.model, bounds)
+            ceilings.setdefault(s.build, bounds)
     table = priors or load_priors()
     return ledger(
         stored,
         table.samples,
-        lambda kind, s: ceilings[s.model][0][kind],
-        lower=lambda kind, s: ceilings[s.model][1][kind],
+        lambda kind, s: ceilings[s.build][0][kind],
+        lower=lambda kind, s: ceilings[s.build][1][kind],
     )

@@ -2,7 +2,7 @@
 
 For every build in the samples, servelab forgets it, calibrates exactly as it would for a
 build it has never run (same levels, same fallbacks, same interval rule: see
-:mod:`servelab.plan.speedmodel`) and predicts its measured points. Each row says what was
+:mod:`servelab.predict`) and predicts its measured points. Each row says what was
 measured, what would have been predicted, whether the measurement fell inside the printed
 interval, and where the prediction came from. This is the evidence behind every interval
 servelab prints (``servelab calibration report``; linked from every page).
@@ -14,28 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.plan.speedmodel import (
-    Sample,
-    Target,
-    fit_levels,
-    interval,
-    levels_for,
-    repeat_spread,
-    row_seconds,
-)
+from servelab.predict.form import Sample, row_seconds
+from servelab.predict.keys import BuildKey
+from servelab.predict.levels import Target, fit_levels, interval, levels_for, repeat_spread
 
 #: The ledger kind of a speculative run's rows: one verification step per second, not tokens.
 STEP_KIND = "spec step"
-
-
-def step_key(model: str, label: str) -> str:
-    """The build key of a speculative run's step samples (``"m [...] [mtp k=2 step]"``)."""
-    return f"{model} [{label} step]"
-
-
-def is_step(model: str) -> bool:
-    """Whether a build key names a speculative run's steps (see :func:`step_key`)."""
-    return model.endswith(" step]")
 
 
 @dataclass(frozen=True)
@@ -92,7 +76,7 @@ class LedgerSummary:
     median_abs_error: float | None
     inside: int
     #: How far one build's reruns strayed from their mean on this hardware (the floor under
-    #: every interval: :func:`servelab.plan.speedmodel.repeat_spread`); None without reruns.
+    #: every interval: :func:`servelab.predict.levels.repeat_spread`); None without reruns.
     rerun_spread: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,17 +100,19 @@ def ledger(
     ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients).
     """
     rows: list[LedgerRow] = []
-    by_model: dict[tuple[str, str, str], list[Sample]] = {}
+    by_build: dict[tuple[str, str, BuildKey], list[Sample]] = {}
     for s in stored:
         if not s.device_only:  # a profiled device time is an input, not a speed to check
-            by_model.setdefault((s.hardware, s.engine, s.model), []).append(s)
-    for (hardware, engine, model), mine in sorted(by_model.items()):
-        others = [s for s in stored if s.model != model]
+            by_build.setdefault((s.hardware, s.engine, s.build), []).append(s)
+    for (hardware, engine, build), mine in sorted(
+        by_build.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))
+    ):
+        others = [s for s in stored if s.build != build]
         for kind in ("decode", "prefill"):
             points = sorted((s for s in mine if s.kind == kind), key=lambda s: s.length)
             if not points:
                 continue
-            target = Target(engine, points[0].kernel_path, hardware, model)
+            target = Target(engine, points[0].kernel_path, hardware, build.model)
             roof = physical(kind, points[0])
             levels = levels_for(target, others, priors, origin=origin)
             floor = lower(kind, points[0]) if lower else None
@@ -142,13 +128,13 @@ def ledger(
                         least = row_seconds(ceiling, s.features)
                         band = interval(tok, fit.rel_error, tokens / least if least else None)
                         lo, hi = band if band else (None, None)
-                step = is_step(model)
+                step = build.is_step
                 rows.append(
                     LedgerRow(
                         hardware=hardware,
                         engine=engine,
                         kernel_path=s.kernel_path,
-                        model=model,
+                        model=str(build),
                         kind=STEP_KIND if step else kind,
                         length=s.length,
                         measured_tok_s=s.tok_s,
@@ -174,7 +160,7 @@ def summarize(
         mine = [r for r in rows if r.hardware == hardware and r.kind == kind]
         errs = sorted(abs(r.error) for r in mine if r.error is not None)
         step = kind == STEP_KIND
-        pool = [s for s in samples if s.hardware == hardware and is_step(s.model) == step]
+        pool = [s for s in samples if s.hardware == hardware and s.build.is_step == step]
         out.append(
             LedgerSummary(
                 hardware=hardware,

@@ -2,7 +2,7 @@
 
 ``priors.toml`` beside this module holds one row per measured single-stream point and the
 costs servelab computes for it (bytes read, FLOPs, layers). :func:`load_priors` turns the rows
-into :class:`~servelab.plan.speedmodel.Sample` values; the speed model fits them when the
+into :class:`~servelab.predict.form.Sample` values; the speed model fits them when the
 results store has no run on the hardware being planned, and labels every such prediction
 "prior from <source>". A user file of the same shape can replace the table (``--priors``).
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError, UsageError
-from servelab.plan.speedmodel import KINDS, Sample
+from servelab.predict.form import KINDS, Sample
+from servelab.predict.keys import BuildKey
 
 SCHEMA = "servelab.priors/1"
 _REQUIRED = {
@@ -36,6 +37,7 @@ _REQUIRED = {
 }
 _OPTIONAL = {
     "note": str,
+    "family": str,
     "compute": str,
     "expert_slots": int,
     "platform": str,
@@ -84,7 +86,7 @@ def _sample(row: Any, where: str) -> Sample:
     tokens = 1 if row["kind"] == "decode" else length
     try:
         return Sample(
-            model=row["model"],
+            build=BuildKey(row["model"], family=row.get("family", "")),
             engine=row["engine"],
             kernel_path=row["kernel_path"],
             hardware=row["hardware"],
@@ -128,8 +130,8 @@ def parse_priors(text: str, origin: str) -> PriorTable:
 @functools.cache
 def shipped_priors() -> PriorTable:
     """The table shipped with servelab."""
-    text = resources.files("servelab.plan").joinpath("priors.toml").read_text(encoding="utf-8")
-    return parse_priors(text, "servelab/plan/priors.toml")
+    text = resources.files("servelab.predict").joinpath("priors.toml").read_text(encoding="utf-8")
+    return parse_priors(text, "servelab/predict/priors.toml")
 
 
 def load_priors(path: str | Path | None = None) -> PriorTable:

@@ -1,0 +1,407 @@
+"""The speed model's calibration levels: which samples a prediction is fitted from, and
+the interval it carries. Pure: samples in, frozen fits out (the form:
+:mod:`servelab.predict.form`; the fit: :mod:`servelab.predict.solver`).
+
+Where the fit comes from (:func:`calibrate`), first that applies:
+
+1. stored runs on the same (engine, kernel path, hardware), other models than the target,
+   with the shipped decode profiles of that path (device-only samples: a GPU's busy time per
+   decode step, which fit the device terms and never the host's floor; a build that is only
+   ever host-bound cannot tell the two apart);
+2. the shipped priors (published measurements) on the same (engine, kernel path, hardware):
+   they carry the prediction when the store has no run of that path there, and are the prior
+   of the level above otherwise;
+3. stored runs on the same (engine, hardware), any kernel path: a labelled **fallback**;
+4. the shipped priors for the hardware pooled over kernel paths (labelled);
+5. the roofline alone: the physical prior (peak bandwidth and compute, no overheads).
+
+A prefill's host-launch terms come from the pooled levels wherever those fitted them: a kernel
+path's own levels hold them there (:func:`fit_levels`), since launching a layer's kernels is
+the host's work whatever format the weights are in.
+
+Every fit carries a relative interval half-width from leave-one-model-out residuals at its
+level (the errors it would have made on models it had not seen), or, where the level holds
+one model only, from the next level down; never narrower than the same build's runs varied
+about their mean on that hardware (:func:`repeat_spread`: a lent H200 comes with a different
+host each time, and builds that predict each other within 4 % still met a run 8 % slower);
+the roofline carries none and is printed as an upper bound, never as a prediction.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from servelab.predict.form import (
+    FORMS,
+    KINDS,
+    OVERLAPPED,
+    Coefficients,
+    Row,
+    Sample,
+    host_bound,
+    overlapping,
+    row_seconds,
+)
+from servelab.predict.solver import PRIOR_WEIGHT, fit_samples
+
+#: Pull that holds a kernel path's host-launch terms (the prefill form's overlapped ones) at
+#: the fit over every kernel path of the hardware: effectively a pin (see :func:`fit_levels`).
+HOLD_WEIGHT = 1e5
+#: Smallest interval half-width printed (measurement noise between runs of one build).
+MIN_REL_ERROR = 0.03
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted (or prior) coefficient vector with where it came from and how far it errs."""
+
+    kind: str
+    theta: Coefficients
+    level: str
+    source: str
+    models: tuple[str, ...]
+    n_samples: int
+    rel_error: float | None
+    error_basis: str
+    fallback: str | None = None
+
+    def seconds(self, row: Row) -> float:
+        """Predicted time for one design-matrix row (:func:`row_seconds`)."""
+        return row_seconds(self.theta, row)
+
+    def waits_on_host(self, row: Row) -> bool:
+        """True for a prefill row whose host launches outlast the device's kernels in this
+        fit: its time is the host's (CPU) more than the GPU's."""
+        return host_bound(self.theta, row)
+
+    def coefficients(self) -> dict[str, float]:
+        """``{term: value}`` in SI units (seconds per byte, per FLOP, per layer, fixed)."""
+        return self.theta.as_dict()
+
+    @property
+    def is_roofline(self) -> bool:
+        """True for the physical prior alone (an upper bound, not a prediction)."""
+        return self.level == "roofline"
+
+    def label(self) -> str:
+        """One line: source, interval basis and fallback, for every output."""
+        parts = [self.source]
+        if self.rel_error is not None:
+            parts.append(f"±{self.rel_error * 100:.0f}% ({self.error_basis})")
+        if self.fallback:
+            parts.append(f"fallback: {self.fallback}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form."""
+        return {
+            "kind": self.kind,
+            "coefficients": self.coefficients(),
+            "level": self.level,
+            "source": self.source,
+            "models": list(self.models),
+            "n_samples": self.n_samples,
+            "rel_error": self.rel_error,
+            "error_basis": self.error_basis,
+            "fallback": self.fallback,
+            "label": self.label(),
+        }
+
+
+
+def relative_errors(
+    samples: Sequence[Sample],
+    kind: str,
+    prior: Sequence[float],
+    lower: Sequence[float] | None = None,
+    prior_weight: float | Sequence[float] = PRIOR_WEIGHT,
+) -> list[float]:
+    """Leave-one-model-out errors of tokens/s (predicted / measured - 1) over ``samples``."""
+    mine = [s for s in samples if s.kind == kind]
+    models = sorted({s.build.model for s in mine})
+    errs: list[float] = []
+    if len(models) < 2:
+        return errs
+    for m in models:
+        train = [s for s in mine if s.build.model != m]
+        theta = fit_samples(train, kind, prior, lower, prior_weight)
+        for s in mine:
+            if s.build.model == m:
+                pred = row_seconds(theta, s.features)
+                errs.append(s.seconds / pred - 1.0 if pred > 0 else math.inf)
+    return errs
+
+
+def repeat_spread(samples: Sequence[Sample], kind: str) -> float | None:
+    """How far one run's tokens/s strayed from the mean of its build's runs of the same work
+    (same build and costs: kind, length, graph regime, layers), largest over the builds in
+    ``samples`` run more than once: what the same work varies between runs, and between the
+    machines a lent GPU comes with, which no fit of the build's costs can predict. ``None``
+    when no point was measured twice. On the H200 (2026-12-03/04) Qwen3-Next's 2,048-token
+    prefill took 41.6-57.8 ms in three sessions with the same flags (benchmarks/RESULTS.md)."""
+    groups: dict[tuple[str, Row], list[float]] = {}
+    for s in samples:
+        if s.kind == kind and not s.device_only:  # same build, same costs: the same work
+            g = groups.setdefault((s.build.model, s.features), [])
+            # a shipped prior restating a stored run (to its printed digits) is not a rerun
+            if not any(abs(s.tok_s / v - 1.0) < 5e-4 for v in g):
+                g.append(s.tok_s)
+    devs = [
+        abs(v * len(g) / sum(g) - 1.0) for g in groups.values() if len(g) > 1 for v in g
+    ]
+    return max(devs) if devs else None
+
+
+def error_bound(errs: Sequence[float], models: int) -> float:
+    """Interval half-width from leave-one-model-out errors: the largest miss, widened by
+    ``1 + 1/models`` because it rests on that few models (floored at measurement noise)."""
+    return max(max(abs(e) for e in errs) * (1.0 + 1.0 / max(models, 1)), MIN_REL_ERROR)
+
+
+@dataclass(frozen=True)
+class Level:
+    """A set of samples tried as one calibration level, with how to describe it."""
+
+    level: str
+    samples: tuple[Sample, ...]
+    source: str
+    fallback: str | None = None
+    pooled: bool = False  # over every kernel path of the hardware
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is being predicted: engine, kernel path, hardware and the model whose builds the
+    fit leaves out (:attr:`~servelab.predict.keys.BuildKey.model`; empty: none)."""
+
+    engine: str
+    kernel_path: str
+    hardware: str
+    model: str = ""
+
+
+_DEFAULT_PATH = re.compile(r"^(?P<scheme>.+) (?:MoE|dense) \(default\)$")
+
+
+def path_family(kernel_path: str) -> str:
+    """The kernel path a fit is made per. A hardware profile that records no specific path for
+    a weight scheme names a default one per scheme and model kind (``bf16 MoE (default)``,
+    ``bf16 dense (default)``); those are one path here: dense and MoE models of the scheme run
+    the same attention and projection kernels, and what MoE adds (routing, the fused-MoE
+    kernel's per-expert work) is the expert-slot term, which is zero for a dense model."""
+    m = _DEFAULT_PATH.match(kernel_path)
+    return f"{m.group('scheme')} (default)" if m else kernel_path
+
+
+def _kind_levels(levels: Sequence[Level], kind: str, target: Target) -> list[Level]:
+    out = []
+    gone = target.model or None
+    for lv in levels:
+        keep = tuple(s for s in lv.samples if s.kind == kind and s.build.model != gone)
+        if keep:
+            out.append(Level(lv.level, keep, lv.source, lv.fallback, lv.pooled))
+    return out
+
+
+def fit_levels(
+    levels: Sequence[Level],
+    kind: str,
+    target: Target,
+    physical: Sequence[float],
+    lower: Sequence[float] | None = None,
+) -> Fit:
+    """The fit for ``kind`` from the first level with samples, each level's prior being the
+    fit of the levels below it (down to the physical prior). ``lower`` bounds every fit
+    (default: the physical prior itself, i.e. nothing beats the roofline).
+
+    A prefill's host-launch terms (its form's overlapped part) are the host's: the same Python and
+    CUDA launches of a layer's kernels whatever format its weights are in. Once a level pooled
+    over every kernel path of the hardware has fitted them from launched rows, the kernel
+    path's own levels hold them there (:data:`HOLD_WEIGHT`) instead of fitting them again
+    from the few builds of one path, whose short prompts then traded launch time against the
+    device's terms (H200: leave-one-model-out prefill beyond 25 % went from 12 to 6 of 78
+    points, benchmarks/RESULTS.md)."""
+    bound = physical if lower is None else lower
+    usable = _kind_levels(levels, kind, target)
+    roof = Fit(
+        kind=kind,
+        theta=Coefficients(kind, tuple(float(v) for v in physical)),
+        level="roofline",
+        source="roofline (peak bandwidth and compute, no overheads): an upper bound",
+        models=(),
+        n_samples=0,
+        rel_error=None,
+        error_basis="none",
+    )
+    fit = roof
+    spread = repeat_spread([s for lv in usable for s in lv.samples], kind)
+    held = False  # the launch terms fitted over every kernel path below
+    for lv in reversed(usable):
+        prior = fit.theta
+        weight = _held_weights(len(prior)) if held and not lv.pooled else PRIOR_WEIGHT
+        theta = fit_samples(lv.samples, kind, prior, bound, weight)
+        errs = relative_errors(lv.samples, kind, prior, bound, weight)
+        if lv.pooled and kind == "prefill":
+            held = held or any(overlapping(s.features) for s in lv.samples)
+        models = tuple(sorted({s.build.model for s in lv.samples}))
+        if errs:
+            rel: float | None = error_bound(errs, len(models))
+            basis = f"leave-one-model-out over {len(models)} models"
+            if spread is not None and rel is not None and spread > rel:
+                # no narrower than the same build varied between its own runs (on any kernel
+                # path: the host that varies is the hardware's)
+                rel = spread
+                basis += f"; widened to the ±{spread * 100:.0f}% one build varied between runs"
+        elif fit.rel_error is not None:
+            rel = fit.rel_error
+            basis = f"one model here; interval of the level below ({fit.error_basis})"
+        else:
+            rel, basis = None, "one model and no level below: no interval"
+        fit = Fit(
+            kind=kind,
+            theta=theta,
+            level=lv.level,
+            source=lv.source,
+            models=models,
+            n_samples=len(lv.samples),
+            rel_error=rel,
+            error_basis=basis,
+            fallback=lv.fallback,
+        )
+    return fit
+
+
+def _held_weights(k: int) -> tuple[float, ...]:
+    """Prior weights that hold a prefill fit's host-launch terms at the prior's values."""
+    w = [PRIOR_WEIGHT] * k
+    launch = FORMS["prefill"].span(OVERLAPPED)
+    w[launch] = [HOLD_WEIGHT] * len(w[launch])
+    return tuple(w)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Decode and prefill fits for one target (engine, kernel path, hardware)."""
+
+    target: Target
+    decode: Fit
+    prefill: Fit
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form."""
+        return {
+            "target": {
+                "engine": self.target.engine,
+                "kernel_path": self.target.kernel_path,
+                "hardware": self.target.hardware,
+            },
+            "decode": self.decode.to_dict(),
+            "prefill": self.prefill.to_dict(),
+            "notes": list(self.notes),
+        }
+
+
+def levels_for(
+    target: Target,
+    stored: Iterable[Sample],
+    priors: Iterable[Sample],
+    *,
+    origin: str = "stored runs",
+) -> list[Level]:
+    """The calibration levels for ``target``, most specific first (see module docs);
+    ``origin`` names where ``stored`` came from."""
+    same_hw = [s for s in stored if s.engine == target.engine and s.hardware == target.hardware]
+    priors = list(priors)
+    family = path_family(target.kernel_path)
+    # Profiled device times of this engine, hardware and kernel path (shipped with the priors)
+    # fit the device terms next to the stored runs: they are what tells a host-bound build's
+    # floor apart from its kernels (benchmarks/RESULTS.md, H200 decode profiles).
+    profiles = [
+        s
+        for s in priors
+        if s.device_only
+        and s.engine == target.engine
+        and s.hardware == target.hardware
+        and path_family(s.kernel_path) == family
+        and s not in same_hw
+    ]
+    fitted_from = origin
+    if same_hw and profiles:
+        same_hw += profiles
+        fitted_from = f"{origin} and shipped decode profiles"
+
+    def split(
+        pool: list[Sample], what: str, named: Callable[[Sequence[Sample]], str]
+    ) -> tuple[list[Level], list[Level]]:
+        """(the level of ``family``, the pooled level) of ``pool``, each empty when it has
+        nothing to hold; ``named`` says where a level's samples come from."""
+        path = [s for s in pool if path_family(s.kernel_path) == family]
+        other = sorted({s.kernel_path for s in pool if path_family(s.kernel_path) != family})
+        own = Level(
+            what, tuple(path), f"{named(path)} ({target.engine} / {family} / {target.hardware})"
+        )
+        pooled = Level(
+            f"{what}, pooled",
+            tuple(pool),
+            f"{named(pool)} ({target.engine} / all kernel paths / {target.hardware})",
+            fallback=None if path else f"no {family} data; pooled over {', '.join(other)}",
+            pooled=True,
+        )
+        return ([own] if path else []), ([pooled] if other else [])
+
+    def shipped(rows: Sequence[Sample]) -> str:
+        sources = sorted({s.source for s in rows})
+        return "prior from " + "; ".join(sources) if sources else "prior"
+
+    stored_path, stored_pooled = split(same_hw, origin, lambda _: f"fitted from {fitted_from}")
+    # The priors always sit below the stored runs of the same kernel path: with no run on the
+    # hardware they carry the prediction; with a few, they are the fit's prior and lend their
+    # interval to a level that holds one model only. Shipped measurements of the target's own
+    # path also rank above stored runs of other paths only: that pooling is a fallback, and a
+    # store holding one small build of another path (a 2-layer floor probe, H200 2026-12-03)
+    # had predicted an FP8 MoE build 3.6x too slow from it while the priors held that path.
+    pri = [s for s in priors if s.engine == target.engine and s.hardware == target.hardware]
+    prior_path, prior_pooled = split(pri, "prior", shipped)
+    return stored_path + prior_path + stored_pooled + prior_pooled
+
+
+def calibrate(
+    target: Target,
+    stored: Iterable[Sample],
+    priors: Iterable[Sample],
+    physical: Callable[[str], Sequence[float]],
+    lower: Callable[[str], Sequence[float]] | None = None,
+) -> Calibration:
+    """Decode and prefill fits for ``target`` (``physical(kind)``: the roofline coefficients;
+    ``lower(kind)``: the bounds, default the roofline's)."""
+    levels = levels_for(target, list(stored), list(priors))
+    fits = {
+        k: fit_levels(levels, k, target, physical(k), lower(k) if lower else None) for k in KINDS
+    }
+    notes = []
+    for k, f in fits.items():
+        if f.is_roofline:
+            notes.append(
+                f"{k}: no stored run or shipped prior of {target.engine} on "
+                f"{target.hardware}: roofline only"
+            )
+    return Calibration(target, fits["decode"], fits["prefill"], tuple(notes))
+
+
+def interval(
+    tok_s: float, rel_error: float | None, bound: float | None = None
+) -> tuple[float, float] | None:
+    """tok/s interval when predicted / measured tok/s lies within ``1 ± e``, its top capped at
+    the roofline ``bound`` (no engine beats the roofline)."""
+    if rel_error is None:
+        return None
+    lo = tok_s / (1.0 + rel_error)
+    hi = tok_s / (1.0 - rel_error) if rel_error < 1.0 else math.inf
+    if bound is not None and bound > 0:
+        hi = min(hi, bound)
+        lo = min(lo, bound)
+    return lo, hi
