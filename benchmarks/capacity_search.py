@@ -31,7 +31,8 @@ from servelab.bench.capacity import CapacityRunner, SearchSpec, grid, run_capaci
 from servelab.bench.client import BenchClient
 from servelab.bench.run import BenchConfig, open_session
 from servelab.bench.slo import parse_slo
-from servelab.bench.workload import WorkloadRunner, WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
+from servelab.bench.workload import WorkloadRunner
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from servelab.checkpoint.configs import parse_json_object
 from servelab.checkpoint.gguf_format import load_gguf
 from servelab.checkpoint.safetensors_format import DTYPE_BITS, parse_header
-from servelab.checkpoint.sources import parse_index
+from servelab.checkpoint.shard_index import parse_index
 from servelab.errors import ServelabError
 from servelab.testing.gguf_seed import gguf_mutations, write_seed_gguf
 from servelab.testing.mutations import byte_mutations

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 
 PROFILES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("closed loop (baseline)", {}),

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 from tests.engines import EngineFactory, tiny_llamacpp_recipe, tiny_recipe
 
-from servelab.engine.install import find_engine
-from servelab.engine.launch import launch
-from servelab.engine.process import RunningEngine
-from servelab.engine.recipe import Recipe
 from servelab.errors import EngineNotFoundError
+from servelab.serve.install import find_engine
+from servelab.serve.launch import launch
+from servelab.serve.process import RunningEngine
+from servelab.serve.recipe import Recipe
 
 
 def _session_engines(

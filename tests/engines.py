@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from servelab.engine.process import RunningEngine
-from servelab.engine.recipe import ModelSection, Recipe
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.engines.vllm.recipe import VllmFlags, VllmSection
+from servelab.serve.process import RunningEngine
+from servelab.serve.recipe import ModelSection, Recipe
 
 # Small enough for a shared 2-core / 24 GiB box, big enough for real requests.
 DEFAULT_ENGINE_FLAGS: dict[str, Any] = {

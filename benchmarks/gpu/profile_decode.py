@@ -48,8 +48,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from servelab.engine.recipe import load_recipe
-from servelab.engines.vllm.argv import build_argv
+from servelab.serve.launch import engine_argv
+from servelab.serve.recipe import load_recipe
 
 CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
@@ -335,7 +335,7 @@ def main() -> int:
     port = free_port()
     python = str(recipe.engine_python() or sys.executable)
     model = str(recipe.model_path())
-    argv = build_argv(recipe, launcher=[python], model=model, port=port)
+    argv = engine_argv(recipe, launcher=[python], model=model, port=port)
     config = {
         "profiler": "torch",
         "torch_profiler_dir": str(prof_dir),

@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             "tok_s": round(s.tok_s, 2),
             "source": args.source,
         }
-        if s.build.is_step:  # an MTP run: one verification step per row
+        if s.is_step:  # a drafting run: one verification step per row, tok_s in steps/s
+            row["spec_method"] = s.spec_method
+            row["draft_passes"] = s.draft_passes
             row["note"] = s.source[s.source.index("(") + 1 : -1]
         print("\n[[sample]]")
         for k, v in row.items():

@@ -12,28 +12,45 @@ Every command that writes a file goes through this module (issue 33):
   sees the old file or the new one, never half of one. The file gets the permissions a plain
   ``open(path, "w")`` would give (0666 less the umask, usually 0644), not ``mkstemp``'s 0600.
   A failed write raises :class:`~servelab.errors.OutputPathError` naming the path and the
-  operating system's reason (``No space left on device``, ...), the old file untouched.
+  operating system's reason (``No space left on device``, ...), the old file untouched;
+- :func:`atomic_file` / :func:`atomic_dir` are the same temp-then-rename for writers that
+  need a path of their own (a GGUF or sparse safetensors writer, a copied executable, a
+  checkpoint or site directory built file by file). Every temp-file-then-rename write in
+  servelab goes through these two (the helpers above use :func:`atomic_file`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import OutputPathError
 
-__all__ = ["check_new_checkpoint", "check_output_dir", "check_output_file", "file_mode",
-           "write_bytes", "write_json", "write_text"]
+__all__ = ["atomic_dir", "atomic_file", "check_new_checkpoint", "check_output_dir",
+           "check_output_file", "dir_mode", "file_mode", "write_bytes", "write_json",
+           "write_text"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def file_mode() -> int:
     """0666 less the process umask: what ``open(path, "w")`` would create."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
+    return 0o666 & ~_umask()
+
+
+def dir_mode() -> int:
+    """0777 less the process umask: what ``mkdir`` would create."""
+    return 0o777 & ~_umask()
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -94,27 +111,68 @@ def check_new_checkpoint(path: Path, *, force: bool) -> Path:
     return check_output_dir(path)
 
 
+@contextmanager
+def atomic_file(path: Path, *, mode: int | None = None) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write to; when the block ends without an error it
+    gets ``mode`` (default :func:`file_mode`) and replaces ``path``, else it is removed.
+
+    ``OSError`` s are not translated (callers that write user output use :func:`write_bytes`).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, file_mode() if mode is None else mode)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_dir(path: Path, *, replace: bool = False, mode: int | None = None) -> Iterator[Path]:
+    """A temporary directory beside ``path`` to fill; when the block ends without an error it
+    gets ``mode`` (default :func:`dir_mode`) and is renamed to ``path``, else it is removed.
+
+    ``path`` must not exist unless ``replace``: then the old directory is moved aside, the new
+    one put in its place (the old one put back if that fails) and the old one removed, so a
+    reader sees the whole old tree or the whole new one. A ``path`` that appears meanwhile
+    (another process building the same thing) makes the rename fail with ``OSError``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    try:
+        yield tmp
+        tmp.chmod(dir_mode() if mode is None else mode)
+        if replace and path.exists():
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.old-"))
+            old.rmdir()
+            path.rename(old)
+            try:
+                tmp.rename(path)
+            except OSError:
+                old.rename(path)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (see the module docstring)."""
-    path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise OutputPathError(f"cannot write: {exc.strerror or exc}", path=path) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
+        with atomic_file(path) as tmp, tmp.open("wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise OutputPathError(f"cannot write: {exc.strerror or exc}", path=path) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_text(path: Path, text: str) -> None:

@@ -12,8 +12,9 @@ that picks the unit that shows a byte count (``498.75 KiB`` rather than ``0.00 G
 from __future__ import annotations
 
 import re
+import struct
 
-__all__ = ["format_bytes", "parse_float_list", "parse_int_list", "parse_size"]
+__all__ = ["f32_mib", "format_bytes", "parse_float_list", "parse_int_list", "parse_size"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS = {
@@ -65,3 +66,9 @@ def format_bytes(n: float, digits: int = 2) -> str:
         if abs(n) >= size:
             return f"{n / size:,.{digits}f} {unit}"
     return f"{n:,.0f} B"
+
+
+def f32_mib(n: int) -> float:
+    """MiB as a C program computes ``(float) n / (1024.0f * 1024.0f)`` (llama.cpp's log)."""
+    as_f32: float = struct.unpack("f", struct.pack("f", float(n)))[0]
+    return as_f32 / 1048576.0

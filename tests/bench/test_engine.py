@@ -10,7 +10,7 @@ import pytest
 
 from servelab.bench.prompts import LocalTokenCounter, PromptBuilder, ServerTokenCounter
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 
 pytestmark = pytest.mark.engine
 

@@ -8,8 +8,8 @@ import pytest
 
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.samples import ErrorKind
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.transport import Timeouts
-from servelab.bench.workload import WorkloadSpec
 from servelab.testing.synthetic_server import Fault, FaultKind, SyntheticConfig, SyntheticServer
 
 SHORT = Timeouts(first_byte_s=0.6, stall_s=0.4, total_s=5.0)

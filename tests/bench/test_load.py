@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 

@@ -13,8 +13,8 @@ from tests.bench.cli import servelab
 
 from servelab.bench.metrics import decode_withheld
 from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.stats import summarize
-from servelab.bench.workload import WorkloadSpec
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 # itl 0: every due chunk goes out at once, up to 64 per write — the whole answer arrives in

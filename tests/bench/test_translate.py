@@ -11,8 +11,8 @@ from tests.bench.cli import servelab
 from servelab.bench.metrics import per_request
 from servelab.bench.result import write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.translate import CONCEPTS, TOOLS, lookup, translate
-from servelab.bench.workload import WorkloadSpec
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 

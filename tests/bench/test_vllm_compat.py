@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.vllm_compat import from_vllm, load_vllm, to_vllm
-from servelab.bench.workload import WorkloadSpec
 from servelab.errors import InputError
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 

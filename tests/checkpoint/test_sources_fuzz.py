@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from servelab.checkpoint import load_checkpoint, parse_header
 from servelab.checkpoint.configs import parse_json_object
-from servelab.checkpoint.sources import check_index, parse_index
+from servelab.checkpoint.shard_index import check_index, parse_index
 from servelab.errors import ConfigError, ServelabError, ShardIndexError
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from servelab.checkpoint import load_checkpoint
-from servelab.checkpoint.sources import FIRST_RANGE_BYTES
+from servelab.checkpoint.hub import FIRST_RANGE_BYTES
 from servelab.errors import (
     CheckpointNotFoundError,
     HeaderError,

@@ -10,8 +10,8 @@ from typing import ClassVar
 
 import pytest
 
-from servelab.engine.attach import attach, parse_metrics
 from servelab.errors import RemoteError, UsageError
+from servelab.serve.attach import attach, parse_metrics
 
 METRICS = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.

@@ -29,7 +29,7 @@ def test_recipe_new_then_check(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["argv"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    assert data["recipe"]["bench"]["prompt_tokens"] == [512, 2048, 8192]
+    assert data["recipe"]["bench"]["prompt_lens"] == [512, 2048, 8192]
 
 
 def test_recipe_check_spark_prints_exact_command() -> None:

@@ -19,10 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servelab.engine.attach import attach
-from servelab.engine.facts import Phase
-from servelab.engine.launch import launch, prepare_launch
-from servelab.engine.process import (
+from servelab.engines.facts import Phase
+from servelab.engines.vllm.logfacts import parse_log
+from servelab.errors import EngineError, EngineStartupError, PortInUseError
+from servelab.serve.attach import attach
+from servelab.serve.launch import launch, prepare_launch
+from servelab.serve.process import (
     PID_FILE,
     RunningEngine,
     group_alive,
@@ -31,8 +33,6 @@ from servelab.engine.process import (
     spawn,
     start_engine,
 )
-from servelab.engines.vllm.logfacts import parse_log
-from servelab.errors import EngineError, EngineStartupError, PortInUseError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.engines import tiny_recipe

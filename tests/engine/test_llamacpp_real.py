@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.checkpoint.report import inspect_checkpoint
-from servelab.engine.launch import launch
-from servelab.engine.process import group_alive, port_is_free
 from servelab.engines.llamacpp.logfacts import parse_log
+from servelab.serve.launch import launch
+from servelab.serve.process import group_alive, port_is_free
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.engines import tiny_llamacpp_recipe

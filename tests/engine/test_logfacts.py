@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servelab.engine.facts import EngineFacts, Phase
+from servelab.engines.facts import EngineFacts, Phase
 from servelab.engines.vllm.logfacts import LogParser, parse_log
 from servelab.redact import REDACTED
 

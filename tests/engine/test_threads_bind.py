@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.engines import tiny_recipe
 
-from servelab.engine.launch import prepare_launch
 from servelab.engines.vllm import VLLM
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import UsageError
+from servelab.serve.launch import prepare_launch
 
 
 @pytest.mark.parametrize(
@@ -67,19 +67,19 @@ def test_vllm_cpu_tp2_recipe_gets_the_bind_from_this_process_affinity() -> None:
     if len(os.sched_getaffinity(0)) < 2 or OMP_BIND_VAR in os.environ:
         pytest.skip("needs 2 CPUs and no VLLM_CPU_OMP_THREADS_BIND in the environment")
     want = omp_threads_bind(os.sched_getaffinity(0), 2)
-    assert VLLM.auto_env(recipe) == {OMP_BIND_VAR: want}
+    assert VLLM.auto_env(recipe.engine) == {OMP_BIND_VAR: want}
 
 
 def test_bind_left_alone_for_one_rank_other_builds_ray_and_recipe_env() -> None:
-    assert VLLM.auto_env(tiny_recipe("llama")) == {}
+    assert VLLM.auto_env(tiny_recipe("llama").engine) == {}
     tp2 = tiny_recipe("llama", tensor_parallel_size=2)
     gpu = tp2.model_copy(update={"engine": tp2.engine.model_copy(update={"build": "vllm"})})
-    assert VLLM.auto_env(gpu) == {}
+    assert VLLM.auto_env(gpu.engine) == {}
     ray = tiny_recipe("llama", tensor_parallel_size=2, distributed_executor_backend="ray")
-    assert VLLM.auto_env(ray) == {}
+    assert VLLM.auto_env(ray.engine) == {}
     mine = tp2.model_copy(update={"engine": tp2.engine.model_copy(
         update={"env": {OMP_BIND_VAR: "nobind"}})})
-    assert VLLM.auto_env(mine) == {}
+    assert VLLM.auto_env(mine.engine) == {}
 
 
 def test_too_many_ranks_for_the_cpus_refuses_before_launch() -> None:
@@ -88,7 +88,7 @@ def test_too_many_ranks_for_the_cpus_refuses_before_launch() -> None:
     if OMP_BIND_VAR in os.environ:
         pytest.skip("VLLM_CPU_OMP_THREADS_BIND set in the environment")
     with pytest.raises(UsageError, match=f"{ranks} ranks"):
-        VLLM.auto_env(recipe)
+        VLLM.auto_env(recipe.engine)
 
 
 def test_launch_spec_carries_the_automatic_bind_and_recipe_env_wins(tmp_path: Path) -> None:

@@ -13,13 +13,14 @@ from typer.testing import CliRunner
 
 from servelab.cli.app import app
 from servelab.errors import HardwareProfileError
+from servelab.hardware.lookup import get_profile
 from servelab.hardware.probe import (
     load_probe,
     measure_copy_bandwidth,
     measure_matmul,
     probe_command,
 )
-from servelab.hardware.profiles import BUILTIN, GIB, get_profile, load_profiles_toml, with_probe
+from servelab.hardware.profiles import BUILTIN, GIB, load_profiles_toml, with_probe
 
 runner = CliRunner()
 EXPECTED = {

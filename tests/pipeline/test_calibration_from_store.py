@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.hardware.profiles import get_profile
+from servelab.hardware.lookup import get_profile
 from servelab.plan.weights import Weights
 from servelab.predict.ledger import LedgerRow
 from servelab.predict.priors import PriorTable, load_priors
@@ -148,7 +148,14 @@ def test_an_mtp_run_is_a_speculative_step_sample_and_an_ngram_run_is_none() -> N
     assert s.seconds == pytest.approx(1.8 / 300.0)
     assert (s.bytes_read, s.layers, s.expert_slots) == (4 * GB, 42, 42 * 128)
     assert "speculative step: mtp k=2, measured acceptance 1.80" in s.source
+    assert (s.spec_method, s.draft_passes, s.is_step) == ("mtp", 2, True)
+    # a plan from before the step's parts stored MTP steps only: its n-gram run gives none
     assert samples_from_run(drafting("ngram")) == []
+    # a plan that stores the n-gram step's parts: one host lookup per step
+    steps[0] = {**steps[0], "method": "ngram", "draft_passes": 1, "step_layers": 40}
+    (n,) = samples_from_run(drafting("ngram"))
+    assert (n.spec_method, n.draft_passes, n.layers) == ("ngram", 1, 40)
+    assert n.build.step == "ngram k=2"
 
 
 def _h200_session(name: str) -> dict[str, RunRecord]:

@@ -165,13 +165,29 @@ def _check_pages(browser: Browser, site: Path, pages: list[str], runs: list[RunR
                     assert f"{run.kv_pool_tokens:,}" in text
                 page.screenshot(ARTIFACTS / (rel.replace("/", "_") + ".png"))
         (model_page,) = sorted((site / "models").glob("*.html"))
-        with browser.page(base + f"models/{model_page.name}") as page:
+        with browser.page(base + f"models/{model_page.name}", width=1300) as page:
             assert page.result.errors == []
             rows = page.js(
                 "[...document.querySelectorAll('#builds-table tbody tr')]"
                 ".map(r => [...r.cells].map(c => c.innerText))"
             )
+            # The page leads with the answer: on this host (measured) which build to
+            # download, its decode linked to the run that measured it, and why.
+            heads = page.js("[...document.querySelectorAll('h2')].map(h => h.innerText)")
+            answer = page.js(
+                "[...document.querySelectorAll('#answer-table tbody tr')].map(tr => ({"
+                "hw: tr.dataset.hardware, basis: tr.dataset.basis, pick: tr.dataset.pick,"
+                "run: tr.cells[2].querySelector('a.measured')?.dataset.run,"
+                "why: tr.cells[3].innerText}))")
+            # 1,300 pixels: nothing wider than the window
+            width = page.js("document.documentElement.scrollWidth")
             page.screenshot(ARTIFACTS / f"models_{model_page.name}.png")
+        assert heads[:2] == ["Which build to download", "Every build, measured"]
+        assert answer[0]["hw"] == "host" and answer[0]["basis"] == "measured"
+        assert answer[0]["pick"] in {r.recipe_name for r in runs}
+        assert answer[0]["run"] in {r.run_id for r in runs}
+        assert "measured in run" in answer[0]["why"]
+        assert width <= 1300
         # The vLLM builds and the llama.cpp build side by side, each with measured decode.
         assert sorted(r[3].split()[0] for r in rows) == ["llama.cpp", "vLLM", "vLLM"]
         for row in rows:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from servelab.engine.recipe import parse_recipe
 from servelab.pipeline.environment import cuda_of_torch, engine_environment
+from servelab.serve.recipe import parse_recipe
 
 
 def test_cuda_build_from_the_torch_version() -> None:

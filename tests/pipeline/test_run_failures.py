@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engine.recipe import load_recipe
 from servelab.pipeline.run import RunEvent, RunOptions, run_recipe
+from servelab.serve.recipe import load_recipe
 from servelab.store import open_store
 from servelab.store.model import STATUS_FAILED, RunFilter
 
@@ -216,7 +216,7 @@ def test_token_mismatch_makes_the_run_failed(tmp_path: Path) -> None:
     """A benchmark whose server counts one generated token more than its stream carried is a
     failed run (step bench, the disagreement as its reason), recorded with its samples."""
     from servelab.bench.run import BenchConfig, run_bench
-    from servelab.bench.workload import WorkloadSpec
+    from servelab.bench.spec import WorkloadSpec
     from servelab.pipeline.run import bench_record
     from servelab.store.model import STATUS_OK, utcnow
     from servelab.testing.synthetic_server import (

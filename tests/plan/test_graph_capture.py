@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -20,16 +21,19 @@ from servelab.cli.app import app
 from servelab.cli.output import Table
 from servelab.cli.run_cmd import graphs_table, outcome_doc
 from servelab.cli.serve_cmd import facts_table
-from servelab.engine.facts import EngineFacts
-from servelab.engine.recipe import parse_recipe
 from servelab.engines import get_engine
+from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.hardware.profiles import get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.planning import plan_checkpoint
 from servelab.pipeline.run import RunOutcome
 from servelab.plan.build import Plan
 from servelab.plan.layout import ParallelLayout
+from servelab.plan.parallel import topology_for
+from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
 from servelab.plan.startup import StartupOptions, effective_max_num_seqs, planned_graph_capture
+from servelab.serve.recipe import parse_recipe
 from servelab.store.model import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,10 +146,19 @@ def test_servelab_plan_prints_the_capture_size(qwen36_bf16: Path, tmp_path: Path
 
 
 def _h200_plan(qwen36: Path, seqs: int, draft_tokens: int = 0) -> Plan:
-    return plan_checkpoint(str(qwen36), hardware=get_profile("h200"), use_store=False,
-                           engine_version="0.26.0", max_model_len=40_960,
-                           kv_cache_memory_bytes=16 * 2**30, draft_tokens=draft_tokens,
-                           startup=StartupOptions(max_num_seqs=seqs))
+    return plan_checkpoint(_request(
+        str(qwen36), get_profile("h200"), engine_version="0.26.0",
+        knobs=EngineKnobs(max_model_len=40_960, kv_cache_memory_bytes=16 * 2**30,
+                          startup=StartupOptions(max_num_seqs=seqs)),
+        speculation=Speculation(draft_tokens=draft_tokens)))
+
+
+def _request(checkpoint: str, hardware: HardwareProfile, **fields: Any) -> PlanRequest:
+    """A plan of ``checkpoint`` on ``hardware`` with vLLM's arithmetic, no stored runs."""
+    arithmetic = get_engine("vllm").kv_arithmetic()
+    assert arithmetic is not None
+    return PlanRequest(checkpoint, hardware, topology_for(hardware.name), arithmetic,
+                       store=StoreChoice(use=False), **fields)
 
 
 def _table(plan: Plan | None, facts: EngineFacts | None) -> Table:
@@ -176,8 +189,8 @@ def test_run_summary_compares_planned_and_logged(qwen36_bf16: Path) -> None:
 
 def test_run_summary_on_vllm_cpu_says_no_graphs(qwen36_bf16: Path, tmp_path: Path) -> None:
     profile = get_profile("cpu-box", files=[_cpu_profile(tmp_path)])
-    plan = plan_checkpoint(str(qwen36_bf16), hardware=profile, use_store=False,
-                           max_model_len=4096, kv_cache_memory_bytes=2**30)
+    plan = plan_checkpoint(_request(str(qwen36_bf16), profile, knobs=EngineKnobs(
+        max_model_len=4096, kv_cache_memory_bytes=2**30)))
     facts = parse_log((ENGINE_LOGS / "vllm-0.32.0-cpu-qwen3_next.log").read_text("utf-8"))
     assert [r[1] for r in _table(plan, facts).rows] == ["0 (no graphs)", "0 (no graphs)"]
     silent = parse_log("INFO 12-03 10:00:00 [x.py:1] GPU KV cache size: 1,024 tokens")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from tests.plan.test_kv_families_logs import CASES, FAMILIES, engine_argv, plan_for
 
-from servelab.engine.launch import launch
-from servelab.engine.recipe import ModelSection, Recipe
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.engines.vllm.recipe import VllmFlags, VllmSection
+from servelab.serve.launch import launch
+from servelab.serve.recipe import ModelSection, Recipe
 from servelab.synth.tiny import make_tiny_model
 
 pytestmark = pytest.mark.engine

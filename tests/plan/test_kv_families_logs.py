@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engine.facts import EngineFacts
+from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ConfigError

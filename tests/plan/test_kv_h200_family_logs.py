@@ -30,7 +30,7 @@ from servelab.engines.vllm.kv import plan_kv_pool_dims
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ServelabError
 from servelab.families import model_dims
-from servelab.hardware.profiles import get_profile
+from servelab.hardware.lookup import get_profile
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
 
 LOGS = Path(__file__).parent / "logs" / "h200"

@@ -19,8 +19,6 @@ import pytest
 from tests.plan.test_llamacpp_kv import LOGS
 
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.launch import launch
-from servelab.engine.recipe import ModelSection, Recipe
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.kv import (
     LlamaCppKv,
@@ -33,6 +31,8 @@ from servelab.engines.llamacpp.logfacts import parse_log
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import UsageError
 from servelab.families import model_dims
+from servelab.serve.launch import launch
+from servelab.serve.recipe import ModelSection, Recipe
 
 _PREFIX = re.compile(r"^\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] ")
 _CACHE_LINE = re.compile(r"llama_kv_cache(_iswa)?: (size = |creating)")

@@ -17,14 +17,14 @@ import pytest
 from tests.plan.test_llamacpp_kv import logged_kv_line
 
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.launch import launch
-from servelab.engine.process import RunningEngine
-from servelab.engine.recipe import Recipe, load_recipe
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvPlan, plan_llamacpp_kv
 from servelab.engines.llamacpp.kvcheck import check_llamacpp_kv_against_log
 from servelab.engines.llamacpp.recipe import LlamaCppSection
 from servelab.families import model_dims
+from servelab.serve.launch import launch
+from servelab.serve.process import RunningEngine
+from servelab.serve.recipe import Recipe, load_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

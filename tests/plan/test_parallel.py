@@ -17,18 +17,19 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engine.recipe import load_recipe, parse_recipe
-from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
-from servelab.hardware.profiles import BUILTIN, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights
+from servelab.serve.launch import engine_argv
+from servelab.serve.recipe import load_recipe, parse_recipe
 
 LOGS = Path(__file__).parent / "logs"
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +69,7 @@ def test_recipe_layout_reaches_argv_and_back_by_one_value() -> None:
     layout = r.engine.flags.layout()
     assert layout == ParallelLayout(tensor=4, pipeline=2, data=2, expert=True, backend="ray")
     assert (layout.world_size, layout.gpus_per_replica, layout.moe_group) == (16, 8, 8)
-    argv = build_argv(r, launcher=["python"], model="a/b", port=1)
+    argv = engine_argv(r, launcher=["python"], model="a/b", port=1)
     assert layout_from_argv(argv) == layout
     assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
     assert "--enable-expert-parallel" in argv
@@ -157,7 +158,7 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
         "[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n"
         '[profile.cpu-box.sources]\nbandwidth = "a test"\n'
     )
-    from servelab.hardware.profiles import get_profile
+    from servelab.hardware.lookup import get_profile
 
     cpu = get_profile("cpu-box", files=[prof])
     w = _weights()
@@ -308,7 +309,7 @@ def test_ray_multi_node_recipe_example() -> None:
     r = load_recipe(ROOT / "recipes" / "qwen3-next-80b-bf16-2x-spark-ray.toml")
     layout = r.engine.flags.layout()
     assert layout == ParallelLayout(pipeline=2, backend="ray")
-    argv = build_argv(r, launcher=["python"], model="m", port=8000)
+    argv = engine_argv(r, launcher=["python"], model="m", port=8000)
     assert argv[-4:] == [
         "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"
     ]  # fmt: skip

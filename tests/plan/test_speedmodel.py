@@ -428,21 +428,14 @@ def test_default_paths_of_one_scheme_are_one_path_for_dense_and_moe() -> None:
     assert "bf16 (default)" in levels[0].source
 
 
-def test_speculative_step_reads_the_experts_of_k_plus_one_tokens_and_k_lm_heads() -> None:
+def test_k_plus_one_tokens_touch_the_expected_distinct_experts() -> None:
     from servelab.plan.costs import distinct_expert_fraction
-    from servelab.plan.weights import Weights
-    from servelab.predict.spec import draft_bytes_per_step
 
     # 256 experts, top-8: one token touches 8/256; four tokens 1 - (1 - 8/256)^4 of them.
+    # (the step's parts from a checkpoint: tests/predict/test_spec.py)
     assert distinct_expert_fraction(256, 8, 1) == pytest.approx(8 / 256)
     assert distinct_expert_fraction(256, 8, 4) == pytest.approx(1 - (248 / 256) ** 4)
     assert distinct_expert_fraction(256, 8, 10_000) == pytest.approx(1.0)
-    w = Weights(name="m", resident_bytes=40_000, decode_bytes_per_token=4_000,
-                routed_expert_bytes=25_600, active_params=1, total_params=1, scheme="bf16",
-                quant_label="bf16", num_experts=256, experts_per_token=8, routed_expert_bits=16.0,
-                mtp_tensors=10, mtp_bytes=1_000, vision_bytes=0, source="t", lm_head_bytes=500)
-    # head: 1,000 bytes x (4,000 / 39,000 of the text model is read per token) + the lm_head
-    assert draft_bytes_per_step(w) == int(1_000 * 4_000 / 39_000) + 500
 
 
 def test_a_kernel_path_holds_the_host_launch_terms_fitted_over_every_path() -> None:

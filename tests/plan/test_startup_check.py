@@ -19,17 +19,18 @@ from tests.cli_checks import assert_one_line_errors
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engine.recipe import parse_recipe
 from servelab.engines import get_engine
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.recipe import VllmFlags
-from servelab.hardware.profiles import GIB, HardwareProfile, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import GIB, HardwareProfile
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import (
     StartupOptions,
     check_mamba_blocks,
     effective_max_num_seqs,
 )
+from servelab.serve.recipe import parse_recipe
 from servelab.synth.replica import QWEN3_6_35B_A3B
 
 REPO = Path(__file__).resolve().parents[2]

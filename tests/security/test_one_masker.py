@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engine.command import display_command
 from servelab.redact import REDACTED, redact, redact_args, redact_env, redact_text, secret_values
+from servelab.serve.command import display_command
 from servelab.site.collect import site_from_records
 from servelab.site.render import render_site
 

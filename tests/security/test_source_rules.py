@@ -89,7 +89,7 @@ def test_the_planner_imports_no_engine_code() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                ("servelab.engine", "servelab.engines")
+                ("servelab.serve", "servelab.engines")
             ):
                 found.append(f"{path.name}:{node.lineno}: {node.module}")
     assert found == []

@@ -15,7 +15,7 @@ import pytest
 
 from servelab.analysis import Group, compare_groups
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.store import (
     RunRecord,
     fields_from_engine_facts,
@@ -97,3 +97,36 @@ def test_headline_skips_a_point_without_a_decode_figure() -> None:
     rec = run_from_bench_json(doc)
     assert rec.decode_tok_s == pytest.approx(100.0, rel=0.15)
     assert rec.metric("decode_tok_s", "p2048-c1") is None
+
+
+def test_the_record_of_a_result_equals_the_record_of_its_file(tmp_path: Path) -> None:
+    # the run pipeline hands the result object over; an import reads the file it wrote:
+    # both must give the same run (same id, samples, metrics)
+    from servelab.bench.result import read_result
+    from servelab.store import run_from_bench
+
+    doc = _bench(0.010)
+    direct = run_from_bench(read_result(doc))
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc))
+    (imported,) = read_import_file(path)
+    assert direct.run_id == imported.run_id
+    assert direct.samples == imported.samples and direct.metrics == imported.metrics
+
+
+@pytest.mark.parametrize(("mangle", "problem"), [
+    (lambda d: d.pop("started_at"), "missing key 'started_at'"),
+    (lambda d: d["points"][0].pop("metrics"), "missing key 'metrics'"),
+    (lambda d: d.update(points=7), "malformed bench result"),
+])
+def test_a_malformed_bench_file_is_named_with_its_problem(
+        tmp_path: Path, mangle: Any, problem: str) -> None:
+    from servelab.errors import InputError
+
+    doc = _bench(0.010)
+    mangle(doc)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as err:
+        read_import_file(path)
+    assert str(path) in str(err.value) and problem in str(err.value)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from servelab.analysis import Group, compare_groups
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import WorkloadSpec
+from servelab.bench.spec import WorkloadSpec
 from servelab.points import PointKey, arrival_tag
 from servelab.site.collect import concurrent_rows, point_values
 from servelab.store import export_doc, open_store, read_import_file, run_from_bench_json

@@ -54,10 +54,11 @@ from typing import Any
 
 from servelab.bench.metrics import Metrics
 from servelab.bench.samples import RequestSample
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.specdecode import CounterDelta
 from servelab.bench.stats import Drift
 from servelab.bench.tokencheck import TokenCheck
-from servelab.bench.workload import Point, PointResult, WorkloadSpec
+from servelab.bench.workload import Point, PointResult
 from servelab.errors import InputError
 from servelab.outfile import write_json
 
@@ -150,15 +151,26 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_json(path, data)
 
 
+def read_result(data: Any, *, source: str | Path = "input") -> BenchResult:
+    """The typed reader of a stored ``servelab.bench/1`` document (parsed JSON);
+    InputError naming ``source`` and the problem when it is not one."""
+    if not isinstance(data, dict):
+        raise InputError("not a servelab bench result (not a JSON object)", path=source)
+    if data.get("schema") != SCHEMA:
+        raise InputError(f"not a {SCHEMA} document (schema {data.get('schema')!r})",
+                         path=source)
+    try:
+        return BenchResult.from_json(data)
+    except KeyError as exc:
+        raise InputError(f"malformed bench result: missing key {exc}", path=source) from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"malformed bench result: {exc!r}", path=source) from exc
+
+
 def load(path: Path) -> BenchResult:
     """Read a saved result; InputError naming the file when it is not one."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read a bench result: {exc}", path=path) from exc
-    if not isinstance(data, dict):
-        raise InputError("not a servelab bench result", path=path)
-    try:
-        return BenchResult.from_json(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"malformed bench result: {exc!r}", path=path) from exc
+    return read_result(data, source=path)

@@ -28,6 +28,7 @@ from servelab.bench.prompts import (
 )
 from servelab.bench.result import BenchResult
 from servelab.bench.samples import RequestSample
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.transport import Endpoint, Timeouts
 from servelab.bench.workload import (
     Point,
@@ -35,7 +36,6 @@ from servelab.bench.workload import (
     ProgressEvent,
     ProgressFn,
     WorkloadRunner,
-    WorkloadSpec,
     notes_for,
     points,
 )

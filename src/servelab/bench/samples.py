@@ -43,6 +43,9 @@ class ErrorKind(StrEnum):
     """The stream ended without ``usage``: token counts are unknown (never guessed)."""
     USAGE_MISMATCH = "usage_mismatch"
     """``usage`` contradicts the stream (fewer tokens than text chunks, more than asked...)."""
+    REPORTED = "reported"
+    """An imported result (``vllm bench serve``) recorded the request as failed; its own
+    words are the detail."""
 
 
 @dataclass(frozen=True, slots=True)

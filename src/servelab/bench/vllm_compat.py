@@ -127,6 +127,8 @@ def from_vllm(data: dict[str, Any], *, path: str = "<dict>") -> VllmResult:
             chunk_ns = tuple(round(t * 1e9) for t in times) if ttft > 0 else ()
             err = errors[i] if i < len(errors) else ""
             out_len = int(data["output_lens"][i] or 0)
+            if not err and not chunk_ns and not out_len:
+                err = "no output"
             samples.append(RequestSample(
                 index=i, prompt_len=int(in_lens[i] or 0), max_tokens=out_len,
                 send_ns=round((float(starts[i]) - t_first) * 1e9), chunk_ns=chunk_ns,
@@ -134,7 +136,8 @@ def from_vllm(data: dict[str, Any], *, path: str = "<dict>") -> VllmResult:
                 end_ns=round(float(data["latencies"][i] or 0.0) * 1e9),
                 prompt_tokens=int(in_lens[i] or 0), completion_tokens=out_len,
                 finish_reason=None,
-                error=ErrorKind.NO_CHOICES if (err or not chunk_ns) else None,
+                error=(ErrorKind.REPORTED if err else
+                       ErrorKind.NO_CHOICES if not chunk_ns else None),
                 error_detail=str(err)[:200] if err else None,
             ))
     return VllmResult(path=path, aggregates=aggregates, samples=tuple(samples), info=info)

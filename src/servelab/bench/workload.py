@@ -18,163 +18,22 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
 
 from servelab.bench.client import BenchClient, RequestSpec
 from servelab.bench.datasets import Entry, load_dataset
 from servelab.bench.metrics import Metrics, buffered, bulk_read, compute, per_request
-from servelab.bench.profiles import Arrival, LoadProfile, ProfileKind, Trace, load_trace
+from servelab.bench.profiles import Arrival, LoadProfile, Trace, load_trace
 from servelab.bench.prompts import PromptBuilder
 from servelab.bench.samples import ErrorKind, RequestSample
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.stats import Drift, drift
-from servelab.defaults import OUTPUT_LEN, PROMPT_LENS
-from servelab.errors import BenchError, UsageError
+from servelab.errors import BenchError
 from servelab.points import PointKey, arrival_tag
 
 HEADLINE = ("decode_tok_s", "ttft_ms")
 """Metrics whose confidence interval decides when a point has enough samples."""
-
-DEFAULT_PROMPT_LENS = PROMPT_LENS
-DEFAULT_OUTPUT_LEN = OUTPUT_LEN
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadSpec:
-    """What to run. Lengths are in tokens, as the server counts them."""
-
-    prompt_lens: tuple[int, ...] = DEFAULT_PROMPT_LENS
-    output_len: int = DEFAULT_OUTPUT_LEN
-    concurrency: tuple[int, ...] = (1,)
-    request_rate: float | None = None
-    """Requests per second, Poisson arrivals (open loop); None = closed loop."""
-    request_rates: tuple[float, ...] = ()
-    """A request-rate grid: every point runs at each rate (``request_rate`` is the first)."""
-    requests: int | None = None
-    """Measured requests per batch; default max(3, 2 × concurrency)."""
-    duration_s: float | None = None
-    """Time budget per point; batches stop once it is spent."""
-    warmup_requests: int | None = None
-    """Per point, excluded from metrics; default = concurrency."""
-    ci_target: float = 0.02
-    max_repeats: int = 5
-    subtract_min_latency: bool = False
-    seed: int = 0
-    max_backoff_s: float = 10.0
-    """Longest pause honoured for a Retry-After header (closed loop)."""
-    drain_s: float = 30.0
-    """With ``duration_s``: how long in-flight requests may run past the budget."""
-    profile: ProfileKind = "poisson"
-    """Open-loop arrival profile (with ``request_rate`` or ``trace``), see profiles.py."""
-    burstiness: float = 1.0
-    ramp_end_rate: float | None = None
-    trace: str | None = None
-    """JSONL trace (Mooncake format) to replay: arrival times and lengths."""
-    shared_prefix_len: int = 0
-    """Tokens of a shared system prompt at the start of every prompt (prefix caching)."""
-    prefix_groups: int = 1
-    """How many distinct shared prompts the requests cycle through."""
-    turns: int = 1
-    """Turns per conversation: turn t's prompt is turn t-1's prompt, the answer it streamed
-    (verbatim) and ``prompt_len`` new tokens, sent after turn t-1 ended (closed loop only).
-    On the chat endpoint the earlier turns are user / assistant messages."""
-    depths: tuple[int, ...] = ()
-    """Context-depth grid: at depth d every prompt is d tokens of context shared by the
-    point's requests (cached after the warm-up) followed by ``prompt_len`` new tokens, so
-    TTFT measures prefill of the new tokens and TPOT decode, both at depth d."""
-    dataset: str | None = None
-    """Prompts from a local ShareGPT JSON / JSONL file (see datasets.py)."""
-    dataset_lengths: Literal["exact", "natural"] = "exact"
-    """``exact``: cut/fill each text to the point's prompt length; ``natural``: as written."""
-    dataset_output: Literal["fixed", "reference"] = "fixed"
-    """``reference``: generate as many tokens as the dataset's reference answer has."""
-
-    def __post_init__(self) -> None:
-        if not self.prompt_lens or any(n < 1 for n in self.prompt_lens):
-            raise UsageError("prompt lengths must be positive")
-        if self.output_len < 1:
-            raise UsageError("output length must be >= 1")
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise UsageError("concurrency must be >= 1")
-        if self.request_rates:
-            if self.request_rate is None:
-                object.__setattr__(self, "request_rate", self.request_rates[0])
-            elif self.request_rate not in self.request_rates:
-                raise UsageError("request_rate must be one of request_rates")
-            if any(r <= 0 for r in self.request_rates):
-                raise UsageError("request rates must be > 0")
-            if len(set(self.request_rates)) != len(self.request_rates):
-                raise UsageError("request rates must not repeat")
-            if len(self.request_rates) > 1 and (self.profile in ("ramp", "trace")
-                                                or self.trace is not None):
-                raise UsageError("a ramp or a trace sets its own rates: give one request rate")
-        if self.request_rate is not None and self.request_rate <= 0:
-            raise UsageError("request rate must be > 0")
-        if self.requests is not None and self.requests < 1:
-            raise UsageError("requests must be >= 1")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise UsageError("duration must be > 0")
-        if self.max_repeats < 1:
-            raise UsageError("max repeats must be >= 1")
-        if not 0 < self.ci_target < 1:
-            raise UsageError("CI target must be a fraction between 0 and 1, e.g. 0.02")
-        if self.trace is not None and self.profile != "trace":
-            object.__setattr__(self, "profile", "trace")
-        if self.profile == "trace" and self.trace is None:
-            raise UsageError("the trace profile needs a trace file (--trace)")
-        if self.request_rate is not None and self.profile != "trace":
-            LoadProfile(self.profile, self.request_rate, self.burstiness,
-                        self.ramp_end_rate)  # validates the profile's parameters
-        if self.shared_prefix_len < 0 or self.prefix_groups < 1 or self.turns < 1:
-            raise UsageError("shared prefix length must be >= 0, prefix groups and turns >= 1")
-        if self.shared_prefix_len and min(self.prompt_lens) <= self.shared_prefix_len:
-            raise UsageError(f"every prompt length must exceed the shared prefix "
-                             f"({self.shared_prefix_len} tokens)")
-        if self.dataset is not None and (self.shared_prefix_len or self.turns > 1):
-            raise UsageError("a dataset cannot be combined with --shared-prefix or --turns")
-        if any(d < 0 for d in self.depths):
-            raise UsageError("depths must be >= 0")
-        if any(self.depths) and (self.shared_prefix_len or self.turns > 1
-                                 or self.dataset is not None):
-            raise UsageError("a depth grid cannot be combined with --shared-prefix, --turns "
-                             "or --dataset")
-        if self.turns > 1 and self.open_loop:
-            raise UsageError("multi-turn conversations run closed loop (no request rate)")
-
-    @property
-    def rates(self) -> tuple[float | None, ...]:
-        """The request rates to sweep (``(None,)``: closed loop)."""
-        return self.request_rates or (self.request_rate,)
-
-    @property
-    def open_loop(self) -> bool:
-        """Requests follow an arrival schedule (rate or trace) rather than a closed loop."""
-        return self.request_rate is not None or self.trace is not None
-
-    def batch_size(self, concurrency: int) -> int:
-        """Measured requests per batch at ``concurrency``."""
-        return self.requests if self.requests is not None else max(3, 2 * concurrency)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        d = asdict(self)
-        d["prompt_lens"] = list(self.prompt_lens)
-        d["concurrency"] = list(self.concurrency)
-        d["depths"] = list(self.depths)
-        d["request_rates"] = list(self.request_rates)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> WorkloadSpec:
-        """Inverse of :meth:`to_json`."""
-        d = dict(d)
-        d["prompt_lens"] = tuple(d["prompt_lens"])
-        d["concurrency"] = tuple(d["concurrency"])
-        d["depths"] = tuple(d.get("depths", ()))
-        d["request_rates"] = tuple(d.get("request_rates", ()))
-        return cls(**d)
-
 
 @dataclass(frozen=True, slots=True)
 class Point:

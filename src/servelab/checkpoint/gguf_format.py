@@ -2,7 +2,7 @@
 
 :func:`load_gguf` parses the file with the ``gguf`` package's reader (which maps the
 file; no tensor data is read) and returns the same
-:class:`~servelab.checkpoint.sources.CheckpointSource` a safetensors checkpoint gives, so
+:class:`~servelab.checkpoint.source_record.CheckpointSource` a safetensors checkpoint gives, so
 ``inspect``'s report and lint apply unchanged:
 
 * each tensor keeps its llama.cpp name (``blk.3.attn_q.weight``, ``token_embd.weight``;
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from servelab.checkpoint.gguf_extent import Truncated, gguf_extent
 from servelab.checkpoint.safetensors_format import (
@@ -30,11 +30,9 @@ from servelab.checkpoint.safetensors_format import (
     is_lfs_pointer,
     lfs_pointer_error,
 )
+from servelab.checkpoint.source_record import CheckpointSource, identity_sha256
 from servelab.errors import HeaderError
 from servelab.families import gguf_model_type
-
-if TYPE_CHECKING:
-    from servelab.checkpoint.sources import CheckpointSource
 
 __all__ = ["GGUF_SUFFIX", "is_gguf", "load_gguf"]
 
@@ -119,7 +117,6 @@ def load_gguf(path: Path, location: str) -> CheckpointSource:
     """Read a GGUF file's metadata and tensor table as a ``CheckpointSource``."""
     from gguf import GGUFReader
 
-    from servelab.checkpoint.sources import CheckpointSource, identity_sha256
 
     name = path.name
     try:

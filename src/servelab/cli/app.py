@@ -45,6 +45,8 @@ COMMANDS = (
                 "CHECKPOINT on a hardware profile."),
     LazyCommand("explain", _C + "plan_cmd", "Explain why two builds decode at different "
                 "(predicted) speeds: bytes vs kernels."),
+    LazyCommand("choose", _C + "choose_cmd", "Rank builds of a model for one hardware profile: "
+                "which to download, and why."),
     LazyCommand("run", _C + "run_cmd",
                 "Verify a recipe end to end and record the run with its prediction."),
     LazyCommand("serve", _C + "serve_cmd", "Serve a recipe on a real engine until Ctrl-C, "

@@ -18,11 +18,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from servelab.bench.spec import FIELDS
 from servelab.cli.errors import INTERRUPTED
 from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
 from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format
 from servelab.cli.progress import LineTicker
-from servelab.defaults import OUTPUT_LEN, prompt_lens_text
+from servelab.cli.workload_options import workload_option
 from servelab.errors import BenchError, OutputPathError, ServelabError, UsageError
 from servelab.outfile import check_output_dir, check_output_file, write_json, write_text
 from servelab.units import parse_int_list
@@ -31,6 +32,11 @@ if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.bench.result import BenchResult
     from servelab.bench.slo import Slo, SloResult
     from servelab.bench.workload import ProgressEvent
+
+
+#: The options of ``bench`` that set the workload, one per schema field.
+_W = {name: workload_option(name) for name in FIELDS}
+_DEPTHS = workload_option("depths", "0")
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -112,12 +118,12 @@ def record_result(result: BenchResult, db: str | None, err: Console,
     JSON later finds it stored), with the engine name and version the server states."""
     from servelab.bench.diagnose import engine_identity
     from servelab.store import display_url, import_runs, open_store, resolve_url
-    from servelab.store.exchange import run_from_bench_json
+    from servelab.store.exchange import run_from_bench
 
     url = resolve_url(db)
     name, version = engine_identity(result.base_url, api_key=api_key)
-    rec = run_from_bench_json(result.to_json(), source=result.base_url, engine_name=name,
-                              engine_version=version)
+    rec = run_from_bench(result, source=result.base_url, engine_name=name,
+                         engine_version=version)
     with open_store(url) as store:
         done = import_runs(store, [rec])
     rid = (done.added or done.skipped)[0]
@@ -131,27 +137,16 @@ def bench(
                                      "first one /v1/models lists)."),
     endpoint: str = typer.Option("completions", "--endpoint",
                                  help="API to drive: completions or chat."),
-    prompt_lens: str = typer.Option(prompt_lens_text(), "--prompt-lens",
-                                    help="Comma-separated prompt lengths in tokens."),
-    output_len: int = typer.Option(OUTPUT_LEN, "--output-len",
-                                   help="Tokens to generate per request (ignore_eos)."),
-    concurrency: str = typer.Option("1", "--concurrency",
-                                    help="Comma-separated concurrency levels to sweep."),
-    request_rate: str | None = typer.Option(None, "--request-rate", help="Poisson arrivals "
-                                            "at this many requests/s (concurrency caps); "
-                                            "comma-separated for a grid, e.g. 1,2,4."),
-    requests: int | None = typer.Option(None, "--requests", help="Measured requests per batch "
-                                        "(default max(3, 2 × concurrency))."),
-    duration: float | None = typer.Option(None, "--duration", help="Time budget per point, "
-                                          "seconds."),
-    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests per point, "
-                                      "excluded (default: the concurrency)."),
-    ci_target: float = typer.Option(0.02, "--ci-target", help="Repeat batches until the 95% "
-                                    "CI of decode tok/s and TTFT is within ± this fraction."),
-    max_repeats: int = typer.Option(5, "--max-repeats", help="Most batches per point."),
-    subtract_min_latency: bool = typer.Option(
-        False, "--subtract-min-latency", help="Measure a minimal request's latency and "
-        "subtract it from TTFT before computing prefill tok/s."),
+    prompt_lens: str = _W["prompt_lens"],
+    output_len: int = _W["output_len"],
+    concurrency: str = _W["concurrency"],
+    request_rate: str | None = _W["request_rates"],
+    requests: int | None = _W["requests"],
+    duration: float | None = _W["duration_s"],
+    warmup: int | None = _W["warmup_requests"],
+    ci_target: float = _W["ci_target"],
+    max_repeats: int = _W["max_repeats"],
+    subtract_min_latency: bool = _W["subtract_min_latency"],
     chat_template_kwargs: str | None = typer.Option(
         None, "--chat-template-kwargs", help='JSON object, e.g. \'{"enable_thinking": false}\'.'),
     tokenizer: Annotated[Path | None, typer.Option(
@@ -175,32 +170,18 @@ def bench(
         "measured requests failed (the result is still written and shown)."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for prompt filler and Poisson arrivals."),
-    profile: str = typer.Option("poisson", "--profile", help="Arrivals with --request-rate: "
-                                "constant, poisson, gamma, ramp."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps "
-                                     "(gamma, ramp): 1 = Poisson, < 1 burstier."),
-    ramp_end_rate: float | None = typer.Option(None, "--ramp-end-rate", help="ramp: the rate "
-                                               "reached at the last request, req/s."),
-    trace: Annotated[Path | None, typer.Option(
-        "--trace", help="Replay a JSONL trace (Mooncake format: timestamp ms, input_length, "
-        "output_length per line): arrival times and exact lengths.")] = None,
-    shared_prefix: int = typer.Option(0, "--shared-prefix", help="Tokens of a shared system "
-                                      "prompt at the start of every prompt (prefix caching)."),
-    prefix_groups: int = typer.Option(1, "--prefix-groups", help="Distinct shared prompts "
-                                      "the requests cycle through."),
-    depths: str = typer.Option("0", "--depths", help="Context-depth grid: tokens of shared, "
-                               "cached context before each prompt, e.g. 0,1024,4096."),
-    turns: int = typer.Option(1, "--turns", help="Turns per conversation; each turn's prompt "
-                              "extends the previous one by the prompt length (history)."),
-    dataset: Annotated[Path | None, typer.Option(
-        "--dataset", help="Prompts from a ShareGPT JSON or JSONL file, cut/filled to each "
-        "prompt length (see --dataset-lengths).")] = None,
-    dataset_lengths: str = typer.Option("exact", "--dataset-lengths", help="exact: cut or "
-                                        "fill each text to the prompt length; natural: as "
-                                        "written (measured by the server's count)."),
-    dataset_output: str = typer.Option("fixed", "--dataset-output", help="fixed: "
-                                       "--output-len; reference: the dataset answer's tokens."),
+    seed: int = _W["seed"],
+    profile: str = _W["profile"],
+    burstiness: float = _W["burstiness"],
+    ramp_end_rate: float | None = _W["ramp_end_rate"],
+    trace: Path | None = _W["trace"],
+    shared_prefix: int = _W["shared_prefix_len"],
+    prefix_groups: int = _W["prefix_groups"],
+    depths: str = _DEPTHS,
+    turns: int = _W["turns"],
+    dataset: Path | None = _W["dataset"],
+    dataset_lengths: str = _W["dataset_lengths"],
+    dataset_output: str = _W["dataset_output"],
     slo: str | None = typer.Option(None, "--slo", help="Evaluate an SLO per point, e.g. "
                                    "ttft_p99=500,tpot_p50=40 (ms): verdict and goodput."),
     as_json: JsonOpt = False,
@@ -223,8 +204,9 @@ def bench(
     from servelab.bench.profiles import PROFILES, load_trace
     from servelab.bench.run import BenchConfig, BenchInterrupted, run_bench
     from servelab.bench.slo import evaluate, parse_slo
+    from servelab.bench.spec import WorkloadSpec
     from servelab.bench.transport import Timeouts
-    from servelab.bench.workload import WorkloadSpec, point_key
+    from servelab.bench.workload import point_key
 
     if endpoint not in ("completions", "chat"):
         raise UsageError(f"--endpoint must be completions or chat, not {endpoint!r}")

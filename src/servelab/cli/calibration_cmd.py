@@ -9,6 +9,7 @@ measured against predicted per point (:mod:`servelab.predict.ledger`). ``--json`
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -59,11 +60,13 @@ def report(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build."""
-    from servelab.hardware.profiles import get_profile
-    from servelab.predict.ledger import ledger, summarize
+    from servelab.hardware.lookup import get_profile
+    from servelab.predict.form import Sample
+    from servelab.predict.ledger import LedgerDocument, ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
     from servelab.predict.runs import Ceilings, ledger_for_runs, samples_from_runs
+    from servelab.predict.spec import step_predictor
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
 
@@ -79,13 +82,14 @@ def report(
             profile = get_profile(hw)
             return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
 
-        rows = ledger(
-            stored,
-            [],
-            lambda kind, s: coefficients(s.hardware, s.compute)[0][kind],
-            origin="shipped priors",
-            lower=lambda kind, s: coefficients(s.hardware, s.compute)[1][kind],
-        )
+        def roof(kind: str, s: Sample) -> Sequence[float]:
+            return coefficients(s.hardware, s.compute)[0][kind]
+
+        def floor(kind: str, s: Sample) -> Sequence[float]:
+            return coefficients(s.hardware, s.compute)[1][kind]
+
+        rows = ledger(stored, [], roof, origin="shipped priors", lower=floor,
+                      steps=step_predictor(stored, [], roof, floor))
     else:
         with open_store(db, create=False) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
@@ -128,12 +132,7 @@ def report(
     sources = sorted({f"{r.level}: {r.source}" for r in rows})
     emit(
         fmt,
-        doc={
-            "schema": "servelab.ledger/1",
-            "priors_version": table.version,
-            "rows": [r.to_dict() for r in rows],
-            "summary": [s.to_dict() for s in summary],
-        },
+        doc=LedgerDocument(table.version, tuple(rows), tuple(summary)).to_dict(),
         tables=[
             Table(
                 "leave-one-model-out: measured vs predicted (single stream)",

@@ -19,9 +19,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.bench.spec import FIELDS, default
 from servelab.cli.errors import INTERRUPTED
 from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
 from servelab.cli.output import JsonOpt
+from servelab.cli.workload_options import workload_option
 from servelab.errors import OutputPathError, UsageError
 from servelab.outfile import check_output_file, write_json
 
@@ -84,6 +86,11 @@ def render(res: CapacityResult, console: Console) -> None:
         console.print(f"• {escape(note)}")
 
 
+#: Options that mean what ``servelab bench``'s do: flag, help and default from the one
+#: workload schema (:mod:`servelab.bench.spec`); the others name their field's flag.
+_W = {name: workload_option(name) for name in ("output_len", "burstiness", "seed")}
+
+
 def capacity(
     url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     slo: str = typer.Option(..., "--slo", help="SLO terms, e.g. ttft_p99=500,tpot_p50=40 "
@@ -99,25 +106,27 @@ def capacity(
     confirm: int = typer.Option(2, "--confirm", help="Reruns confirming the answer."),
     max_rounds: int = typer.Option(3, "--max-rounds", help="Batches per probe while the CI "
                                    "cannot decide the verdict."),
-    prompt_lens: str = typer.Option("512", "--prompt-lens", "--prompt-len", help="Prompt "
-                                     "tokens per request; a comma list searches each length "
-                                     "(one capacity per length)."),
-    output_len: int = typer.Option(128, "--output-len", help="Output tokens per request."),
-    requests: int | None = typer.Option(None, "--requests", help="Measured requests per batch "
-                                        "(default max(3, 2 × concurrency); rates: 20)."),
-    warmup: int | None = typer.Option(None, "--warmup", help="Warm-up requests per probe "
-                                      "(default: the concurrency; rates: 4)."),
-    profile: str = typer.Option("poisson", "--profile", help="Arrivals when searching a rate: "
-                                "constant, poisson, gamma (ramp and trace have no single "
-                                "rate to search)."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of the gaps."),
+    prompt_lens: str = typer.Option(
+        "512", FIELDS["prompt_lens"].flag, "--prompt-len", help="Prompt tokens per request; a "
+        "comma list searches each length (one capacity per length)."),
+    output_len: int = _W["output_len"],
+    requests: int | None = typer.Option(
+        None, FIELDS["requests"].flag, help="Measured requests per batch (default max(3, 2 × "
+        "concurrency); rates: 20)."),
+    warmup: int | None = typer.Option(
+        None, FIELDS["warmup_requests"].flag, help="Warm-up requests per probe (default: the "
+        "concurrency; rates: 4)."),
+    profile: str = typer.Option(
+        default("profile"), FIELDS["profile"].flag, help="Arrivals when searching a rate: "
+        "constant, poisson, gamma (ramp and trace have no single rate to search)."),
+    burstiness: float = _W["burstiness"],
     max_concurrency: int = typer.Option(4096, "--max-concurrency", help="Rates: cap on "
                                         "requests in flight."),
     model: str | None = typer.Option(None, "--model", help="Served model name."),
     endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
                                        help="Bearer token (never written to results)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrivals."),
+    seed: int = _W["seed"],
     max_failed: float = typer.Option(
         MAX_FAILED, "--max-failed", help="Exit non-zero when more than this fraction of all "
         "probes' requests failed (a failing server is not a slow one)."),
@@ -135,8 +144,8 @@ def capacity(
     from servelab.bench.profiles import PROFILES
     from servelab.bench.run import BenchConfig
     from servelab.bench.slo import parse_slo
+    from servelab.bench.spec import WorkloadSpec
     from servelab.bench.transport import Timeouts
-    from servelab.bench.workload import WorkloadSpec
     from servelab.units import parse_int_list
 
     if variable not in ("rate", "concurrency"):

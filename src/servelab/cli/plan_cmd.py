@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,6 +24,7 @@ from servelab.units import parse_float_list, parse_int_list, parse_size
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.hardware.profiles import HardwareProfile
     from servelab.plan.build import Plan
+    from servelab.plan.kvseam import KvArithmetic
     from servelab.predict.levels import Fit
 
 GIB = 1 << 30
@@ -49,8 +51,9 @@ def _gib(n: float, nd: int = 2) -> str:
 
 
 def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareProfile:
+    from servelab.hardware.lookup import get_profile
     from servelab.hardware.probe import load_probe
-    from servelab.hardware.profiles import get_profile, with_probe
+    from servelab.hardware.profiles import with_probe
 
     hw = get_profile(name, files=files)
     if probe is not None:
@@ -192,6 +195,7 @@ def _kv_table(plan: Plan) -> Table:
 def _render_speed(plan: Plan, console: Console) -> None:
     """Decode, prefill and speculative decode tables, then the plan's notes."""
     from servelab.plan.markdown import interval_text
+    from servelab.predict.spec import draft_line
 
     sp = plan.speed
     dt = Table(title="Decode, single stream (predicted)", title_justify="left")
@@ -248,6 +252,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
                 f"{m.speedup:.2f}x" if m.speedup is not None else "-",
             )
         console.print(st)
+        console.print(draft_line(sp.mtp[0]))
     if plan.speculative is not None:
         console.print(plan.speculative.line)
     for n in (*plan.notes, *sp.notes):
@@ -475,104 +480,127 @@ def plan(
 
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
-    from servelab.engines import get_engine
-    from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
     from servelab.pipeline.planning import plan_checkpoint
+    from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
     from servelab.plan.specsource import parse_acceptance_option
     from servelab.plan.startup import StartupOptions
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     if kv_unified_on and kv_unified_off:
         raise UsageError("--kv-unified and --no-kv-unified exclude each other")
-    kv_unified = True if kv_unified_on else False if kv_unified_off else None
     # checked here, not with min=1: Typer would print "<int range> [x>=1]" as the metavar and
     # widen the help's metavar column until option names are cut at 80 columns
     if max_num_seqs is not None and max_num_seqs < 1:
         raise UsageError(f"--max-num-seqs must be at least 1, got {max_num_seqs}")
+    layout = layout_options(tensor_parallel, pipeline_parallel, data_parallel, expert_parallel)
     vllm_only = {
         "--max-model-len": max_model_len is not None,
         "--kv-cache-memory-bytes": kv_cache_memory_bytes is not None,
         "--kv-cache-dtype": kv_cache_dtype != "auto",
-        "-tp/-pp/-dp/--enable-expert-parallel": (tensor_parallel, pipeline_parallel,
-                                                 data_parallel, expert_parallel)
-        != (1, 1, 1, False),
+        "-tp/-pp/-dp/--enable-expert-parallel": not layout.is_single or expert_parallel,
         "--max-num-seqs": max_num_seqs is not None,
         "--enforce-eager": enforce_eager,
     }
-    llamacpp_only = {
-        "-c": ctx_size is not None, "-np": parallel is not None,
-        "-ctk": cache_type_k != "f16", "-ctv": cache_type_v != "f16",
-        "-fa": flash_attn != "auto", "--kv-unified": kv_unified is not None,
-    }
+    llamacpp = LlamaCppFlags(ctx_size, parallel, cache_type_k, cache_type_v, flash_attn,
+                             True if kv_unified_on else False if kv_unified_off else None)
     if checkpoint.endswith(".toml"):
-        if given := [k for k, v in {**vllm_only, **llamacpp_only}.items() if v]:
+        if given := [k for k, v in {**vllm_only, **llamacpp.given()}.items() if v]:
             raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
                              "[engine.flags]", path=checkpoint)
-        from servelab.engine.recipe import load_recipe
-        from servelab.pipeline.planning import store_exists
-        from servelab.pipeline.run import plan_recipe
-        from servelab.store.db import open_store
-
-        rec = load_recipe(Path(checkpoint))
-        hw = _hardware(hardware or rec.hardware or "host", hardware_file or [], probe)
-        if no_store or not store_exists(db):
-            result = plan_recipe(rec, hw, None)
-        else:
-            with open_store(db) as store:
-                result = plan_recipe(rec, hw, store)
-        _print_plan(result, fmt, fits)
+        _print_plan(_plan_recipe(Path(checkpoint), hardware, hardware_file or [], probe, db,
+                                 no_store), fmt, fits)
         return
-    hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)
-    llamacpp = None
-    arithmetic = get_engine("vllm").kv_arithmetic()
-    if _use_llamacpp(engine, checkpoint):
-        if given := [k for k, v in vllm_only.items() if v]:
-            raise UsageError(
-                f"{', '.join(given)}: vLLM's flags; a llama.cpp plan takes -c, -np, -ctk, "
-                "-ctv, -fa and --kv-unified"
-            )
-        llamacpp = LlamaCppKvSettings(
-            ctx_size=ctx_size, parallel=parallel, kv_unified=kv_unified,
-            cache_type_k=cache_type_k, cache_type_v=cache_type_v, flash_attn=flash_attn,
-        )
-        arithmetic = LlamaCppKv(llamacpp)
-        if engine_version == ENGINE_VERSION:
-            from servelab.engines.llamacpp.build import BUILD_VERSION
-
-            engine_version = BUILD_VERSION
-    result = plan_checkpoint(
-        checkpoint,
+    hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)  # looked up once
+    engine_name = "llamacpp" if _use_llamacpp(engine, checkpoint) else "vllm"
+    if engine_name == "llamacpp" and (given := [k for k, v in vllm_only.items() if v]):
+        raise UsageError(f"{', '.join(given)}: vLLM's flags; a llama.cpp plan takes -c, -np, "
+                         "-ctk, -ctv, -fa and --kv-unified")
+    arithmetic, version = llamacpp.arithmetic(engine_name, engine_version)
+    request = PlanRequest(
+        checkpoint=checkpoint,
         hardware=hw,
-        revision=revision,
-        max_model_len=max_model_len,
-        kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
-        gpu_memory_utilization=gpu_memory_utilization,
-        kv_cache_dtype=kv_cache_dtype,
-        engine_version=engine_version,
-        prompt_lens=[int(x) for x in parse_list(prompt_lens, int, "--prompt-lens")],
-        db=db,
-        use_store=not no_store,
-        priors=priors,
-        enable_prefix_caching=not no_prefix_caching,
-        acceptance=parse_acceptance_option(mtp_acceptance),
-        spec_method=spec_method,
-        draft_tokens=draft_tokens,
-        overhead_bytes=parse_bytes(overhead) if overhead else None,
-        layout=layout_options(tensor_parallel, pipeline_parallel, data_parallel, expert_parallel),
-        topology=topology_for(
-            hw.name, intra_node=interconnect, inter_node=network, gpus_per_node=gpus_per_node
-        ),
+        topology=topology_for(hw.name, intra_node=interconnect, inter_node=network,
+                              gpus_per_node=gpus_per_node),
         kv_arithmetic=arithmetic,
-        engine="llamacpp" if llamacpp else "vllm",
-        startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
+        engine=engine_name,
+        engine_version=version,
+        layout=layout,
+        knobs=EngineKnobs(
+            max_model_len=max_model_len,
+            kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes)
+            if kv_cache_memory_bytes else None,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_dtype=kv_cache_dtype,
+            enable_prefix_caching=not no_prefix_caching,
+            overhead_bytes=parse_bytes(overhead) if overhead else None,
+            startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager),
+        ),
+        prompt_lens=tuple(int(x) for x in parse_list(prompt_lens, int, "--prompt-lens")),
+        revision=revision,
+        speculation=Speculation(parse_acceptance_option(mtp_acceptance), spec_method,
+                                draft_tokens),
+        store=StoreChoice(db, not no_store, priors),
     )
-    if llamacpp and not result.weights.scheme.startswith("gguf-"):
-        from dataclasses import replace
-
+    result = plan_checkpoint(request)
+    if engine_name == "llamacpp" and not result.weights.scheme.startswith("gguf-"):
         result = replace(result, notes=(*result.notes, SAFETENSORS_FOR_LLAMACPP))
     _print_plan(result, fmt, fits)
     if fits and not result.fits:
         raise typer.Exit(1)  # --fits answers in its exit status too
+
+
+@dataclass(frozen=True)
+class LlamaCppFlags:
+    """llama-server's KV flags as ``plan`` takes them (``-c -np -ctk -ctv -fa -kvu``)."""
+
+    ctx_size: int | None
+    parallel: int | None
+    cache_type_k: str
+    cache_type_v: str
+    flash_attn: str
+    kv_unified: bool | None
+
+    def given(self) -> dict[str, bool]:
+        """Which flags differ from llama-server's defaults, by their short names."""
+        return {
+            "-c": self.ctx_size is not None, "-np": self.parallel is not None,
+            "-ctk": self.cache_type_k != "f16", "-ctv": self.cache_type_v != "f16",
+            "-fa": self.flash_attn != "auto", "--kv-unified": self.kv_unified is not None,
+        }
+
+    def arithmetic(self, engine: str, version: str) -> tuple[KvArithmetic, str]:
+        """The KV arithmetic ``engine`` follows for these flags, and the version whose rules
+        apply (llama.cpp: the pinned build, unless a version was given)."""
+        from servelab.engines import get_engine
+        from servelab.engines.llamacpp.build import BUILD_VERSION
+        from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
+
+        if engine != "llamacpp":
+            vllm = get_engine("vllm").kv_arithmetic()
+            assert vllm is not None
+            return vllm, version
+        settings = LlamaCppKvSettings(
+            ctx_size=self.ctx_size, parallel=self.parallel, kv_unified=self.kv_unified,
+            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v,
+            flash_attn=self.flash_attn,
+        )
+        return LlamaCppKv(settings), BUILD_VERSION if version == ENGINE_VERSION else version
+
+
+def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe: Path | None,
+                 db: str | None, no_store: bool) -> Plan:
+    """A recipe planned as ``servelab run`` plans it: its model, engine and flags."""
+    from servelab.pipeline.planning import store_exists
+    from servelab.pipeline.run import plan_recipe
+    from servelab.serve.recipe import load_recipe
+    from servelab.store.db import open_store
+
+    rec = load_recipe(path)
+    hw = _hardware(hardware or rec.hardware or "host", files, probe)
+    if no_store or not store_exists(db):
+        return plan_recipe(rec, hw, None)
+    with open_store(db) as store:
+        return plan_recipe(rec, hw, store)
 
 
 def _print_plan(result: Plan, fmt: str, fits: bool) -> None:
@@ -614,16 +642,18 @@ def explain(
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     hw = _hardware(hardware, hardware_file or [], probe)
+    from servelab.engines import get_engine
+    from servelab.plan.request import EngineKnobs, PlanRequest, StoreChoice
+
+    arithmetic = get_engine("vllm").kv_arithmetic()
+    assert arithmetic is not None
     plans = [
-        plan_checkpoint(
-            x,
-            hardware=hw,
-            engine_version=engine_version,
-            prompt_lens=[context_len],
-            db=db,
-            use_store=not no_store,
-            max_model_len=max(context_len, 1),
-        )
+        plan_checkpoint(PlanRequest(
+            checkpoint=x, hardware=hw, topology=topology_for(hw.name),
+            kv_arithmetic=arithmetic, engine_version=engine_version,
+            knobs=EngineKnobs(max_model_len=max(context_len, 1)), prompt_lens=(context_len,),
+            store=StoreChoice(db, not no_store),
+        ))
         for x in (a, b)
     ]
     e = explain_builds(plans[0], plans[1])

@@ -74,13 +74,13 @@ extra = []                          # any further flags, one argument per item
 [engine.env]
 # VLLM_LOGGING_LEVEL = "INFO"
 
-[bench]                             # workload defaults for `servelab bench`
-prompt_tokens = [{PROMPT_LENS}]
-output_tokens = 256
+[bench]                             # the workload, named as `servelab bench`'s options
+prompt_lens = [{PROMPT_LENS}]
+output_len = 256
 concurrency = [1]
-repetitions = 3
-max_repetitions = 10
-ci_target_pct = 5.0                 # stop repeating once the 95% CI is within ±5% of the mean
+requests = 3                        # measured requests per batch
+max_repeats = 4                     # batches at most
+ci_target = 0.05                    # stop repeating once the 95% CI is within ±5% of the mean
 
 [labels]
 # owner = "me"
@@ -95,7 +95,7 @@ def new(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented starter recipe."""
-    from servelab.engine.recipe import parse_recipe
+    from servelab.serve.recipe import parse_recipe
 
     if path.exists() and not force:
         raise UsageError(f"{path} exists; use --force to overwrite")
@@ -117,11 +117,10 @@ def check(
     hardware_file: HardwareFileOpt = None,
 ) -> None:
     """Validate a recipe and print the exact engine command line it would run."""
-    from servelab.engine.command import display_command
-    from servelab.engine.launch import display_launcher, resolve_model
-    from servelab.engine.recipe import load_recipe
-    from servelab.engines import get_engine
     from servelab.hardware.profiles import check_profile_name
+    from servelab.serve.command import display_command
+    from servelab.serve.launch import display_launcher, engine_argv, resolve_model
+    from servelab.serve.recipe import load_recipe
 
     rec = load_recipe(file)
     if rec.hardware is not None:
@@ -131,8 +130,7 @@ def check(
             raise RecipeError(f"hardware: {exc}", path=file) from None
     launcher, installed = display_launcher(rec)
     model_arg, _ = resolve_model(rec, build=False)
-    engine = get_engine(rec.engine.name)
-    argv = engine.argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
+    argv = engine_argv(rec, launcher=launcher, model=model_arg, port=port or rec.engine.port)
     command = display_command(argv, dict(rec.engine.env))
     if json_out:
         payload = {

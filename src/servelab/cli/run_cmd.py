@@ -183,19 +183,24 @@ def speculative_table(s: SpeculativeSummary) -> Table:
 
 def rebuild_site(store: Store, outdir: Path) -> Path:
     """Rebuild the whole static site from the store; returns the index path."""
-    from servelab.site.build import publish  # matplotlib: only when a site is built
+    from servelab.cli.answers import answered_site
+    from servelab.site.build import build_site  # matplotlib: only when a site is built
 
-    return publish(store, outdir).index
+    return build_site(answered_site(store), outdir).index
 
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     """The ``--json`` document (schema in the module docstring)."""
-    from servelab.engines.llamacpp.kv import log_mib
     from servelab.pipeline.speculative import speculative_summary
+    from servelab.plan.check import KV_CACHE_SIZE, KV_TOKENS, kv_pool_checks
+    from servelab.plan.document import read_plan
     from servelab.plan.startup import has_mamba_layers
 
     rec, plan, facts = outcome.record, outcome.plan, outcome.facts
-    lkv = plan.llamacpp_kv if plan else None
+    # the checks the recipe page shows, from the plan as the record stores it
+    checks = {c.label: c for c in kv_pool_checks(read_plan(rec.prediction), facts)}
+    tokens = next((checks[k] for k in KV_TOKENS.values() if k in checks), None)
+    size = checks.get(KV_CACHE_SIZE)
     spec = speculative_summary(rec, plan)
     return {
         "run_id": outcome.run_id,
@@ -206,13 +211,12 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
         "engine_version": rec.engine_version,
         "kv_arithmetic": plan.kv_arithmetic if plan else None,
         "kv_pool_tokens": {
-            "predicted": plan.kv_tokens if plan else None,
-            "engine": facts.kv_pool_tokens if facts else None,
+            "predicted": _int(tokens.predicted) if tokens else None,
+            "engine": _int(tokens.observed) if tokens else None,
         },
         "kv_cache_mib": {
-            "predicted": round(log_mib(lkv.total_bytes), 2) if lkv else None,
-            "engine": round(facts.kv_cache_gib * 1024, 2)
-            if lkv and facts and facts.kv_cache_gib is not None else None,
+            "predicted": size.predicted if size else None,
+            "engine": size.observed if size else None,
         },
         "cuda_graph_max_tokens": {
             "predicted": plan.graph_capture.max_tokens if plan and plan.graph_capture else None,
@@ -228,6 +232,10 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
         "warnings": [f.to_dict() for f in plan.findings] if plan else [],
         "site": str(site) if site else None,
     }
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
 
 
 def _kv_table(doc: dict[str, object]) -> Table:
@@ -312,8 +320,8 @@ def run(
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Verify a recipe end to end and record the run with its prediction."""
-    from servelab.engine.recipe import load_recipe
     from servelab.pipeline.run import RunOptions, run_recipe
+    from servelab.serve.recipe import load_recipe
     from servelab.store import open_store
 
     rec = load_recipe(recipe)

@@ -30,9 +30,9 @@ from servelab.errors import UsageError
 from servelab.redact import redact_args
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
-    from servelab.engine.attach import ServerInfo
-    from servelab.engine.facts import EngineFacts
-    from servelab.engine.process import EngineProcess
+    from servelab.engines.facts import EngineFacts
+    from servelab.serve.attach import ServerInfo
+    from servelab.serve.process import EngineProcess
 
 __all__ = ["facts_table", "register", "serve"]
 
@@ -175,10 +175,10 @@ def serve(
     ] = False,
 ) -> None:
     """Serve a recipe on a real engine until Ctrl-C, printing what the engine's log says."""
-    from servelab.engine.attach import attach
-    from servelab.engine.facts import Phase
-    from servelab.engine.launch import launch, new_run_dir
-    from servelab.engine.recipe import load_recipe
+    from servelab.engines.facts import Phase
+    from servelab.serve.attach import attach
+    from servelab.serve.launch import launch, new_run_dir
+    from servelab.serve.recipe import load_recipe
 
     if url is not None:
         if recipe is not None:

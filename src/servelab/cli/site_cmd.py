@@ -44,9 +44,9 @@ def build(
 ) -> None:
     """Build recipe pages, model indexes, experiment and run pages from every recorded run."""
     # Imported here: matplotlib and the store cost ~1.5 s, which every other command would pay.
+    from servelab.cli.answers import answered_site
     from servelab.cli.progress import status as progress_status
     from servelab.site.build import build_site, check_outdir
-    from servelab.site.collect import collect_site
     from servelab.store import display_url, open_store, resolve_url
 
     check_outdir(outdir)  # before reading the database and rendering
@@ -58,7 +58,7 @@ def build(
                              path=path)
     with progress_status(err, f"reading {escape(display_url(url))}…"), \
             open_store(url) as store:
-        site = collect_site(store, title=title)
+        site = answered_site(store, title=title)
     with progress_status(err, f"rendering {len(site.recipes)} recipe page(s)…"):
         built = build_site(site, outdir)
     if as_json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from servelab.engines.base import Engine
 from servelab.engines.llamacpp import LLAMACPP
+from servelab.engines.synthetic import SYNTHETIC
 from servelab.engines.vllm import VLLM
 from servelab.errors import UsageError
 
@@ -16,6 +17,7 @@ __all__ = ["DEFAULT_ENGINE", "ENGINES", "get_engine"]
 ENGINES: dict[str, Engine] = {
     VLLM.name: VLLM,
     LLAMACPP.name: LLAMACPP,
+    SYNTHETIC.name: SYNTHETIC,
 }
 DEFAULT_ENGINE = "vllm"  # what a recipe's [engine] table without a name means
 

@@ -5,13 +5,19 @@ An engine is one folder under ``servelab/engines/`` holding an object that satis
 (launch, process lifecycle, bench, store, pages) talks to engines only through this
 interface, over HTTP and through their log; servelab never imports an engine.
 
+Imports go one way: an engine sees only its own ``[engine]`` table (a subclass of
+:class:`EngineSectionBase`) and values servelab resolved for it, never the whole recipe;
+:mod:`servelab.serve` (recipe, install, launch, process) sits above and uses the registry.
+
 What an engine provides:
 
-* install/version: its installable :attr:`Engine.builds` (each a pip-installable venv);
+* install/version: its installable :attr:`Engine.builds` (:mod:`servelab.engines.builds`:
+  each a venv of its own, or ``shared_env`` when it runs in servelab's own environment);
 * the recipe's ``[engine]`` table: :attr:`Engine.section`, a subclass of
   :class:`EngineSectionBase` whose ``name`` literal is the tag of the tagged union;
-* argv from recipe flags: :meth:`Engine.argv`; the model it serves from a local
-  checkpoint: :meth:`Engine.local_model`;
+* argv from its own ``[engine]`` table and a :class:`ServeTarget` that servelab resolved
+  (launcher, model argument, served name, port): :meth:`Engine.argv`; the model it serves
+  from a local checkpoint: :meth:`Engine.local_model`;
 * readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
 * KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
@@ -32,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servelab.engine.facts import EngineFacts, LineParser
+from servelab.engines.facts import EngineFacts, LineParser
 from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.specsource import SpecConfig
@@ -41,14 +47,14 @@ from servelab.plan.startup import StartupOptions
 if TYPE_CHECKING:
     import httpx
 
-    from servelab.engine.install import EngineBuild
-    from servelab.engine.recipe import Recipe
+    from servelab.engines.builds import EngineBuild
 
 __all__ = [
     "Engine",
     "EngineSectionBase",
     "LogParsingEngine",
     "PlanKnobs",
+    "ServeTarget",
     "check_extra_args",
     "first_flag",
     "flag_value",
@@ -122,6 +128,21 @@ class PlanKnobs:
     """What the planner's start-up checks read (max_num_seqs, CUDA graph flags)."""
 
 
+@dataclass(frozen=True)
+class ServeTarget:
+    """What servelab resolved for one launch; the engine turns it into its argv."""
+
+    launcher: tuple[str, ...]
+    """The argv prefix: ``(python,)`` of the engine's venv, or ``(executable,)``."""
+    model: str
+    """The model argument: a local path (what :meth:`Engine.local_model` chose) or a repo id."""
+    served_name: str
+    """The name clients send in requests."""
+    port: int
+    revision: str | None = None
+    """The repo revision (``model.revision``), when one is pinned."""
+
+
 class Engine(Protocol):
     """A serving engine servelab can install, launch, watch, plan for and measure."""
 
@@ -162,13 +183,13 @@ class Engine(Protocol):
         """Prometheus series worth recording when attaching to it."""
         ...
 
-    def argv(
-        self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
-    ) -> list[str]:
-        """The server's argument list (never a shell string)."""
+    def argv(self, section: EngineSectionBase, target: ServeTarget) -> list[str]:
+        """The server's argument list from its ``[engine]`` table (never a shell string)."""
         ...
 
-    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+    def local_model(
+        self, section: EngineSectionBase, path: Path, *, synth: bool, build: bool
+    ) -> Path:
         """What the server loads for local checkpoint ``path`` (a built ``synth`` model
         when ``synth``); checks it exists (and prepares it) only when ``build``."""
         ...
@@ -189,8 +210,8 @@ class Engine(Protocol):
         """The settings of ``section`` that the memory/KV planner reads."""
         ...
 
-    def auto_env(self, recipe: Recipe) -> dict[str, str]:
-        """Variables servelab adds to the engine's environment because the recipe needs
+    def auto_env(self, section: EngineSectionBase) -> dict[str, str]:
+        """Variables servelab adds to the engine's environment because its table needs
         them and does not set them (``[engine.env]`` always wins); recorded with the run."""
         ...
 
@@ -256,7 +277,7 @@ class LogParsingEngine:
         """Facts from a whole log text."""
         return parse_lines(self.log_parser(), text)
 
-    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+    def auto_env(self, section: EngineSectionBase) -> dict[str, str]:
         """None by default."""
         return {}
 

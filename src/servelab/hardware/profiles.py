@@ -274,26 +274,6 @@ def check_profile_name(name: str, *, files: Iterable[str | Path] = ()) -> str:
     raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
 
 
-def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfile:
-    """A profile by name: user files first (later files win), then built-ins.
-
-    ``host`` is this machine, measured on the spot by a short probe.
-    """
-    user: dict[str, HardwareProfile] = {}
-    for f in files:
-        user.update(load_profiles_toml(f))
-    if name in user:
-        return user[name]
-    if name in BUILTIN:
-        return BUILTIN[name]
-    if name == HOST:
-        from servelab.hardware.host import host_profile
-
-        return host_profile()
-    known = ", ".join([*user, *profile_names()])
-    raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
-
-
 def with_probe(
     profile: HardwareProfile, *, bandwidth: float | None, compute: Mapping[str, float]
 ) -> HardwareProfile:
@@ -302,4 +282,25 @@ def with_probe(
         profile,
         measured_bandwidth=bandwidth,
         measured_compute={**profile.measured_compute, **compute},
+    )
+
+
+def profile_from_dict(d: Mapping[str, Any]) -> HardwareProfile:
+    """The profile :meth:`HardwareProfile.to_dict` wrote (as stored with a run), e.g. the
+    ``host`` a run measured; KeyError/TypeError/ValueError on a document that is not one."""
+    paths = d.get("kernel_paths") or {}
+    return HardwareProfile(
+        name=str(d["name"]), description=str(d.get("description") or d["name"]),
+        memory_bytes=int(d["memory_bytes"]), unified=bool(d.get("unified")),
+        bandwidth=float(d["bandwidth_bytes_per_s"]),
+        compute={str(k): float(v) for k, v in (d.get("compute_flops_per_s") or {}).items()},
+        arch=str(d.get("arch") or ""), platform=str(d["platform"]),
+        kernel_paths={str(k): KernelPath(str(v["name"]), str(v["compute"]), str(v.get("note", "")))
+                      for k, v in paths.items()},
+        sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+        measured_bandwidth=(float(d["measured_bandwidth_bytes_per_s"])
+                            if d.get("measured_bandwidth_bytes_per_s") else None),
+        measured_compute={str(k): float(v) for k, v in
+                          (d.get("measured_compute_flops_per_s") or {}).items()},
+        origin=str(d.get("origin") or "stored with a run"),
     )

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from servelab.analysis.experiment import ExperimentResult
 from servelab.defaults import ENGINE_VERSION
-from servelab.engine.recipe import Recipe, load_recipe
 from servelab.outfile import write_text
 from servelab.pipeline.experiment import group_of, record_experiment
 from servelab.pipeline.run import EventFn, RunOptions, RunOutcome, run_recipe
+from servelab.serve.recipe import Recipe, load_recipe
 from servelab.store.db import Store
 
 DEMO_CRITERIA = "decode >= +5% and memory not worse"
@@ -60,13 +60,13 @@ kv_cache_memory_bytes = "256MiB"
 # The same workload for every build, so their pages compare like with like.
 _BENCH = """\
 [bench]
-prompt_tokens = [128, 512, 2048]
-output_tokens = 64
+prompt_lens = [128, 512, 2048]
+output_len = 64
 concurrency = [1, 4]
-repetitions = 3
-max_repetitions = 6
-ci_target_pct = 10.0
-warmup = 1
+requests = 3
+max_repeats = 2
+ci_target = 0.10
+warmup_requests = 1
 
 [labels]
 purpose = "demo"

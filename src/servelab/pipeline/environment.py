@@ -13,10 +13,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.engine.install import launcher_versions
-from servelab.engine.launch import resolve_launcher
-from servelab.engine.recipe import Recipe
 from servelab.errors import ServelabError
+from servelab.serve.install import launcher_versions
+from servelab.serve.launch import resolve_launcher
+from servelab.serve.recipe import Recipe
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,8 @@ def resolve_side(store: Store, arg: str, count: int = 1) -> Group:
 
 def run_side(store: Store, recipe_file: Path, *, on_event: EventFn | None = None) -> Group:
     """Run a recipe now through the ``servelab run`` pipeline; its stored run as a group."""
-    from servelab.engine.recipe import load_recipe
     from servelab.pipeline.run import RunOptions, run_recipe
+    from servelab.serve.recipe import load_recipe
 
     recipe = load_recipe(recipe_file)
     outcome = run_recipe(recipe, store, RunOptions(labels=("experiment",)), on_event=on_event)

@@ -22,22 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from servelab.checkpoint.report import build_report
-from servelab.checkpoint.sources import load_checkpoint
+from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
-from servelab.engines import get_engine
 from servelab.errors import UsageError
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
 from servelab.plan.build import Plan, build_plan
 from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption, AcceptanceSource
+from servelab.plan.layout import ParallelLayout
+from servelab.plan.parallel import Topology
+from servelab.plan.request import EngineKnobs, PlanRequest
+from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceSource
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.predict.priors import load_priors
-from servelab.predict.runs import calibration_for
+from servelab.predict.runs import calibration_for, draft_for
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
-__all__ = ["calibrated_plan", "plan_checkpoint", "store_exists", "stored_runs"]
+__all__ = ["calibrated_plan", "plan_checkpoint", "plan_source", "store_exists", "stored_runs"]
 
 
 def store_exists(db: str | None) -> bool:
@@ -66,82 +68,89 @@ def calibrated_plan(
     hardware: HardwareProfile,
     runs: Sequence[RunRecord],
     *,
+    kv_arithmetic: KvArithmetic,
+    knobs: EngineKnobs,
+    engine: str = "vllm",
+    engine_version: str = ENGINE_VERSION,
+    prompt_lens: Sequence[int] = PROMPT_LENS,
+    layout: ParallelLayout | None = None,
+    topology: Topology | None = None,
     priors: Path | None = None,
     where: str | Path | None = None,
-    engine: str = "vllm",
     speculative: AcceptanceSource | None = None,
-    kv_arithmetic: KvArithmetic | None = None,
-    **knobs: Any,
+    draft_tokens: int = 0,
+    draft_runs: Sequence[RunRecord] | None = None,
 ) -> Plan:
     """:func:`~servelab.plan.build.build_plan` calibrated from ``runs`` and the priors.
 
-    ``knobs`` are build_plan's engine and workload options (max_model_len, layout, ...);
+    ``knobs`` are the engine's flags, ``kv_arithmetic`` its KV arithmetic for them;
     ``where`` names the checkpoint in the error when it has no config; ``engine`` (the
     recipe's engine name) picks that engine's own calibration and labels the plan;
     ``speculative`` gives the acceptance lengths to predict speculative decode at (and
-    their source, kept in the plan); ``kv_arithmetic`` is the engine's KV arithmetic for
-    its flags (default: ``engine``'s, at its default flags).
+    their source, kept in the plan) with ``draft_tokens`` per step; ``draft_runs``: the
+    stored runs whose measured speculative steps calibrate the draft term (any hardware;
+    default ``runs``).
     """
     if not config:
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions",
                          path=where)
+    path = hardware.kernel_path(weights.scheme, moe=weights.moe)  # worked out once, here
     calibration = calibration_for(
-        runs, hardware, weights, engine=engine, priors=load_priors(priors)
+        runs, hardware, weights, engine=engine, priors=load_priors(priors), path=path
     )
-    if speculative is not None:
-        knobs["acceptance_lengths"] = speculative.lengths
-    arithmetic = kv_arithmetic or get_engine(engine).kv_arithmetic()
-    if arithmetic is None:
-        raise UsageError(f"servelab does not reproduce {engine}'s KV arithmetic")
+    draft = None
+    if speculative is not None and speculative.lengths:
+        draft = draft_for(
+            list(runs if draft_runs is None else draft_runs), hardware, weights,
+            speculative.method, engine=engine, priors=load_priors(priors),
+        )
     plan = build_plan(
         dict(config), weights, hardware, calibration=calibration, engine_name=engine,
-        kv_arithmetic=arithmetic,
+        kv_arithmetic=kv_arithmetic,
         cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
-        **knobs,
+        engine_version=engine_version, prompt_lens=prompt_lens, layout=layout,
+        topology=topology, draft_tokens=draft_tokens,
+        acceptance_lengths=speculative.lengths if speculative is not None else (),
+        spec_method=speculative.method if speculative is not None else DEFAULT_METHOD,
+        draft=draft, kernel_path=path, **knobs.build_args(),
     )
     if speculative is None:
         return plan
-    notes = plan.notes
-    if speculative.lengths and speculative.method != DEFAULT_METHOD:
-        notes = (*notes, f"{speculative.method} is not an MTP head: the speculative step above "
-                 "counts k draft passes of the MTP head (else the lm_head), not "
-                 f"{speculative.method}'s own draft cost")
-    return replace(plan, speculative=speculative, notes=notes)
+    return replace(plan, speculative=speculative)
 
 
-def plan_checkpoint(
-    checkpoint: str,
-    *,
-    hardware: HardwareProfile,
-    revision: str | None = None,
-    db: str | None = None,
-    use_store: bool = True,
-    priors: Path | None = None,
-    engine_version: str = ENGINE_VERSION,
-    prompt_lens: Sequence[int] = PROMPT_LENS,
-    acceptance: AcceptanceOption = AUTO,
-    spec_method: str = DEFAULT_METHOD,
-    draft_tokens: int = 0,
-    **knobs: Any,
-) -> Plan:
-    """Read a checkpoint's headers and plan it on ``hardware`` (``servelab plan``).
+def plan_checkpoint(request: PlanRequest) -> Plan:
+    """Read a checkpoint's headers and plan it as ``request`` says (``servelab plan``):
+    :func:`plan_source` with the successful runs of the request's store (none unless it is
+    used)."""
+    source = load_checkpoint(request.checkpoint, revision=request.revision)
+    every = stored_runs(request.store.db, None) if request.store.use else []
+    return plan_source(source, request, every)
 
-    ``acceptance``: lengths to predict speculative decode at (``draft_tokens`` per step),
-    ``auto`` for what stored runs of this checkpoint with ``spec_method`` and
-    ``draft_tokens`` measured, or ``none``.
+
+def plan_source(source: CheckpointSource, request: PlanRequest,
+                every: Sequence[RunRecord]) -> Plan:
+    """Plan a checkpoint already loaded (headers read) as ``request`` says, calibrated from
+    the successful runs ``every`` (those on the request's hardware calibrate plain decode;
+    all of them may hold this checkpoint's measured acceptance and drafting steps).
+
+    Speculative decode is predicted at the request's acceptance lengths, or ``auto``: what
+    stored runs of this checkpoint with the same method and draft tokens measured.
     """
-    source = load_checkpoint(checkpoint, revision=revision)
-    weights = weights_from_report(build_report(source), name=checkpoint)
-    every = stored_runs(db, None) if use_store else []
+    r, spec, store = request, request.speculation, request.store
+    weights = weights_from_report(build_report(source), name=r.checkpoint)
     # drafting runs calibrate the speculative step, not plain decode (predict.runs)
-    runs = [r for r in every if r.hardware == hardware.name]
-    spec = resolve_acceptance(acceptance, method=spec_method, draft_tokens=draft_tokens,
-                              header_hash=source.header_sha256, runs=every,
-                              use_store=use_store)
-    plan = calibrated_plan(source.config or {}, weights, hardware, runs, priors=priors,
-                           where=checkpoint, engine_version=engine_version,
-                           prompt_lens=prompt_lens, speculative=spec,
-                           draft_tokens=draft_tokens, **knobs)
+    runs = [run for run in every if run.hardware == r.hardware.name]
+    acceptance = resolve_acceptance(spec.acceptance, method=spec.method,
+                                    draft_tokens=spec.draft_tokens,
+                                    header_hash=source.header_sha256, runs=every,
+                                    use_store=store.use)
+    plan = calibrated_plan(source.config or {}, weights, r.hardware, runs,
+                           kv_arithmetic=r.kv_arithmetic, knobs=r.knobs, engine=r.engine,
+                           engine_version=r.engine_version, prompt_lens=r.prompt_lens,
+                           layout=r.layout, topology=r.topology, priors=store.priors,
+                           where=r.checkpoint, speculative=acceptance,
+                           draft_tokens=spec.draft_tokens, draft_runs=every)
     hint = speculative_hint(every, source.header_sha256) if (
-        acceptance == AUTO and draft_tokens <= 0) else None
+        spec.acceptance == AUTO and spec.draft_tokens <= 0) else None
     return replace(plan, notes=(*plan.notes, hint)) if hint else plan

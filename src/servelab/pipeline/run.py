@@ -11,7 +11,6 @@ prints.
 
 from __future__ import annotations
 
-import math
 import platform
 import socket
 from collections.abc import Callable
@@ -22,11 +21,27 @@ from typing import Any, Literal
 
 from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
-from servelab.bench.workload import ProgressEvent, WorkloadSpec
+from servelab.bench.workload import ProgressEvent
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engine.facts import EngineFacts, Phase
-from servelab.engine.launch import (
+from servelab.engines import get_engine
+from servelab.engines.facts import EngineFacts, Phase
+from servelab.errors import ServelabError, UsageError
+from servelab.families import DTYPE_BYTES, model_dims
+from servelab.hardware.host import host_cpu
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import HardwareProfile
+from servelab.pipeline.environment import engine_environment
+from servelab.pipeline.planning import calibrated_plan
+from servelab.pipeline.speculative import resolve_acceptance
+from servelab.pipeline.summary import SummaryRow, summarize
+from servelab.plan.build import Plan
+from servelab.plan.parallel import topology_for
+from servelab.plan.request import EngineKnobs
+from servelab.plan.specsource import AUTO
+from servelab.plan.weights import Weights, weights_from_report
+from servelab.redact import redact_args, redact_text
+from servelab.serve.launch import (
     LOG_NAME,
     check_engine_version,
     launch,
@@ -34,23 +49,10 @@ from servelab.engine.launch import (
     resolve_launcher,
     resolve_model,
 )
-from servelab.engine.process import EngineProcess
-from servelab.engine.recipe import BenchSection, Recipe
-from servelab.engines import get_engine
-from servelab.errors import ServelabError, UsageError
-from servelab.families import DTYPE_BYTES, model_dims
-from servelab.hardware.host import host_cpu
-from servelab.hardware.profiles import HardwareProfile, get_profile
-from servelab.pipeline.environment import engine_environment
-from servelab.pipeline.planning import calibrated_plan
-from servelab.pipeline.speculative import resolve_acceptance
-from servelab.pipeline.summary import SummaryRow, summarize
-from servelab.plan.build import Plan
-from servelab.plan.specsource import AUTO
-from servelab.plan.weights import Weights, weights_from_report
-from servelab.redact import redact_args, redact_text
+from servelab.serve.process import EngineProcess
+from servelab.serve.recipe import Recipe
 from servelab.store.db import Store, recipe_hash
-from servelab.store.exchange import fields_from_engine_facts, run_from_bench_json
+from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
 from servelab.units import format_bytes
 
@@ -107,28 +109,6 @@ class RunOutcome:
         """The stored run's id."""
         assert self.record.run_id is not None
         return self.record.run_id
-
-
-def workload_from_recipe(bench: BenchSection) -> WorkloadSpec:
-    """The recipe's ``[bench]`` table as a bench workload.
-
-    ``repetitions`` measured requests per batch, repeated up to ``max_repetitions`` requests
-    in all until the 95 % CI is within ``ci_target_pct``; ``warmup`` requests excluded;
-    ``request_rates`` (with ``arrival_profile``) sweep open-loop rates, concurrency capping.
-    """
-    batches = max(1, math.ceil(bench.max_repetitions / bench.repetitions))
-    return WorkloadSpec(
-        prompt_lens=tuple(bench.prompt_tokens),
-        output_len=bench.output_tokens,
-        concurrency=tuple(bench.concurrency),
-        requests=bench.repetitions,
-        max_repeats=batches,
-        ci_target=bench.ci_target_pct / 100.0,
-        warmup_requests=bench.warmup,
-        request_rates=tuple(bench.request_rates),
-        profile=bench.arrival_profile,
-        burstiness=bench.burstiness,
-    )
 
 
 def resolve_hardware(recipe: Recipe, options: RunOptions) -> HardwareProfile:
@@ -200,7 +180,7 @@ def make_run_plan(
     if config:
         config, weights = apply_dtype_flag(config, weights, flags.dtype)
     every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
-    # drafting runs calibrate the speculative step, not plain decode (predict.runs)
+    # drafting runs calibrate the draft term, not plain decode (predict.spec)
     runs = [r for r in every if r.hardware == hardware.name]
     spec = flags.speculative
     speculative = resolve_acceptance(
@@ -214,18 +194,22 @@ def make_run_plan(
         hardware,
         runs,
         engine=serving.name,
-        max_model_len=flags.max_model_len,
-        kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
-        gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
-        kv_cache_dtype=flags.kv_cache_dtype or "auto",
+        knobs=EngineKnobs(
+            max_model_len=flags.max_model_len,
+            kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
+            gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
+            kv_cache_dtype=flags.kv_cache_dtype or "auto",
+            enable_prefix_caching=flags.enable_prefix_caching is not False,
+            startup=flags.startup,
+        ),
         engine_version=engine_version,
-        prompt_lens=tuple(recipe.bench.prompt_tokens),
-        enable_prefix_caching=flags.enable_prefix_caching is not False,
+        prompt_lens=tuple(recipe.bench.workload().prompt_lens),
         layout=flags.layout,
+        topology=topology_for(hardware.name),
         kv_arithmetic=arithmetic,
-        startup=flags.startup,
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
+        draft_runs=every,
     )
     if serving.kv_arithmetic(recipe.engine) is not None:
         return plan
@@ -305,8 +289,8 @@ def bench_record(
     """The run record of a finished benchmark: its samples and metrics, and *failed* (step
     ``bench``, with the engine's log tail) when the client's and the server's token counts
     disagree — numbers from a miscounting client or server are not a measurement."""
-    record = run_from_bench_json(
-        bench.to_json(), source=str(run_dir), started_at=started, finished_at=utcnow(), **fields
+    record = run_from_bench(
+        bench, source=str(run_dir), started_at=started, finished_at=utcnow(), **fields
     )
     extra = {
         **(record.extra or {}),
@@ -419,7 +403,7 @@ def run_recipe(
             bench = run_bench(
                 BenchConfig(
                     base_url=engine.base_url,
-                    workload=workload_from_recipe(recipe.bench),
+                    workload=recipe.bench.workload(),
                     model=engine.served_model_name,
                     temperature=recipe.bench.temperature,
                     ignore_eos=recipe.bench.ignore_eos,
@@ -444,7 +428,7 @@ def run_recipe(
             emit(RunEvent("bench", "failed", record.status_reason or ""))
         else:
             summary = summarize(
-                record.metrics, state.fields.get("prediction"), recipe.bench.prompt_tokens
+                record.metrics, state.fields.get("prediction"), recipe.bench.workload().prompt_lens
             )
         record = replace(
             record,

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.check import Check
 from servelab.plan.document import SpeedKind, read_plan
 from servelab.points import PointKey
 from servelab.store.model import Metric
@@ -35,18 +36,21 @@ class SummaryRow:
     roofline_fraction: float | None  # measured ÷ roofline
 
     @property
+    def check(self) -> Check:
+        """The measurement against the prediction, as one :class:`~servelab.check.Check`."""
+        return Check(f"{self.kind} at {self.prompt_tokens:,} tokens", self.predicted_tok_s,
+                     self.measured_tok_s, "tok/s", low=self.predicted_low,
+                     high=self.predicted_high)
+
+    @property
     def error(self) -> float | None:
         """measured / predicted - 1 (negative: slower than predicted)."""
-        if self.measured_tok_s is None or not self.predicted_tok_s:
-            return None
-        return self.measured_tok_s / self.predicted_tok_s - 1.0
+        return self.check.error
 
     @property
     def inside_interval(self) -> bool | None:
         """Whether the measurement fell inside the predicted interval."""
-        if self.measured_tok_s is None or self.predicted_low is None or self.predicted_high is None:
-            return None
-        return self.predicted_low <= self.measured_tok_s <= self.predicted_high
+        return self.check.inside
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; predictions are marked as such."""

@@ -45,7 +45,8 @@ from typing import Any
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.families import FULL, ModelDims, model_dims
-from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.profiles import HardwareProfile, KernelPath
+from servelab.plan.document import PLAN_SCHEMA
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
 from servelab.plan.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
 from servelab.plan.layout import ParallelLayout
@@ -70,9 +71,10 @@ from servelab.plan.startup import (
 )
 from servelab.plan.weights import Weights
 from servelab.predict.levels import Calibration
+from servelab.predict.specstep import DraftFit
 from servelab.predict.speed import SpeedPrediction, predict_speed
 
-SCHEMA = "servelab.plan/1"
+SCHEMA = PLAN_SCHEMA  # one name for writer (to_dict) and reader (plan.document)
 
 
 @dataclass(frozen=True)
@@ -266,11 +268,14 @@ def build_plan(
     calibration: Calibration | None = None,
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
+    spec_method: str = "mtp",
+    draft: DraftFit | None = None,
     layout: ParallelLayout | None = None,
     topology: Topology | None = None,
     cpu_avx512_bf16: bool = True,
     engine_name: str = "vllm",
     startup: StartupOptions | None = None,
+    kernel_path: KernelPath | None = None,
 ) -> Plan:
     """Plan serving ``weights`` (with ``config``) on ``hardware``; the KV pool or cache is
     what ``kv_arithmetic`` (the engine's own, :mod:`servelab.plan.kvseam`) says: a pool
@@ -317,7 +322,7 @@ def build_plan(
                 enable_prefix_caching=enable_prefix_caching,
                 num_speculative_tokens=draft_tokens,
                 draft_attention_layers=dims.mtp_layers
-                if draft_tokens and weights.mtp_tensors else 0,
+                if draft_tokens and spec_method == "mtp" and weights.mtp_tensors else 0,
                 layout=lay,
                 cpu_avx512_bf16=cpu_avx512_bf16,
                 device_memory_bytes=hardware.memory_bytes,
@@ -332,7 +337,7 @@ def build_plan(
         graphs = planned_graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
         if (finding := check_mamba_blocks(kv, seqs, opts, hardware)) is not None:
             findings.append(finding)
-        if draft_tokens and weights.mtp_tensors and dims.mtp_layers:
+        if draft_tokens and spec_method == "mtp" and weights.mtp_tensors and dims.mtp_layers:
             notes.append(
                 f"{dims.mtp_layers} MTP draft attention layer(s) and "
                 f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part "
@@ -360,6 +365,9 @@ def build_plan(
         acceptance_lengths=acceptance_lengths,
         draft_tokens=draft_tokens,
         graph_tokens=graphs.max_tokens if graphs is not None else None,
+        kernel_path=kernel_path,
+        spec_method=spec_method,
+        draft=draft,
     )
     topo = topology or topology_for(hardware.name)
     bw, _ = hardware.effective_bandwidth_ceiling()

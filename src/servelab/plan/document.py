@@ -12,12 +12,16 @@ prediction model adds later (an interval, a source) is readable before this modu
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["PlanDocument", "PredictedSpeed", "SpeedKind", "read_plan"]
+from servelab.errors import InputError
+
+__all__ = ["PlanDocument", "PredictedSpeed", "SpeedKind", "load_plan", "read_plan"]
 
 SpeedKind = Literal["decode", "prefill"]
 _LENGTH_KEY: dict[SpeedKind, str] = {"decode": "context_len", "prefill": "prompt_len"}
@@ -87,9 +91,19 @@ class PlanDocument:
     kv_max_concurrency: float | None = None
     kv_engine_version: str | None = None
     kv_rule: str | None = None
+    kv_engine: str | None = None  # whose KV arithmetic: "vllm" or "llamacpp" (None: no pool)
+    kv_bytes: int | None = None  # llama.cpp: the cache's bytes (K and V of every layer)
+    engine_name: str | None = None  # the engine planned for ("vllm", "llamacpp")
     weights_resident_bytes: int | None = None
     weights_source: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kv_arithmetic(self) -> str | None:
+        """Whose KV arithmetic the plan followed, for labels: ``vLLM`` or ``llama.cpp``."""
+        if self.kv_engine is None:
+            return None
+        return "llama.cpp" if self.kv_engine == "llamacpp" else "vLLM"
 
     def speeds(self, kind: SpeedKind) -> tuple[PredictedSpeed, ...]:
         """The decode or prefill points."""
@@ -131,6 +145,8 @@ def read_plan(doc: Mapping[str, Any] | None) -> PlanDocument:
     speed = _map(doc.get("speed")) or doc
     kv = _map(doc.get("kv_pool")) or {}
     weights = _map(doc.get("weights")) or {}
+    engine = _map(doc.get("engine")) or {}
+    kv_doc = _map(doc.get("kv_pool"))
     return PlanDocument(
         decode=_points(speed, "decode"),
         prefill=_points(speed, "prefill"),
@@ -143,7 +159,39 @@ def read_plan(doc: Mapping[str, Any] | None) -> PlanDocument:
         kv_max_concurrency=_num(kv.get("max_concurrency")),
         kv_engine_version=_str(kv.get("engine_version")),
         kv_rule=_str(kv.get("rule")),
+        kv_engine=None if kv_doc is None else _str(kv_doc.get("engine")) or "vllm",
+        kv_bytes=_int(kv.get("bytes")),
+        engine_name=_str(engine.get("name")),
         weights_resident_bytes=_int(weights.get("resident_bytes")),
         weights_source=_str(weights.get("source")),
         raw=doc,
     )
+
+
+PLAN_SCHEMA = "servelab.plan/1"
+
+
+def load_plan(path: Path) -> PlanDocument:
+    """Read a plan file (``servelab plan --json`` saved): an InputError naming the file and
+    the problem when it is not JSON, not a ``servelab.plan/1`` document, or a part a reader
+    needs has the wrong shape."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError("no such file", path=path) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", path=path) from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+                         path=path) from exc
+    if not isinstance(doc, Mapping) or doc.get("schema") != PLAN_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, Mapping) else type(doc).__name__
+        raise InputError(f"not a {PLAN_SCHEMA} document (schema {got!r})", path=path)
+    for part in ("kv_pool", "weights", "speed", "engine", "hardware"):
+        if part in doc and doc[part] is not None and not isinstance(doc[part], Mapping):
+            raise InputError(f"'{part}' is not an object", path=path)
+    speed = doc.get("speed") or {}
+    for kind in ("decode", "prefill"):
+        if not isinstance(speed.get(kind, []), list):
+            raise InputError(f"'speed.{kind}' is not a list", path=path)
+    return read_plan(doc)

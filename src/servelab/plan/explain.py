@@ -58,6 +58,12 @@ class Explanation:
 _PATH_RANK = {"fp4": 3, "fp8": 2, "bf16": 1, "fp32": 0}
 
 
+def better_kernel(precision: str, than: str) -> bool:
+    """Whether a kernel computing in ``precision`` is the better path than one computing in
+    ``than`` (FP4 > FP8 > BF16 > FP32): the "kernels" side of "bytes beat kernels"."""
+    return _PATH_RANK.get(precision, 0) > _PATH_RANK.get(than, 0)
+
+
 def _side(plan: Plan, idx: int) -> BuildSide:
     point = plan.speed.decode[idx]
     fit = plan.speed.decode_fit
@@ -114,11 +120,8 @@ def explain(a: Plan, b: Plan, *, context_index: int = 0) -> Explanation:
         f"= {speed_ratio:.2f}x (bytes {bytes_ratio:.2f}x x efficiency {eff_ratio:.2f}x)."
     )
     faster, slower = (sa, sb) if speed_ratio >= 1 else (sb, sa)
-    better_kernel = _PATH_RANK.get(slower.compute_precision, 0) > _PATH_RANK.get(
-        faster.compute_precision, 0
-    )
     fewer_bytes = faster.bytes_per_token < slower.bytes_per_token
-    if better_kernel and fewer_bytes:
+    if better_kernel(slower.compute_precision, faster.compute_precision) and fewer_bytes:
         verdict = (
             f"Bytes beat kernels: {slower.name} has the better kernel path "
             f"({slower.kernel_path}) but reads more bytes per token, and decode is "

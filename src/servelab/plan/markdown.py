@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from servelab.plan.build import Plan
 from servelab.plan.explain import Explanation
+from servelab.predict.spec import draft_line
 
 GIB = 1 << 30
 
@@ -133,6 +134,8 @@ def plan_markdown(plan: Plan) -> str:
     for kind, fit in (("decode", sp.decode_fit), ("prefill", sp.prefill_fit)):
         label = fit.label() if fit and not fit.is_roofline else "no data: roofline bound only"
         out.append(f"- {kind}: {label}")
+    if sp.mtp:
+        out.append(f"- speculative step: {draft_line(sp.mtp[0])}")
     if plan.speculative is not None:
         out.append(f"- speculative decode: {plan.speculative.line}")
     if plan.notes or sp.notes:

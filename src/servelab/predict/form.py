@@ -352,6 +352,12 @@ class Sample:
     #: A GPU decode step's device time alone (a profiler's busy time per step), not a
     #: measured token rate: it fits the device terms and never the host's floor.
     device_only: bool = False
+    #: A speculative step (``seconds``: one step, acceptance / tok/s; ``bytes_read``,
+    #: ``layers``, ``expert_slots``: the whole step's): the draft method and how many times
+    #: the step paid the draft term (:mod:`servelab.predict.specstep`). Such a row calibrates
+    #: the draft term, never the plain decode fit.
+    spec_method: str = ""
+    draft_passes: int = 0
 
     @property
     def name(self) -> str:
@@ -374,6 +380,15 @@ class Sample:
                 f"sample {self.name!r}: device-only time is a GPU decode step's (on a CPU "
                 "the host's work is the device's)"
             )
+        if self.spec_method and self.kind != "decode":
+            raise UsageError(f"sample {self.name!r}: a speculative step is a decode sample")
+        if self.draft_passes < 0 or (self.draft_passes and not self.spec_method):
+            raise UsageError(f"sample {self.name!r}: draft passes need a draft method")
+
+    @property
+    def is_step(self) -> bool:
+        """Whether this sample is one speculative step (it calibrates the draft term)."""
+        return bool(self.spec_method)
 
     @property
     def features(self) -> Row:

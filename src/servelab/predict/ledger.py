@@ -11,12 +11,22 @@ servelab prints (``servelab calibration report``; linked from every page).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
+from servelab.check import Check
+from servelab.errors import InputError
 from servelab.predict.form import Sample, row_seconds
 from servelab.predict.keys import BuildKey
-from servelab.predict.levels import Target, fit_levels, interval, levels_for, repeat_spread
+from servelab.predict.levels import Fit, Target, fit_levels, interval, levels_for, repeat_spread
+
+#: Predicts one measured speculative step of a left-out build from the decode fit of its
+#: target (steps/s, low, high, where the draft term came from): the draft term's
+#: calibration (:func:`servelab.predict.spec.step_predictor`).
+StepPredictor = Callable[
+    [Target, Fit, Sample, float | None],
+    tuple[float | None, float | None, float | None, str],
+]
 
 #: The ledger kind of a speculative run's rows: one verification step per second, not tokens.
 STEP_KIND = "spec step"
@@ -42,19 +52,23 @@ class LedgerRow:
     unit: str = "tok/s"  # "steps/s" for a speculative run's steps (kind STEP_KIND)
 
     @property
+    def check(self) -> Check:
+        """The measurement against its leave-one-model-out prediction, as one
+        :class:`~servelab.check.Check` (the comparison run summaries and pages make)."""
+        return Check(f"{self.model} {self.kind} at {self.length:,}", self.predicted_tok_s,
+                     self.measured_tok_s, self.unit, f"{self.level}: {self.source}",
+                     self.low, self.high)
+
+    @property
     def error(self) -> float | None:
         """measured / predicted - 1, as run summaries and pages state it (negative: the
         build ran slower than predicted)."""
-        if not self.predicted_tok_s:
-            return None
-        return self.measured_tok_s / self.predicted_tok_s - 1.0
+        return self.check.error
 
     @property
     def inside(self) -> bool | None:
         """Whether the measurement lies inside the printed interval."""
-        if self.low is None or self.high is None:
-            return None
-        return self.low <= self.measured_tok_s <= self.high
+        return self.check.inside
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the error and the inside flag included)."""
@@ -91,13 +105,16 @@ def ledger(
     *,
     origin: str = "stored runs",
     lower: Callable[[str, Sample], Sequence[float]] | None = None,
+    steps: StepPredictor | None = None,
 ) -> tuple[LedgerRow, ...]:
     """Leave-one-model-out rows for every sample in ``stored``.
 
     ``physical(kind, sample)`` gives the roofline coefficients of the sample's hardware and
     kernel path (the prior of last resort and the lower bound); ``origin`` names where
     ``stored`` came from (``"shipped priors"`` when the ledger checks the table itself);
-    ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients).
+    ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients);
+    ``steps`` predicts a speculative step (decode form + draft term); without it a step is
+    predicted by the decode form alone.
     """
     rows: list[LedgerRow] = []
     by_build: dict[tuple[str, str, BuildKey], list[Sample]] = {}
@@ -119,13 +136,16 @@ def ledger(
             fit = fit_levels(levels, kind, target, roof, floor)
             for s in points:
                 tok = lo = hi = None
-                if not fit.is_roofline:
+                source = fit.label()
+                ceiling = floor if floor is not None else roof
+                least = row_seconds(ceiling, s.features)
+                if not fit.is_roofline and s.is_step and steps is not None:
+                    tok, lo, hi, source = steps(target, fit, s, 1.0 / least if least else None)
+                elif not fit.is_roofline:
                     seconds = fit.seconds(s.features)
                     if seconds > 0:
                         tokens = 1.0 if kind == "decode" else s.length
                         tok = tokens / seconds
-                        ceiling = floor if floor is not None else roof
-                        least = row_seconds(ceiling, s.features)
                         band = interval(tok, fit.rel_error, tokens / least if least else None)
                         lo, hi = band if band else (None, None)
                 step = build.is_step
@@ -142,7 +162,7 @@ def ledger(
                         low=lo,
                         high=hi,
                         level=fit.level,
-                        source=fit.label(),
+                        source=source,
                         unit="steps/s" if step else "tok/s",
                     )
                 )
@@ -174,3 +194,55 @@ def summarize(
             )
         )
     return tuple(out)
+
+
+SCHEMA = "servelab.ledger/1"
+_ROW_FIELDS = {f.name: f for f in fields(LedgerRow)}
+_SUMMARY_FIELDS = {f.name: f for f in fields(LedgerSummary)}
+
+
+@dataclass(frozen=True)
+class LedgerDocument:
+    """The ledger as ``servelab calibration report --json`` writes it (``servelab.ledger/1``)."""
+
+    priors_version: str
+    rows: tuple[LedgerRow, ...]
+    summary: tuple[LedgerSummary, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; :func:`read_ledger` reads it back."""
+        return {
+            "schema": SCHEMA,
+            "priors_version": self.priors_version,
+            "rows": [r.to_dict() for r in self.rows],
+            "summary": [s.to_dict() for s in self.summary],
+        }
+
+
+def _record(cls: type[Any], names: dict[str, Any], item: Any, what: str,
+            source: str) -> Any:
+    if not isinstance(item, dict):
+        raise InputError(f"a ledger {what} is not an object: {str(item)[:60]}", path=source)
+    given = {k: v for k, v in item.items() if k in names}
+    missing = [n for n, f in names.items() if n not in given
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise InputError(f"a ledger {what} lacks {', '.join(missing)}", path=source)
+    return cls(**given)
+
+
+def read_ledger(doc: Any, *, source: str = "input") -> LedgerDocument:
+    """The typed reader of a ``servelab.ledger/1`` document (parsed JSON); an InputError
+    naming ``source`` and the problem otherwise. The derived ``error`` and
+    ``inside_interval`` keys are recomputed, not read."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise InputError(f"not a {SCHEMA} document", path=source)
+    rows, summary = doc.get("rows"), doc.get("summary")
+    if not isinstance(rows, list) or not isinstance(summary, list):
+        raise InputError("a ledger needs 'rows' and 'summary' lists", path=source)
+    return LedgerDocument(
+        priors_version=str(doc.get("priors_version") or ""),
+        rows=tuple(_record(LedgerRow, _ROW_FIELDS, r, "row", source) for r in rows),
+        summary=tuple(_record(LedgerSummary, _SUMMARY_FIELDS, s, "summary", source)
+                      for s in summary),
+    )

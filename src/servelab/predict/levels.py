@@ -200,7 +200,9 @@ def _kind_levels(levels: Sequence[Level], kind: str, target: Target) -> list[Lev
     out = []
     gone = target.model or None
     for lv in levels:
-        keep = tuple(s for s in lv.samples if s.kind == kind and s.build.model != gone)
+        # a speculative step calibrates the draft term (predict.spec), not the plain form
+        keep = tuple(s for s in lv.samples
+                     if s.kind == kind and not s.is_step and s.build.model != gone)
         if keep:
             out.append(Level(lv.level, keep, lv.source, lv.fallback, lv.pooled))
     return out

@@ -43,6 +43,11 @@ _OPTIONAL = {
     "platform": str,
     "linear_layers": int,
     "expert_flops": int | float,
+    # a speculative step (tok_s: verification steps per second, the measured decode tok/s
+    # over the measured mean acceptance length; bytes, layers, expert slots: the whole
+    # step's): its draft method and how many draft passes it ran
+    "spec_method": str,
+    "draft_passes": int,
 }
 # true/false keys: a prefill longer than the engine's largest CUDA graph; a profiled device
 # time per decode step (tok_s = 1 / that time), not a measured token rate
@@ -86,7 +91,8 @@ def _sample(row: Any, where: str) -> Sample:
     tokens = 1 if row["kind"] == "decode" else length
     try:
         return Sample(
-            build=BuildKey(row["model"], family=row.get("family", "")),
+            build=BuildKey(row["model"], family=row.get("family", ""),
+                           step=row.get("spec_method", "")),
             engine=row["engine"],
             kernel_path=row["kernel_path"],
             hardware=row["hardware"],
@@ -104,6 +110,8 @@ def _sample(row: Any, where: str) -> Sample:
             linear_layers=int(row.get("linear_layers", 0)),
             device_only=bool(row.get("device_only", False)),
             expert_flops=float(row.get("expert_flops", 0.0)),
+            spec_method=row.get("spec_method", ""),
+            draft_passes=int(row.get("draft_passes", 0)),
         )
     except UsageError as exc:
         raise InputError(f"{where}: {exc}") from exc

@@ -18,7 +18,8 @@ from typing import Any
 from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.errors import ServelabError
 from servelab.families import family_for
-from servelab.hardware.profiles import HardwareProfile, get_profile
+from servelab.hardware.lookup import get_profile
+from servelab.hardware.profiles import BUILTIN, HardwareProfile, KernelPath
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import (
@@ -34,7 +35,15 @@ from servelab.predict.keys import BuildKey
 from servelab.predict.ledger import LedgerRow, ledger
 from servelab.predict.levels import Calibration, Target, calibrate
 from servelab.predict.priors import PriorTable, load_priors
-from servelab.predict.roofline import ByKind, bounds, coefficients, lower_bounds, physical_prior
+from servelab.predict.roofline import (
+    ByKind,
+    bounds,
+    coefficients,
+    lower_bounds,
+    roofline_coefficients,
+)
+from servelab.predict.spec import draft_fit_for, step_predictor
+from servelab.predict.specstep import DraftFit
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -273,20 +282,25 @@ def samples_from_run(run: RunRecord, name: str | None = None) -> list[Sample]:
 
 
 def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
-    """Decode-form samples of one speculative step from an MTP run: at each measured
-    single-stream decode point, ``t_step = acceptance length / tok/s`` (the run's own measured
-    acceptance), with the step's cost from the plan stored with the run (its ``spec_steps``).
-    Empty for other methods (an n-gram draft costs the device nothing, which the MTP step
-    form does not describe), without a measured acceptance, or without stored step costs."""
+    """Samples of one speculative step from a drafting run: at each measured single-stream
+    decode point, ``t_step = acceptance length / tok/s`` (the run's own measured acceptance),
+    with the step's cost from the plan stored with the run (its ``spec_steps``): they
+    calibrate the draft term (:mod:`servelab.predict.spec`), not plain decode. A plan that
+    predates the step's parts stored MTP steps only (an n-gram run's step there counted
+    draft passes it never ran): its n-gram runs give none. Empty without a measured
+    acceptance or stored step costs."""
     measured = run_acceptance(run)
-    if measured is None or measured.config.method != "mtp" or not run.hardware:
+    if measured is None or not run.hardware:
         return []
+    method = measured.config.method
     plan = read_plan(run.prediction)
     raw_steps = _speed(plan).get("spec_steps")
+    k = measured.config.draft_tokens
     steps = {
         int(st["context_len"]): st
         for st in (raw_steps if isinstance(raw_steps, list) else [])
-        if isinstance(st, Mapping) and st.get("draft_tokens") == measured.config.draft_tokens
+        if isinstance(st, Mapping) and st.get("draft_tokens") == k
+        and st.get("method", "mtp") == method
     }
     b = _run_build(run, plan, name)
     build = b.build.stepped(measured.config.label)  # still a build of the same model
@@ -295,6 +309,7 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
     for n, st in sorted(steps.items()):
         tok_s = run.metric("decode_tok_s", PointKey(n, 1).label)
         nbytes, layers = _num(st.get("step_bytes")), st.get("step_layers")
+        passes = st.get("draft_passes", k)
         if tok_s is None or tok_s.value <= 0 or not nbytes or not isinstance(layers, int):
             continue
         out.append(
@@ -302,7 +317,8 @@ def step_samples(run: RunRecord, name: str | None = None) -> list[Sample]:
                    nbytes, 0.0, a / tok_s.value,
                    f"run {run.run_id} (speculative step: {measured.config.label}, "
                    f"measured acceptance {a:.2f})",
-                   b.compute, int(st.get("expert_slots") or 0), b.platform)
+                   b.compute, int(st.get("expert_slots") or 0), b.platform,
+                   spec_method=method, draft_passes=int(passes) if isinstance(passes, int) else k)
         )
     return out
 
@@ -322,26 +338,56 @@ def calibration_for(
     engine: str = "vllm",
     model: str = "",
     priors: PriorTable | None = None,
+    path: KernelPath | None = None,
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
     hardware over the shipped priors (which carry the prediction when no run is stored),
     else the roofline alone (see :mod:`servelab.predict`). Samples of build
-    ``model`` are left out of the fit."""
+    ``model`` are left out of the fit. ``path``: the kernel path ``weights`` take on
+    ``hardware``, when the caller has worked it out already."""
     stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
     table = priors or load_priors()
-    target = Target(
-        engine=engine,
-        kernel_path=hardware.kernel_path(weights.scheme, moe=weights.moe).name,
-        hardware=hardware.name,
-        model=model,
-    )
-    roof = physical_prior(hardware, weights)
-    low = lower_bounds(hardware, hardware.kernel_path(weights.scheme, moe=weights.moe).compute)
+    path = path or hardware.kernel_path(weights.scheme, moe=weights.moe)
+    target = Target(engine=engine, kernel_path=path.name, hardware=hardware.name, model=model)
+    roof = roofline_coefficients(hardware, path.compute)
+    low = lower_bounds(hardware, path.compute)
     cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k])
     if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
         note = f"shipped priors table {table.version} ({table.origin})"
         return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
     return cal
+
+
+def draft_for(
+    runs: Sequence[RunRecord],
+    hardware: HardwareProfile,
+    weights: Weights,
+    method: str,
+    *,
+    engine: str = "vllm",
+    model: str = "",
+    priors: PriorTable | None = None,
+) -> DraftFit | None:
+    """The draft term of ``method`` for ``weights`` on ``hardware``
+    (:func:`servelab.predict.spec.draft_fit_for`) from the measured steps of ``runs`` (any
+    hardware: another machine's steps are a labelled fallback) and the shipped priors; each
+    step's plain part predicted with the ceilings of its own hardware profile."""
+    table = priors or load_priors()
+    profiles = {hardware.name: hardware}
+    # other machines' steps by their built-in profiles (never probe this host for them); a
+    # machine servelab has no profile of sits out
+    for name in {s.hardware for s in table.samples} | {r.hardware for r in runs if r.hardware}:
+        if name not in profiles and name in BUILTIN:
+            profiles[name] = BUILTIN[name]
+    stored = [s for s in samples_from_runs(runs) if s.hardware in profiles]
+    pri = [s for s in table.samples if s.hardware in profiles]
+    target = Target(engine, hardware.kernel_path(weights.scheme, moe=weights.moe).name,
+                    hardware.name, model)
+    return draft_fit_for(
+        target, method, stored, pri,
+        lambda s: roofline_coefficients(profiles[s.hardware], s.compute)["decode"],
+        lambda s: lower_bounds(profiles[s.hardware], s.compute)["decode"],
+    )
 
 
 Ceilings = ByKind
@@ -378,9 +424,20 @@ def ledger_for_runs(
         for s in got:
             ceilings.setdefault(s.build, bounds)
     table = priors or load_priors()
+    # the priors' steps (for the draft term) at their hardware profiles' ceilings
+    shipped = [s for s in table.samples if s.build in ceilings or s.hardware in BUILTIN]
+
+    def ceiling(s: Sample, which: int) -> Ceilings:
+        if s.build in ceilings:
+            return ceilings[s.build][which]
+        hw = BUILTIN[s.hardware]
+        return (lower_bounds if which else roofline_coefficients)(hw, s.compute)
+
     return ledger(
         stored,
         table.samples,
         lambda kind, s: ceilings[s.build][0][kind],
         lower=lambda kind, s: ceilings[s.build][1][kind],
+        steps=step_predictor(stored, shipped, lambda kind, s: ceiling(s, 0)[kind],
+                             lambda kind, s: ceiling(s, 1)[kind]),
     )

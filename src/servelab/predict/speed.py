@@ -32,7 +32,8 @@ from servelab.plan.weights import Weights
 from servelab.predict.form import Row, expert_slots, features
 from servelab.predict.levels import Calibration, Fit, interval
 from servelab.predict.roofline import roofline_decode_tok_s
-from servelab.predict.spec import MtpPoint, SpecStep, spec_step, step_features
+from servelab.predict.spec import MtpPoint, SpecStep, check_method, predict_step, spec_step
+from servelab.predict.specstep import HEAD_METHODS, LOOKUP_METHODS, DraftFit
 
 
 @dataclass(frozen=True)
@@ -139,18 +140,25 @@ def predict_speed(
     acceptance_lengths: Sequence[float] = (),
     draft_tokens: int = 0,
     graph_tokens: int | None = None,
+    kernel_path: KernelPath | None = None,
+    spec_method: str = "mtp",
+    draft: DraftFit | None = None,
 ) -> SpeedPrediction:
     """Predict decode and prefill speed on ``hardware`` (see module docs for the model).
     ``graph_tokens``: the largest step the engine captures a CUDA graph for
     (:func:`servelab.plan.startup.graph_capture`); a longer prompt's prefill is predicted as
-    launched layer by layer. ``None``: not known (no eager term)."""
+    launched layer by layer. ``None``: not known (no eager term). ``kernel_path``: the path
+    ``weights`` take on ``hardware``, when the caller has worked it out already.
+    ``spec_method`` / ``draft_tokens``: how the server drafts (its steps are stored with the
+    plan); ``acceptance_lengths``: where to predict it, with the draft term ``draft``
+    (:func:`servelab.predict.spec.draft_fit_for`; None: none measured, the form alone)."""
     if not prompt_lens or any(p <= 0 for p in prompt_lens):
         raise UsageError("prompt lengths must be positive integers")
     if ssm_dtype not in DTYPE_BYTES:
         raise UsageError(f"unknown SSM state dtype {ssm_dtype!r}")
     kvb = kv_dtype_bytes or dims.dtype_bytes
     bw, bw_src = hardware.effective_bandwidth_ceiling()
-    path = hardware.kernel_path(weights.scheme, moe=weights.moe)
+    path = kernel_path or hardware.kernel_path(weights.scheme, moe=weights.moe)
     rate = hardware.compute_rate(path.compute)
     comp_src = (
         "measured (probe)"
@@ -226,32 +234,39 @@ def predict_speed(
                 )
             )
     mtp: list[MtpPoint] = []
+    method = spec_method.strip().lower()
+    why = check_method(method, weights) if draft_tokens > 0 else None
+    if draft_tokens > 0 and why is None and method not in HEAD_METHODS | LOOKUP_METHODS:
+        why = f"speculative method {method!r} is not one servelab models (mtp, ngram)"
     steps = tuple(
-        spec_step(weights, dims, draft_tokens, d.context_len, d.kv_bytes + d.state_bytes)
+        spec_step(weights, dims, draft_tokens, d.context_len, kv_bytes=d.kv_bytes,
+                  state_bytes=d.state_bytes, kv_dtype_bytes=kvb, method=method)
         for d in decode
-        if draft_tokens > 0
+        if draft_tokens > 0 and why is None
     )
-    if acceptance_lengths:
-        if draft_tokens <= 0:
-            raise UsageError("speculative prediction needs at least one draft token")
-        if weights.mtp_bytes <= 0:
-            notes.append("the checkpoint ships no MTP head: draft cost is the lm_head alone")
+    if why is not None:
+        notes.append(why)
+    if acceptance_lengths and steps:
         base = decode[0]
-        step_bytes, step_layers = steps[0].step_bytes, steps[0].step_layers
+        step = steps[0]
+        if draft is None:
+            notes.append(
+                f"no measured {method} step on {hardware.name} or elsewhere: the speculative "
+                "prediction leaves out the draft passes' own cost (an upper bound on speed)"
+            )
         for a in acceptance_lengths:
             if not 1.0 <= a <= draft_tokens + 1:
                 raise UsageError(
                     f"acceptance length {a} must lie in [1, draft tokens + 1 = {draft_tokens + 1}]"
                 )
-            mroof = a * bw / step_bytes
-            row = step_features(steps[0], on)
-            tok, lo, hi = _predicted(dfit, row, a, mroof)
+            mroof = a * bw / step.step_bytes
+            tok, lo, hi = predict_step(dfit, draft, step, on, a, mroof)
             mtp.append(
                 MtpPoint(
                     acceptance_length=a,
                     draft_tokens=draft_tokens,
-                    step_bytes=step_bytes,
-                    step_layers=step_layers,
+                    step_bytes=step.step_bytes,
+                    step_layers=step.step_layers,
                     roofline_tok_s=mroof,
                     predicted_tok_s=tok,
                     predicted_low=lo,
@@ -261,8 +276,13 @@ def predict_speed(
                         if tok is not None and base.predicted_tok_s
                         else None
                     ),
+                    method=method,
+                    draft_pass_s=draft.per_pass if draft is not None else None,
+                    draft_source=draft.label if draft is not None else "",
                 )
             )
+    elif acceptance_lengths and draft_tokens <= 0:
+        raise UsageError("speculative prediction needs at least one draft token")
     waiting = [f"{p.prompt_len:,}" for p in prefill if p.waits_on == "host"]
     if waiting:
         notes.append(

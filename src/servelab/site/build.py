@@ -8,14 +8,12 @@ half of each. A directory that exists but was not built by servelab is never rep
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from servelab.errors import OutputPathError, UsageError
-from servelab.outfile import check_output_dir
+from servelab.outfile import atomic_dir, check_output_dir
 from servelab.site.model import Site
 from servelab.site.render import render_site
 
@@ -75,10 +73,8 @@ def write_files(files: dict[str, str], outdir: Path) -> BuiltSite:
 
 
 def _write_tree(files: dict[str, str], outdir: Path) -> BuiltSite:
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.tmp-", dir=outdir.parent))
     total = 0
-    try:
+    with atomic_dir(outdir, replace=True, mode=0o755) as tmp:
         for rel, content in sorted(files.items()):
             target = tmp.joinpath(*_check_relative(rel).parts)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -86,22 +82,6 @@ def _write_tree(files: dict[str, str], outdir: Path) -> BuiltSite:
             target.write_bytes(data)
             total += len(data)
         (tmp / MARKER).write_text("built by servelab site build\n", encoding="utf-8")
-        tmp.chmod(0o755)
-        if outdir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.old-", dir=outdir.parent))
-            old.rmdir()
-            outdir.rename(old)
-            try:
-                tmp.rename(outdir)
-            except OSError:
-                old.rename(outdir)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(outdir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return BuiltSite(outdir, tuple(sorted(files)), total)
 
 

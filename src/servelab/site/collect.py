@@ -15,7 +15,7 @@ How records map to pages:
 - predictions: ``prediction`` documents as written by :mod:`servelab.predict.speed`
   (``decode`` / ``prefill`` point lists, optionally under ``"speed"``), labelled with their
   basis;
-- engine observations from ``engine_facts`` (:class:`servelab.engine.facts.EngineFacts`
+- engine observations from ``engine_facts`` (:class:`servelab.engines.facts.EngineFacts`
   as a dict), memory split from ``checkpoint_report`` (``servelab.inspect/1``);
 - history: the reference decode point of every successful run, oldest first, with change
   points from :func:`servelab.analysis.history.change_points` when that is available.
@@ -24,14 +24,17 @@ How records map to pages:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servelab.analysis import stats
 from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
+from servelab.check import Check
+from servelab.choose.rank import MEASURED, NO_PREDICTION_FACTOR, PREDICTED, Choice, Speed
 from servelab.errors import UsageError
+from servelab.plan.check import LoggedKv, kv_pool_checks
 from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv
 from servelab.points import PointKey
@@ -52,6 +55,7 @@ from servelab.site.model import (
     EngineObservation,
     ExperimentMetric,
     ExperimentPage,
+    HardwareAnswer,
     HistoryPoint,
     HistorySeries,
     Measured,
@@ -87,8 +91,13 @@ def _rid(run: RunRecord) -> str:
 
 
 def point_values(run: RunRecord, metric: str) -> dict[PointKey, Measured]:
-    """``decode_tok_s`` / ``prefill_tok_s`` of a run at each of its workload points."""
+    """``decode_tok_s`` / ``prefill_tok_s`` of a run at each of its workload points.
+
+    A point whose 95 % interval reaches zero is left out: it is not a measurement (bench
+    withholds such a rate since issue 33; runs recorded before, or imported, may hold one,
+    e.g. 55,152 tok/s [-29,989, 140,294] from a stream that arrived in bulk)."""
     out: dict[PointKey, Measured] = {}
+    from_samples: set[PointKey] = set()
     for point in run.points:
         samples = run.samples_at(point)
         pid = PointKey.parse(point, (s.prompt_tokens for s in samples))
@@ -97,12 +106,14 @@ def point_values(run: RunRecord, metric: str) -> dict[PointKey, Measured]:
         values = METRICS[metric].sample_values(run, point)
         if values:
             mean, low, high = mean_ci(values)
-            out[pid] = Measured(mean, "tok/s", _rid(run), low, high, len(values))
+            from_samples.add(pid)
+            if low is None or low > 0:  # a rate whose 95% CI reaches zero is no measurement
+                out[pid] = Measured(mean, "tok/s", _rid(run), low, high, len(values))
     for m in run.metrics:
         if m.name != metric or not m.point:
             continue
         pid = PointKey.parse(m.point)
-        if pid is not None and pid not in out:
+        if pid is not None and pid not in from_samples and (m.ci_low is None or m.ci_low > 0):
             out[pid] = Measured(m.value, m.unit or "tok/s", _rid(run), m.ci_low, m.ci_high,
                                 m.n or None)
     return out
@@ -164,6 +175,8 @@ def prediction_of(point: PredictedSpeed, plan: PlanDocument,
     if interval is None:
         return None
     value, low, high = interval
+    if low <= 0 or high > NO_PREDICTION_FACTOR * low:
+        return None  # an interval spanning an order of magnitude is no prediction
     return Predicted(value, "tok/s", _basis(plan, point), run_id, low, high)
 
 
@@ -221,7 +234,9 @@ def observation(run: RunRecord) -> EngineObservation:
     def measured(value: float | None, unit: str) -> Measured | None:
         return Measured(value, unit, rid) if value is not None else None
 
-    weights = _num(f, "weights_gib") or run.weights_gib or _num(f, "checkpoint_gib")
+    # the first that is known: a logged 0.00 GiB is a figure (below the log's precision)
+    weights = next((w for w in (_num(f, "weights_gib"), run.weights_gib,
+                                _num(f, "checkpoint_gib")) if w is not None), None)
     kv_tokens = _num(f, "kv_pool_tokens") or (
         float(run.kv_pool_tokens) if run.kv_pool_tokens is not None else None)
     fallback = _warning(f, "marlin-weight-only", paths)
@@ -243,57 +258,29 @@ def observation(run: RunRecord) -> EngineObservation:
     )
 
 
-def _kv_checks(
-    run: RunRecord, plan: PlanDocument, obs: EngineObservation, kv_pool: Mapping[str, Any]
-) -> Iterator[PlanCheck]:
-    """The KV pool as planned by the run's engine's own arithmetic, against its log: vLLM's
-    pool (tokens, concurrency) or llama.cpp's cache (tokens, MiB as its log prints them).
-    A stored plan that followed another engine's arithmetic is not checked."""
-    engine = (run.prediction or {}).get("engine")
-    name = engine.get("name", "vllm") if isinstance(engine, Mapping) else "vllm"
-    if name == "llamacpp" and kv_pool.get("engine") == "llamacpp":
-        rule = f"llama.cpp KV arithmetic ({plan.kv_rule or '?'})"
-        if plan.kv_tokens is not None and obs.kv_tokens is not None:
-            yield PlanCheck("KV cache tokens", Predicted(float(plan.kv_tokens), "tokens", rule,
-                                                         run.run_id), obs.kv_tokens)
-        size = kv_pool.get("bytes")
-        logged = _num(_facts(run), "kv_cache_gib")
-        if isinstance(size, int) and logged is not None:
-            yield PlanCheck(
-                "KV cache size",
-                Predicted(round(size / 2**20, 2), "MiB", rule + "; MiB to two decimals, as "
-                          "llama.cpp prints it", run.run_id),
-                Measured(round(logged * 1024, 2), "MiB", _rid(run)))
-        return
-    if name != "vllm":
-        return
-    rule = f"vLLM {plan.kv_engine_version or '?'} KV arithmetic ({plan.kv_rule or '?'})"
-    if plan.kv_tokens is not None and obs.kv_tokens is not None:
-        yield PlanCheck("KV pool", Predicted(float(plan.kv_tokens), "tokens", rule,
-                                             run.run_id), obs.kv_tokens)
-    if plan.kv_max_concurrency is not None and obs.max_concurrency is not None:
-        yield PlanCheck("max concurrency at full context",
-                        Predicted(plan.kv_max_concurrency, "x", rule, run.run_id),
-                        obs.max_concurrency)
-
-
 def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
-    """The run's plan (``servelab.plan/1``) against what its engine reported."""
+    """The run's plan (``servelab.plan/1``) against what its engine reported: the KV pool
+    by the engine's own arithmetic (:func:`servelab.plan.check.kv_pool_checks`, the checks
+    ``servelab run`` prints) and the resident weights."""
     plan = read_plan(run.prediction)
-    if not isinstance((run.prediction or {}).get("kv_pool"), Mapping):
+    if plan.kv_engine is None:
         return ()
     obs = observation(run)
-    kv_pool: Mapping[str, Any] = (run.prediction or {})["kv_pool"]
-    out = list(_kv_checks(run, plan, obs, kv_pool))
+    f = _facts(run)
+    logged = LoggedKv(
+        kv_pool_tokens=int(obs.kv_tokens.value) if obs.kv_tokens is not None else None,
+        max_concurrency=_num(f, "max_concurrency"),
+        kv_cache_gib=_num(f, "kv_cache_gib"),
+    )
+    checks = [c for c in kv_pool_checks(plan, logged) if c.both]
     resident = plan.weights_resident_bytes
     if resident is not None and obs.weights is not None and (
             # the engine prints GiB with two decimals: below that there is nothing to compare
             obs.weights.value > 0 or resident >= 0.005 * GIB):
-        out.append(PlanCheck("weights resident", Predicted(
-            resident / GIB, "GiB",
-            f"checkpoint bytes from the safetensors headers ({plan.weights_source or 'inspect'})",
-            run.run_id), obs.weights))
-    return tuple(out)
+        checks.append(Check(
+            "weights resident", resident / GIB, obs.weights.value, "GiB",
+            f"checkpoint bytes from the safetensors headers ({plan.weights_source or 'inspect'})"))
+    return tuple(PlanCheck(c, _rid(run)) for c in checks)
 
 
 def memory_split(run: RunRecord) -> MemorySplit | None:
@@ -687,12 +674,100 @@ def site_from_records(runs: Sequence[RunRecord], experiments: Sequence[Experimen
 
 
 def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:
-    """Read every run (with samples) and experiment from ``store`` into a :class:`Site`."""
+    """Read every run (with samples) and experiment from ``store`` into a :class:`Site`
+    (without the model pages' answers: :func:`servelab.pipeline.choose.answered_site` adds
+    them)."""
     return site_from_records(store.list_runs(samples=True), store.list_experiments(), title=title)
+
+
+def _answer_number(speed: Speed) -> Measured | Predicted | None:
+    if speed.tok_s is None:
+        return None
+    if speed.source == MEASURED and speed.run_id:
+        return Measured(speed.tok_s, "tok/s", speed.run_id, speed.low, speed.high)
+    if speed.source == PREDICTED:
+        return Predicted(speed.tok_s, "tok/s", speed.basis, None, speed.low, speed.high)
+    return None
+
+
+def hardware_answer(choice: Choice) -> HardwareAnswer:
+    """One hardware's answer for a model page, from ``servelab choose``'s ranking."""
+    pick = next((r for r in choice.rows if r.build == choice.pick), None)
+    best = pick.best_decode if pick is not None else None
+    return HardwareAnswer(
+        hardware=choice.hardware, pick=choice.pick,
+        pick_slug=slugify(choice.pick) if choice.pick else None,
+        decode=_answer_number(best) if best is not None else None,
+        basis=best.source if best is not None else "none", reason=choice.reason,
+        verdicts=tuple((r.build, r.verdict) for r in choice.rows))
+
+
+def _finding(page: RecipePage, answer: HardwareAnswer, builds: int) -> str:
+    """The recipe page's first sentence: this build against the model's others."""
+    hw = answer.hardware
+    if answer.pick is None:
+        return f"On {hw}, no build of {page.model_name} is the one to download: {answer.reason}."
+    if answer.pick_slug == page.slug:
+        return (f"On {hw}, this is the build of {page.model_name} to download among its "
+                f"{builds}: {answer.reason}.")
+    verdict = dict(answer.verdicts).get(page.build_name) or next(
+        (v for b, v in answer.verdicts if slugify(b) == page.slug), "")
+    return (f"On {hw}, download {answer.pick} rather than this build: "
+            f"{verdict.removeprefix('pick: ')}.")
+
+
+def model_runs(site: Site, runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """The runs of each model page (by its slug), for :func:`with_answers`'s choices."""
+    out: dict[str, list[RunRecord]] = {}
+    for index in site.models:
+        slugs = {p.slug for p in site.recipes if p.model_slug == index.slug}
+        out[index.slug] = [r for r in runs if slugify(_recipe_key(r)) in slugs]
+    return out
+
+
+def answer_lengths(site: Site, slug: str) -> tuple[int, int]:
+    """(context, prompt) a model page's answer is for: the longest context its recipes
+    serve and the prompt its headlines quote (2,048 by default)."""
+    pages = [p for p in site.recipes if p.model_slug == slug]
+    prompt = max((prose.reference_prompt(p) or 0 for p in pages), default=0) or 2048
+    context = max((p.context_tokens for p in pages), default=0) or prompt
+    return context, prompt
+
+
+def with_answers(site: Site, choices: Mapping[str, Sequence[Choice]]) -> Site:
+    """Every model page with its answer per hardware (``choices``: by model slug, one
+    :class:`~servelab.choose.rank.Choice` per hardware over its recipes), measured hardware
+    first, and every recipe page with its finding on its own hardware."""
+    indexes, recipes = [], {p.slug: p for p in site.recipes}
+    for index in site.models:
+        pages = [p for p in site.recipes if p.model_slug == index.slug]
+        if not choices.get(index.slug):
+            indexes.append(index)
+            continue
+        answers = tuple(sorted((hardware_answer(c) for c in choices[index.slug]),
+                               key=lambda a: a.basis != "measured"))
+        indexes.append(_replace_index(index, answers, *answer_lengths(site, index.slug)))
+        for page in pages:
+            own = next((a for a in answers if a.hardware == page.hardware), None)
+            if own is not None:
+                recipes[page.slug] = _replace(page, finding=_finding(page, own, len(pages)))
+    import dataclasses
+
+    return dataclasses.replace(site, models=tuple(indexes),
+                               recipes=tuple(recipes[p.slug] for p in site.recipes))
+
+
+def _replace_index(index: ModelIndexPage, answers: tuple[HardwareAnswer, ...], context: int,
+                   prompt: int) -> ModelIndexPage:
+    import dataclasses
+
+    return dataclasses.replace(index, answers=answers, context_tokens=context,
+                               prompt_tokens=prompt)
 
 
 __all__ = [
     "PointKey",
+    "answer_lengths",
     "build_row",
     "collect_site",
     "concurrent_rows",
@@ -700,6 +775,7 @@ __all__ = [
     "key_params",
     "mean_ci",
     "memory_split",
+    "model_runs",
     "observation",
     "plan_checks",
     "prediction_of",
@@ -707,4 +783,5 @@ __all__ = [
     "recipe_meta",
     "recipe_page",
     "site_from_records",
+    "with_answers",
 ]

@@ -67,6 +67,9 @@ def unit_suffix(unit: str) -> str:
 
 def format_number(num: Number, *, with_unit: bool = True) -> str:
     """Format a measured, predicted or derived number (without its provenance)."""
+    if num.unit == "GiB" and with_unit and isinstance(num, Measured) and num.value == 0:
+        # an engine log prints GiB with two decimals: "0.00 GiB" is below that, not nothing
+        return "< 0.01 GiB"
     if num.unit == "GiB" and with_unit and (small := _small_gib(num.value)) is not None:
         return small
     text = format_value(num.value, num.unit)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servelab.check import Check
 from servelab.plan.specsource import SpecConfig
 from servelab.predict.ledger import LedgerRow
 
@@ -29,6 +30,7 @@ __all__ = [
     "EngineObservation",
     "ExperimentMetric",
     "ExperimentPage",
+    "HardwareAnswer",
     "HistoryPoint",
     "HistorySeries",
     "Measured",
@@ -49,6 +51,7 @@ __all__ = [
     "Text",
     "TroubleshootingEntry",
     "Verification",
+    "check_of",
 ]
 
 
@@ -140,11 +143,39 @@ class ConcurrentRow:
 
 @dataclass(frozen=True)
 class PlanCheck:
-    """One planned quantity next to what the engine then reported (e.g. the KV pool)."""
+    """One planned quantity next to what the engine then reported (e.g. the KV pool): the
+    :class:`~servelab.check.Check` of run ``run_id``, as page numbers."""
 
-    label: str
-    predicted: Predicted
-    measured: Measured
+    check: Check
+    run_id: str
+
+    @property
+    def label(self) -> str:
+        """What is compared."""
+        return self.check.label
+
+    @property
+    def predicted(self) -> Predicted:
+        """The plan's value, labelled with its basis."""
+        return Predicted(_number(self.check.predicted), self.check.unit, self.check.basis,
+                         self.run_id, self.check.low, self.check.high)
+
+    @property
+    def measured(self) -> Measured:
+        """What the engine reported."""
+        return Measured(_number(self.check.observed), self.check.unit, self.run_id)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a page number must be a number, not {value!r}")
+    return float(value)
+
+
+def check_of(measured: Measured, predicted: Predicted, label: str = "") -> Check:
+    """A measured page number against its prediction, as one :class:`Check`."""
+    return Check(label, predicted.value, measured.value, measured.unit, predicted.basis,
+                 predicted.low, predicted.high)
 
 
 @dataclass(frozen=True)
@@ -343,6 +374,7 @@ class RecipePage:
     gpus: int = 1  # GPUs of the latest run's layout
     layout: str = ""  # e.g. "TP2 x PP1 x DP1" when more than one GPU
     acceptance: SpecAcceptance | None = None  # the latest run's, when it drafted
+    finding: str = ""  # the page's first sentence: this build against the others, on its hardware
 
 
 @dataclass(frozen=True)
@@ -363,12 +395,30 @@ class BuildRow:
 
 
 @dataclass(frozen=True)
+class HardwareAnswer:
+    """Which build of a model to download on one hardware profile (``servelab choose`` over
+    the model's recipes): measured where the pick's decode was measured there, predicted
+    (labelled) elsewhere; the reason is one sentence in explain's terms."""
+
+    hardware: str
+    pick: str | None  # build name; None when no build fits
+    pick_slug: str | None  # its recipe page
+    decode: Measured | Predicted | None  # the pick's single-stream decode
+    basis: str  # measured | predicted | bound | none
+    reason: str
+    verdicts: tuple[tuple[str, str], ...] = ()  # (build name, verdict) for every build
+
+
+@dataclass(frozen=True)
 class ModelIndexPage:
     """The index comparing all builds of one model."""
 
     slug: str
     model_name: str
     builds: tuple[BuildRow, ...]
+    answers: tuple[HardwareAnswer, ...] = ()
+    context_tokens: int = 0
+    prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)

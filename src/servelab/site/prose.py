@@ -21,6 +21,7 @@ from servelab.site.model import (
     Text,
     TroubleshootingEntry,
     Verification,
+    check_of,
 )
 
 # Versions measured within this relative spread count as "no drift".
@@ -85,7 +86,7 @@ def rows_for(rows: Iterable[MeasuredRow], version: str | None) -> list[MeasuredR
 
 def vs_prediction(measured: Measured, predicted: Predicted) -> Derived:
     """How far a measurement landed from its prediction, in percent (negative: slower)."""
-    pct = (measured.value / predicted.value - 1.0) * 100.0 if predicted.value else 0.0
+    pct = (check_of(measured, predicted).error or 0.0) * 100.0
     formula = (
         f"measured {format_value(measured.value, measured.unit)} / "
         f"predicted {format_value(predicted.value, predicted.unit)} − 1"
@@ -93,13 +94,16 @@ def vs_prediction(measured: Measured, predicted: Predicted) -> Derived:
     return Derived(pct, "%", formula, (measured.run_id,))
 
 
+_VERDICT_WORDS = {
+    "inside": "inside the predicted interval",
+    "outside": "outside the predicted interval",
+}
+
+
 def interval_verdict(measured: Measured, predicted: Predicted) -> str:
     """Whether a measurement fell inside its prediction's interval (words, not a number)."""
-    if predicted.low is None or predicted.high is None:
-        return "with no interval to judge it by"
-    if predicted.low <= measured.value <= predicted.high:
-        return "inside the predicted interval"
-    return "outside the predicted interval"
+    verdict = check_of(measured, predicted).verdict
+    return _VERDICT_WORDS.get(verdict, "with no interval to judge it by")
 
 
 def _observation(page: RecipePage, version: str | None) -> EngineObservation | None:

@@ -77,6 +77,21 @@ def _html_num(num: Measured | Predicted | Derived, root: str) -> Markup:
     )
 
 
+_RUN_REF = re.compile(r"\bin run (?P<id>[0-9A-Za-z][0-9A-Za-z._-]*[0-9A-Za-z])")
+
+
+def _html_runs(text: str, root: str) -> Markup:
+    """``text`` escaped, each "in run ID" linking the run's page (a measured number's run)."""
+    out, last = Markup(), 0
+    for m in _RUN_REF.finditer(text):
+        rid = m["id"]
+        out += escape(redact_text(text[last:m.start("id")]))
+        out += Markup(f'<a class="run" href="{escape(root)}runs/{escape(run_file(rid))}">'
+                      f"{escape(rid)}</a>")
+        last = m.end("id")
+    return out + escape(redact_text(text[last:]))
+
+
 def _html_text(segments: Text, root: str) -> Markup:
     out = Markup()
     for seg in segments:
@@ -102,6 +117,18 @@ def md_escape(text: str) -> str:
     out = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     out = _MD_SPECIAL.sub(r"\\\1", out)
     return re.sub(r"[\r\n]+", " ", out)
+
+
+def _md_runs(text: str, root: str) -> MdSafe:
+    """``text`` escaped for Markdown, each "in run ID" linking the run's page."""
+    out, last = [], 0
+    for m in _RUN_REF.finditer(text):
+        rid = m["id"]
+        out.append(md_escape(redact_text(text[last:m.start("id")])))
+        out.append(f"[{md_escape(rid)}]({_md_url(f'{root}runs/{run_file(rid)}')})")
+        last = m.end("id")
+    out.append(md_escape(redact_text(text[last:])))
+    return MdSafe("".join(out))
 
 
 def _md_num(num: Measured | Predicted | Derived, root: str) -> MdSafe:
@@ -344,7 +371,7 @@ def html_env() -> jinja2.Environment:
         finalize=_html_finalize, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
     _common(env)
-    env.globals.update(num=_html_num, text=_html_text)
+    env.globals.update(num=_html_num, text=_html_text, runs_linked=_html_runs)
     return env
 
 
@@ -356,7 +383,8 @@ def md_env() -> jinja2.Environment:
         finalize=_md_finalize, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
     _common(env)
-    env.globals.update(num=_md_num, text=_md_text, code=md_code, link=md_link,
+    env.globals.update(num=_md_num, text=_md_text, runs_linked=_md_runs, code=md_code,
+                       link=md_link,
                        run_link=md_run_link, raw=md_raw_url)
     env.filters["md"] = MdSafe
     return env

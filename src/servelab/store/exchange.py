@@ -28,6 +28,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from servelab.bench.metrics import Metrics
+from servelab.bench.result import BenchResult, read_result
+from servelab.bench.samples import ErrorKind, RequestSample
+from servelab.bench.stats import Summary
+from servelab.bench.vllm_compat import from_vllm
 from servelab.errors import InputError
 from servelab.outfile import write_json
 from servelab.points import arrival_tag, point_label
@@ -190,14 +195,18 @@ def content_id(started: datetime, doc: Any) -> str:
 
 
 def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
-    """Convert a ``vllm bench serve`` result into a RunRecord (samples when saved detailed)."""
+    """Convert a ``vllm bench serve`` result into a RunRecord (samples when saved detailed).
+
+    The file is read by :func:`servelab.bench.vllm_compat.from_vllm` (the one parser of
+    vLLM's result JSON, also behind ``servelab bench-import``); its requests become samples
+    through :func:`sample_of`, as servelab's own do."""
     started = _vllm_date(doc.get("date"), source)
-    ttfts = _floats(doc.get("ttfts"))
-    lat = _floats(doc.get("latencies"))
-    itls = doc.get("itls") if isinstance(doc.get("itls"), list) else None
-    in_lens = _ints(doc.get("input_lens"))
-    out_lens = _ints(doc.get("output_lens"))
-    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else None
+    try:
+        parsed = from_vllm(doc, path=source)  # the one reader of vLLM's file
+    except (TypeError, ValueError, IndexError) as exc:
+        raise InputError(f"malformed vllm bench serve result: {exc!r}", path=source) from exc
+    in_lens = ([s.prompt_len for s in parsed.samples]
+               if isinstance(doc.get("input_lens"), list) else [])
     conc = doc.get("max_concurrency")
     raw_rate = doc.get("request_rate")  # "inf" (or absent): all at once, closed loop
     rate = (float(raw_rate) if isinstance(raw_rate, int | float)
@@ -211,39 +220,7 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
         point = point_label(round(statistics.median(in_lens)), conc)
     else:
         point = f"c{conc if conc is not None else 'max'}"  # no prompt length: not a PointKey
-    samples: list[Sample] = []
-    if ttfts is not None:
-        n = len(ttfts)
-        for i in range(n):
-            err = errors[i] if errors is not None and i < len(errors) else None
-            err = str(err) if err else None
-            ttft = ttfts[i]
-            gaps = _floats(itls[i]) if itls is not None and i < len(itls) else None
-            e2e = lat[i] if lat is not None and i < len(lat) else None
-            if e2e is None and gaps is not None and ttft is not None:
-                e2e = ttft + sum(gaps)
-            out_n = out_lens[i] if out_lens is not None and i < len(out_lens) else None
-            tpot = None
-            if err is None and e2e is not None and ttft is not None and out_n and out_n > 1:
-                tpot = (e2e - ttft) / (out_n - 1)
-            if err is None and ttft is not None and ttft <= 0 and not out_n:
-                err = "no output"
-            samples.append(
-                Sample(
-                    point=point,
-                    index=i,
-                    ttft_s=ttft if err is None else None,
-                    tpot_s=tpot,
-                    e2e_s=e2e if err is None else None,
-                    itl_mean_s=statistics.fmean(gaps) if gaps else None,
-                    itl_p50_s=statistics.median(gaps) if gaps else None,
-                    itl_p99_s=_pct(gaps, 99) if gaps else None,
-                    itl_max_s=max(gaps) if gaps else None,
-                    prompt_tokens=in_lens[i] if in_lens is not None and i < len(in_lens) else None,
-                    completion_tokens=out_n,
-                    error=err,
-                )
-            )
+    samples = [sample_of(r, point) for r in parsed.samples]
     metrics: list[Metric] = []
     for key, name, scale, unit in (
         ("output_throughput", "output_throughput_tok_s", 1.0, "tok/s"),
@@ -259,8 +236,8 @@ def run_from_vllm_bench(doc: JSON, *, source: str = "input") -> RunRecord:
         ("p99_itl_ms", "itl_p99_s", 1e-3, "s"),
         ("mean_e2el_ms", "e2e_mean_s", 1e-3, "s"),
     ):
-        value = doc.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = parsed.aggregates.get(key)
+        if value is not None:
             metrics.append(
                 Metric(
                     name=name,
@@ -352,91 +329,80 @@ _BENCH_METRICS = (
 )
 
 
-def _bench_sample(raw: Any, point: str, source: str) -> Sample | None:
-    if not isinstance(raw, dict):
-        raise InputError("bench sample is not an object", path=source)
-    if raw.get("warmup"):
-        return None
-    chunks = [int(x) for x in raw.get("chunk_ns") or []]
-    err = raw.get("error")
-    ct = raw.get("completion_tokens")
+def sample_of(req: RequestSample, point: str) -> Sample:
+    """A stored :class:`Sample` from one measured request (servelab's client or a
+    ``vllm bench serve`` file read by :mod:`servelab.bench.vllm_compat`): TTFT and E2E to
+    the first and last chunk, TPOT over the tokens after the first, inter-chunk gaps."""
+    chunks = req.chunk_ns
+    err = req.error
+    ct = req.completion_tokens
     ttft = chunks[0] / 1e9 if chunks else None
     latency = chunks[-1] / 1e9 if chunks else None
     tpot = None
-    if err is None and ttft is not None and latency is not None and isinstance(ct, int) and ct > 1:
+    if err is None and ttft is not None and latency is not None and ct is not None and ct > 1:
         tpot = (latency - ttft) / (ct - 1)
-    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(chunks)]
-    detail = raw.get("error_detail")
+    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(chunks)] if err is None else []
+    detail = req.error_detail
     return Sample(
         point=point,
-        index=int(raw.get("index", 0)),
+        index=req.index,
         ttft_s=ttft if err is None else None,
         tpot_s=tpot,
         e2e_s=latency if err is None else None,
-        itl_mean_s=statistics.fmean(gaps) if gaps and err is None else None,
-        itl_p50_s=statistics.median(gaps) if gaps and err is None else None,
-        itl_p99_s=_pct(gaps, 99) if gaps and err is None else None,
-        itl_max_s=max(gaps) if gaps and err is None else None,
-        prompt_tokens=raw.get("prompt_tokens")
-        if isinstance(raw.get("prompt_tokens"), int)
-        else None,
-        completion_tokens=ct if isinstance(ct, int) else None,
-        error=None if err is None else (f"{err}: {detail}" if detail else str(err)),
+        itl_mean_s=statistics.fmean(gaps) if gaps else None,
+        itl_p50_s=statistics.median(gaps) if gaps else None,
+        itl_p99_s=_pct(gaps, 99) if gaps else None,
+        itl_max_s=max(gaps) if gaps else None,
+        prompt_tokens=req.prompt_tokens,
+        completion_tokens=ct,
+        error=None if err is None else detail if err is ErrorKind.REPORTED and detail
+        else f"{err.value}: {detail}" if detail else err.value,
     )
 
 
-def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> RunRecord:
-    """A RunRecord from a ``servelab.bench/1`` document (``BenchResult.to_json()``).
+def _summary_metrics(metrics: Metrics, point: str) -> list[Metric]:
+    """A bench point's summaries (mean with its 95 % CI) as stored metrics."""
+    out: list[Metric] = []
+    for key, stored, scale, unit in _BENCH_METRICS:
+        summ = getattr(metrics, key)
+        if not isinstance(summ, Summary):
+            continue
+        out.append(Metric(name=stored, value=summ.mean * scale, point=point,
+                          ci_low=summ.ci_low * scale, ci_high=summ.ci_high * scale,
+                          n=summ.n, unit=unit))
+    return out
+
+
+def run_from_bench(result: BenchResult, *, source: str = "input",
+                   document: JSON | None = None, **fields: Any) -> RunRecord:
+    """A RunRecord from a :class:`~servelab.bench.result.BenchResult`, read directly.
 
     Every measured (non-warm-up) request becomes a :class:`Sample` at point
     ``p{prompt_len}-c{concurrency}`` (``p{prompt_len}-d{depth}-c{concurrency}`` for a point of
     a depth grid, ``...-r{rate}[-profile]`` for an open-loop point); each point's summaries
     (mean with ``ci95``) become metrics; the headline decode/prefill are those of the
-    closed-loop concurrency-1 point (with a decode
-    figure) whose prompt length is nearest 2,048 tokens. ``fields`` set or override any
-    RunRecord field (recipe, engine, hardware, ...), so the run pipeline can call this with
-    what it knows about the serving side.
+    closed-loop concurrency-1 point (with a decode figure) whose prompt length is nearest
+    2,048 tokens. ``document`` is the result's stored JSON when it was read from a file (its
+    content names the run, so that importing it twice skips it); otherwise
+    ``result.to_json()``. ``fields`` set or override any RunRecord field (recipe, engine,
+    hardware, ...), so the run pipeline can call this with what it knows about the serving
+    side.
     """
-    if doc.get("schema") != BENCH_SCHEMA:
-        raise InputError(f"not a {BENCH_SCHEMA} document", path=source)
-    points = doc.get("points")
-    if not isinstance(points, list):
-        raise InputError("bench result has no 'points' list", path=source)
+    doc = document if document is not None else result.to_json()
+    workload = result.workload.to_json()
     samples: list[Sample] = []
     metrics: list[Metric] = []
     headline: tuple[int, float | None, float | None] | None = None
-    for pt in points:
-        if not isinstance(pt, dict):
-            raise InputError("bench point is not an object", path=source)
-        name = point_name(pt.get("prompt_len"), pt.get("concurrency"), source, pt.get("depth"),
-                          pt.get("request_rate"), doc.get("workload"))
-        for raw in pt.get("samples") or []:
-            smp = _bench_sample(raw, name, source)
-            if smp is not None:
-                samples.append(smp)
-        summaries = pt.get("metrics") or {}
-        means: dict[str, float] = {}
-        for key, stored, scale, unit in _BENCH_METRICS:
-            summ = summaries.get(key)
-            if not isinstance(summ, dict) or not isinstance(summ.get("mean"), (int, float)):
-                continue
-            ci = summ.get("ci95") if isinstance(summ.get("ci95"), list) else None
-            lo, hi = (ci[0], ci[1]) if ci and len(ci) == 2 else (None, None)
-            means[stored] = float(summ["mean"]) * scale
-            metrics.append(
-                Metric(
-                    name=stored,
-                    value=float(summ["mean"]) * scale,
-                    point=name,
-                    ci_low=float(lo) * scale if isinstance(lo, (int, float)) else None,
-                    ci_high=float(hi) * scale if isinstance(hi, (int, float)) else None,
-                    n=int(summ.get("n") or 0),
-                    unit=unit,
-                )
-            )
-        if (pt.get("concurrency") == 1 and isinstance(pt.get("prompt_len"), int)
-                and not pt.get("depth") and pt.get("request_rate") is None):
-            dist = abs(int(pt["prompt_len"]) - 2048)
+    for pr in result.points:
+        pt = pr.point
+        name = point_name(pt.prompt_len, pt.concurrency, source, pt.depth, pt.request_rate,
+                          workload)
+        samples.extend(sample_of(r, name) for r in pr.samples if not r.warmup)
+        mine = _summary_metrics(pr.metrics, name)
+        metrics.extend(mine)
+        means = {m.name: m.value for m in mine}
+        if pt.concurrency == 1 and not pt.depth and pt.request_rate is None:
+            dist = abs(pt.prompt_len - 2048)
             # a point where no request could be timed per token (whole answer in one
             # chunk) has no decode figure: the nearest point that has one is the headline
             if means.get("decode_tok_s") is not None and (
@@ -444,25 +410,25 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
             ):
                 headline = (dist, means.get("decode_tok_s"), means.get("prefill_tok_s"))
     completed = sum(s.ok for s in samples)
-    started = _parse_dt(doc.get("started_at"))
-    finished = _parse_dt(doc["finished_at"]) if doc.get("finished_at") else None
+    started = _parse_dt(result.started_at)
+    finished = _parse_dt(result.finished_at) if result.finished_at else None
     base: dict[str, Any] = {
         # same result -> same id: re-import skips (an SLO evaluated over it changes nothing)
         "run_id": content_id(started, {k: v for k, v in doc.items() if k != "slo"}),
-        "labels": ("partial",) if doc.get("partial") else (),
+        "labels": ("partial",) if result.partial else (),
         "started_at": started,
         "finished_at": finished,
         "status": STATUS_OK if completed else STATUS_FAILED,
         "status_reason": None if completed else "no request completed",
-        "model_id": doc.get("model") if isinstance(doc.get("model"), str) else None,
+        "model_id": result.model or None,
         "decode_tok_s": headline[1] if headline else None,
         "prefill_tok_s": headline[2] if headline else None,
-        "workload": doc.get("workload") if isinstance(doc.get("workload"), dict) else None,
+        "workload": workload,
         "extra": {
             "bench": {k: v for k, v in doc.items() if k not in ("points", "workload")},
             "bench_points": [
                 {k: v for k, v in p.items() if k != "samples"}
-                for p in points
+                for p in doc.get("points") or ()
                 if isinstance(p, dict)
             ],
         },
@@ -474,6 +440,14 @@ def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> R
         return RunRecord(**base)
     except TypeError as exc:
         raise InputError(f"bad run field: {exc}", path=source) from exc
+
+
+def run_from_bench_json(doc: JSON, *, source: str = "input", **fields: Any) -> RunRecord:
+    """A RunRecord from a stored ``servelab.bench/1`` document: read by the typed reader
+    (:func:`servelab.bench.result.read_result`, an InputError naming ``source`` and the
+    problem), then :func:`run_from_bench`."""
+    return run_from_bench(read_result(doc, source=source), source=source, document=doc,
+                          **fields)
 
 
 def fields_from_engine_facts(facts: JSON) -> dict[str, Any]:
@@ -505,18 +479,6 @@ def _vllm_date(value: Any, source: str) -> datetime:
             except ValueError:
                 continue
     raise InputError(f"vllm bench result has no readable 'date' ({value!r})", path=source)
-
-
-def _floats(value: Any) -> list[float] | None:
-    if not isinstance(value, list):
-        return None
-    return [float(v) if isinstance(v, (int, float)) else float("nan") for v in value]
-
-
-def _ints(value: Any) -> list[int] | None:
-    if not isinstance(value, list):
-        return None
-    return [int(v) if isinstance(v, (int, float)) else 0 for v in value]
 
 
 def _pct(values: Sequence[float], q: float) -> float:

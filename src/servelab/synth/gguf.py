@@ -22,9 +22,7 @@ sinks). A model with sliding-window layers gets its window and a per-layer
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from servelab.errors import InputError, UsageError
+from servelab.outfile import atomic_file
 
 __all__ = ["GGUF_TYPES", "GgufType", "ensure_gguf", "gguf_path", "write_gguf"]
 
@@ -169,11 +168,7 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
         "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
     }[qtype]
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}-", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_file(out) as tmp:
         writer = gguf.GGUFWriter(tmp, _GGUF_ARCH[arch])
         writer.add_name(model_dir.name)
         writer.add_block_count(n_layers)
@@ -230,9 +225,6 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file(progress=False)
         writer.close()
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out
 
 

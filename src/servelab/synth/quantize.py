@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError, UsageError
+from servelab.outfile import atomic_dir
 from servelab.synth.replica import EXPERTS_AND_ATTENTION, replica_tensors
 
 VARIANTS = ("fp8-channel", "nvfp4", "fp8-block", "modelopt-nvfp4")
@@ -74,9 +73,7 @@ def _write(
 
     if dst.exists():
         raise UsageError(f"{dst} already exists; choose a new output directory")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}-"))
-    try:
+    with atomic_dir(dst) as tmp:
         for f in src.iterdir():
             if f.is_file() and f.name not in ("model.safetensors", "config.json"):
                 shutil.copy2(f, tmp / f.name)
@@ -88,10 +85,6 @@ def _write(
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for name, doc in (extra or {}).items():
             (tmp / name).write_text(json.dumps(doc, indent=2) + "\n")
-        os.replace(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dst
 
 

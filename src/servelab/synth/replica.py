@@ -37,10 +37,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import struct
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +46,7 @@ from typing import Any
 
 from servelab.errors import ConfigError, UsageError
 from servelab.families import ReplicaSink, family_for, filled_config, model_dims, presets
+from servelab.outfile import atomic_file
 
 _DTYPE_BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8,
@@ -516,16 +515,10 @@ def _header_bytes(tensors: Sequence[TensorSpec]) -> tuple[bytes, int]:
 
 def _write_sparse(path: Path, tensors: Sequence[TensorSpec]) -> int:
     raw, data = _header_bytes(tensors)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".safetensors")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(raw)))
-            f.write(raw)
-            f.truncate(8 + len(raw) + data)  # sparse: no data blocks are allocated
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as tmp, tmp.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        f.truncate(8 + len(raw) + data)  # sparse: no data blocks are allocated
     return data
 
 
@@ -544,9 +537,8 @@ def _shards(tensors: Sequence[TensorSpec], max_shard_bytes: int | None) -> list[
 
 
 def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def write_safetensors_set(

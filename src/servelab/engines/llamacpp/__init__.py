@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from servelab.engine.install import EngineBuild
-from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs, ServeTarget
+from servelab.engines.builds import EngineBuild
 from servelab.engines.llamacpp.build import BUILD_VERSION, LlamaServerBuilder
 from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 from servelab.engines.llamacpp.logfacts import LogParser
@@ -39,9 +38,6 @@ from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
 from servelab.plan.kvseam import KvArithmetic
 from servelab.synth.gguf import ensure_gguf, gguf_path
-
-if TYPE_CHECKING:
-    from servelab.engine.recipe import Recipe
 
 __all__ = ["LLAMACPP", "LlamaCppEngine", "flag_args"]
 
@@ -90,11 +86,10 @@ def flag_args(flags: LlamaCppFlags) -> list[str]:
     return out
 
 
-def _section(recipe: Recipe) -> LlamaCppSection:
-    eng = recipe.engine
-    if not isinstance(eng, LlamaCppSection):
-        raise TypeError(f"not a llama.cpp recipe: engine {eng.name!r}")
-    return eng
+def _section(section: EngineSectionBase) -> LlamaCppSection:
+    if not isinstance(section, LlamaCppSection):
+        raise TypeError(f"not a llama.cpp engine table: {section.name!r}")
+    return section
 
 
 class LlamaCppEngine(LogParsingEngine):
@@ -115,22 +110,23 @@ class LlamaCppEngine(LogParsingEngine):
         "llamacpp:kv_cache_usage_ratio",
     )
 
-    def argv(
-        self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
-    ) -> list[str]:
+    def argv(self, section: EngineSectionBase, target: ServeTarget) -> list[str]:
         """``llama-server --model M.gguf --alias NAME --host H --port P --metrics ...``."""
-        eng = _section(recipe)
-        argv = [*launcher, "--model", str(model), "--alias", recipe.served_model_name()]
+        eng = _section(section)
+        argv = [*target.launcher, "--model", target.model, "--alias", target.served_name]
         # Verbosity 4: the model, context and KV-cache lines the log facts are read from.
-        argv += ["--host", eng.host, "--port", str(port), "--metrics", "--log-verbosity", "4"]
+        argv += ["--host", eng.host, "--port", str(target.port), "--metrics"]
+        argv += ["--log-verbosity", "4"]
         argv += flag_args(eng.flags)
         return argv
 
-    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+    def local_model(
+        self, section: EngineSectionBase, path: Path, *, synth: bool, build: bool
+    ) -> Path:
         """A GGUF file: the synth model converted to ``gguf_type`` (cached beside it), the
         ``model.path`` file itself, or the one ``.gguf`` file in that directory."""
         if synth:
-            qtype = _section(recipe).gguf_type
+            qtype = _section(section).gguf_type
             return ensure_gguf(path, qtype) if build else gguf_path(path, qtype)
         if path.is_dir():
             found = sorted(path.glob("*.gguf"))
@@ -149,7 +145,7 @@ class LlamaCppEngine(LogParsingEngine):
         flags out of ``extra``, so the plan sees them all."""
         if section is None:
             return LlamaCppKv(LlamaCppKvSettings())
-        f = _flags(section)
+        f = _section(section).flags
         return LlamaCppKv(
             LlamaCppKvSettings(
                 ctx_size=f.ctx_size,
@@ -166,14 +162,8 @@ class LlamaCppEngine(LogParsingEngine):
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """llama.cpp's flags reach the planner through :meth:`kv_arithmetic`; of the
         shared knobs only prefix caching (always on) applies."""
-        _flags(section)
+        _section(section)
         return PlanKnobs(enable_prefix_caching=True)
-
-
-def _flags(section: EngineSectionBase) -> LlamaCppFlags:
-    if not isinstance(section, LlamaCppSection):
-        raise TypeError(f"not a llama.cpp engine table: {section.name!r}")
-    return section.flags
 
 
 LLAMACPP = LlamaCppEngine()

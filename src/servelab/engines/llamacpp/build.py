@@ -16,8 +16,9 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from servelab.engine.install import Step, run_logged
+from servelab.engines.builds import Step, run_logged
 from servelab.errors import EngineError
+from servelab.outfile import atomic_file
 
 __all__ = ["BUILD_VERSION", "LLAMA_CPP_PYTHON", "LlamaServerBuilder"]
 
@@ -43,7 +44,7 @@ _CMAKE_OPTIONS = (
 
 
 class LlamaServerBuilder:
-    """The llama.cpp build's :class:`~servelab.engine.install.Builder`."""
+    """The llama.cpp build's :class:`~servelab.serve.install.Builder`."""
 
     def target(self, root: Path) -> Path:
         """Where the built server lives."""
@@ -93,10 +94,8 @@ class LlamaServerBuilder:
             if built is None or not built.is_file():
                 raise EngineError("the build produced no llama-server", path=log)
             target = self.target(root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{SERVER}.tmp")
-            shutil.copy2(built, tmp)
-            os.replace(tmp, target)
+            with atomic_file(target, mode=built.stat().st_mode & 0o7777) as tmp:
+                shutil.copy2(built, tmp)
             return target
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -38,13 +38,13 @@ instead of a guess.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from servelab.errors import UsageError
 from servelab.families import FULL, SLIDING, ModelDims
+from servelab.units import f32_mib
 
 __all__ = [
     "CTX_PAD",
@@ -146,10 +146,8 @@ class LlamaCppKvSettings:
         return " ".join(out)
 
 
-def log_mib(n: int) -> float:
-    """``(float) n / (1024.0f * 1024.0f)`` as llama.cpp's log computes it."""
-    as_f32: float = struct.unpack("f", struct.pack("f", float(n)))[0]
-    return as_f32 / 1048576.0
+#: MiB as llama.cpp's log computes them (``(float) n / (1024.0f * 1024.0f)``).
+log_mib = f32_mib
 
 
 @dataclass(frozen=True)

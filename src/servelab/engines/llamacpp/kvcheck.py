@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from servelab.check import Check, Value
 from servelab.engines.llamacpp.kv import LlamaCppKvPlan, log_mib
-from servelab.plan.check import CheckItem, KvCheck
+from servelab.plan.check import KvCheck
 
 __all__ = ["LoggedLlamaCppKv", "check_llamacpp_kv_against_log"]
 
@@ -50,30 +51,27 @@ def check_llamacpp_kv_against_log(plan: LlamaCppKvPlan, facts: LoggedLlamaCppKv)
     sliding-window model's first line is its non-SWA cache; its SWA cache's line is paired
     with the plan's SWA cache."""
 
-    def s(v: object) -> str | None:
-        return None if v is None else str(v)
-
-    def mib(v: float | None) -> str | None:
-        return None if v is None else f"{v:.2f}"
+    def item(label: str, predicted: Value, logged: Value, decimals: int | None = None) -> Check:
+        return Check(label, predicted, logged, exact=True, decimals=decimals)
 
     total = facts.kv_cache_gib * 1024 if facts.kv_cache_gib is not None else None
-    items: tuple[CheckItem, ...] = (
-        CheckItem("KV cache tokens (cells x streams)", str(plan.tokens), s(facts.kv_pool_tokens)),
-        CheckItem("cells per stream", str(plan.cells), s(facts.kv_cells)),
-        CheckItem("streams", str(plan.streams), s(facts.kv_streams)),
-        CheckItem("layers with KV", str(len(plan.layers)), s(facts.kv_layers)),
-        CheckItem("K type", plan.settings.cache_type_k, facts.kv_cache_type),
-        CheckItem("V type", plan.settings.cache_type_v, facts.kv_cache_type_v),
-        CheckItem("K MiB", f"{log_mib(plan.k_bytes):.2f}", mib(facts.kv_k_mib)),
-        CheckItem("V MiB", f"{log_mib(plan.v_bytes):.2f}", mib(facts.kv_v_mib)),
-        CheckItem("KV cache MiB", f"{log_mib(plan.main.total_bytes):.2f}", mib(total)),
-        CheckItem("context per slot (n_ctx_seq)", str(plan.n_ctx_seq), s(facts.max_model_len)),
-        CheckItem("slots", str(plan.slots), s(facts.parallel_slots)),
+    items: tuple[Check, ...] = (
+        item("KV cache tokens (cells x streams)", plan.tokens, facts.kv_pool_tokens),
+        item("cells per stream", plan.cells, facts.kv_cells),
+        item("streams", plan.streams, facts.kv_streams),
+        item("layers with KV", len(plan.layers), facts.kv_layers),
+        item("K type", plan.settings.cache_type_k, facts.kv_cache_type),
+        item("V type", plan.settings.cache_type_v, facts.kv_cache_type_v),
+        item("K MiB", log_mib(plan.k_bytes), facts.kv_k_mib, 2),
+        item("V MiB", log_mib(plan.v_bytes), facts.kv_v_mib, 2),
+        item("KV cache MiB", log_mib(plan.main.total_bytes), total, 2),
+        item("context per slot (n_ctx_seq)", plan.n_ctx_seq, facts.max_model_len),
+        item("slots", plan.slots, facts.parallel_slots),
     )
     if (swa := plan.swa) is not None:
         items += (
-            CheckItem("SWA cache cells per stream", str(swa.cells), s(facts.kv_swa_cells)),
-            CheckItem("SWA cache layers", str(len(swa.layers)), s(facts.kv_swa_layers)),
-            CheckItem("SWA cache MiB", f"{log_mib(swa.total_bytes):.2f}", mib(facts.kv_swa_mib)),
+            item("SWA cache cells per stream", swa.cells, facts.kv_swa_cells),
+            item("SWA cache layers", len(swa.layers), facts.kv_swa_layers),
+            item("SWA cache MiB", log_mib(swa.total_bytes), facts.kv_swa_mib, 2),
         )
     return KvCheck(items)

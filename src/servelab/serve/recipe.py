@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -39,14 +39,24 @@ from pydantic import (
     SerializeAsAny,
     Tag,
     ValidationError,
+    ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
-from servelab.defaults import PROMPT_LENS
+from servelab.bench.spec import (
+    FIELDS,
+    RECIPE_DEFAULTS,
+    RECIPE_KEYS,
+    RECIPE_RENAMED,
+    WorkloadSpec,
+    default,
+    recipe_fields,
+)
 from servelab.engines import DEFAULT_ENGINE, ENGINES
 from servelab.engines.base import EngineSectionBase
-from servelab.errors import RecipeError
+from servelab.errors import RecipeError, UsageError
 from servelab.synth.tiny import ARCHITECTURES as TINY_ARCHITECTURES
 
 __all__ = [
@@ -144,45 +154,61 @@ else:
     ]
 
 
-class BenchSection(_Strict):
-    """Workload defaults for ``servelab bench`` (consumed by servelab.bench)."""
+class _BenchBase(_Strict):
+    """A recipe's ``[bench]`` table: the workload of ``servelab run`` under the one workload
+    schema (:mod:`servelab.bench.spec`: the same names, types and validation as
+    ``servelab bench``'s options; the recipe's defaults), and the client's sampling."""
 
-    prompt_tokens: tuple[int, ...] = Field(default=PROMPT_LENS, min_length=1)
-    output_tokens: int = Field(default=256, ge=1)
-    concurrency: tuple[int, ...] = Field(default=(1,), min_length=1)
-    repetitions: int = Field(default=3, ge=1)
-    max_repetitions: int = Field(default=10, ge=1)
-    ci_target_pct: float = Field(
-        default=5.0, gt=0, description="Target 95% CI half-width, % of mean."
-    )
-    warmup: int = Field(default=1, ge=0)
     temperature: float = Field(default=0.0, ge=0)
     ignore_eos: bool = True
-    request_rates: tuple[float, ...] = Field(
-        default=(), description="Open-loop request rates (req/s) to sweep; empty: closed loop."
-    )
-    arrival_profile: Literal["poisson", "constant", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0, description="Gamma shape (gamma arrivals).")
 
-    @field_validator("prompt_tokens", "concurrency", "request_rates")
+    @model_validator(mode="before")
     @classmethod
-    def _positive(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        if any(not 0 < x < float("inf") for x in v):
-            raise ValueError("all values must be positive")
-        return v
+    def _earlier_names(cls, data: Any) -> Any:
+        return recipe_fields(data) if isinstance(data, dict) else data
 
-    @field_validator("request_rates")
+    @field_validator("*")
     @classmethod
-    def _distinct(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        if len(set(v)) != len(v):
-            raise ValueError("request rates must not repeat")
-        return v
+    def _valid_alone(cls, value: Any, info: ValidationInfo) -> Any:
+        """A workload key that is wrong on its own is named (its line too)."""
+        if info.field_name in RECIPE_KEYS:
+            try:
+                WorkloadSpec(**{info.field_name: value})
+            except UsageError as exc:
+                raise ValueError(exc.message) from None
+        return value
 
     @model_validator(mode="after")
-    def _reps(self) -> BenchSection:
-        if self.max_repetitions < self.repetitions:
-            raise ValueError("max_repetitions must be >= repetitions")
+    def _valid_workload(self) -> _BenchBase:
+        try:
+            self.workload()
+        except UsageError as exc:
+            raise ValueError(exc.message) from None
         return self
+
+    def workload(self) -> WorkloadSpec:
+        """The table as the bench workload it describes."""
+        return WorkloadSpec(**{k: getattr(self, k) for k in RECIPE_KEYS})
+
+
+#: A recipe has no ramp_end_rate or trace key: its arrivals are one of these.
+RECIPE_TYPES: dict[str, Any] = {"profile": Literal["poisson", "constant", "gamma"]}
+
+
+def _bench_fields() -> dict[str, Any]:
+    hints = {**get_type_hints(WorkloadSpec), **RECIPE_TYPES}
+    return {
+        name: (hints[name], Field(default=RECIPE_DEFAULTS.get(name, default(name)),
+                                  description=FIELDS[name].help))
+        for name in RECIPE_KEYS
+    }
+
+
+if TYPE_CHECKING:
+    BenchSection = _BenchBase
+else:  # the workload fields come from WorkloadSpec: one schema, no second list of names
+    BenchSection = create_model("BenchSection", __base__=_BenchBase, __module__=__name__,
+                                **_bench_fields())
 
 
 class Recipe(_Strict):
@@ -278,6 +304,9 @@ def parse_recipe(text: str, *, source: Path | None = None) -> Recipe:
         loc = tuple(str(x) for x in err["loc"])
         if len(loc) > 1 and loc[0] == "engine" and loc[1] in ENGINES:
             loc = (loc[0], *loc[2:])  # drop the union's tag from the key path
+        if len(loc) > 1 and loc[0] == "bench" and isinstance(data.get("bench"), dict):
+            earlier = {new: old for old, new in RECIPE_RENAMED.items() if old in data["bench"]}
+            loc = ("bench", earlier.get(loc[1], loc[1]), *loc[2:])  # the key as written
         line = _line_for(lines, loc)
         key = ".".join(loc) if loc else "(top level)"
         msg = err["msg"]

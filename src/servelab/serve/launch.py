@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -19,28 +18,30 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from servelab.engine.home import runs_dir, synth_models_dir
-from servelab.engine.install import (
+from servelab.engines import get_engine
+from servelab.engines.base import ServeTarget
+from servelab.errors import EngineError, EngineNotFoundError
+from servelab.outfile import atomic_dir, write_json
+from servelab.redact import redact_args
+from servelab.serve.home import runs_dir, synth_models_dir
+from servelab.serve.install import (
     EngineInstall,
     build_spec,
     engine_root,
     find_engine,
     launcher_versions,
 )
-from servelab.engine.process import (
+from servelab.serve.process import (
     EngineProcess,
     LaunchSpec,
     PhaseCallback,
     pick_free_port,
     start_engine,
 )
-from servelab.engine.recipe import Recipe
-from servelab.engines import get_engine
-from servelab.errors import EngineError, EngineNotFoundError
-from servelab.outfile import write_json
-from servelab.redact import redact_args
+from servelab.serve.recipe import Recipe
 
 __all__ = [
+    "engine_argv",
     "ensure_synth_model",
     "launch",
     "new_run_dir",
@@ -76,25 +77,19 @@ def ensure_synth_model(
         return target
     from servelab.synth.tiny import make_tiny_model
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    base = ensure_synth_model(arch, overrides) if mtp else None
     try:
-        if mtp:
-            from servelab.synth.quantize import add_mtp_head
+        with atomic_dir(target) as tmp:
+            if base is not None:
+                from servelab.synth.quantize import add_mtp_head
 
-            base = ensure_synth_model(arch, overrides)
-            shutil.rmtree(tmp)
-            add_mtp_head(base, tmp)
-        else:
-            make_tiny_model(arch, tmp, overrides=overrides)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not (target / "config.json").exists():  # someone else won the race if it exists
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+                tmp.rmdir()  # add_mtp_head makes its output directory itself
+                add_mtp_head(base, tmp)
+            else:
+                make_tiny_model(arch, tmp, overrides=overrides)
+    except OSError:
+        if not (target / "config.json").exists():  # someone else won the race if it exists
+            raise
     return target
 
 
@@ -161,14 +156,27 @@ def resolve_model(recipe: Recipe, *, build: bool = True) -> tuple[str, Path | No
             if build
             else synth_model_dir(m.synth, overrides, mtp=m.synth_mtp)
         )
-        path = engine.local_model(recipe, path, synth=True, build=build)
+        path = engine.local_model(recipe.engine, path, synth=True, build=build)
         return str(path), path
     local = recipe.model_path()
     if local is not None:
-        local = engine.local_model(recipe, local, synth=False, build=build)
+        local = engine.local_model(recipe.engine, local, synth=False, build=build)
         return str(local), local
     assert m.repo is not None
     return m.repo, None
+
+
+def engine_argv(recipe: Recipe, *, launcher: Sequence[str], model: str, port: int) -> list[str]:
+    """The argv of the recipe's engine: its ``[engine]`` table plus the resolved target
+    (launcher prefix, model argument, served name, port, revision)."""
+    target = ServeTarget(
+        launcher=tuple(launcher),
+        model=model,
+        served_name=recipe.served_model_name(),
+        port=port,
+        revision=recipe.model.revision,
+    )
+    return get_engine(recipe.engine.name).argv(recipe.engine, target)
 
 
 def check_engine_version(
@@ -212,8 +220,8 @@ def prepare_launch(
     else:
         chosen = port
     engine = get_engine(recipe.engine.name)
-    argv = engine.argv(recipe, launcher=launcher, model=model_arg, port=chosen)
-    auto_env = engine.auto_env(recipe)
+    argv = engine_argv(recipe, launcher=launcher, model=model_arg, port=chosen)
+    auto_env = engine.auto_env(recipe.engine)
     return LaunchSpec(
         argv=tuple(argv),
         host=host,

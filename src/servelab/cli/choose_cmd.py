@@ -1,0 +1,156 @@
+"""``servelab choose BUILD...``: which build to download, answered before the download.
+
+``--json`` prints one document of schema ``servelab.choose/1`` (see
+:mod:`servelab.choose.rank`); ``--csv`` the ranked table; ``--markdown`` the table and the
+pick as Markdown.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from servelab.cli.output import (
+    CsvOpt,
+    DbOpt,
+    HardwareFileOpt,
+    JsonOpt,
+    MarkdownOpt,
+    Table,
+    emit,
+    pick_format,
+)
+from servelab.errors import UsageError
+
+if TYPE_CHECKING:
+    from servelab.choose.rank import Choice, Row, SloTarget, Speed
+
+GIB = 1 << 30
+COLUMNS = ("rank", "build", "engine", "scheme", "fits", "concurrency @ context", "KV pool",
+           "decode tok/s", "prefill tok/s", "speculative", "kernel path", "MTP head",
+           "GiB/token", "SLO", "verdict")
+
+
+def _speed(s: Speed | None) -> str:
+    if s is None:
+        return "–"
+    if s.tok_s is None:
+        return "no prediction" if "no prediction" in s.basis else "–"
+    text = f"{s.tok_s:,.1f}"
+    if s.low is not None and s.high is not None:
+        text += f" ({s.low:,.1f}–{s.high:,.1f})"
+    label = {"measured": "measured", "predicted": "predicted", "bound": "bound"}[s.source]
+    return f"{text} {label}"
+
+
+def _mtp(r: Row) -> str:
+    if r.mtp_usable:
+        return f"yes ({r.mtp_tensors} tensors)"
+    if r.mtp_declared_layers:
+        return "declared, none shipped"
+    return "no" if r.refused is None else "–"
+
+
+def table_rows(choice: Choice) -> list[list[str]]:
+    """The ranked table's cells (also the CSV)."""
+    rows = []
+    for r in choice.rows:
+        fits = "–" if r.fits is None else "yes" if r.fits else "no"
+        conc = f"{r.max_concurrency:,.2f}x" if r.max_concurrency is not None else "–"
+        kernel = r.kernel_path or "–"
+        if r.fallback:
+            kernel += " (fallback)"
+        rows.append([
+            str(r.rank) if r.rank is not None else "–", r.build, r.engine or "–",
+            r.scheme or "–", fits, conc,
+            f"{r.kv_pool_tokens:,} tokens" if r.kv_pool_tokens is not None else "–",
+            _speed(r.decode), _speed(r.prefill), _speed(r.speculative), kernel, _mtp(r),
+            f"{r.bytes_per_token / GIB:.3f}" if r.bytes_per_token is not None else "–",
+            r.slo or "–", r.verdict,
+        ])
+    return rows
+
+
+def _slo_targets(text: str | None) -> tuple[SloTarget, ...]:
+    from servelab.bench.slo import parse_slo
+    from servelab.choose.rank import SloTarget
+
+    if not text:
+        return ()
+    out = []
+    for term in parse_slo(text).terms:
+        if term.metric == "e2el":
+            raise UsageError(f"--slo {term.label}: choose predicts TTFT and TPOT, not end-to-end "
+                             "latency (it depends on the output length)")
+        out.append(SloTarget(term.metric, term.threshold_ms, term.label))
+    return tuple(out)
+
+
+def choose(
+    builds: Annotated[list[str], typer.Argument(
+        help="Builds: Hub repo ids, local checkpoint directories or GGUF files; with "
+        "--discover, one base model's repo id.")],
+    hardware: str = typer.Option("dgx-spark", "--hardware", "-H",
+                                 help="Hardware profile name (servelab hardware list)."),
+    hardware_file: HardwareFileOpt = None,
+    context: int = typer.Option(32768, "--context", "-c",
+                                help="Context length each request must reach (tokens)."),
+    prompt_len: int = typer.Option(2048, "--prompt-len",
+                                   help="Prompt length decode and prefill are compared at."),
+    slo: str | None = typer.Option(
+        None, "--slo", help="Single-stream latency target, e.g. tpot_p50=40,ttft_p99=2000 (ms)."),
+    discover: bool = typer.Option(
+        False, "--discover",
+        help="Read BUILD as a base model and add its Hub model tree (quantized, fine-tuned, "
+        "adapter and merge children; GGUF repos listed)."),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT or huggingface.co)."),
+    draft_tokens: int = typer.Option(
+        0, "--draft-tokens", help="MTP draft tokens per step for builds with a usable head."),
+    mtp_acceptance: str = typer.Option(
+        "auto", "--mtp-acceptance",
+        help="Acceptance length for speculative decode (needs --draft-tokens): auto = measured "
+        "by stored runs of the build, or a length, e.g. 2.5."),
+    db: DbOpt = None,
+    no_store: bool = typer.Option(False, "--no-store",
+                                  help="Ignore stored runs: priors only, nothing measured."),
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+    as_markdown: MarkdownOpt = False,
+) -> None:
+    """Rank builds of a model for one hardware profile: which to download, and why.
+
+    Reads each build's headers only, plans it (fit, KV pool, concurrency at --context) and
+    predicts its decode and prefill at --prompt-len with intervals; measured numbers from
+    stored runs of the same checkpoint on the same hardware replace predictions, labelled
+    measured. The verdict's reason is explain's: bytes against kernels, a kernel fallback,
+    a missing draft head, memory as the binding constraint.
+    """
+    from servelab.cli.plan_cmd import _hardware
+    from servelab.pipeline.choose import ChooseRequest, choose_builds
+    from servelab.plan.specsource import parse_acceptance_option
+
+    fmt = pick_format(as_json, as_csv, as_markdown)
+    req = ChooseRequest(
+        builds=tuple(builds), hardware=_hardware(hardware, hardware_file or [], None),
+        context_len=context, prompt_len=prompt_len, slo=_slo_targets(slo), discover=discover,
+        endpoint=endpoint, db=db, use_store=not no_store,
+        acceptance=parse_acceptance_option(mtp_acceptance), draft_tokens=draft_tokens,
+    )
+    result = choose_builds(req)
+    title = (f"Builds on {result.hardware} at a {result.context_len:,}-token context "
+             f"(decode and prefill at a {result.prompt_len:,}-token prompt)")
+    pick = (f"Download {result.pick}: {result.reason}" if result.pick
+            else f"No build to download: {result.reason}")
+    emit(fmt, doc=result.to_dict(),
+         tables=[Table(title, COLUMNS, table_rows(result), no_wrap=("build",))],
+         notes=[pick])
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``choose`` to the root app."""
+    app.command("choose")(choose)
+
+
+__all__ = ["COLUMNS", "choose", "register", "table_rows"]

@@ -1,0 +1,99 @@
+"""The third engine: servelab's synthetic server registered as ``[engine] name = "synthetic"``.
+
+It took its folder (``engines/synthetic/``), its registry line and this test (README,
+"Engines"). ``servelab recipe check`` shows its command line and ``servelab run`` starts it,
+benchmarks it and records the run, through the same launch, readiness, log and store
+code as vLLM and llama.cpp. A real server process on loopback; a run takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli.app import app
+from servelab.engines import get_engine
+from servelab.errors import RecipeError
+from servelab.serve.install import find_engine, list_engines
+from servelab.serve.recipe import load_recipe, parse_recipe
+from servelab.store import open_store
+
+RECIPE = """\
+name = "tiny-llama-synthetic"
+hardware = "host"
+[model]
+synth = "llama"
+served_name = "tiny-synthetic"
+[engine]
+name = "synthetic"
+stop_grace_s = 5
+[engine.flags]
+ttft_ms = 20
+itl_ms = 2
+[bench]
+prompt_tokens = [32]
+output_tokens = 8
+concurrency = [1, 2]
+repetitions = 2
+max_repetitions = 2
+warmup = 0
+"""
+
+
+def test_recipe_gives_its_own_argv_in_servelabs_interpreter(tmp_path: Path) -> None:
+    rec = parse_recipe(RECIPE)
+    install = find_engine("synthetic")
+    assert install.python == Path(sys.executable) and install.versions["servelab"]
+    assert list_engines(tmp_path) == []  # nothing to install: no manifest anywhere
+    path = tmp_path / "r.toml"
+    path.write_text(RECIPE, encoding="utf-8")
+    res = CliRunner().invoke(app, ["recipe", "check", str(path), "--json", "--port", "9123"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["argv"] == [
+        sys.executable, "-m", "servelab.testing.synthetic_server", "--host", "127.0.0.1",
+        "--port", "9123", "--model", "tiny-synthetic", "--ttft-ms", "20.0", "--itl-ms", "2.0",
+    ]  # fmt: skip
+    assert get_engine("synthetic").kv_arithmetic(rec.engine) is None
+    bad = RECIPE.replace("itl_ms = 2", "itl_ms = 2\nkv_cache_dtype = 'fp8'")
+    path.write_text(bad, encoding="utf-8")
+    with pytest.raises(RecipeError, match=r"line 12: engine\.flags\.kv_cache_dtype: unknown key"):
+        load_recipe(path)
+    path.write_text(RECIPE.replace("stop_grace_s", "executable = 'x'\nstop_grace_s"))
+    with pytest.raises(RecipeError, match=r"line 8: engine\.executable: .*give python instead"):
+        load_recipe(path)
+
+
+@pytest.mark.timeout(300)
+def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    db = str(tmp_path / "results.db")
+    res = CliRunner().invoke(
+        app, ["run", str(recipe), "--db", db, "--runs-dir", str(tmp_path / "runs")],
+        env={"COLUMNS": "200"},
+    )
+    assert res.exit_code == 0, res.output
+    with open_store(db) as store:
+        [listed] = store.list_runs()
+        run = store.get_run(listed.run_id or "")
+    assert run.status == "ok" and run.engine_name == "synthetic"
+    assert run.engine_args is not None and "--ttft-ms" in run.engine_args
+    # repetitions = 2 measured requests per point (max_repetitions 2: one batch), at
+    # concurrency 1 and 2; 32 prompt and 8 output tokens each, as the server's usage counts
+    points = sorted(s.point for s in run.samples)
+    assert points == ["p32-c1", "p32-c1", "p32-c2", "p32-c2"]
+    assert {(s.prompt_tokens, s.completion_tokens, s.error) for s in run.samples} == {
+        (32, 8, None)
+    }
+    # planned with vLLM's arithmetic, and the plan says so
+    assert run.prediction is not None
+    notes = " ".join(run.prediction.get("notes", []))
+    assert "does not model synthetic's own KV pool" in notes
+    [run_dir] = (tmp_path / "runs").iterdir()
+    facts = json.loads((run_dir / "engine-facts.json").read_text())
+    assert facts["facts"]["server_url"].startswith("http://127.0.0.1:")
+    assert "synthetic server listening on" in (run_dir / "engine.log").read_text()
