@@ -23,7 +23,10 @@ from servelab.hardware.probe import (
 from servelab.hardware.profiles import BUILTIN, GIB, load_profiles_toml, with_probe
 
 runner = CliRunner()
-EXPECTED = {"dgx-spark", "h100", "h200", "b200", "rtx-pro-6000", "rtx-5090", "m4-max"}
+EXPECTED = {
+    "dgx-spark", "h100", "h200", "b200", "rtx-pro-6000", "rtx-5090", "rtx-4090", "mi300x",
+    "m4-max", "m3-max", "m2-ultra", "m3-ultra", "m1-ultra", "m2-max",
+}
 
 
 def test_builtins_cover_the_issue_and_cite_a_source_for_every_figure() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -73,11 +73,37 @@ def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareP
     return hw
 
 
-def fit_line(kind: str, fit: Fit | None) -> str:
-    """One line naming where a prediction comes from (or that there is none)."""
-    if fit is None or fit.is_roofline:
-        return f"{kind}: no stored run or prior for this hardware: roofline bound only"
-    return f"{kind} predicted from {fit.label()}"
+#: A llama.cpp plan of a safetensors checkpoint counts the safetensors' bytes; llama.cpp serves
+#: a GGUF conversion whose types set what it reads (gpt-oss-20b: 3.71 GB per token from its
+#: safetensors, 2.58 GB as the MXFP4_MOE GGUF llama-bench ran at 79.7 tok/s on a DGX Spark,
+#: above the safetensors' 73.6 tok/s bound; benchmarks/RESULTS.md).
+SAFETENSORS_FOR_LLAMACPP = (
+    "llama.cpp serves a GGUF conversion, not these safetensors: the bytes, bound and "
+    "prediction above are the safetensors' tensor types; a "
+    "GGUF of another type reads less or more per token. Plan the GGUF file for its own."
+)
+
+#: How an engine is named in a message.
+ENGINE_LABELS = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
+
+
+def fit_line(kind: str, fit: Fit | None, *, engine: str = "vllm", hardware: str = "") -> str:
+    """One line naming where a prediction comes from, or, without one, what is missing: a
+    run or prior of this *engine* on this hardware (which may well have priors of another
+    engine; those are named, so the line never blames the hardware for the engine's gap)."""
+    if fit is not None and not fit.is_roofline:
+        if fit.rel_error is None:  # a fit, but nothing to tell how far it carries
+            return f"{kind}: no prediction ({fit.error_basis}); fitted from {fit.source}"
+        return f"{kind} predicted from {fit.label()}"
+    from servelab.predict.priors import load_priors
+
+    label = ENGINE_LABELS.get(engine, engine)
+    where = hardware or "this hardware"
+    others = sorted({ENGINE_LABELS.get(s.engine, s.engine) for s in load_priors().samples
+                     if s.hardware == hardware and s.engine != engine})
+    has = f" (the shipped priors for {where} are {', '.join(others)} only)" if others else ""
+    return f"{kind}: no stored {label} run or shipped {label} prior for {where}{has}: " \
+           "roofline bound only"
 
 
 def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> None:
@@ -195,7 +221,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
         )
     console.print(dt)
     console.print(f"bandwidth {sp.bandwidth / 1e9:,.0f} GB/s ({sp.bandwidth_source})")
-    console.print(fit_line("decode", sp.decode_fit))
+    console.print(escape(fit_line("decode", sp.decode_fit, engine=plan.engine_name,
+                                   hardware=plan.hardware.name)))
     if sp.prefill:
         pt = Table(
             title=f"Prefill (predicted; {sp.kernel_path.name}, {sp.compute_precision})",
@@ -209,7 +236,8 @@ def _render_speed(plan: Plan, console: Console) -> None:
                 f"{p.prompt_len:,}", p.bound, f"{p.roofline_tok_s:,.0f}", cal, p.waits_on or "–"
             )
         console.print(pt)
-        console.print(fit_line("prefill", sp.prefill_fit))
+        console.print(escape(fit_line("prefill", sp.prefill_fit, engine=plan.engine_name,
+                                       hardware=plan.hardware.name)))
     if sp.mtp:
         st = Table(title="Speculative decode (predicted)", title_justify="left")
         for c in ("acceptance length", "drafts", "step bytes", "roofline", "tok/s (interval)",
@@ -549,6 +577,8 @@ def plan(
         store=StoreChoice(db, not no_store, priors),
     )
     result = plan_checkpoint(request)
+    if engine_name == "llamacpp" and not result.weights.scheme.startswith("gguf-"):
+        result = replace(result, notes=(*result.notes, SAFETENSORS_FOR_LLAMACPP))
     _print_plan(result, fmt, fits, load)
     if fits and not result.fits:
         raise typer.Exit(1)  # --fits answers in its exit status too

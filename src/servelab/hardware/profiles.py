@@ -4,7 +4,8 @@ Every published figure carries its source. Figures marked ``derived`` are comput
 published one by a stated rule (e.g. a sparse TFLOP/s figure halved for dense); they are
 leads to be replaced by a measurement (``servelab hardware probe``), never results.
 
-User profiles come from TOML (see :func:`load_profiles_toml` for the schema).
+The built-in profiles are data: ``builtin.toml`` beside this module, in the same schema as a
+user's profile file (see :func:`load_profiles_toml`), each figure with its source.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -101,178 +103,32 @@ class HardwareProfile:
         }
 
 
-_SM12X_FP4_MOE = KernelPath(
-    "MARLIN W4A16",
-    "bf16",
-    "vLLM on SM12x runs NVFP4 MoE through Marlin (dequantize to BF16): no FP4 compute",
-)
-_MARLIN_W4 = KernelPath("MARLIN W4A16", "bf16", "weight-only 4-bit: dequantize to BF16")
-_FP8_W8A8 = KernelPath("TRITON Fp8 W8A8", "fp8", "FP8 weights and dynamic FP8 activations")
-_FP8_MARLIN = KernelPath(
-    "MARLIN W8A16", "bf16", "weight-only FP8 on a part without FP8 tensor cores"
-)
-_NVFP4_NATIVE = KernelPath("CUTLASS NVFP4", "fp4", "native FP4 tensor cores")
-
-_SPEC = "NVIDIA spec sheet"
-
-
-# Kernel paths vLLM takes on SM12x (Spark, RTX PRO 6000, RTX 5090): FP4 MoE falls back to
-# Marlin W4A16, FP8 gets a W8A8 path.
-_SM12X_KERNEL_PATHS: dict[str, KernelPath] = {
-    "nvfp4_moe": _SM12X_FP4_MOE,
-    "nvfp4a16": _MARLIN_W4,
-    "int4": _MARLIN_W4,
-    "fp8": _FP8_W8A8,
-}
+#: The figures every built-in profile must cite a source for.
+SOURCED = ("memory", "bandwidth", "compute")
 
 
 def _builtin() -> dict[str, HardwareProfile]:
-    p: list[HardwareProfile] = [
-        HardwareProfile(
-            name="dgx-spark",
-            description="NVIDIA DGX Spark (GB10 Grace Blackwell, sm_121)",
-            memory_bytes=128 * GIB,
-            unified=True,
-            bandwidth=273 * GB,
-            compute={"bf16": 125 * TERA, "fp8": 250 * TERA, "fp4": 500 * TERA},
-            arch="sm_121",
-            platform="cuda",
-            kernel_paths={**_SM12X_KERNEL_PATHS, "fp8a16": _FP8_MARLIN},
-            sources={
-                "memory": "NVIDIA DGX Spark: 128 GB unified LPDDR5X; as listed in facts.md",
-                "bandwidth": "NVIDIA DGX Spark: 273 GB/s; as listed in facts.md",
-                "compute": "derived: 1 PFLOP FP4 with sparsity (NVIDIA) / 2 for dense, "
-                "/ 2 per precision step",
-                "kernel_paths": "facts.md: SM12x NVFP4 MoE -> Marlin W4A16; seed recipe: "
-                "FP8 build selects TRITON Fp8 MoE",
-            },
-        ),
-        HardwareProfile(
-            name="h100",
-            description="NVIDIA H100 SXM 80 GB (Hopper, sm_90)",
-            memory_bytes=80 * GIB,
-            unified=False,
-            bandwidth=3.35 * TERA,
-            compute={"bf16": 989 * TERA, "fp8": 1979 * TERA},
-            arch="sm_90",
-            platform="cuda",
-            kernel_paths={
-                "nvfp4": _MARLIN_W4,
-                "nvfp4a16": _MARLIN_W4,
-                "int4": _MARLIN_W4,
-                "fp8": _FP8_W8A8,
-            },
-            sources={
-                "memory": _SPEC + ": 80 GB HBM3",
-                "bandwidth": _SPEC + ": 3.35 TB/s",
-                "compute": _SPEC + ": BF16 989 / FP8 1,979 TFLOP/s dense",
-                "kernel_paths": "Hopper has no FP4 tensor cores: FP4 weights run W4A16",
-            },
-        ),
-        HardwareProfile(
-            name="h200",
-            description="NVIDIA H200 141 GB (Hopper, sm_90)",
-            memory_bytes=143771 << 20,
-            unified=False,
-            bandwidth=4.8 * TERA,
-            compute={"bf16": 989 * TERA, "fp8": 1979 * TERA},
-            arch="sm_90",
-            platform="cuda",
-            kernel_paths={
-                "nvfp4": _MARLIN_W4,
-                "nvfp4a16": _MARLIN_W4,
-                "int4": _MARLIN_W4,
-                "fp8": _FP8_W8A8,
-            },
-            sources={
-                "memory": _SPEC + ": 141 GB HBM3e; nvidia-smi on a real H200 reports "
-                "143,771 MiB (used here)",
-                "bandwidth": _SPEC + ": 4.8 TB/s (servelab's GPU probe on a real H200: 4.27 TB/s "
-                "copy, tests/hardware/data/h200_probe.json)",
-                "compute": _SPEC + ": same tensor cores as H100 SXM (BF16 989, FP8 1,979 "
-                "TFLOP/s dense)",
-                "kernel_paths": "Hopper has no FP4 tensor cores: FP4 weights run W4A16",
-            },
-        ),
-        HardwareProfile(
-            name="b200",
-            description="NVIDIA B200 (Blackwell, sm_100)",
-            memory_bytes=180 * GIB,
-            unified=False,
-            bandwidth=8 * TERA,
-            compute={"bf16": 2250 * TERA, "fp8": 4500 * TERA, "fp4": 9000 * TERA},
-            arch="sm_100",
-            platform="cuda",
-            kernel_paths={
-                "nvfp4": _NVFP4_NATIVE,
-                "nvfp4a16": _MARLIN_W4,
-                "int4": _MARLIN_W4,
-                "fp8": _FP8_W8A8,
-            },
-            sources={
-                "memory": _SPEC + ": 180-192 GB HBM3e (180 used here)",
-                "bandwidth": _SPEC + ": 8 TB/s",
-                "compute": _SPEC + " (HGX B200): BF16 2.25 / FP8 4.5 / FP4 9 PFLOP/s dense",
-            },
-        ),
-        HardwareProfile(
-            name="rtx-pro-6000",
-            description="NVIDIA RTX PRO 6000 Blackwell 96 GB (sm_120)",
-            memory_bytes=96 * GIB,
-            unified=False,
-            bandwidth=1.792 * TERA,
-            compute={"bf16": 500 * TERA, "fp8": 1000 * TERA, "fp4": 2000 * TERA},
-            arch="sm_120",
-            platform="cuda",
-            kernel_paths=dict(_SM12X_KERNEL_PATHS),
-            sources={
-                "memory": _SPEC + ": 96 GB GDDR7",
-                "bandwidth": _SPEC + ": 1.79 TB/s; as listed in facts.md",
-                "compute": "derived: 4,000 AI TOPS FP4 with sparsity / 2 for dense, / 2 per "
-                "precision step",
-                "kernel_paths": "SM12x like the Spark: NVFP4 MoE -> Marlin W4A16",
-            },
-        ),
-        HardwareProfile(
-            name="rtx-5090",
-            description="NVIDIA GeForce RTX 5090 32 GB (sm_120)",
-            memory_bytes=32 * GIB,
-            unified=False,
-            bandwidth=1.792 * TERA,
-            compute={"bf16": 209.5 * TERA, "fp8": 419 * TERA, "fp4": 838 * TERA},
-            arch="sm_120",
-            platform="cuda",
-            kernel_paths=dict(_SM12X_KERNEL_PATHS),
-            sources={
-                "memory": "NVIDIA: 32 GB GDDR7",
-                "bandwidth": "NVIDIA: 1.79 TB/s; as listed in facts.md",
-                "compute": "derived: 3,352 AI TOPS FP4 with sparsity / 2 dense, / 2 per "
-                "precision step, BF16 at GeForce's FP32-accumulate half rate",
-                "kernel_paths": "SM12x like the Spark: NVFP4 MoE -> Marlin W4A16",
-            },
-        ),
-        HardwareProfile(
-            name="m4-max",
-            description="Apple M4 Max (40-core GPU, up to 128 GB unified)",
-            memory_bytes=128 * GIB,
-            unified=True,
-            bandwidth=546 * GB,
-            compute={"fp32": 18.4 * TERA, "bf16": 18.4 * TERA},
-            arch="apple-gpu",
-            platform="mps",
-            kernel_paths={},
-            sources={
-                "memory": "Apple: up to 128 GB unified memory",
-                "bandwidth": "Apple: 546 GB/s; as listed in facts.md",
-                "compute": "derived: 40 GPU cores x 128 ALUs x 2 FLOP x ~1.8 GHz; no FP8/FP4 "
-                "units (quantized weights dequantize to 16-bit)",
-            },
-        ),
-    ]
-    return {x.name: x for x in p}
+    """The built-in profiles: ``builtin.toml`` beside this module (data with its sources),
+    read by the same parser as a user's file; a built-in figure without a source is refused."""
+    text = resources.files("servelab.hardware").joinpath("builtin.toml").read_text(
+        encoding="utf-8"
+    )
+    where = "servelab/hardware/builtin.toml"
+    try:
+        tables = tomllib.loads(text)["profile"]
+    except (tomllib.TOMLDecodeError, KeyError) as exc:  # a packaging fault, not user input
+        raise HardwareProfileError(f"{where}: unreadable ({exc})") from exc
+    out: dict[str, HardwareProfile] = {}
+    for name, table in tables.items():
+        prof = parse_profile(str(name), table, origin="built-in")
+        missing = [f for f in SOURCED if not prof.sources.get(f)]
+        if missing:
+            raise HardwareProfileError(f"{where}: profile.{name} cites no source for "
+                                       f"{', '.join(missing)}")
+        out[prof.name] = prof
+    return out
 
 
-BUILTIN: Mapping[str, HardwareProfile] = MappingProxyType(_builtin())
 HOST = "host"
 
 
@@ -358,6 +214,10 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
         sources=sources,
         origin=origin,
     )
+
+
+#: Read once at import (a frozen mapping); built-in profiles never take a ``base``.
+BUILTIN: Mapping[str, HardwareProfile] = MappingProxyType(_builtin())
 
 
 def load_profiles_toml(path: str | Path) -> dict[str, HardwareProfile]:

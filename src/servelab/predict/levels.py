@@ -388,7 +388,8 @@ def calibrate(
     for k, f in fits.items():
         if f.is_roofline:
             notes.append(
-                f"{k}: no stored run or shipped prior for {target.hardware}: roofline only"
+                f"{k}: no stored run or shipped prior of {target.engine} on "
+                f"{target.hardware}: roofline only"
             )
     return Calibration(target, fits["decode"], fits["prefill"], tuple(notes))
 

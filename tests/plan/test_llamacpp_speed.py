@@ -1,0 +1,175 @@
+"""llama.cpp's speed predictions: its own calibration per GGUF type from published llama-bench
+figures (the priors table's llamacpp rows, costs recomputed here from GGUF header replicas),
+the message when an engine has no data on a hardware, and a Qwen2 GGUF planned, not refused.
+No timing is asserted: the rows' tok/s are published figures, the tests check arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.checkpoint.sources import load_checkpoint
+from servelab.cli.app import app
+from servelab.predict.form import TERMS, Sample, row_seconds
+from servelab.predict.keys import BuildKey
+from servelab.predict.levels import Target, calibrate
+from servelab.predict.priors import shipped_priors
+from servelab.synth.gguf_replica import (
+    BUILDS,
+    GIB,
+    GPT_OSS_20B,
+    QWEN25_CODER_7B,
+    SIZES,
+    write_replica,
+)
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("gguf")
+    out = {}
+    for model, (arch, types) in BUILDS.items():
+        for ft in types:
+            out[f"{model}-{ft}"] = write_replica(arch, ft, root / f"{model}-{ft}.gguf")
+    return out
+
+
+def _plan(path: Path, hardware: str, lengths: str, *extra: str) -> dict[str, object]:
+    res = runner.invoke(app, ["plan", str(path), "-H", hardware, "--json", "--no-store",
+                              "--prompt-lens", lengths, "-c", "16464", *extra])
+    assert res.exit_code in (0, 1), res.output
+    doc: dict[str, object] = json.loads(res.stdout)
+    return doc
+
+
+def _replica_key(s: Sample) -> str:
+    """The replica of a priors row: its model and the GGUF type its kernel path names
+    (``gguf-q8_0 dense (default)`` -> ``llama2-7b-Q8_0``)."""
+    ftype = s.kernel_path.split()[0].removeprefix("gguf-").upper()
+    return f"{s.build.model}-{ftype}"
+
+
+def test_replicas_carry_llama_cpps_type_mix(replicas: dict[str, Path]) -> None:
+    """Each replica's tensor bytes equal the size llama-bench printed for the published
+    build (to its two decimals): the GGML type of every tensor is llama.cpp's."""
+    for (model, ft), gib in SIZES.items():
+        src = load_checkpoint(str(replicas[f"{model}-{ft}"]))
+        nbytes = sum(t.end - t.begin for s in src.shards for t in s.tensors)
+        assert round(nbytes / GIB, 2) == gib, (model, ft)
+    dtypes = {t.dtype for s in load_checkpoint(str(replicas["llama2-7b-Q4_0"])).shards
+              for t in s.tensors}
+    assert dtypes == {"Q4_0", "Q6_K", "F32"}  # the output matrix is kept at Q6_K
+
+
+def test_llamacpp_priors_costs_are_servelab_arithmetic(replicas: dict[str, Path]) -> None:
+    rows = [s for s in shipped_priors().samples if s.engine == "llamacpp"]
+    assert {s.hardware for s in rows} >= {"dgx-spark", "m1-ultra", "m2-max"}
+    groups: dict[tuple[str, str], list[Sample]] = {}
+    for s in rows:
+        assert s.source.startswith("https://")
+        groups.setdefault((_replica_key(s), s.hardware), []).append(s)
+    for (key, hardware), group in groups.items():
+        lengths = ",".join(sorted({str(s.length) for s in group}))
+        doc = _plan(replicas[key], hardware, lengths)
+        speed, dims = doc["speed"], doc["dims"]
+        assert isinstance(speed, dict) and isinstance(dims, dict)
+        decode = {r["context_len"]: r for r in speed["decode"]}
+        prefill = {r["prompt_len"]: r for r in speed["prefill"]}
+        for s in group:
+            assert s.kernel_path == speed["kernel_path"]["name"]
+            assert s.layers == dims["num_layers"]
+            assert s.expert_slots == dims["num_layers"] * (dims["num_experts"] or 0)
+            if s.kind == "decode":
+                assert s.bytes_read == decode[s.length]["bytes_per_token"]
+            else:
+                p = prefill[s.length]
+                assert (s.bytes_read, s.flops) == (p["bytes_read"], p["flops"])
+
+
+def test_one_published_llamacpp_model_on_the_spark_is_a_fit_not_a_prediction(
+    replicas: dict[str, Path],
+) -> None:
+    """The Spark's llama.cpp figures are of one model (gpt-oss-20b): its fit is sourced, but
+    with one model there is nothing to say how far it carries, so no interval and no
+    prediction is printed, and the line says why (not that the hardware has no data)."""
+    res = runner.invoke(app, ["plan", str(replicas["gpt-oss-20b-MXFP4_MOE"]), "-H", "dgx-spark",
+                              "--no-store", "-c", "4096"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "decode: no prediction (one model and no level below: no interval); fitted from " \
+        "prior from https://jetsonhacks.com" in text
+    assert "(llamacpp / gguf-mxfp4_moe (default) / dgx-spark)" in text
+
+
+def test_a_qwen2_gguf_is_planned_not_refused(replicas: dict[str, Path]) -> None:
+    """A Qwen2 GGUF as llama.cpp's converter writes it (no head size or vocabulary size keys)
+    plans; on the Spark its Q8_0 path has no figure of its own, so the fit it gets is pooled
+    over the llama.cpp paths that have one, and says so."""
+    src = load_checkpoint(str(replicas["qwen2.5-coder-7b-Q8_0"]))
+    assert src.config is not None and src.config["model_type"] == "qwen2"
+    doc = _plan(replicas["qwen2.5-coder-7b-Q8_0"], "dgx-spark", "512")
+    speed = doc["speed"]
+    assert isinstance(speed, dict)
+    assert "no gguf-q8_0 (default) data" in speed["decode_fit"]["fallback"]
+    assert doc["dims"]["num_layers"] == QWEN25_CODER_7B.layers  # type: ignore[index]
+
+
+def test_no_data_for_the_engine_names_the_engine_not_the_hardware(
+    replicas: dict[str, Path],
+) -> None:
+    """The H200 has vLLM priors and no llama.cpp figure: the line says which engine lacks
+    data there instead of blaming the hardware."""
+    res = runner.invoke(app, ["plan", str(replicas["llama2-7b-Q4_0"]), "-H", "h200", "--no-store",
+                              "-c", "4096"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert ("decode: no stored llama.cpp run or shipped llama.cpp prior for h200 (the shipped "
+            "priors for h200 are vLLM only): roofline bound only") in text
+    assert "no stored run or prior for this hardware" not in text
+
+
+def _sample(model: str, path: str, nbytes: float, seconds: float) -> Sample:
+    return Sample(BuildKey(model), "llamacpp", path, "box", "decode", 64, 32, nbytes, 0.0,
+                  seconds, "synthetic", platform="mps")
+
+
+def test_each_gguf_type_gets_its_own_fit_and_an_unseen_type_a_labelled_fallback() -> None:
+    """Synthetic llama.cpp decode points on one box: Q8_0 reads at 400 GB/s, F16 at 600 GB/s
+    (a dequantising kernel's efficiency per type). The Q8_0 path's own fit recovers its rate;
+    a Q4_0 target, with no figure, is predicted from the pool of both and says so."""
+    q8 = [_sample(f"m{i}", "gguf-q8_0 dense (default)", b, b / 400e9)
+          for i, b in enumerate((4e9, 7e9, 13e9))]
+    f16 = [_sample(f"n{i}", "gguf-f16 dense (default)", b, b / 600e9)
+           for i, b in enumerate((8e9, 14e9, 26e9))]
+    physical = {"decode": (1 / 800e9,) + (0.0,) * (len(TERMS["decode"]) - 1),
+                "prefill": (0.0,) * len(TERMS["prefill"])}
+    cal = calibrate(Target("llamacpp", "gguf-q8_0 dense (default)", "box"), [], q8 + f16,
+                    lambda k: physical[k])
+    row = q8[0].features
+    assert row_seconds(cal.decode.theta, row) == pytest.approx(q8[0].seconds, rel=0.02)
+    assert cal.decode.fallback is None and cal.decode.rel_error is not None
+    q4 = calibrate(Target("llamacpp", "gguf-q4_0 dense (default)", "box"), [], q8 + f16,
+                   lambda k: physical[k])
+    assert q4.decode.fallback is not None and "no gguf-q4_0 (default) data" in q4.decode.fallback
+    assert GPT_OSS_20B.experts == 32  # the MoE replica's routing is the published one
+
+
+def test_a_safetensors_plan_for_llamacpp_says_its_bytes_are_not_the_ggufs(
+    tmp_path: Path,
+) -> None:
+    """Why a safetensors plan's bound for llama.cpp could sit below a published llama.cpp
+    figure: llama.cpp serves a GGUF conversion of other types (gpt-oss-20b's MXFP4_MOE GGUF
+    reads 2.58 GB per token, its safetensors 3.71 GB). The plan says so."""
+    from servelab.synth.tiny import make_tiny_model
+
+    hf = make_tiny_model("qwen2", tmp_path / "q2")
+    res = runner.invoke(app, ["plan", str(hf), "-H", "dgx-spark", "--engine", "llamacpp",
+                              "--no-store", "-c", "1024"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert "llama.cpp serves a GGUF conversion, not these safetensors" in " ".join(
+        res.output.split())
