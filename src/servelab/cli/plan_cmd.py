@@ -168,7 +168,10 @@ def _render_speed(plan: Plan, console: Console) -> None:
     from servelab.plan.markdown import interval_text
 
     sp = plan.speed
-    dt = Table(title="Decode, single stream (predicted)", title_justify="left")
+    # one prediction per quantity: under a parallel layout this table is one GPU's (the
+    # calibrated prediction), the layout's replica has its own table, a bound (issue 30)
+    one_gpu = "" if plan.layout.is_single else " on one GPU, no parallelism"
+    dt = Table(title=f"Decode, single stream{one_gpu} (predicted)", title_justify="left")
     for c in (
         "context",
         "weights",
@@ -253,8 +256,13 @@ def _render_parallel(plan: Plan, console: Console) -> None:
         f"{topo.inter_node.description} between nodes",
     )
     console.print(t)
-    dt = Table(title="Decode, single stream, one replica (predicted)", title_justify="left")
-    for c in ("context", "memory term", "communication term", "tok/s", "tok/s per GPU"):
+    dt = Table(
+        title=f"Decode, single stream, one replica of {lay.label()}: a bound, not a prediction "
+        "(peak bandwidth per rank + estimated communication; nothing calibrated)",
+        title_justify="left",
+    )
+    for c in ("context", "memory term", "communication term", "tok/s (bound)",
+              "tok/s per GPU (bound)"):
         dt.add_column(c, justify="right")
     for d in plan.parallel_decode:
         comm = d.comm_label()

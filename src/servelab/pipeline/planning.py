@@ -25,7 +25,8 @@ from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.engines import get_engine
-from servelab.errors import UsageError
+from servelab.errors import ServelabError, UsageError
+from servelab.families import family_for
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
@@ -86,7 +87,8 @@ def calibrated_plan(
         raise UsageError("the checkpoint has no config.json; plan needs its dimensions",
                          path=where)
     calibration = calibration_for(
-        runs, hardware, weights, engine=engine, priors=load_priors(priors)
+        runs, hardware, weights, engine=engine, family=_family(config),
+        priors=load_priors(priors),
     )
     if speculative is not None:
         knobs["acceptance_lengths"] = speculative.lengths
@@ -145,3 +147,11 @@ def plan_checkpoint(
     hint = speculative_hint(every, source.header_sha256) if (
         acceptance == AUTO and draft_tokens <= 0) else None
     return replace(plan, notes=(*plan.notes, hint)) if hint else plan
+
+
+def _family(config: Mapping[str, Any]) -> str:
+    """The model family of ``config`` (:mod:`servelab.families`), "" when none reads it."""
+    try:
+        return family_for(config).name
+    except ServelabError:
+        return ""

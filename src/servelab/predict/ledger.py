@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servelab.predict.form import Sample, row_seconds
+from servelab.predict.holdout import Reference
 from servelab.predict.keys import BuildKey
 from servelab.predict.levels import Target, fit_levels, interval, levels_for, repeat_spread
 
@@ -91,13 +92,19 @@ def ledger(
     *,
     origin: str = "stored runs",
     lower: Callable[[str, Sample], Sequence[float]] | None = None,
+    reference: Reference | None = None,
 ) -> tuple[LedgerRow, ...]:
     """Leave-one-model-out rows for every sample in ``stored``.
 
     ``physical(kind, sample)`` gives the roofline coefficients of the sample's hardware and
     kernel path (the prior of last resort and the lower bound); ``origin`` names where
     ``stored`` came from (``"shipped priors"`` when the ledger checks the table itself);
-    ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients).
+    ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients);
+    ``reference``: the held-out half-widths an interval borrows where the evidence left
+    cannot bound it (:func:`~servelab.predict.levels.fit_levels`; it holds the build
+    itself, a small leak the per-family view of benchmarks/loo_family.py avoids). A fit whose
+    interval is too wide to be a prediction (:attr:`~servelab.predict.levels.Fit.refused`)
+    predicts nothing.
     """
     rows: list[LedgerRow] = []
     by_build: dict[tuple[str, str, BuildKey], list[Sample]] = {}
@@ -112,14 +119,14 @@ def ledger(
             points = sorted((s for s in mine if s.kind == kind), key=lambda s: s.length)
             if not points:
                 continue
-            target = Target(engine, points[0].kernel_path, hardware, build.model)
+            target = Target(engine, points[0].kernel_path, hardware, build.model, build.family)
             roof = physical(kind, points[0])
             levels = levels_for(target, others, priors, origin=origin)
             floor = lower(kind, points[0]) if lower else None
-            fit = fit_levels(levels, kind, target, roof, floor)
+            fit = fit_levels(levels, kind, target, roof, floor, reference=reference)
             for s in points:
                 tok = lo = hi = None
-                if not fit.is_roofline:
+                if not fit.is_roofline and not fit.refused:
                     seconds = fit.seconds(s.features)
                     if seconds > 0:
                         tokens = 1.0 if kind == "decode" else s.length

@@ -11,6 +11,7 @@ bytes), which every plan stores.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +31,19 @@ from servelab.plan.startup import (
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
 from servelab.predict.form import Sample, expert_slots
+from servelab.predict.holdout import Reference
 from servelab.predict.keys import BuildKey
 from servelab.predict.ledger import LedgerRow, ledger
 from servelab.predict.levels import Calibration, Target, calibrate
 from servelab.predict.priors import PriorTable, load_priors
-from servelab.predict.roofline import ByKind, bounds, coefficients, lower_bounds, physical_prior
+from servelab.predict.roofline import (
+    ByKind,
+    bounds,
+    coefficients,
+    lower_bounds,
+    physical_prior,
+    roofline_coefficients,
+)
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -321,23 +330,29 @@ def calibration_for(
     *,
     engine: str = "vllm",
     model: str = "",
+    family: str = "",
     priors: PriorTable | None = None,
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
     hardware over the shipped priors (which carry the prediction when no run is stored),
     else the roofline alone (see :mod:`servelab.predict`). Samples of build
-    ``model`` are left out of the fit."""
-    stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
+    ``model`` are left out of the fit; ``family`` (the model's, :mod:`servelab.families`)
+    tells whether the calibration set has seen it (:func:`~servelab.predict.levels.
+    fit_levels`: an unseen family's interval is the one measured leaving a family out)."""
+    everything = samples_from_runs(runs)
+    stored = [s for s in everything if s.hardware == hardware.name]
     table = priors or load_priors()
     target = Target(
         engine=engine,
         kernel_path=hardware.kernel_path(weights.scheme, moe=weights.moe).name,
         hardware=hardware.name,
         model=model,
+        family=family,
     )
     roof = physical_prior(hardware, weights)
     low = lower_bounds(hardware, hardware.kernel_path(weights.scheme, moe=weights.moe).compute)
-    cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k])
+    cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k],
+                    reference=reference_of(everything, table))
     if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
         note = f"shipped priors table {table.version} ({table.origin})"
         return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
@@ -345,6 +360,45 @@ def calibration_for(
 
 
 Ceilings = ByKind
+
+
+@functools.cache
+def profile_ceilings(hardware: str, compute: str) -> tuple[Ceilings, Ceilings] | None:
+    """(roofline coefficients, lower bounds) of a built-in or saved hardware profile and a
+    compute precision (None for a profile servelab does not know)."""
+    try:
+        profile = get_profile(hardware)
+    except ServelabError:
+        return None
+    return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
+
+
+def profile_roofline(kind: str, s: Sample) -> Sequence[float]:
+    """The roofline coefficients of ``kind`` on ``s``'s hardware profile and compute."""
+    got = profile_ceilings(s.hardware, s.compute)
+    if got is None:
+        raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
+    return got[0][kind]
+
+
+def profile_lower(kind: str, s: Sample) -> Sequence[float]:
+    """The lower bounds of ``kind``'s fit on ``s``'s hardware profile and compute."""
+    got = profile_ceilings(s.hardware, s.compute)
+    if got is None:
+        raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
+    return got[1][kind]
+
+
+def reference_of(stored: Sequence[Sample], table: PriorTable) -> Reference:
+    """The held-out half-widths (:class:`~servelab.predict.holdout.Reference`) over the
+    shipped priors and the stored samples they do not restate, on the hardware profiles
+    servelab knows (each at its profile's roofline)."""
+    shipped = {(s.build.model, s.hardware, s.kind, s.length, s.eager) for s in table.samples}
+    extra = [s for s in stored
+             if (s.build.model, s.hardware, s.kind, s.length, s.eager) not in shipped]
+    known = [s for s in (*table.samples, *extra)
+             if profile_ceilings(s.hardware, s.compute) is not None]
+    return Reference(known, profile_roofline, lower=profile_lower)
 
 
 def roofline_of_run(run: RunRecord) -> tuple[Ceilings, Ceilings] | None:
@@ -383,4 +437,5 @@ def ledger_for_runs(
         table.samples,
         lambda kind, s: ceilings[s.build][0][kind],
         lower=lambda kind, s: ceilings[s.build][1][kind],
+        reference=reference_of(stored, table),
     )
