@@ -73,6 +73,8 @@ def fit_line(kind: str, fit: Fit | None) -> str:
     """One line naming where a prediction comes from (or that there is none)."""
     if fit is None or fit.is_roofline:
         return f"{kind}: no stored run or prior for this hardware: roofline bound only"
+    if fit.refused:
+        return f"{kind}: {fit.refused}; roofline bound only (fit from {fit.source})"
     return f"{kind} predicted from {fit.label()}"
 
 
@@ -257,12 +259,11 @@ def _render_parallel(plan: Plan, console: Console) -> None:
     )
     console.print(t)
     dt = Table(
-        title=f"Decode, single stream, one replica of {lay.label()}: a bound, not a prediction "
-        "(peak bandwidth per rank + estimated communication; nothing calibrated)",
+        title=f"Decode, one replica of {lay.label()}: a bound, not a prediction (peak "
+        "bandwidth per rank + estimated communication)",
         title_justify="left",
     )
-    for c in ("context", "memory term", "communication term", "tok/s (bound)",
-              "tok/s per GPU (bound)"):
+    for c in ("context", "memory term", "communication term", "bound tok/s", "per GPU"):
         dt.add_column(c, justify="right")
     for d in plan.parallel_decode:
         comm = d.comm_label()
