@@ -52,10 +52,12 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
             assert r["inside_interval"] == (r["low"] <= r["measured_tok_s"] <= r["high"])
     decode = [r for r in rows if r["kind"] == "decode"]
     # Eight FP8 builds (three MoE, three dense, two hybrids): each is predicted from the other
-    # seven on its own kernel path, over the BF16 fit as the prior.
+    # seven on its own kernel path, over the BF16 fit as the prior; seven models cannot bound a
+    # new build at 90 %, so the interval is the grounded level's below (issue 30).
     fp8 = [r for r in decode if "fp8" in r["model"]]
     assert fp8 and all("(vllm / TRITON Fp8 W8A8 / h200)" in r["source"]
-                       and "leave-one-model-out over 7 models" in r["source"] for r in fp8)
+                       and "7 models here, too few to bound a new build at 90 %" in r["source"]
+                       for r in fp8)
     # Dense and MoE BF16 builds are one kernel path (the default one), with the expert-slot
     # term for what MoE adds: no fallback (benchmarks/RESULTS.md has every row).
     bf16 = [r for r in decode if "fp8" not in r["model"]]
@@ -92,22 +94,30 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     # experts' matmuls at a rate of their own (the fused-MoE kernel's, not the dense GEMMs'):
     # 4 of 69; 12 of 78 with the three builds of 2026-12-04 late. The host's launch terms held
     # at the fit over every kernel path (priors table 2026-12-04.4): 6 of 78.
+    # Issue 30: intervals are the 90 % quantile of the held-out errors, not their widened
+    # maximum (which had covered 76 of 78 at a median width of 2.3x); an interval wider than
+    # 4x is no prediction (the FP8 Llama-3.1-8B's three, from seven FP8 models at ±75 %).
     prefill = [r for r in rows if r["kind"] == "prefill"]
-    beyond = [r for r in prefill if abs(r["error"]) > 0.25]
+    refused = [r for r in prefill if r["predicted_tok_s"] is None]
+    assert len(refused) <= 3 and all(r["source"].startswith("no prediction") for r in refused)
+    predicted = [r for r in prefill if r["predicted_tok_s"] is not None]
+    beyond = [r for r in predicted if abs(r["error"]) > 0.25]
     assert len(prefill) == 78 and len(beyond) <= 6
-    assert max(abs(r["error"]) for r in prefill) < 0.37
-    assert sum(not r["inside_interval"] for r in prefill) <= 2
+    assert max(abs(r["error"]) for r in predicted) < 0.37
+    assert sum(not r["inside_interval"] for r in predicted) <= 0.15 * len(predicted)
     # the hybrids on the FP8 path, each predicted with the other one left in: within 25 %
     hybrid_fp8 = [r for r in prefill
                   if r["model"].startswith(("qwen3-next-fp8", "qwen3.6-35b-a3b-fp8"))]
     assert len(hybrid_fp8) == 6 and all(abs(r["error"]) < 0.25 for r in hybrid_fp8)
     # The three builds of a family servelab had never run (Qwen3 dense), each predicted here
-    # from the other seventeen: decode within 7 %, prefill within 28 %, every point inside its
-    # interval. (The predictions committed before they ran, from the twelve builds stored then,
-    # are in results/calibration-2026-12-04-pm/preregistered/ and benchmarks/RESULTS.md.)
+    # from the other seventeen: decode within 7 %, prefill within 28 %, every decode point
+    # inside its interval (two prefill points of the 4B miss the 90 % one). (The predictions
+    # committed before they ran, from the twelve builds stored then, are in
+    # results/calibration-2026-12-04-pm/preregistered/ and benchmarks/RESULTS.md.)
     new = [r for r in rows if r["model"].split(" [")[0] in {
         "qwen3-4b-bf16-random", "qwen3-4b-fp8-random", "qwen3-32b-bf16-random"}]
-    assert len(new) == 18 and all(r["inside_interval"] for r in new)
+    assert len(new) == 18 and all(r["inside_interval"] for r in new if r["kind"] == "decode")
+    assert sum(not r["inside_interval"] for r in new) <= 2
     assert all(abs(r["error"]) < 0.07 for r in new if r["kind"] == "decode")
     assert all(abs(r["error"]) < 0.28 for r in new if r["kind"] == "prefill")
     summary = {(s["hardware"], s["kind"]): s for s in doc["summary"]}
@@ -121,8 +131,8 @@ def test_ledger_over_the_h200_runs(tmp_path: Path) -> None:
     assert summary[("h200", "spec step")]["points"] == 3
     table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
     assert table.exit_code == 0 and "| h200 |" in table.output
-    assert "| h200 | decode | 78/78 | 2.7% | 16.3% | 72/78 | ±13.9% |" in table.output
-    assert "| h200 | prefill | 78/78 | 9.1% | 36.0% | 76/78 | ±16.8% |" in table.output
+    assert "| h200 | decode | 78/78 | 2.7% | 16.3% | 73/78 | ±13.9% |" in table.output
+    assert "| h200 | prefill | 75/78 | 9.4% | 36.0% | 66/75 | ±16.8% |" in table.output
 
 
 def test_ledger_over_the_shipped_priors_and_errors(

@@ -103,7 +103,9 @@ def test_plan_predicts_from_shipped_priors_with_interval_and_source(qwen36_fp8: 
     assert point["predicted"] is True
     assert point["predicted_tok_s"] == pytest.approx(38.27, rel=0.10)
     assert point["predicted_low"] <= 38.27 <= point["predicted_high"]
-    assert point["roofline_tok_s"] > point["predicted_high"]
+    # one model on the Spark: the interval is wide (issue 30) and its top is the roofline
+    assert point["roofline_tok_s"] >= point["predicted_high"]
+    assert point["roofline_tok_s"] > point["predicted_tok_s"]
     assert d["speed"]["decode_fit"]["source"].startswith("prior from servelab seed recipe page")
     assert d["kv_pool"]["tokens"] == 308_955
     table = runner.invoke(app, [*base], env={"COLUMNS": "200"})

@@ -364,9 +364,14 @@ def test_shipped_priors_of_the_path_outrank_stored_runs_of_other_paths_only() ->
     assert fit.level == "prior" and fit.fallback is None
     truth = [s for s in _decode_samples() if s.build.model == "moe-40l"]
     assert all(abs(fit.seconds(s.features) / s.seconds - 1) < REL for s in truth)
-    # with a stored run of the target's path, that level comes first again
+    # with a stored run of the target's path, that level comes first again, pooled with the
+    # priors of the path (one stored model against five shipped: less evidence never replaces
+    # more)
     own = [s for s in _decode_samples() if s.build.model == "moe-16l"]
-    assert levels_for(target, probe + own, priors)[0].level == "stored runs"
+    first = levels_for(target, probe + own, priors)[0]
+    assert first.level == "stored runs with prior"
+    assert {s.build.model for s in first.samples} == {"moe-16l"} | {
+        s.build.model for s in priors}
 
 
 def test_priors_only_when_the_store_has_nothing_on_that_hardware() -> None:

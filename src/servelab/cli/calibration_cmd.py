@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,6 +26,9 @@ from servelab.cli.output import (
     pick_format,
 )
 from servelab.errors import UsageError
+
+if TYPE_CHECKING:
+    from servelab.predict.holdout import Reference
 
 app = typer.Typer(
     name="calibration",
@@ -55,23 +58,42 @@ def report(
             help="Ledger over the priors table itself (leave one published build out).",
         ),
     ] = False,
+    by: Annotated[
+        str,
+        typer.Option(
+            "--by",
+            help="What to leave out: 'model' (each build, the ledger), 'family' (every build "
+            "of a model family at once) or 'kernel-path'.",
+        ),
+    ] = "model",
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
 ) -> None:
-    """Leave-one-model-out: measured vs predicted for every stored build."""
+    """Leave-one-model-out: measured vs predicted for every stored build (``--by family``:
+    leave-one-family-out, ``--by kernel-path``: leave-one-kernel-path-out)."""
+    if by not in ("model", "family", "kernel-path"):
+        raise UsageError(f"--by must be model, family or kernel-path, got {by!r}")
     from servelab.hardware.lookup import get_profile
     from servelab.predict.form import Sample
     from servelab.predict.ledger import LedgerDocument, ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
-    from servelab.predict.runs import Ceilings, ledger_for_runs, samples_from_runs
+    from servelab.predict.runs import Ceilings, ledger_for_runs, reference_of, samples_from_runs
     from servelab.predict.spec import step_predictor
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     table = load_priors(priors)
+    if by != "model":
+        stored_runs = []
+        if not priors_only:
+            with open_store(db, create=False) as store:
+                stored_runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+        _held_out_view(reference_of(samples_from_runs(stored_runs), table),
+                       by.replace("-", " "), hardware, table.version, fmt)
+        return
     if priors_only:
         stored = [s for s in table.samples if hardware is None or s.hardware == hardware]
         if not stored:
@@ -89,7 +111,8 @@ def report(
             return coefficients(s.hardware, s.compute)[1][kind]
 
         rows = ledger(stored, [], roof, origin="shipped priors", lower=floor,
-                      steps=step_predictor(stored, [], roof, floor))
+                      steps=step_predictor(stored, [], roof, floor),
+                      reference=reference_of([], table))
     else:
         with open_store(db, create=False) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
@@ -154,4 +177,53 @@ def report(
             ),
         ],
         notes=[f"priors table {table.version}", *sources],
+    )
+
+
+def _held_out_view(
+    ref: Reference, by: str, hardware: str | None, version: str, fmt: str
+) -> None:
+    """Print every point predicted with its family (or kernel path) left out, and per
+    hardware and kind the 90 % half-width such predictions carry."""
+    hws = sorted({s.hardware for s in ref.samples if hardware is None or s.hardware == hardware})
+    points = [p for hw in hws for p in ref.points(hw, by)]
+    if not points:
+        raise UsageError(f"no hardware with two {by} groups or more to leave out"
+                         + (f" on {hardware}" if hardware else ""))
+    spreads = [sp for hw in hws for kind in ("decode", "prefill")
+               if (sp := ref.spread(hw, kind, by)) is not None]
+    emit(
+        fmt,
+        doc={
+            "schema": "servelab.holdout/1",
+            "by": by,
+            "priors_version": version,
+            "rows": [p.to_dict() for p in points],
+            "summary": [
+                {"hardware": s.hardware, "kind": s.kind, "points": s.points, "groups": s.groups,
+                 "half_width_90": s.half_width} for s in spreads
+            ],
+        },
+        tables=[
+            Table(
+                f"leave-one-{by.replace(' ', '-')}-out: measured vs predicted (single stream)",
+                ("hardware", "left out", "build", "kind", "length", "measured", "predicted",
+                 "error"),
+                [[p.hardware, p.group, p.build, p.kind, f"{p.length:,}",
+                  num(p.measured_tok_s, 1), num(p.predicted_tok_s, 1) or "-", _pct(p.error)]
+                 for p in points],
+                caption=f"every build of the {by} left out of its hardware's calibration; "
+                "error = predicted / measured - 1",
+            ),
+            Table(
+                "summary",
+                ("hardware", "kind", "groups", "points", "90 % half-width"),
+                [[s.hardware, s.kind, str(s.groups), str(s.points),
+                  f"±{s.half_width:.0%}" if s.half_width is not None else "too few points"]
+                 for s in spreads],
+                caption="the half-width a prediction carries on that hardware for a "
+                f"{by} it has not seen (split-conformal 90 % of the errors above)",
+            ),
+        ],
+        notes=[f"priors table {version}"],
     )

@@ -92,6 +92,8 @@ def fit_line(kind: str, fit: Fit | None, *, engine: str = "vllm", hardware: str 
     run or prior of this *engine* on this hardware (which may well have priors of another
     engine; those are named, so the line never blames the hardware for the engine's gap)."""
     if fit is not None and not fit.is_roofline:
+        if fit.refused:
+            return f"{kind}: {fit.refused}; roofline bound only (fit from {fit.source})"
         if fit.rel_error is None:  # a fit, but nothing to tell how far it carries
             return f"{kind}: no prediction ({fit.error_basis}); fitted from {fit.source}"
         return f"{kind} predicted from {fit.label()}"
@@ -199,7 +201,10 @@ def _render_speed(plan: Plan, console: Console) -> None:
     from servelab.predict.spec import draft_line
 
     sp = plan.speed
-    dt = Table(title="Decode, single stream (predicted)", title_justify="left")
+    # one prediction per quantity: under a parallel layout this table is one GPU's (the
+    # calibrated prediction), the layout's replica has its own table, a bound (issue 30)
+    one_gpu = "" if plan.layout.is_single else " on one GPU, no parallelism"
+    dt = Table(title=f"Decode, single stream{one_gpu} (predicted)", title_justify="left")
     for c in (
         "context",
         "weights",
@@ -287,8 +292,12 @@ def _render_parallel(plan: Plan, console: Console) -> None:
         f"{topo.inter_node.description} between nodes",
     )
     console.print(t)
-    dt = Table(title="Decode, single stream, one replica (predicted)", title_justify="left")
-    for c in ("context", "memory term", "communication term", "tok/s", "tok/s per GPU"):
+    dt = Table(
+        title=f"Decode, one replica of {lay.label()}: a bound, not a prediction (peak "
+        "bandwidth per rank + estimated communication)",
+        title_justify="left",
+    )
+    for c in ("context", "memory term", "communication term", "bound tok/s", "per GPU"):
         dt.add_column(c, justify="right")
     for d in plan.parallel_decode:
         comm = d.comm_label()

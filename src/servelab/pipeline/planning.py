@@ -24,7 +24,8 @@ from typing import Any
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
-from servelab.errors import UsageError
+from servelab.errors import ServelabError, UsageError
+from servelab.families import family_for
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
@@ -96,7 +97,8 @@ def calibrated_plan(
                          path=where)
     path = hardware.kernel_path(weights.scheme, moe=weights.moe)  # worked out once, here
     calibration = calibration_for(
-        runs, hardware, weights, engine=engine, priors=load_priors(priors), path=path
+        runs, hardware, weights, engine=engine, family=_family(config),
+        priors=load_priors(priors), path=path,
     )
     draft = None
     if speculative is not None and speculative.lengths:
@@ -154,3 +156,11 @@ def plan_source(source: CheckpointSource, request: PlanRequest,
     hint = speculative_hint(every, source.header_sha256) if (
         spec.acceptance == AUTO and spec.draft_tokens <= 0) else None
     return replace(plan, notes=(*plan.notes, hint)) if hint else plan
+
+
+def _family(config: Mapping[str, Any]) -> str:
+    """The model family of ``config`` (:mod:`servelab.families`), "" when none reads it."""
+    try:
+        return family_for(config).name
+    except ServelabError:
+        return ""

@@ -32,7 +32,11 @@ def _parallel_markdown(plan: Plan) -> list[str]:
         out.append(f"- KV heads per rank: {kv.kv_heads_per_rank}{rep}")
     out += [
         "",
-        "| context | memory term | communication term (predicted) | tok/s | tok/s per GPU |",
+        "Decode of one replica: a bound (peak bandwidth per rank + estimated communication; "
+        "nothing calibrated), not a prediction.",
+        "",
+        "| context | memory term | communication term (estimate) | tok/s (bound) | "
+        "tok/s per GPU (bound) |",
         "|---:|---:|---|---:|---:|",
     ]
     for d in plan.parallel_decode:
@@ -88,7 +92,8 @@ def plan_markdown(plan: Plan) -> str:
         "",
         *_kv_markdown(plan),
         "",
-        "## Decode (predicted, single stream)",
+        "## Decode (predicted, single stream"
+        + ("" if plan.layout.is_single else ", one GPU without parallelism") + ")",
         "",
         "| context | bytes/token | roofline tok/s (bound) | predicted tok/s (interval) |",
         "|---:|---:|---:|---:|",

@@ -17,6 +17,7 @@ from typing import Any
 from servelab.check import Check
 from servelab.errors import InputError
 from servelab.predict.form import Sample, row_seconds
+from servelab.predict.holdout import Reference
 from servelab.predict.keys import BuildKey
 from servelab.predict.levels import Fit, Target, fit_levels, interval, levels_for, repeat_spread
 
@@ -106,6 +107,7 @@ def ledger(
     origin: str = "stored runs",
     lower: Callable[[str, Sample], Sequence[float]] | None = None,
     steps: StepPredictor | None = None,
+    reference: Reference | None = None,
 ) -> tuple[LedgerRow, ...]:
     """Leave-one-model-out rows for every sample in ``stored``.
 
@@ -115,6 +117,11 @@ def ledger(
     ``lower(kind, sample)`` bounds the fits (default: the roofline coefficients);
     ``steps`` predicts a speculative step (decode form + draft term); without it a step is
     predicted by the decode form alone.
+    ``reference``: the held-out half-widths an interval borrows where the evidence left
+    cannot bound it (:func:`~servelab.predict.levels.fit_levels`; it holds the build
+    itself, a small leak the per-family view of benchmarks/loo_family.py avoids). A fit whose
+    interval is too wide to be a prediction (:attr:`~servelab.predict.levels.Fit.refused`)
+    predicts nothing.
     """
     rows: list[LedgerRow] = []
     by_build: dict[tuple[str, str, BuildKey], list[Sample]] = {}
@@ -129,19 +136,19 @@ def ledger(
             points = sorted((s for s in mine if s.kind == kind), key=lambda s: s.length)
             if not points:
                 continue
-            target = Target(engine, points[0].kernel_path, hardware, build.model)
+            target = Target(engine, points[0].kernel_path, hardware, build.model, build.family)
             roof = physical(kind, points[0])
             levels = levels_for(target, others, priors, origin=origin)
             floor = lower(kind, points[0]) if lower else None
-            fit = fit_levels(levels, kind, target, roof, floor)
+            fit = fit_levels(levels, kind, target, roof, floor, reference=reference)
             for s in points:
                 tok = lo = hi = None
                 source = fit.label()
                 ceiling = floor if floor is not None else roof
                 least = row_seconds(ceiling, s.features)
-                if not fit.is_roofline and s.is_step and steps is not None:
+                if not fit.is_roofline and not fit.refused and s.is_step and steps is not None:
                     tok, lo, hi, source = steps(target, fit, s, 1.0 / least if least else None)
-                elif not fit.is_roofline:
+                elif not fit.is_roofline and not fit.refused:
                     seconds = fit.seconds(s.features)
                     if seconds > 0:
                         tokens = 1.0 if kind == "decode" else s.length

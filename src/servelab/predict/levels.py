@@ -19,12 +19,23 @@ A prefill's host-launch terms come from the pooled levels wherever those fitted 
 path's own levels hold them there (:func:`fit_levels`), since launching a layer's kernels is
 the host's work whatever format the weights are in.
 
-Every fit carries a relative interval half-width from leave-one-model-out residuals at its
-level (the errors it would have made on models it had not seen), or, where the level holds
-one model only, from the next level down; never narrower than the same build's runs varied
-about their mean on that hardware (:func:`repeat_spread`: a lent H200 comes with a different
-host each time, and builds that predict each other within 4 % still met a run 8 % slower);
-the roofline carries none and is printed as an upper bound, never as a prediction.
+Every fit carries a relative interval half-width meant to cover :data:`COVERAGE` (90 %) of
+the points of builds it has not seen (issue 30):
+
+* a level of :data:`MIN_BUILDS` models or more: the 90 % split-conformal quantile of its
+  leave-one-model-out errors (:func:`conformal`); fewer: the larger of its own (largest miss,
+  widened) and the interval of a level below that has enough; one model: the level below's;
+* never narrower than the same build's runs varied about their mean on that hardware
+  (:func:`repeat_spread`: a lent H200 comes with a different host each time);
+* where the hardware's calibration set holds no model of the target's family, no run of its
+  kernel path, or no level with enough models, the larger of that and the error measured
+  when a whole family (kernel path) was left out where many were measured
+  (:class:`~servelab.predict.holdout.Reference`), with the reason in the label;
+* wider than :data:`MAX_RATIO` (upper / lower) it is no prediction (:attr:`Fit.refused`).
+
+The roofline carries none and is printed as an upper bound, never as a prediction. A stored
+level with fewer models than the shipped priors of the same scope is pooled with them
+(:func:`levels_for`): a level with less evidence never replaces one with more.
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from servelab.predict.form import (
     FORMS,
@@ -47,9 +59,29 @@ from servelab.predict.form import (
 )
 from servelab.predict.solver import PRIOR_WEIGHT, fit_samples
 
+if TYPE_CHECKING:
+    from servelab.predict.holdout import Reference
+
+BY_FAMILY = "family"  # servelab.predict.holdout's hold-outs
+BY_PATH = "kernel path"
+#: Fitted from one family alone, every other family predicted: the evidence of a hardware whose
+#: calibration set holds one family (the DGX Spark's shipped priors: builds of one model).
+BY_ONE_FAMILY = "one family"
+
 #: Pull that holds a kernel path's host-launch terms (the prefill form's overlapped ones) at
 #: the fit over every kernel path of the hardware: effectively a pin (see :func:`fit_levels`).
 HOLD_WEIGHT = 1e5
+#: The share of held-out points an interval is meant to cover.
+COVERAGE = 0.9
+#: Fewest models a level's leave-one-model-out interval rests on for it to bound a new build
+#: at 90 % (split conformal: n held-out models bound the next one at n / (n + 1)); a level
+#: with fewer takes the larger of its own and the level below's, or a held-out figure.
+MIN_BUILDS = 9
+#: Widest interval (upper / lower) printed as a prediction: wider, the bound is shown instead.
+#: The builds a user chooses between differ by up to about 3x in speed (the seed: 38.3 tok/s
+#: FP8 against 106.5 NVFP4-Fast with MTP on one Spark); an interval spanning 4x holds both ends
+#: of such a choice and cannot inform it.
+MAX_RATIO = 4.0
 #: Smallest interval half-width printed (measurement noise between runs of one build).
 MIN_REL_ERROR = 0.03
 
@@ -82,6 +114,16 @@ class Fit:
         return self.theta.as_dict()
 
     @property
+    def refused(self) -> str | None:
+        """Why this fit's interval is too wide to be a prediction (upper / lower beyond
+        :data:`MAX_RATIO`), or None."""
+        e = self.rel_error
+        if e is None or (e < 1.0 and (1.0 + e) / (1.0 - e) <= MAX_RATIO):
+            return None
+        return (f"no prediction: the interval would span more than {MAX_RATIO:g}x "
+                f"(±{e * 100:.0f}%: {self.error_basis})")
+
+    @property
     def is_roofline(self) -> bool:
         """True for the physical prior alone (an upper bound, not a prediction)."""
         return self.level == "roofline"
@@ -89,6 +131,8 @@ class Fit:
     def label(self) -> str:
         """One line: source, interval basis and fallback, for every output."""
         parts = [self.source]
+        if self.refused:
+            parts.insert(0, f"no prediction (interval over {MAX_RATIO:g}x)")
         if self.rel_error is not None:
             parts.append(f"±{self.rel_error * 100:.0f}% ({self.error_basis})")
         if self.fallback:
@@ -157,8 +201,18 @@ def repeat_spread(samples: Sequence[Sample], kind: str) -> float | None:
 
 def error_bound(errs: Sequence[float], models: int) -> float:
     """Interval half-width from leave-one-model-out errors: the largest miss, widened by
-    ``1 + 1/models`` because it rests on that few models (floored at measurement noise)."""
+    ``1 + 1/models`` because it rests on that few models (floored at measurement noise).
+    Used where too few points were held out for :func:`conformal` to say."""
     return max(max(abs(e) for e in errs) * (1.0 + 1.0 / max(models, 1)), MIN_REL_ERROR)
+
+
+def conformal(errors: Sequence[float], coverage: float = COVERAGE) -> float | None:
+    """The half-width that covers ``coverage`` of points like ``errors`` (split conformal:
+    the ceil((n + 1) x coverage)-th smallest |error|); None when there are too few errors to
+    say (fewer than 9 for 90 %)."""
+    errs = sorted(abs(e) for e in errors)
+    k = math.ceil((len(errs) + 1) * coverage)
+    return errs[k - 1] if 0 < k <= len(errs) else None
 
 
 @dataclass(frozen=True)
@@ -181,6 +235,7 @@ class Target:
     kernel_path: str
     hardware: str
     model: str = ""
+    family: str = ""  # the model's family (servelab.families), "" when not known
 
 
 _DEFAULT_PATH = re.compile(r"^(?P<scheme>.+) (?:MoE|dense) \(default\)$")
@@ -214,6 +269,9 @@ def fit_levels(
     target: Target,
     physical: Sequence[float],
     lower: Sequence[float] | None = None,
+    *,
+    intervals: bool = True,
+    reference: Reference | None = None,
 ) -> Fit:
     """The fit for ``kind`` from the first level with samples, each level's prior being the
     fit of the levels below it (down to the physical prior). ``lower`` bounds every fit
@@ -241,22 +299,39 @@ def fit_levels(
     fit = roof
     spread = repeat_spread([s for lv in usable for s in lv.samples], kind)
     held = False  # the launch terms fitted over every kernel path below
+    grounded = False  # the interval rests on a level of MIN_BUILDS models or more
+    ground = ""  # that level's basis
     for lv in reversed(usable):
         prior = fit.theta
         weight = _held_weights(len(prior)) if held and not lv.pooled else PRIOR_WEIGHT
         theta = fit_samples(lv.samples, kind, prior, bound, weight)
-        errs = relative_errors(lv.samples, kind, prior, bound, weight)
+        errs = relative_errors(lv.samples, kind, prior, bound, weight) if intervals else []
         if lv.pooled and kind == "prefill":
             held = held or any(overlapping(s.features) for s in lv.samples)
         models = tuple(sorted({s.build.model for s in lv.samples}))
-        if errs:
-            rel: float | None = error_bound(errs, len(models))
+        q = conformal(errs) if len(models) >= MIN_BUILDS else None
+        if errs and q is not None:
+            rel: float | None = max(q, MIN_REL_ERROR)
+            basis = (f"{COVERAGE:.0%} of leave-one-model-out errors over {len(models)} models, "
+                     f"{len(errs)} points")
+        elif errs:
+            rel = error_bound(errs, len(models))
             basis = f"leave-one-model-out over {len(models)} models"
+        if errs:
             if spread is not None and rel is not None and spread > rel:
                 # no narrower than the same build varied between its own runs (on any kernel
                 # path: the host that varies is the hardware's)
                 rel = spread
                 basis += f"; widened to the ±{spread * 100:.0f}% one build varied between runs"
+            if len(models) < MIN_BUILDS:
+                below = fit.rel_error if grounded else None
+                if below is not None and rel is not None and below > rel:
+                    rel = below
+                    basis = (f"{len(models)} models here, too few to bound a new build at "
+                             f"90 %: interval of a level below ({ground})")
+                grounded = below is not None
+            else:
+                grounded, ground = True, basis
         elif fit.rel_error is not None:
             rel = fit.rel_error
             basis = f"one model here; interval of the level below ({fit.error_basis})"
@@ -273,7 +348,45 @@ def fit_levels(
             error_basis=basis,
             fallback=lv.fallback,
         )
+    if intervals and reference is not None and not fit.is_roofline:
+        fit = _lent(fit, usable, target, reference, grounded)
     return fit
+
+
+def _lent(
+    fit: Fit, usable: Sequence[Level], target: Target, reference: Reference, grounded: bool
+) -> Fit:
+    """``fit`` with the interval the evidence behind it can honestly claim: where the levels
+    hold no model of the target's family, no run of its kernel path, or too few models to
+    bound a new build at 90 % (:data:`MIN_BUILDS`, with no level below that does), the larger
+    of its own half-width and the one measured when a whole family (or kernel path) was left
+    out (:class:`~servelab.predict.holdout.Reference`: this hardware's own where it was
+    measured with enough families, else the hardware measured with the most), with the
+    reason."""
+    hw = target.hardware
+    # what the hardware's calibration set has seen: every level of it (the levels below the
+    # fit's are its prior)
+    families = sorted({s.build.family for lv in usable for s in lv.samples if s.build.family})
+    why: list[tuple[str, str]] = []
+    if target.family and target.family not in families:
+        why.append((f"no model of family {target.family} on {hw}", BY_FAMILY))
+    if fit.fallback:
+        why.append((f"no {path_family(target.kernel_path)} run on {hw}", BY_PATH))
+    if not grounded:
+        fams = f"{len(families)} famil{'y' if len(families) == 1 else 'ies'}"
+        models = f"{len(fit.models)} model{'' if len(fit.models) == 1 else 's'}"
+        why.append((f"{models} of {fams} on {hw}: too few to bound a new "
+                    "build at 90 %", BY_ONE_FAMILY if len(families) <= 1 else BY_FAMILY))
+    rel, basis = fit.rel_error, fit.error_basis
+    for reason, by in why:
+        spread = reference.for_hardware(hw, fit.kind, by)
+        if spread is None or spread.half_width is None:
+            continue
+        if rel is None or spread.half_width > rel:
+            rel, basis = spread.half_width, f"{reason}: {spread.describe()}"
+    if rel == fit.rel_error:
+        return fit
+    return replace(fit, rel_error=rel, error_basis=basis)
 
 
 def _held_weights(k: int) -> tuple[float, ...]:
@@ -368,7 +481,30 @@ def levels_for(
     # had predicted an FP8 MoE build 3.6x too slow from it while the priors held that path.
     pri = [s for s in priors if s.engine == target.engine and s.hardware == target.hardware]
     prior_path, prior_pooled = split(pri, "prior", shipped)
-    return stored_path + prior_path + stored_pooled + prior_pooled
+    return (_combined(stored_path, prior_path) + prior_path
+            + _combined(stored_pooled, prior_pooled) + prior_pooled)
+
+
+def _models(levels: Sequence[Level]) -> int:
+    return len({s.build.model for lv in levels for s in lv.samples})
+
+
+def _combined(upper: list[Level], lower: list[Level]) -> list[Level]:
+    """``upper`` (stored runs) over ``lower`` (shipped priors of the same scope), or, where
+    ``upper`` holds fewer models than ``lower``, one level of both: a level with less evidence
+    never replaces one with more. On an H200 store holding one fresh run (a dense 70B), its
+    fit had replaced the shipped priors and put a hybrid MoE's 8K prefill 32 % off where the
+    priors alone were 5 % off (issue 30); pooled, every sample counts once and the priors'
+    builds keep the terms the one run cannot identify. A prior restating a stored point (same
+    model, kind, length and graph regime) is left out of the pool: it is the same
+    measurement."""
+    if not upper or not lower or _models(upper) >= _models(lower):
+        return upper
+    up, low = upper[0], lower[0]
+    seen = {(s.build.model, s.kind, s.length, s.eager) for s in up.samples}
+    extra = tuple(s for s in low.samples if (s.build.model, s.kind, s.length, s.eager) not in seen)
+    return [Level(f"{up.level} with {low.level}", up.samples + extra,
+                  f"{up.source}, pooled with {low.source}", up.fallback, up.pooled)]
 
 
 def calibrate(
@@ -377,12 +513,17 @@ def calibrate(
     priors: Iterable[Sample],
     physical: Callable[[str], Sequence[float]],
     lower: Callable[[str], Sequence[float]] | None = None,
+    reference: Reference | None = None,
 ) -> Calibration:
     """Decode and prefill fits for ``target`` (``physical(kind)``: the roofline coefficients;
-    ``lower(kind)``: the bounds, default the roofline's)."""
+    ``lower(kind)``: the bounds, default the roofline's; ``reference``: the held-out
+    half-widths an interval borrows where the evidence here cannot bound it, see
+    :func:`fit_levels`)."""
     levels = levels_for(target, list(stored), list(priors))
     fits = {
-        k: fit_levels(levels, k, target, physical(k), lower(k) if lower else None) for k in KINDS
+        k: fit_levels(levels, k, target, physical(k), lower(k) if lower else None,
+                      reference=reference)
+        for k in KINDS
     }
     notes = []
     for k, f in fits.items():
@@ -391,6 +532,8 @@ def calibrate(
                 f"{k}: no stored run or shipped prior of {target.engine} on "
                 f"{target.hardware}: roofline only"
             )
+        elif f.refused:
+            notes.append(f"{k}: {f.refused}; the roofline is shown as a bound")
     return Calibration(target, fits["decode"], fits["prefill"], tuple(notes))
 
 

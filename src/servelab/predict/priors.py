@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError, UsageError
+from servelab.families import FAMILIES
 from servelab.predict.form import KINDS, Sample
 from servelab.predict.keys import BuildKey
 
@@ -87,6 +88,10 @@ def _sample(row: Any, where: str) -> Sample:
         raise InputError(f"{where}: kind must be decode or prefill")
     if row["tok_s"] <= 0:
         raise InputError(f"{where}: tok_s must be positive")
+    known = {f.name for f in FAMILIES}
+    if row.get("family", "") and row["family"] not in known:
+        raise InputError(f"{where}: family {row['family']!r} is not one servelab reads "
+                         f"({', '.join(sorted(known))})")
     length = int(row["length"])
     tokens = 1 if row["kind"] == "decode" else length
     try:

@@ -11,6 +11,7 @@ bytes), which every plan stores.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from servelab.plan.startup import (
 from servelab.plan.weights import Weights
 from servelab.points import PointKey
 from servelab.predict.form import Sample, expert_slots
+from servelab.predict.holdout import Reference
 from servelab.predict.keys import BuildKey
 from servelab.predict.ledger import LedgerRow, ledger
 from servelab.predict.levels import Calibration, Target, calibrate
@@ -337,21 +339,28 @@ def calibration_for(
     *,
     engine: str = "vllm",
     model: str = "",
+    family: str = "",
     priors: PriorTable | None = None,
     path: KernelPath | None = None,
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
     hardware over the shipped priors (which carry the prediction when no run is stored),
     else the roofline alone (see :mod:`servelab.predict`). Samples of build
-    ``model`` are left out of the fit. ``path``: the kernel path ``weights`` take on
-    ``hardware``, when the caller has worked it out already."""
-    stored = [s for s in samples_from_runs(runs) if s.hardware == hardware.name]
+    ``model`` are left out of the fit; ``family`` (the model's, :mod:`servelab.families`)
+    tells whether the calibration set has seen it (:func:`~servelab.predict.levels.
+    fit_levels`: an unseen family's interval is the one measured leaving a family out).
+    ``path``: the kernel path ``weights`` take on ``hardware``, when the caller has worked it
+    out already."""
+    everything = samples_from_runs(runs)
+    stored = [s for s in everything if s.hardware == hardware.name]
     table = priors or load_priors()
     path = path or hardware.kernel_path(weights.scheme, moe=weights.moe)
-    target = Target(engine=engine, kernel_path=path.name, hardware=hardware.name, model=model)
+    target = Target(engine=engine, kernel_path=path.name, hardware=hardware.name, model=model,
+                    family=family)
     roof = roofline_coefficients(hardware, path.compute)
     low = lower_bounds(hardware, path.compute)
-    cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k])
+    cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k],
+                    reference=reference_of(everything, table))
     if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
         note = f"shipped priors table {table.version} ({table.origin})"
         return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
@@ -391,6 +400,45 @@ def draft_for(
 
 
 Ceilings = ByKind
+
+
+@functools.cache
+def profile_ceilings(hardware: str, compute: str) -> tuple[Ceilings, Ceilings] | None:
+    """(roofline coefficients, lower bounds) of a built-in or saved hardware profile and a
+    compute precision (None for a profile servelab does not know)."""
+    try:
+        profile = get_profile(hardware)
+    except ServelabError:
+        return None
+    return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
+
+
+def profile_roofline(kind: str, s: Sample) -> Sequence[float]:
+    """The roofline coefficients of ``kind`` on ``s``'s hardware profile and compute."""
+    got = profile_ceilings(s.hardware, s.compute)
+    if got is None:
+        raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
+    return got[0][kind]
+
+
+def profile_lower(kind: str, s: Sample) -> Sequence[float]:
+    """The lower bounds of ``kind``'s fit on ``s``'s hardware profile and compute."""
+    got = profile_ceilings(s.hardware, s.compute)
+    if got is None:
+        raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
+    return got[1][kind]
+
+
+def reference_of(stored: Sequence[Sample], table: PriorTable) -> Reference:
+    """The held-out half-widths (:class:`~servelab.predict.holdout.Reference`) over the
+    shipped priors and the stored samples they do not restate, on the hardware profiles
+    servelab knows (each at its profile's roofline)."""
+    shipped = {(s.build.model, s.hardware, s.kind, s.length, s.eager) for s in table.samples}
+    extra = [s for s in stored
+             if (s.build.model, s.hardware, s.kind, s.length, s.eager) not in shipped]
+    known = [s for s in (*table.samples, *extra)
+             if profile_ceilings(s.hardware, s.compute) is not None]
+    return Reference(known, profile_roofline, lower=profile_lower)
 
 
 def roofline_of_run(run: RunRecord) -> tuple[Ceilings, Ceilings] | None:
@@ -440,4 +488,5 @@ def ledger_for_runs(
         lower=lambda kind, s: ceilings[s.build][1][kind],
         steps=step_predictor(stored, shipped, lambda kind, s: ceiling(s, 0)[kind],
                              lambda kind, s: ceiling(s, 1)[kind]),
+        reference=reference_of(stored, table),
     )

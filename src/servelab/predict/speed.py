@@ -116,7 +116,7 @@ def _predicted(
 ) -> tuple[float | None, ...]:
     """(tok/s, low, high) of a fit for one design row (the interval's top capped at the
     roofline ``bound``), or Nones without a usable fit."""
-    if fit is None or fit.is_roofline:
+    if fit is None or fit.is_roofline or fit.refused:
         return None, None, None
     seconds = fit.seconds(row)
     if seconds <= 0:
