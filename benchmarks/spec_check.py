@@ -28,8 +28,8 @@ from typing import Any
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
+from servelab.forecast.build import Plan, build_plan
 from servelab.hardware.lookup import get_profile
-from servelab.plan.build import Plan, build_plan
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.predict.runs import calibration_for, draft_for
 from servelab.synth.replica import (

@@ -28,8 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hardware",),  # profiles (data) and probes; hardware.lookup resolves names
     ("checkpoint",),  # header readers: local, GGUF, Hub
     ("synth",),  # tiny real checkpoints, GGUF conversion, header replicas
-    ("plan",),  # memory/KV arithmetic seam, roofline, speed model: values in, values out
-    ("choose",),  # which build to download: ranking over plans (pure), the Hub model tree
+    ("plan",),  # memory/KV arithmetic seam, bytes and FLOPs per point: values in, out
     ("engines",),  # the Engine seam, the shared log-facts record, one folder per engine
     # load generator and statistics (needs nothing above the foundations); below serve: a
     # recipe's [bench] table is the bench's own workload schema (bench.spec)
@@ -37,7 +36,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("serve",),  # recipe, install, launch, process lifecycle, attach
     ("store",),  # results database (likewise)
     ("analysis",),  # comparisons, history, acceptance over stored runs
-    ("predict",),  # the speed model's package once branch `predcore` lands
+    ("predict",),  # the speed model: form, solver, calibration levels, priors, ledger
+    # a build's whole plan: plan arithmetic + speed model put together, explained, under load
+    ("forecast",),
+    ("choose",),  # which build to download: ranking over plans (pure), the Hub model tree
     ("site",),  # pages from stored records (publishing never orchestrates)
     ("pipeline",),  # `servelab run` / `demo`: composes everything below
     ("cli",),

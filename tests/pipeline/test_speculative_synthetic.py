@@ -117,8 +117,8 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.checkpoint.sources import load_checkpoint
     from servelab.cli.app import app
     from servelab.engines.vllm.kv import VLLM_KV
+    from servelab.forecast.build import build_plan
     from servelab.hardware.lookup import get_profile
-    from servelab.plan.build import build_plan
     from servelab.plan.weights import weights_from_report
     from servelab.predict.runs import samples_from_runs
     from servelab.serve.launch import ensure_synth_model

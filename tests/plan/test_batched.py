@@ -11,15 +11,15 @@ from hypothesis import strategies as st
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.errors import UsageError
 from servelab.families import model_dims, presets
+from servelab.forecast.build import build_plan
+from servelab.forecast.load import _search, predict_load
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import build_plan
 from servelab.plan.costs import kv_read_bytes
 from servelab.plan.startup import BatchedTokens
 from servelab.plan.weights import Weights
 from servelab.predict.batched import StepModel, kv_curve
 from servelab.predict.form import Coefficients
 from servelab.predict.levels import Calibration, Fit, Target
-from servelab.predict.load import _search, predict_load
 from servelab.predict.schedule import Limits, Load, requests_admitted, simulate, stats
 from servelab.predict.speed import predict_speed
 from servelab.synth.replica import QWEN3_6_35B_A3B

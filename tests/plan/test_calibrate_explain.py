@@ -9,10 +9,10 @@ import pytest
 from tests.plan.inputs import planning_inputs
 
 from servelab.engines.vllm.kv import VLLM_KV
+from servelab.forecast.build import Plan, build_plan
+from servelab.forecast.explain import explain
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import Plan, build_plan
-from servelab.plan.explain import explain
 from servelab.predict.form import Sample
 from servelab.predict.ledger import ledger
 from servelab.predict.priors import shipped_priors

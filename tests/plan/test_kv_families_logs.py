@@ -21,8 +21,8 @@ from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ConfigError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, SLIDING, model_dims
+from servelab.forecast.build import Plan, build_plan
 from servelab.hardware.profiles import HardwareProfile
-from servelab.plan.build import Plan, build_plan
 from servelab.plan.weights import Weights
 
 FAMILIES = Path(__file__).parent / "logs" / "families"

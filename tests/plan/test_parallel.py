@@ -21,10 +21,10 @@ from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
+from servelab.forecast.build import build_plan
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import build_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights

@@ -22,11 +22,11 @@ from servelab.units import format_bytes as human_bytes
 from servelab.units import parse_float_list, parse_int_list, parse_size
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.forecast.build import Plan
+    from servelab.forecast.load import LoadRequest
     from servelab.hardware.profiles import HardwareProfile
-    from servelab.plan.build import Plan
     from servelab.plan.kvseam import KvArithmetic
     from servelab.predict.levels import Fit
-    from servelab.predict.load import LoadRequest
 
 GIB = 1 << 30
 
@@ -197,7 +197,7 @@ def _kv_table(plan: Plan) -> Table:
 
 def _render_speed(plan: Plan, console: Console) -> None:
     """Decode, prefill and speculative decode tables, then the plan's notes."""
-    from servelab.plan.markdown import interval_text
+    from servelab.forecast.markdown import interval_text
     from servelab.predict.spec import draft_line
 
     sp = plan.speed
@@ -649,8 +649,8 @@ def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe:
 
 def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = None) -> None:
     from servelab.cli import load_view
-    from servelab.plan.markdown import plan_markdown
-    from servelab.predict.load import answer
+    from servelab.forecast.load import answer
+    from servelab.forecast.markdown import plan_markdown
 
     ans = answer(result, load) if load is not None and load.wanted else None
     if fmt == JSON:
@@ -689,9 +689,9 @@ def explain(
 
     --json prints the explanation as one document, marked "predicted": true; --markdown as Markdown.
     """
+    from servelab.forecast.explain import explain as explain_builds
+    from servelab.forecast.markdown import explain_markdown
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.explain import explain as explain_builds
-    from servelab.plan.markdown import explain_markdown
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     hw = _hardware(hardware, hardware_file or [], probe)

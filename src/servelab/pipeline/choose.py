@@ -33,9 +33,9 @@ from servelab.engines import DEFAULT_ENGINE, get_engine
 from servelab.engines.llamacpp.build import BUILD_VERSION
 from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 from servelab.errors import ServelabError, UsageError
+from servelab.forecast.build import Plan
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.planning import plan_source, store_exists, stored_runs
-from servelab.plan.build import Plan
 from servelab.plan.parallel import topology_for
 from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
 from servelab.plan.specsource import AUTO, AcceptanceOption

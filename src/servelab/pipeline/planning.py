@@ -26,10 +26,10 @@ from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import ServelabError, UsageError
 from servelab.families import family_for
+from servelab.forecast.build import Plan, build_plan
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
-from servelab.plan.build import Plan, build_plan
 from servelab.plan.kvseam import KvArithmetic
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.parallel import Topology
@@ -82,7 +82,7 @@ def calibrated_plan(
     draft_tokens: int = 0,
     draft_runs: Sequence[RunRecord] | None = None,
 ) -> Plan:
-    """:func:`~servelab.plan.build.build_plan` calibrated from ``runs`` and the priors.
+    """:func:`~servelab.forecast.build.build_plan` calibrated from ``runs`` and the priors.
 
     ``knobs`` are the engine's flags, ``kv_arithmetic`` its KV arithmetic for them;
     ``where`` names the checkpoint in the error when it has no config; ``engine`` (the

@@ -28,6 +28,7 @@ from servelab.engines import get_engine
 from servelab.engines.facts import EngineFacts, Phase
 from servelab.errors import ServelabError, UsageError
 from servelab.families import DTYPE_BYTES, model_dims
+from servelab.forecast.build import Plan
 from servelab.hardware.host import host_cpu
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
@@ -35,7 +36,6 @@ from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
-from servelab.plan.build import Plan
 from servelab.plan.parallel import topology_for
 from servelab.plan.request import EngineKnobs
 from servelab.plan.specsource import AUTO
@@ -112,9 +112,9 @@ class RunOutcome:
 
 
 def load_prediction(recipe: Recipe, plan: Plan) -> dict[str, Any]:
-    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.predict.load`),
+    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.forecast.load`),
     each point one batch of the requests the bench sends per point, as JSON."""
-    from servelab.predict.load import LoadRequest, answer
+    from servelab.forecast.load import LoadRequest, answer
 
     work = recipe.bench.workload()
     req = LoadRequest(tuple(work.prompt_lens), work.output_len, tuple(work.concurrency),

@@ -18,7 +18,7 @@ from servelab.analysis.acceptance import (
     measured_configs,
     run_acceptance,
 )
-from servelab.plan.build import Plan
+from servelab.forecast.build import Plan
 from servelab.plan.specsource import (
     NONE,
     AcceptanceOption,

@@ -9,7 +9,7 @@ protocols (``Engine.kv_arithmetic`` in :mod:`servelab.engines.base`):
 * :class:`AllocatedKvArithmetic`: the engine allocates a cache from its own flags,
   whatever memory is left (llama.cpp): model in, a :class:`KvCache` out.
 
-The planner (:func:`servelab.plan.build.build_plan`) never imports an engine: callers
+The planner (:func:`servelab.forecast.build.build_plan`) never imports an engine: callers
 (the CLI, the pipeline) pass the engine's arithmetic in.
 """
 

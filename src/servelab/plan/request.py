@@ -38,7 +38,7 @@ class EngineKnobs:
     startup: StartupOptions = field(default_factory=StartupOptions)
 
     def build_args(self) -> dict[str, Any]:
-        """As :func:`servelab.plan.build.build_plan`'s keywords of the same names."""
+        """As :func:`servelab.forecast.build.build_plan`'s keywords of the same names."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 

@@ -44,7 +44,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from servelab.predict.form import (
     FORMS,
@@ -59,8 +59,22 @@ from servelab.predict.form import (
 )
 from servelab.predict.solver import PRIOR_WEIGHT, fit_samples
 
-if TYPE_CHECKING:
-    from servelab.predict.holdout import Reference
+
+class HeldOutWidth(Protocol):
+    """A held-out half-width as a level borrows it (:class:`servelab.predict.holdout.Spread`)."""
+
+    @property
+    def half_width(self) -> float | None: ...
+
+    def describe(self) -> str: ...
+
+
+class Reference(Protocol):
+    """Where an interval borrows its width when the evidence left cannot bound it
+    (:class:`servelab.predict.holdout.Reference` computes it from held-out fits; declared
+    here so that this module, which it calls, does not import it back)."""
+
+    def for_hardware(self, hardware: str, kind: str, by: str) -> HeldOutWidth | None: ...
 
 BY_FAMILY = "family"  # servelab.predict.holdout's hold-outs
 BY_PATH = "kernel path"

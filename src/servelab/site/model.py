@@ -107,7 +107,7 @@ class MeasuredRow:
 
 @dataclass(frozen=True)
 class PredictedLoadRow:
-    """A closed-loop point as the run's plan predicted it (servelab.predict.load), drawn beside
+    """A closed-loop point as the run's plan predicted it (servelab.forecast.load), drawn beside
     the measured points and labelled predicted."""
 
     prompt_tokens: int

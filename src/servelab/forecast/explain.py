@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.plan.build import Plan
+from servelab.forecast.build import Plan
 
 GIB = 1 << 30
 

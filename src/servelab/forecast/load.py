@@ -28,7 +28,7 @@ from typing import Any
 from servelab.bench.slo import Slo, parse_slo
 from servelab.bench.stats import percentile
 from servelab.errors import UsageError
-from servelab.plan.build import Plan
+from servelab.forecast.build import Plan
 from servelab.plan.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
 from servelab.predict.batched import StepModel
 from servelab.predict.form import HOST_BOUND

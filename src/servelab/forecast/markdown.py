@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from servelab.plan.build import Plan
-from servelab.plan.explain import Explanation
+from servelab.forecast.build import Plan
+from servelab.forecast.explain import Explanation
 from servelab.predict.spec import draft_line
 
 GIB = 1 << 30
