@@ -91,19 +91,24 @@ def test_llamacpp_priors_costs_are_servelab_arithmetic(replicas: dict[str, Path]
                 assert (s.bytes_read, s.flops) == (p["bytes_read"], p["flops"])
 
 
-def test_one_published_llamacpp_model_on_the_spark_is_a_fit_not_a_prediction(
+def test_one_published_llamacpp_model_on_the_spark_borrows_its_width_or_is_refused(
     replicas: dict[str, Path],
 ) -> None:
     """The Spark's llama.cpp figures are of one model (gpt-oss-20b): its fit is sourced, but
-    with one model there is nothing to say how far it carries, so no interval and no
-    prediction is printed, and the line says why (not that the hardware has no data)."""
+    one model cannot bound a new build, so its interval is the one measured on the H200 when
+    a fit from one family predicted the others (issue 30), with that reason printed; where
+    that width passes 4x (prefill) it is no prediction and the roofline stays the bound.
+    Never "no data for this hardware"."""
     res = runner.invoke(app, ["plan", str(replicas["gpt-oss-20b-MXFP4_MOE"]), "-H", "dgx-spark",
                               "--no-store", "-c", "4096"], terminal_width=250)
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert "decode: no prediction (one model and no level below: no interval); fitted from " \
-        "prior from https://jetsonhacks.com" in text
+    assert "decode predicted from prior from https://jetsonhacks.com" in text
     assert "(llamacpp / gguf-mxfp4_moe (default) / dgx-spark)" in text
+    assert "1 model of 1 family on dgx-spark: too few to bound a new build at 90 %" in text
+    assert "fitted from one family, the others predicted on h200" in text
+    assert "prefill: no prediction: the interval would span more than 4x" in text
+    assert "no stored" not in text
 
 
 def test_a_qwen2_gguf_is_planned_not_refused(replicas: dict[str, Path]) -> None:
