@@ -432,9 +432,14 @@ def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardw
 
 
 TIE = 0.01
-"""Decode figures within 1 % of the best, or whose intervals overlap the best's, are a tie:
-the pick among them is the one with a usable MTP head, then the fewest bytes per token,
-then the most concurrency."""
+"""Decode figures within 1 % of the best are a tie, and so are a measurement and another
+figure whose intervals overlap (a measurement's CI is its own noise). Two *predictions* are
+not tied by overlapping intervals: both come from the same calibration on the same hardware,
+so their errors move together (an interval says how far the level may be off, not how far
+one build may be off against its sibling: the Spark's three Qwen3.6 builds varied ±3 % about
+one fit whose level is ±54 % uncertain), and their order is the order of their costs (bytes,
+kernel path). The pick among tied figures is the one with a usable MTP head, then the fewest
+bytes per token, then the most concurrency."""
 
 
 def _top(fitting: Sequence[Row]) -> Row | None:
@@ -450,13 +455,16 @@ def _top(fitting: Sequence[Row]) -> Row | None:
 
 def _tied(a: Row, b: Row) -> bool:
     """Whether two decode figures cannot be told apart: within :data:`TIE` of each other,
-    or both with intervals (a measurement's 95 % CI, a prediction's interval) that overlap."""
+    or, where one is measured, both with intervals (a measurement's 95 % CI, a prediction's
+    interval) that overlap (see :data:`TIE` for why two predictions are not)."""
     da, db = a.best_decode, b.best_decode
     sa, sb = da.tok_s, db.tok_s
     if sa is None or sb is None or da.figure != db.figure:
         return False
     if abs(sa - sb) <= TIE * max(sa, sb):
         return True
+    if MEASURED not in (da.source, db.source):
+        return False
     return (da.figure and None not in (da.low, da.high, db.low, db.high)
             and (da.low or 0.0) <= (db.high or 0.0) and (db.low or 0.0) <= (da.high or 0.0))
 
