@@ -81,7 +81,13 @@ def test_ctrl_c_without_out_keeps_the_result_in_the_data_directory(tmp_path: Pat
         proc = subprocess.Popen([sys.executable, "-c", CODE, "bench", srv.base_url, *ARGS,
                                  "--no-record"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
-        time.sleep(4.0)  # the first point (4 requests of ~0.6 s) and some of the second
+        # the first point (4 requests, one at a time) done and the second begun: the server
+        # has seen a sixth request start (no file to watch without --out; a fixed sleep
+        # missed the first point on a loaded machine)
+        end = time.monotonic() + 60
+        while srv.counters()["generation_requests"] < 6 and time.monotonic() < end:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr

@@ -23,8 +23,22 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama")
 
 
-def test_plan_predicts_each_load_point_and_the_slo_capacity(tiny_llama: Path) -> None:
-    res = runner.invoke(app, ["plan", str(tiny_llama), *BASE, "--concurrency", "1,4,64",
+@pytest.fixture(scope="module")
+def qwen36_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A header replica of Qwen3.6-35B-A3B BF16: a family the H200's shipped priors hold."""
+    from servelab.synth.replica import QWEN3_6_35B_A3B, write_replica
+
+    out = tmp_path_factory.mktemp("replica") / "qwen3.6-bf16"
+    write_replica(out, QWEN3_6_35B_A3B)
+    return out
+
+
+H200 = ["--hardware", "h200", "--max-model-len", "40960", "--no-store",
+        "--prompt-lens", "512,2048", "--output-len", "16"]
+
+
+def test_plan_predicts_each_load_point_and_the_slo_capacity(qwen36_bf16: Path) -> None:
+    res = runner.invoke(app, ["plan", str(qwen36_bf16), *H200, "--concurrency", "1,4,64",
                               "--slo", "tpot_p50=50", "--json"])
     assert res.exit_code == 0, res.output
     load = json.loads(res.output)["load"]
@@ -36,11 +50,23 @@ def test_plan_predicts_each_load_point_and_the_slo_capacity(tiny_llama: Path) ->
         assert p["predicted"] is True
         assert p["requests"] == max(3, 2 * p["concurrency"])  # as servelab bench sends
         assert p["tpot_s"]["low"] <= p["tpot_s"]["value"] <= p["tpot_s"]["high"]
-    assert load["points"]["max_num_batched_tokens"] == 2048  # vLLM's CPU default
+    assert load["points"]["max_num_batched_tokens"] == 8192  # vLLM's default on the H200
     assert [c["prompt_len"] for c in load["capacity"]] == [512, 2048]
-    text = runner.invoke(app, ["plan", str(tiny_llama), *BASE, "--request-rate", "2"])
+    text = runner.invoke(app, ["plan", str(qwen36_bf16), *H200, "--request-rate", "2"])
     assert text.exit_code == 0, text.output
     assert "Under load (predicted" in text.output and "2/s" in text.output
+
+
+def test_a_fit_too_uncertain_to_print_gives_no_load_prediction(tiny_llama: Path) -> None:
+    """On this CPU the single-stream intervals pass 4x (issue 30's refusal): a load forecast
+    built on them would be a number without an interval, so there is none, with the reason."""
+    res = runner.invoke(app, ["plan", str(tiny_llama), *BASE, "--concurrency", "1,4",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    load = json.loads(res.output)["load"]
+    why = load["no_prediction"]
+    assert why is not None and "no load prediction" in why
+    assert "the interval would span more than 4x" in why
 
 
 @pytest.mark.parametrize("args, message", [

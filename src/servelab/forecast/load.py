@@ -123,6 +123,9 @@ def step_model(plan: Plan) -> StepModel:
         raise UsageError("no calibrated decode prediction on this hardware: no load prediction")
     if sp.prefill_fit is None or sp.prefill_fit.is_roofline:
         raise UsageError("no calibrated prefill prediction on this hardware: no load prediction")
+    for kind, fit in (("decode", sp.decode_fit), ("prefill", sp.prefill_fit)):
+        if fit.refused:  # a step model on a fit too uncertain to print is no prediction either
+            raise UsageError(f"{kind}: {fit.refused}: no load prediction")
     graphs = plan.graph_capture.max_tokens if plan.graph_capture is not None else None
     return StepModel(
         weights=plan.weights,

@@ -23,7 +23,7 @@ from servelab.families import MLA, ModelDims
 from servelab.plan.weights import Weights
 from servelab.predict.form import HOST_BOUND, Row, Sample, features, row_seconds
 from servelab.predict.ledger import StepPredictor
-from servelab.predict.levels import Fit, Target, fit_levels, levels_for
+from servelab.predict.levels import MAX_RATIO, Fit, Target, fit_levels, levels_for
 from servelab.predict.specstep import (
     HEAD_METHODS,
     DraftFit,
@@ -168,7 +168,7 @@ def predict_step(
     """(tok/s, low, high) of a step at ``acceptance`` under the decode ``fit`` and the draft
     term (interval: the two parts' errors added, top capped at the roofline ``bound``), or
     Nones without a usable fit."""
-    if fit is None or fit.is_roofline:
+    if fit is None or fit.is_roofline or fit.refused:
         return None, None, None
     row = step_features(step, platform)
     seconds, extra = step_time(fit, draft, row, step.draft_passes, platform)
@@ -177,7 +177,15 @@ def predict_step(
     tok = acceptance / seconds
     band = step_interval(acceptance, seconds - extra, fit.rel_error, extra,
                          draft.rel_error if draft is not None else None, bound)
+    if band is not None and too_wide(*band):
+        return None, None, None  # the decode part's and the draft term's errors together
     return (tok, *band) if band is not None else (tok, None, None)
+
+
+def too_wide(low: float | None, high: float | None) -> bool:
+    """Whether an interval spans more than :data:`~servelab.predict.levels.MAX_RATIO`: no
+    prediction (the same rule as a plain decode or prefill interval)."""
+    return low is not None and high is not None and (low <= 0 or high / low > MAX_RATIO)
 
 
 def draft_samples(
@@ -281,6 +289,9 @@ def step_predictor(
                              draft.rel_error if draft is not None else None, bound)
         lo, hi = band if band is not None else (None, None)
         what = draft.label if draft is not None else "no other measured step: no draft term"
+        if too_wide(lo, hi):
+            return (None, None, None, f"no prediction: the interval would span more than "
+                    f"{MAX_RATIO:g}x ({fit.label()}; {what})")
         return 1.0 / seconds, lo, hi, f"{fit.label()}; {what}"
 
     return predict
