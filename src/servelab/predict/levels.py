@@ -96,6 +96,11 @@ MIN_BUILDS = 9
 #: FP8 against 106.5 NVFP4-Fast with MTP on one Spark); an interval spanning 4x holds both ends
 #: of such a choice and cannot inform it.
 MAX_RATIO = 4.0
+
+
+def too_wide_text(detail: str) -> str:
+    """The one sentence saying an interval is too wide to be a prediction, with ``detail``."""
+    return f"no prediction: the interval would span more than {MAX_RATIO:g}x ({detail})"
 #: Smallest interval half-width printed (measurement noise between runs of one build).
 MIN_REL_ERROR = 0.03
 
@@ -134,8 +139,7 @@ class Fit:
         e = self.rel_error
         if e is None or (e < 1.0 and (1.0 + e) / (1.0 - e) <= MAX_RATIO):
             return None
-        return (f"no prediction: the interval would span more than {MAX_RATIO:g}x "
-                f"(±{e * 100:.0f}%: {self.error_basis})")
+        return too_wide_text(f"±{e * 100:.0f}%: {self.error_basis}")
 
     @property
     def is_roofline(self) -> bool:

@@ -23,7 +23,14 @@ from servelab.families import MLA, ModelDims
 from servelab.plan.weights import Weights
 from servelab.predict.form import HOST_BOUND, Row, Sample, features, row_seconds
 from servelab.predict.ledger import StepPredictor
-from servelab.predict.levels import MAX_RATIO, Fit, Target, fit_levels, levels_for
+from servelab.predict.levels import (
+    MAX_RATIO,
+    Fit,
+    Target,
+    fit_levels,
+    levels_for,
+    too_wide_text,
+)
 from servelab.predict.specstep import (
     HEAD_METHODS,
     DraftFit,
@@ -290,8 +297,7 @@ def step_predictor(
         lo, hi = band if band is not None else (None, None)
         what = draft.label if draft is not None else "no other measured step: no draft term"
         if too_wide(lo, hi):
-            return (None, None, None, f"no prediction: the interval would span more than "
-                    f"{MAX_RATIO:g}x ({fit.label()}; {what})")
+            return None, None, None, too_wide_text(f"{fit.label()}; {what}")
         return 1.0 / seconds, lo, hi, f"{fit.label()}; {what}"
 
     return predict
