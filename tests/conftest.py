@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from tests.engines import EngineFactory, tiny_llamacpp_recipe, tiny_recipe
 
 from servelab.errors import EngineNotFoundError
@@ -32,6 +33,13 @@ from servelab.serve.install import find_engine
 from servelab.serve.launch import launch
 from servelab.serve.process import RunningEngine
 from servelab.serve.recipe import Recipe
+
+# Property tests draw the same examples on every run (a fresh clone passes every time, or fails
+# every time): a generator that finds a new case on one CI run and not the next is a flaky test.
+# Set HYPOTHESIS_PROFILE=explore to draw fresh examples while working on a property.
+settings.register_profile("servelab", derandomize=True, database=None)
+settings.register_profile("explore", max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "servelab"))
 
 
 def _session_engines(

@@ -95,7 +95,13 @@ def test_ctrl_c_without_out_keeps_the_result_in_the_data_directory(tmp_path: Pat
     assert f"written to {kept}" in stderr
     res = load(kept)
     assert res.partial == "interrupted (Ctrl-C)" and res.points[0].metrics.completed >= 1
-    assert "prompt 8" in stdout  # the table, on stdout (no format asked for)
+    # the table, on stdout (no format asked for), whole although stdout is a pipe: the first
+    # point's row with its four requests, and the note saying the run was cut
+    assert "prompt" in stdout and "conc" in stdout and "…" not in stdout.split("\n•")[0]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in stdout.splitlines()
+            if line.startswith("│")]
+    assert rows[0][:4] == ["8", "20", "1", "4"]  # prompt, output, conc, ok
+    assert "PARTIAL: interrupted (Ctrl-C)" in stdout
 
 
 @pytest.mark.timeout(120)

@@ -21,7 +21,7 @@ from rich.table import Table
 from servelab.bench.spec import FIELDS
 from servelab.cli.errors import INTERRUPTED
 from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
-from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, pick_format, stdout_console
 from servelab.cli.progress import LineTicker
 from servelab.cli.workload_options import workload_option
 from servelab.errors import BenchError, OutputPathError, ServelabError, UsageError
@@ -343,7 +343,7 @@ def bench(
     if not formatted or interrupted or write_failed:
         # with a format asked for, the table of an interrupted run or of a result that could
         # not be written goes to stderr: it shows what would otherwise be lost
-        console = err if formatted else Console(highlight=False)
+        console = err if formatted else stdout_console()
         render_table(result, console)
         if slo_spec is not None and slo_results is not None:
             render_slo(result, slo_spec, slo_results, console)
@@ -408,7 +408,7 @@ def bench_import(
     table.add_column("vllm", justify="right")
     for k in keys:
         table.add_row(k, report.fmt(vr.aggregates[k]))
-    Console(highlight=False).print(table)
+    stdout_console().print(table)
     if mine is not None:
         Console(highlight=False).print(
             f"servelab recomputed from {len(vr.samples)} requests: median TTFT "

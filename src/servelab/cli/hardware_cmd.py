@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servelab.cli.output import HardwareFileOpt
+from servelab.cli.output import HardwareFileOpt, stdout_console
 from servelab.errors import UsageError
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN, GIB, HardwareProfile, load_profiles_toml
@@ -54,7 +54,7 @@ def list_profiles(
     for p in profiles.values():
         t.add_row(*_row(p))
     t.add_row("host", "this machine", "measured", "measured", "", "probe on use")
-    Console(highlight=False).print(t)
+    stdout_console().print(t)
 
 
 @app.command("show")
@@ -68,7 +68,7 @@ def show(
     if as_json:
         typer.echo(json.dumps(p.to_dict(), indent=2))
         return
-    c = Console(highlight=False)
+    c = stdout_console()
     t = Table(title=f"{p.name}: {p.description}", title_justify="left", show_header=False)
     t.add_column(style="bold")
     t.add_column()
@@ -145,7 +145,7 @@ def probe(
             f"{v.median / 1e12:,.3f} TFLOP/s",
             str(len(v.samples)),
         )
-    Console(highlight=False).print(t)
+    stdout_console().print(t)
 
 
 def register(root: typer.Typer) -> None:

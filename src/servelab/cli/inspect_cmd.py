@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from servelab.cli.output import stdout_console
 from servelab.errors import UsageError
 from servelab.units import format_bytes
 
@@ -161,7 +162,7 @@ def inspect(
     elif as_markdown:
         typer.echo(report.to_markdown(), nl=False)
     else:
-        render(report, Console(highlight=False))
+        render(report, stdout_console())
 
 
 def register(app: typer.Typer) -> None:

@@ -131,10 +131,7 @@ def emit(
             md += "\n" + "\n".join(f"- {_md_cell(n)}" for n in notes) + "\n"
         typer.echo(md, nl=False)
         return
-    # into a pipe or a log there is no terminal width to fit: tables keep their natural width
-    con = console or Console(highlight=False, soft_wrap=False)
-    if console is None and not con.is_terminal:
-        con = Console(highlight=False, soft_wrap=False, width=PIPE_WIDTH)
+    con = console or stdout_console()
     for t in tables:
         rt = RichTable(
             title=escape(t.title) if t.title else None,
@@ -155,6 +152,15 @@ def emit(
 
 PIPE_WIDTH = 1000
 """Console width when stdout is not a terminal (rich would assume 80 and fold every cell)."""
+
+
+def stdout_console() -> Console:
+    """The console for results on stdout: the terminal's width, or, into a pipe or a log where
+    there is no width to fit, wide enough that tables keep their natural width (rich would
+    assume 80 columns and cut every heading to an ellipsis)."""
+    con = Console(highlight=False, soft_wrap=False)
+    return con if con.is_terminal else Console(highlight=False, soft_wrap=False,
+                                               width=PIPE_WIDTH)
 
 
 def num(value: float | int | None, digits: int = 2) -> str:

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.output import HardwareFileOpt
+from servelab.cli.output import HardwareFileOpt, stdout_console
 from servelab.defaults import PROMPT_LENS
 from servelab.errors import HardwareProfileError, RecipeError, UsageError
 from servelab.outfile import check_output_file, write_text
@@ -27,7 +26,7 @@ from servelab.redact import redact_args, redact_env
 __all__ = ["STARTER_RECIPE", "app", "register"]
 
 app = typer.Typer(help="Write and validate recipe files.", no_args_is_help=True)
-out = Console(highlight=False)
+out = stdout_console()
 
 STARTER_RECIPE = """\
 # A servelab recipe: this checkpoint, on this hardware, with this engine and these flags.

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.cli.output import stdout_console
 from servelab.errors import UsageError
 from servelab.redact import redact_args
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
 __all__ = ["facts_table", "register", "serve"]
 
 err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+out = stdout_console()
 
 _FACT_ROWS: tuple[tuple[str, str, str], ...] = (
     ("version", "engine version", ""),

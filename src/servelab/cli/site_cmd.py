@@ -17,13 +17,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from servelab.cli.output import stdout_console
 from servelab.errors import UsageError
 
 __all__ = ["app", "register"]
 
 app = typer.Typer(help="Build the static recipe site (HTML + Markdown + SVG plots).",
                   no_args_is_help=True)
-out = Console(highlight=False)
+out = stdout_console()
 err = Console(stderr=True, highlight=False)
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from servelab.cli.output import stdout_console
 from servelab.errors import UsageError
 from servelab.families import presets
 from servelab.outfile import check_new_checkpoint
@@ -19,7 +19,7 @@ synth_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_console = Console(highlight=False)
+_console = stdout_console()
 
 #: Which linear layers a replica quantizes (regex sets from servelab.synth.replica).
 _TARGETS = ("experts-attention", "experts", "all-text")
