@@ -27,7 +27,8 @@ measurements the results store holds come in; a :class:`Choice` comes out. JSON 
 names it, ``low``..``high`` is its 95 % CI), ``predicted`` (the plan's calibrated
 prediction and its interval, ``basis`` its fit), ``bound`` (no calibrated prediction: the
 roofline, an upper bound, in ``tok_s``), ``none`` (no figure; ``basis`` says why: an
-interval wider than :data:`NO_PREDICTION_FACTOR` is no prediction).
+interval wider than :data:`servelab.predict.levels.MAX_RATIO` is no prediction, the rule of
+every interval servelab prints).
 
 Decode is single stream at ``prompt_len``; fit, KV pool and concurrency are at
 ``context_len``. Rows are ranked: builds that fit before those that do not, SLO met before
@@ -44,12 +45,11 @@ from typing import Any
 
 from servelab.forecast.build import Plan
 from servelab.forecast.explain import Explanation, better_kernel, explain
+from servelab.predict.levels import MAX_RATIO, too_wide
 from servelab.units import format_bytes
 
 SCHEMA = "servelab.choose/1"
 GIB = 1 << 30
-NO_PREDICTION_FACTOR = 10.0
-"""An interval whose high end is more than this many times its low end is no prediction."""
 
 MEASURED, PREDICTED, BOUND, NONE = "measured", "predicted", "bound", "none"
 
@@ -198,10 +198,10 @@ def _bounded(value: float | None, low: float | None, high: float | None, basis: 
     if value is None or low is None or high is None:
         return Speed(roofline, None, None, BOUND if roofline else NONE,
                      f"no calibrated prediction; {bound}")
-    if low <= 0 or high / low > NO_PREDICTION_FACTOR:
+    if too_wide(low, high):
         return Speed(None, None, None, NONE,
                      f"no prediction: its interval {low:,.1f}–{high:,.1f} tok/s spans more "
-                     f"than {NO_PREDICTION_FACTOR:g}x; {bound}")
+                     f"than {MAX_RATIO:g}x; {bound}")
     return Speed(value, low, high, PREDICTED, basis)
 
 

@@ -98,6 +98,13 @@ MIN_BUILDS = 9
 MAX_RATIO = 4.0
 
 
+def too_wide(low: float | None, high: float | None) -> bool:
+    """Whether an interval spans more than :data:`MAX_RATIO` (or reaches zero): no prediction.
+    The one rule for every interval servelab prints, published or drawn (plan, choose, the
+    site, a speculative step)."""
+    return low is not None and high is not None and (low <= 0 or high / low > MAX_RATIO)
+
+
 def too_wide_text(detail: str) -> str:
     """The one sentence saying an interval is too wide to be a prediction, with ``detail``."""
     return f"no prediction: the interval would span more than {MAX_RATIO:g}x ({detail})"

@@ -24,11 +24,11 @@ from servelab.plan.weights import Weights
 from servelab.predict.form import HOST_BOUND, Row, Sample, features, row_seconds
 from servelab.predict.ledger import StepPredictor
 from servelab.predict.levels import (
-    MAX_RATIO,
     Fit,
     Target,
     fit_levels,
     levels_for,
+    too_wide,
     too_wide_text,
 )
 from servelab.predict.specstep import (
@@ -188,11 +188,6 @@ def predict_step(
         return None, None, None  # the decode part's and the draft term's errors together
     return (tok, *band) if band is not None else (tok, None, None)
 
-
-def too_wide(low: float | None, high: float | None) -> bool:
-    """Whether an interval spans more than :data:`~servelab.predict.levels.MAX_RATIO`: no
-    prediction (the same rule as a plain decode or prefill interval)."""
-    return low is not None and high is not None and (low <= 0 or high / low > MAX_RATIO)
 
 
 def draft_samples(

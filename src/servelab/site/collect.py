@@ -32,12 +32,13 @@ from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.check import Check
-from servelab.choose.rank import MEASURED, NO_PREDICTION_FACTOR, PREDICTED, Choice, Speed
+from servelab.choose.rank import MEASURED, PREDICTED, Choice, Speed
 from servelab.errors import UsageError
 from servelab.plan.check import LoggedKv, kv_pool_checks
 from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
 from servelab.plan.layout import ParallelLayout, layout_from_argv
 from servelab.points import PointKey
+from servelab.predict.levels import too_wide
 from servelab.predict.runs import ledger_for_runs
 from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
@@ -198,8 +199,8 @@ def prediction_of(point: PredictedSpeed, plan: PlanDocument,
     if interval is None:
         return None
     value, low, high = interval
-    if low <= 0 or high > NO_PREDICTION_FACTOR * low:
-        return None  # an interval spanning an order of magnitude is no prediction
+    if too_wide(low, high):
+        return None  # too wide to inform anything: no prediction (one rule, predict.levels)
     return Predicted(value, "tok/s", _basis(plan, point), run_id, low, high)
 
 
