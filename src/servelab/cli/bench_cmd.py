@@ -410,7 +410,7 @@ def bench_import(
         table.add_row(k, report.fmt(vr.aggregates[k]))
     stdout_console().print(table)
     if mine is not None:
-        Console(highlight=False).print(
+        stdout_console().print(
             f"servelab recomputed from {len(vr.samples)} requests: median TTFT "
             f"{report.fmt(mine.ttft_ms.median if mine.ttft_ms else None)} ms, median TPOT "
             f"{report.fmt(mine.tpot_ms.median if mine.tpot_ms else None)} ms")
@@ -434,7 +434,7 @@ def bench_translate(
             {"label": pr.point.label, **t} for pr, t in zip(result.points, per_point,
                                                              strict=True)]}, indent=1) + "\n")
         return
-    console = Console(highlight=False)
+    console = stdout_console()
     for pr, t in zip(result.points, per_point, strict=True):
         table = Table(title=f"{escape(pr.point.label)} · same timestamps, three tools' names",
                       title_justify="left")

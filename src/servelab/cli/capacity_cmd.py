@@ -22,7 +22,7 @@ from rich.table import Table
 from servelab.bench.spec import FIELDS, default
 from servelab.cli.errors import INTERRUPTED
 from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S, fail_check
-from servelab.cli.output import JsonOpt
+from servelab.cli.output import JsonOpt, stdout_console
 from servelab.cli.workload_options import workload_option
 from servelab.errors import OutputPathError, UsageError
 from servelab.outfile import check_output_file, write_json
@@ -210,7 +210,7 @@ def capacity(
                                  on_result=on_result)
     except KeyboardInterrupt:  # handled here: Typer would turn it into a bare exit 130
         keep("interrupted (Ctrl-C)")
-        console = Console(highlight=False)
+        console = stdout_console()
         for res in done:
             render(res, console)
         where = f"; written to {out}" if out is not None else ""
@@ -230,7 +230,7 @@ def capacity(
             raise failure
         _fail_check(results, max_failed)
         return
-    console = Console(highlight=False)
+    console = stdout_console()
     for res in results:
         render(res, console)
     if len(results) > 1:

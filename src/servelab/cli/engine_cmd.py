@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from servelab.cli.output import stdout_console
 from servelab.serve.install import all_builds, build_spec, install_engine, list_engines
 
 __all__ = ["app", "register"]
@@ -24,7 +25,7 @@ __all__ = ["app", "register"]
 app = typer.Typer(
     help="Install and list serving engines (each in its own venv).", no_args_is_help=True
 )
-out = Console(highlight=False)
+out = stdout_console()
 err = Console(stderr=True, highlight=False)
 
 

@@ -13,7 +13,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.output import JSON, MARKDOWN, HardwareFileOpt, JsonOpt, MarkdownOpt, pick_format
+from servelab.cli.output import (
+    JSON,
+    MARKDOWN,
+    HardwareFileOpt,
+    JsonOpt,
+    MarkdownOpt,
+    pick_format,
+    stdout_console,
+)
 from servelab.defaults import ENGINE_VERSION, prompt_lens_text
 from servelab.errors import UsageError
 from servelab.plan.layout import ParallelLayout
@@ -661,7 +669,7 @@ def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = N
     elif fmt == MARKDOWN:
         typer.echo(plan_markdown(result), nl=False)
     else:
-        console = Console(highlight=False)
+        console = stdout_console()
         render_plan(result, console, fits_only=fits)
         if ans is not None:
             load_view.render(ans, console)
@@ -715,7 +723,7 @@ def explain(
     elif fmt == MARKDOWN:
         typer.echo(explain_markdown(e), nl=False)
     else:
-        console = Console(highlight=False)
+        console = stdout_console()
         t = Table(
             title=f"A vs B on {e.hardware} at {e.context_len:,} tokens (predicted)",
             title_justify="left",

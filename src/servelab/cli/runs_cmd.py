@@ -27,6 +27,7 @@ from servelab.cli.output import (
     emit,
     num,
     pick_format,
+    stdout_console,
 )
 from servelab.errors import UsageError
 
@@ -143,7 +144,7 @@ def list_cmd(
         runs = store.list_runs(_filter(recipe, model, label, status, since, limit, True))
     doc = {"schema": EXPORT_SCHEMA, "runs": [run_to_dict(r, samples=False) for r in runs]}
     if not runs and fmt == "table":
-        Console(highlight=False).print("no stored runs match")
+        stdout_console().print("no stored runs match")
         return
     emit(fmt, doc=doc, tables=[runs_table(runs, f"{len(runs)} runs")])
 
@@ -320,7 +321,7 @@ def import_cmd(
     if as_json:
         typer.echo(json.dumps({"added": list(result.added), "skipped": list(result.skipped)}))
         return
-    con = Console(highlight=False)
+    con = stdout_console()
     con.print(f"imported {len(result.added)} runs, skipped {len(result.skipped)} already stored")
     for rid in result.added:
         con.print(f"  + {rid}")
@@ -341,7 +342,7 @@ def delete_cmd(
             raise typer.Abort()
         for rid in full:
             store.delete_run(rid)
-    Console(highlight=False).print(f"deleted {len(full)} run(s)")
+    stdout_console().print(f"deleted {len(full)} run(s)")
 
 
 def register(root: typer.Typer) -> None:
