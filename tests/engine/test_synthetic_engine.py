@@ -97,3 +97,34 @@ def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
     facts = json.loads((run_dir / "engine-facts.json").read_text())
     assert facts["facts"]["server_url"].startswith("http://127.0.0.1:")
     assert "synthetic server listening on" in (run_dir / "engine.log").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_recipes_capacity_search_is_stored_with_its_run(tmp_path: Path) -> None:
+    # issue 31: the measured SLO capacity is recorded with the run (checkpoint, hardware),
+    # beside the capacity the plan predicted, so `plan --slo` can set the two side by side.
+    # Each gap is 10 ms + 10 ms per other running request: at c streams TPOT is 10 c ms,
+    # so tpot_p50=35 holds at 3 streams and not at 4.
+    text = RECIPE.replace("itl_ms = 2", "itl_ms = 10\nitl_per_running_ms = 10") + (
+        '[capacity]\nslo = "tpot_p50=35"\nprompt_lens = [32]\nhigh = 8\nconfirm = 1\n'
+        "max_rounds = 1\nwarmup_requests = 0\n")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(text, encoding="utf-8")
+    db = str(tmp_path / "results.db")
+    res = CliRunner().invoke(
+        app, ["run", str(recipe), "--db", db, "--runs-dir", str(tmp_path / "runs")],
+        env={"COLUMNS": "200"},
+    )
+    assert res.exit_code == 0, res.output
+    with open_store(db) as store:
+        [listed] = store.list_runs()
+        run = store.get_run(listed.run_id or "")
+    cap = (run.extra or {})["capacity"]
+    assert cap["schema"] == "servelab.capacities/1" and cap["slo"] == "tpot_p50=35"
+    assert cap["variable"] == "concurrency" and cap["output_len"] == 8
+    [row] = cap["capacities"]
+    assert row["prompt_len"] == 32 and row["capacity"] == 3
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "capacity.json").read_text()) == cap
+    with pytest.raises(RecipeError, match=r"capacity: .*--slo"):
+        parse_recipe(text.replace('"tpot_p50=35"', '"speed=3"'))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -9,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.errors import UsageError
+from servelab.errors import InputError, UsageError
 from servelab.families import model_dims, presets
 from servelab.forecast.build import build_plan
 from servelab.forecast.load import _search, predict_load
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.costs import kv_read_bytes
+from servelab.plan.costs import attention_flops, kv_read_bytes
 from servelab.plan.startup import BatchedTokens
 from servelab.plan.weights import Weights
-from servelab.predict.batched import StepModel, kv_curve
+from servelab.predict.batched import StepCosts, StepModel, kv_curve, step_costs
 from servelab.predict.form import Coefficients
 from servelab.predict.levels import Calibration, Fit, Target
 from servelab.predict.schedule import Limits, Load, requests_admitted, simulate, stats
@@ -51,8 +52,8 @@ PREFILL = _fit("prefill", (1 / 6e14, 1 / 3e14, 1 / 4.0e12, 20e-6, 1e-8,
 
 
 def _model(graph_tokens: int | None = 512) -> StepModel:
-    return StepModel(weights=_weights(), dims=DIMS, decode=DECODE, prefill=PREFILL,
-                     platform="cuda", kv_dtype_bytes=2, graph_tokens=graph_tokens)
+    return StepModel(costs=step_costs(_weights(), DIMS, 2), decode=DECODE, prefill=PREFILL,
+                     platform="cuda", graph_tokens=graph_tokens)
 
 
 def test_one_request_is_the_single_stream_prediction() -> None:
@@ -90,6 +91,30 @@ def test_kv_curve_reads_what_single_stream_reads_by_layer_kind(name: str) -> Non
     curve = kv_curve(dims, 2)
     for c in (1, 127, 128, 1024, 5000, 8192, 9000, 131_072):
         assert curve.read(c) == kv_read_bytes(dims, c, 2)
+
+
+@pytest.mark.parametrize("name", ["gemma-3-27b", "gpt-oss-20b", "deepseek-v3", "llama-4-scout",
+                                  "nemotron-nano-9b-v2", "mistral-7b"])
+def test_step_costs_stored_and_read_back_price_steps_alike(name: str) -> None:
+    # a stored run is re-predicted from its plan document: the costs it holds must give the
+    # same attention FLOPs as the dims, and the same steps after a JSON round trip
+    _, preset = presets()[name]
+    dims = model_dims(preset.config())
+    costs = step_costs(_weights(), dims, 2)
+    for n in (1, 127, 1024, 5000, 131_072):
+        assert costs.attention_flops(n) == pytest.approx(attention_flops(dims, n), rel=1e-12)
+    back = StepCosts.from_dict(json.loads(json.dumps(costs.to_dict())))
+    assert back == costs
+    a = StepModel(costs=costs, decode=DECODE, prefill=PREFILL, platform="cuda")
+    b = StepModel(costs=back, decode=DECODE, prefill=PREFILL, platform="cuda")
+    assert a.mixed_step([512] * 3, [(1024, 700)]) == b.mixed_step([512] * 3, [(1024, 700)])
+
+
+def test_unreadable_step_costs_are_an_input_error() -> None:
+    d = step_costs(_weights(), DIMS, 2).to_dict()
+    del d["kv"]
+    with pytest.raises(InputError, match="step costs"):
+        StepCosts.from_dict(d)
 
 
 def test_long_prompts_beside_decoders_make_their_steps_longer() -> None:
@@ -218,28 +243,28 @@ def test_on_a_gpu_more_requests_stream_inside_the_layers_latency() -> None:
     m = _model()
     s_byte, s_layer, s_slot, _ = DECODE.theta
     layers, slots = DIMS.num_layers, DIMS.num_layers * DIMS.num_experts
-    one = (m.weights.prefill_fixed_bytes + m.routed_bytes(1) + m.curve.read(512)
+    one = (m.costs.fixed_bytes + m.routed_bytes(1) + m.curve.read(512)
            + m.state_bytes)
     latency = layers * s_layer + one * s_byte
     for b in (2, 8, 64):
-        streamed = (m.weights.prefill_fixed_bytes + m.routed_bytes(b)
+        streamed = (m.costs.fixed_bytes + m.routed_bytes(b)
                     + b * (m.curve.read(512) + m.state_bytes)) * s_byte
         dense, expert = m.s_per_flop
-        extra = 2.0 * (b - 1) * ((m.weights.active_params - m.weights.active_routed_params)
-                                 * dense + m.weights.active_routed_params * expert)
+        extra = 2.0 * (b - 1) * ((m.costs.active_params - m.costs.active_routed_params)
+                                 * dense + m.costs.active_routed_params * expert)
         assert m.decode_step([512] * b) == pytest.approx(
             max(max(latency, streamed) + slots * s_slot + extra, DECODE.theta[3]))
 
 
 def test_on_a_cpu_every_term_adds() -> None:
-    m = StepModel(weights=_weights(), dims=DIMS, decode=_fit("decode", (1e-10, 1e-4, 0.0, 1e-3)),
-                  prefill=PREFILL, platform="cpu", kv_dtype_bytes=2)
+    m = StepModel(costs=step_costs(_weights(), DIMS, 2),
+                  decode=_fit("decode", (1e-10, 1e-4, 0.0, 1e-3)), prefill=PREFILL, platform="cpu")
     one, four = m.decode_step([512]), m.decode_step([512] * 4)
     extra_bytes = (m.routed_bytes(4) - m.routed_bytes(1)
                    + 3 * (m.curve.read(512) + m.state_bytes))
     dense, expert = m.s_per_flop
-    extra_flops_s = 2.0 * 3 * ((m.weights.active_params - m.weights.active_routed_params) * dense
-                               + m.weights.active_routed_params * expert)
+    extra_flops_s = 2.0 * 3 * ((m.costs.active_params - m.costs.active_routed_params) * dense
+                               + m.costs.active_routed_params * expert)
     assert four - one == pytest.approx(extra_bytes * 1e-10 + extra_flops_s)
 
 

@@ -30,7 +30,7 @@ from servelab.bench.stats import percentile
 from servelab.errors import UsageError
 from servelab.forecast.build import Plan
 from servelab.plan.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
-from servelab.predict.batched import StepModel
+from servelab.predict.batched import StepCosts, StepModel, step_costs
 from servelab.predict.form import HOST_BOUND
 from servelab.predict.schedule import (
     Limits,
@@ -128,15 +128,19 @@ def step_model(plan: Plan) -> StepModel:
             raise UsageError(f"{kind}: {fit.refused}: no load prediction")
     graphs = plan.graph_capture.max_tokens if plan.graph_capture is not None else None
     return StepModel(
-        weights=plan.weights,
-        dims=plan.dims,
+        costs=plan_step_costs(plan),
         decode=sp.decode_fit,
         prefill=sp.prefill_fit,
         platform=plan.hardware.platform,
-        kv_dtype_bytes=plan.kv.kv_dtype_bytes,
-        ssm_dtype=plan.kv.mamba_ssm_dtype or "float32",
         graph_tokens=graphs,
     )
+
+
+def plan_step_costs(plan: Plan) -> StepCosts:
+    """What a step of ``plan``'s model costs (its vLLM KV pool's dtypes)."""
+    assert plan.kv is not None
+    return step_costs(plan.weights, plan.dims, plan.kv.kv_dtype_bytes,
+                      plan.kv.mamba_ssm_dtype or "float32")
 
 
 def _timed(model: StepModel, scale: float = 1.0) -> tuple[StepCost, list[float]]:
