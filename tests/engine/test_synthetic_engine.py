@@ -126,5 +126,13 @@ def test_a_recipes_capacity_search_is_stored_with_its_run(tmp_path: Path) -> Non
     assert row["prompt_len"] == 32 and row["capacity"] == 3
     [run_dir] = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "capacity.json").read_text()) == cap
+    # the plan of the same recipe under the same SLO finds it by checkpoint and hardware
+    res = CliRunner().invoke(app, ["plan", str(recipe), "--db", db, "--slo", "tpot_p50=35",
+                                   "--prompt-lens", "32", "--output-len", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    [measured] = json.loads(res.stdout)["load"]["measured_capacity"]
+    assert measured == {"slo": "tpot_p50<=35ms", "variable": "concurrency", "prompt_len": 32,
+                        "output_len": 8, "capacity": 3.0, "run_id": run.run_id,
+                        "measured": True}
     with pytest.raises(RecipeError, match=r"capacity: .*--slo"):
         parse_recipe(text.replace('"tpot_p50=35"', '"speed=3"'))

@@ -13,7 +13,7 @@ from servelab.engines.vllm.kv import VLLM_KV
 from servelab.errors import InputError, UsageError
 from servelab.families import model_dims, presets
 from servelab.forecast.build import build_plan
-from servelab.forecast.load import _search, predict_load
+from servelab.forecast.load import BatchedError, _search, predict_load
 from servelab.hardware.profiles import BUILTIN
 from servelab.plan.costs import attention_flops, kv_read_bytes
 from servelab.plan.startup import BatchedTokens
@@ -291,3 +291,59 @@ def test_a_run_stores_its_recipes_sweep_as_predicted_under_load() -> None:
     pts = doc["points"]["points"]
     assert [(p["concurrency"], p["requests"]) for p in pts] == [(1, 8), (4, 8)]
     assert doc["points"]["max_num_batched_tokens"] == 8192  # the H200's default
+
+
+def test_the_batched_forms_measured_error_widens_and_can_refuse_the_intervals() -> None:
+    # issue 31: where stored sweeps measured the batched form's held-out error, an interval
+    # is no narrower than it (a level with less evidence never replaces one with more); one
+    # over the 4x rule is no prediction, and the label names the source
+    plan = _plan()
+    tokens = BatchedTokens(8192, "test")
+    loads = [Load(512, 16, 8, concurrency=4), Load(2048, 16, 32, concurrency=16)]
+    alone = predict_load(plan, loads, tokens)
+    assert all(0.05 <= p.rel_error <= 0.2 for p in alone.points)  # the fits' mix
+    assert any("batched form's own error is not in" in n for n in alone.notes)
+    measured = BatchedError("h200", 0.5, 0.55, 2, 12, "two stored sweeps")
+    wider = predict_load(plan, loads, tokens, measured)
+    for a, w in zip(alone.points, wider.points, strict=True):
+        assert w.tpot_s.value == a.tpot_s.value  # the same simulation
+        assert w.rel_error == max(a.rel_error, 0.5)
+        assert w.tpot_s.high == pytest.approx(w.tpot_s.value * 1.5)
+        assert w.ttft_s.low == pytest.approx(w.ttft_s.value * 0.45)
+        assert w.output_tok_s_per_gpu.low == pytest.approx(w.output_tok_s_per_gpu.value / 1.5)
+        assert not w.no_prediction  # 1.55 / 0.45 = 3.4x: still a prediction
+    assert "batched form's ±50% (TTFT ±55%): two stored sweeps" in wider.error_basis
+    refused = predict_load(plan, loads, tokens,
+                           BatchedError("h200", 0.5, 0.61, 2, 12, "two stored sweeps"))
+    assert all(p.no_prediction for p in refused.points)  # 1.61 / 0.39 = 4.1x
+    assert any("no prediction" in n for n in refused.notes)
+
+
+def test_a_cpu_step_charges_a_requests_fixed_cost_once_in_the_corrected_form() -> None:
+    # issue 31: the pre-registered CPU form prices a step holding a prompt chunk with the
+    # prefill form of the whole step (its fixed part and the decoders' bytes at the prefill
+    # fit's per-byte rate); the corrected form is the decoders' decode step plus what the
+    # chunk adds to an empty prefill, and a lone chunk is still the single-stream prefill
+    decode = _fit("decode", (1e-10, 1e-4, 0.0, 1e-3))
+    prefill = _fit("prefill", (1e-12, 2e-12, 3e-8, 0.0, 0.0, 0.0, 0.0, 0.0, 1e-6, 5e-3))
+    old = StepModel(costs=step_costs(_weights(), DIMS, 2), decode=decode, prefill=prefill,
+                    platform="cpu", cpu_step_fixed="prefill")
+    new = StepModel(costs=step_costs(_weights(), DIMS, 2), decode=decode, prefill=prefill,
+                    platform="cpu", cpu_step_fixed="decode")
+    assert new.mixed_step([], [(0, 512)]) == old.mixed_step([], [(0, 512)])
+    c = new.costs
+    chunk = [(1024, 700)]
+    attention = c.attention_flops(1724) - c.attention_flops(1024)
+    flops = (2.0 * (c.active_params - c.lm_head_params) * 700 + 2.0 * c.lm_head_params
+             + attention + c.state_flops_per_token * 700)  # logits of the chunk's last token
+    nbytes = (c.fixed_bytes + new.routed_bytes(700) + c.kv_write_per_token * 700
+              + new.curve.read(1024))
+    theta = prefill.theta.as_dict()
+    # a CPU row counts the routed experts' FLOPs with the rest (predict.form)
+    added = ((nbytes - c.fixed_bytes) * theta["s_per_byte"] + flops * theta["s_per_flop"]
+             + 700 * theta["s_per_prompt_token"])
+    contexts = [512] * 3
+    assert new.mixed_step(contexts, chunk) == pytest.approx(new.decode_step(contexts) + added)
+    assert old.mixed_step(contexts, chunk) > new.mixed_step(contexts, chunk)
+    with pytest.raises(UsageError, match="cpu_step_fixed"):
+        StepModel(costs=c, decode=decode, prefill=prefill, platform="cpu", cpu_step_fixed="x")

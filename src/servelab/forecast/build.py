@@ -170,6 +170,8 @@ class Plan:
     """The largest step vLLM captures a CUDA graph for; None for a llama.cpp plan."""
     findings: tuple[StartupFinding, ...] = ()
     """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
+    checkpoint_hash: str | None = None
+    """The checkpoint's header hash (stored runs of the same tensors are found by it)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""

@@ -112,10 +112,12 @@ class RunOutcome:
         return self.record.run_id
 
 
-def load_prediction(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+def load_prediction(recipe: Recipe, plan: Plan, store: Store | None = None) -> dict[str, Any]:
     """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.forecast.load`),
-    each point one batch of the requests the bench sends per point, as JSON."""
+    each point one batch of the requests the bench sends per point, as JSON; with a
+    ``store``, the batched form's held-out error from its sweeps widens the intervals."""
     from servelab.forecast.load import LoadRequest, answer
+    from servelab.pipeline.planning import load_evidence, with_sweeps
 
     work = recipe.bench.workload()
     cap = recipe.capacity
@@ -124,7 +126,10 @@ def load_prediction(recipe: Recipe, plan: Plan) -> dict[str, Any]:
                       requests=work.requests, slo=cap.slo if cap else None,
                       max_num_batched_tokens=getattr(recipe.engine, "max_num_batched_tokens",
                                                      None))
-    return answer(plan, req).to_dict()
+    runs = (with_sweeps(store, store.list_runs(RunFilter(status=STATUS_OK)))
+            if store is not None else [])
+    batched, measured = load_evidence(runs, plan)
+    return answer(plan, req, batched, measured).to_dict()
 
 
 def measure_capacity(recipe: Recipe, section: CapacitySection, base_url: str, model: str,
@@ -252,6 +257,7 @@ def make_run_plan(
         draft_tokens=spec.draft_tokens if spec is not None else 0,
         draft_runs=every,
     )
+    plan = replace(plan, checkpoint_hash=header_hash)
     if serving.kv_arithmetic(recipe.engine) is not None:
         return plan
     note = (
@@ -426,7 +432,8 @@ def run_recipe(
         state.fields["prediction"] = state.plan.to_dict()
         # the recipe's sweep, predicted too
         if any(c > 1 for c in recipe.bench.workload().concurrency):
-            state.fields["prediction"]["load"] = load_prediction(recipe, state.plan)
+            state.fields["prediction"]["load"] = load_prediction(
+                recipe, state.plan, store if opts.calibrate else None)
         emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))
         for finding in state.plan.findings:  # shown before the engine starts; never blocks
             emit(RunEvent("plan", "warning", finding.line))

@@ -61,6 +61,14 @@ from servelab.predict.form import HOST_BOUND, features
 from servelab.predict.levels import Fit
 from servelab.predict.speed import model_expert_slots
 
+#: On a CPU, what a step holding prompt chunks beside decoders costs: ``"prefill"``, the prefill
+#: form of the whole step (pre-registered in benchmarks/prereg/load-cpu-2026-12-04: the prefill
+#: fit's fixed part, a request's, charged to every such step, and the decoders' bytes at its
+#: per-byte rate), or ``"decode"``, the decoders' decode step plus what the chunks add to an
+#: empty prefill (benchmarks/RESULTS.md, "Under load", has both against the stored sweeps,
+#: each model left out).
+CPU_STEP_FIXED = "decode"
+
 #: A chunk of a prompt in one step: (tokens already prefilled, tokens in this step).
 Chunk = tuple[int, int]
 
@@ -207,8 +215,11 @@ class StepModel:
     prefill: Fit
     platform: str
     graph_tokens: int | None = None
+    cpu_step_fixed: str = CPU_STEP_FIXED
 
     def __post_init__(self) -> None:
+        if self.cpu_step_fixed not in ("prefill", "decode"):
+            raise UsageError("cpu_step_fixed is 'prefill' or 'decode'")
         if self.decode.kind != "decode" or self.prefill.kind != "prefill":
             raise UsageError("a step model takes a decode fit and a prefill fit")
         if self.decode.is_roofline or self.prefill.is_roofline:
@@ -293,9 +304,23 @@ class StepModel:
             + b * self.state_bytes
         )
         eager = self.graph_tokens is not None and t + b > self.graph_tokens
-        row = features(
-            "prefill", nbytes, c.num_layers, flops, expert_flops=xflops,
-            expert_slots=c.expert_slots, platform=self.platform, eager=eager,
-            linear_layers=c.linear_layers, prompt_tokens=t,
-        )
-        return self.prefill.seconds(row)
+
+        def seconds(nbytes: float, flops: float, xflops: float, tokens: int) -> float:
+            return self.prefill.seconds(features(
+                "prefill", nbytes, c.num_layers, flops, expert_flops=xflops,
+                expert_slots=c.expert_slots, platform=self.platform, eager=eager,
+                linear_layers=c.linear_layers, prompt_tokens=tokens,
+            ))
+
+        if self.platform not in HOST_BOUND or self.cpu_step_fixed == "prefill" or not b:
+            return seconds(nbytes, flops, xflops, t)
+        # On a CPU the prefill fit's fixed part (its constant terms, and its per-byte rate on
+        # the weights: a request's HTTP, scheduling and first token, fitted one prompt at a
+        # time) is a request's, not a step's: the step is its decoders' decode step plus what
+        # the chunks add to an empty prefill.
+        decoders = (sum(self.curve.read(x) for x in contexts) + b * self.state_bytes
+                    + self.routed_bytes(t + b) - self.routed_bytes(t))
+        theirs = (2.0 * c.active_params + c.state_flops_per_token) * b
+        added = (seconds(nbytes - decoders, flops - theirs, xflops * t / (t + b), t)
+                 - seconds(c.fixed_bytes, 0.0, 0.0, 0))
+        return self.decode_step(contexts) + max(added, 0.0)
