@@ -13,7 +13,14 @@ from servelab.engines.vllm.kv import VLLM_KV
 from servelab.errors import InputError, UsageError
 from servelab.families import model_dims, presets
 from servelab.forecast.build import build_plan
-from servelab.forecast.load import BatchedError, _search, predict_load
+from servelab.forecast.load import (
+    BatchedError,
+    LoadRequest,
+    MeasuredCapacity,
+    _search,
+    answer,
+    predict_load,
+)
 from servelab.hardware.profiles import BUILTIN
 from servelab.plan.costs import attention_flops, kv_read_bytes
 from servelab.plan.startup import BatchedTokens
@@ -347,3 +354,18 @@ def test_a_cpu_step_charges_a_requests_fixed_cost_once_in_the_corrected_form() -
     assert old.mixed_step(contexts, chunk) > new.mixed_step(contexts, chunk)
     with pytest.raises(UsageError, match="cpu_step_fixed"):
         StepModel(costs=c, decode=decode, prefill=prefill, platform="cpu", cpu_step_fixed="x")
+
+
+def test_a_stored_capacity_sits_beside_the_prediction_of_the_same_search() -> None:
+    plan = _plan()
+    req = LoadRequest((512, 2048), 16, slo="tpot_p50=40")
+    same = MeasuredCapacity("tpot_p50<=40ms", "concurrency", 512, 16, 12.0, "run-a")
+    other_slo = MeasuredCapacity("tpot_p50<=30ms", "concurrency", 512, 16, 9.0, "run-b")
+    other_len = MeasuredCapacity("tpot_p50<=40ms", "concurrency", 512, 32, 7.0, "run-c")
+    ans = answer(plan, req, measured=[same, other_slo, other_len])
+    doc = ans.to_dict()
+    by_len = {c["prompt_len"]: c for c in doc["capacity"]}
+    assert [m["run_id"] for m in by_len[512]["measured"]] == ["run-a"]
+    assert by_len[2048]["measured"] == []
+    assert len(doc["measured_capacity"]) == 3
+    assert by_len[512]["capacity"] is not None and by_len[512]["predicted"] is True
