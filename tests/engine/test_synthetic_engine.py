@@ -21,6 +21,7 @@ from servelab.errors import RecipeError
 from servelab.serve.install import find_engine, list_engines
 from servelab.serve.recipe import load_recipe, parse_recipe
 from servelab.store import open_store
+from servelab.store.model import RunRecord
 
 RECIPE = """\
 name = "tiny-llama-synthetic"
@@ -66,11 +67,10 @@ def test_recipe_gives_its_own_argv_in_servelabs_interpreter(tmp_path: Path) -> N
     with pytest.raises(RecipeError, match=r"line 8: engine\.executable: .*give python instead"):
         load_recipe(path)
 
-
-@pytest.mark.timeout(300)
-def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
+def _run(tmp_path: Path, text: str) -> RunRecord:
+    """``servelab run`` of the recipe ``text`` into ``tmp_path/results.db``: the stored run."""
     recipe = tmp_path / "r.toml"
-    recipe.write_text(RECIPE, encoding="utf-8")
+    recipe.write_text(text, encoding="utf-8")
     db = str(tmp_path / "results.db")
     res = CliRunner().invoke(
         app, ["run", str(recipe), "--db", db, "--runs-dir", str(tmp_path / "runs")],
@@ -79,7 +79,12 @@ def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     with open_store(db) as store:
         [listed] = store.list_runs()
-        run = store.get_run(listed.run_id or "")
+        return store.get_run(listed.run_id or "")
+
+
+@pytest.mark.timeout(300)
+def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
+    run = _run(tmp_path, RECIPE)
     assert run.status == "ok" and run.engine_name == "synthetic"
     assert run.engine_args is not None and "--ttft-ms" in run.engine_args
     # repetitions = 2 measured requests per point (max_repetitions 2: one batch), at
@@ -108,17 +113,8 @@ def test_a_recipes_capacity_search_is_stored_with_its_run(tmp_path: Path) -> Non
     text = RECIPE.replace("itl_ms = 2", "itl_ms = 10\nitl_per_running_ms = 10") + (
         '[capacity]\nslo = "tpot_p50=35"\nprompt_lens = [32]\nhigh = 8\nconfirm = 1\n'
         "max_rounds = 1\nwarmup_requests = 0\n")
-    recipe = tmp_path / "r.toml"
-    recipe.write_text(text, encoding="utf-8")
-    db = str(tmp_path / "results.db")
-    res = CliRunner().invoke(
-        app, ["run", str(recipe), "--db", db, "--runs-dir", str(tmp_path / "runs")],
-        env={"COLUMNS": "200"},
-    )
-    assert res.exit_code == 0, res.output
-    with open_store(db) as store:
-        [listed] = store.list_runs()
-        run = store.get_run(listed.run_id or "")
+    run = _run(tmp_path, text)
+    recipe, db = tmp_path / "r.toml", str(tmp_path / "results.db")
     cap = (run.extra or {})["capacity"]
     assert cap["schema"] == "servelab.capacities/1" and cap["slo"] == "tpot_p50=35"
     assert cap["variable"] == "concurrency" and cap["output_len"] == 8
