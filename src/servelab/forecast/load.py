@@ -246,7 +246,7 @@ def predict_load(
         notes.append(
             "the batched form's own error is not in these intervals: they are the single-"
             "stream fits', and stored concurrency sweeps of two or more models on a hardware "
-            "are needed to measure it (`servelab calibration report --load`)")
+            "are needed to measure it (`servelab calibration report`)")
     else:
         basis += (f"; no narrower than the batched form's ±{batched.rel_error * 100:.0f}% "
                   f"(TTFT ±{batched.ttft_rel_error * 100:.0f}%): {batched.basis}")
