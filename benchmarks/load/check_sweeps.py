@@ -15,6 +15,7 @@ predicted - 1 for rates, and for latencies as the same ratio on their reciprocal
 
     python benchmarks/load/check_sweeps.py h200-stored CKPT_DIR
     python benchmarks/load/check_sweeps.py cpu PREREG_DIR MEASURED_DIR
+    python benchmarks/load/check_sweeps.py cpu-runs PREREG_DIR RUNS_EXPORT_JSON
 """
 
 from __future__ import annotations
@@ -74,7 +75,12 @@ def measured_bench(path: Path) -> dict[tuple[int, int], dict[str, float]]:
 def measured_export(path: Path, output_len: int) -> dict[tuple[int, int], dict[str, float]]:
     """The same from a ``servelab runs export`` document's first run (its samples)."""
     doc = json.loads(path.read_text(encoding="utf-8"))
-    run = doc["runs"][0] if "runs" in doc else doc
+    return measured_run(doc["runs"][0] if "runs" in doc else doc, output_len)
+
+
+def measured_run(run: Mapping[str, Any], output_len: int
+                 ) -> dict[tuple[int, int], dict[str, float]]:
+    """The same from one exported run (its samples)."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for s in run["samples"]:
         if s.get("error") is None and s.get("tpot_s"):
@@ -231,7 +237,58 @@ def main(argv: Sequence[str]) -> None:
             print(scaling(rows_tag))
             rows += rows_tag
         return
+    if argv[0] == "cpu-runs":
+        cpu_runs(Path(argv[1]), Path(argv[2]))
+        return
     raise SystemExit(__doc__)
+
+
+def cpu_runs(prereg: Path, export: Path) -> None:
+    """The pre-registered predictions against the runs of ``measure_runs.sh`` (a ``servelab
+    runs export``): per-point errors, then the pre-registered SLO capacity against the one
+    each run measured (its recipe's ``[capacity]``)."""
+    runs = json.loads(export.read_text(encoding="utf-8"))["runs"]
+    caps = ["| build | prompt | predicted, leave-one-model-out (range) | predicted, all priors "
+            "| measured (run) |", "|---|---:|---:|---:|---:|"]
+    for tag in ("lomo", "priors"):
+        rows = []
+        for run in runs:
+            recipe = str(run["recipe_name"]).removesuffix("-load")
+            if recipe not in CPU or run["status"] != "ok":
+                continue
+            meas = measured_run(run, int(run["workload"]["output_len"]))
+            pred = predicted_doc(prereg / f"plan-{recipe}-{tag}.json")
+            rows += compare(f"{recipe} ({tag})", pred, meas)
+            if tag == "lomo":
+                caps += _capacity_rows(prereg, recipe, run)
+        print(f"\n### predictions from {tag}\n")
+        print(render(rows))
+        print(f"\n### scaling with the streams, predictions from {tag}\n")
+        print(scaling(rows))
+    print("\n### SLO capacity (closed-loop concurrency)\n")
+    print("\n".join(caps))
+
+
+def _capacity_rows(prereg: Path, recipe: str, run: Mapping[str, Any]) -> list[str]:
+    cap = (run.get("extra") or {}).get("capacity")
+    if not cap:
+        return []
+    pred = {tag: {c["prompt_len"]: c for c in json.loads(
+        (prereg / f"plan-{recipe}-{tag}.json").read_text(encoding="utf-8"))["load"]["capacity"]}
+        for tag in ("lomo", "priors")}
+
+    def fmt(v: float | None) -> str:
+        return "none" if v is None else f"{v:g}"
+
+    out = []
+    for row in cap["capacities"]:
+        p = row["prompt_len"]
+        lomo, allp = pred["lomo"].get(p), pred["priors"].get(p)
+        if lomo is None or allp is None:
+            continue
+        out.append(f"| {recipe} | {p:,} | {fmt(lomo['capacity'])} ({fmt(lomo['low'])}–"
+                   f"{fmt(lomo['high'])}) | {fmt(allp['capacity'])} | {fmt(row['capacity'])} |")
+    return out
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from servelab.errors import RecipeError
 from servelab.serve.install import find_engine, list_engines
 from servelab.serve.recipe import load_recipe, parse_recipe
 from servelab.store import open_store
+from servelab.store.model import RunRecord
 
 RECIPE = """\
 name = "tiny-llama-synthetic"
@@ -66,11 +67,10 @@ def test_recipe_gives_its_own_argv_in_servelabs_interpreter(tmp_path: Path) -> N
     with pytest.raises(RecipeError, match=r"line 8: engine\.executable: .*give python instead"):
         load_recipe(path)
 
-
-@pytest.mark.timeout(300)
-def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
+def _run(tmp_path: Path, text: str) -> RunRecord:
+    """``servelab run`` of the recipe ``text`` into ``tmp_path/results.db``: the stored run."""
     recipe = tmp_path / "r.toml"
-    recipe.write_text(RECIPE, encoding="utf-8")
+    recipe.write_text(text, encoding="utf-8")
     db = str(tmp_path / "results.db")
     res = CliRunner().invoke(
         app, ["run", str(recipe), "--db", db, "--runs-dir", str(tmp_path / "runs")],
@@ -79,7 +79,12 @@ def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     with open_store(db) as store:
         [listed] = store.list_runs()
-        run = store.get_run(listed.run_id or "")
+        return store.get_run(listed.run_id or "")
+
+
+@pytest.mark.timeout(300)
+def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
+    run = _run(tmp_path, RECIPE)
     assert run.status == "ok" and run.engine_name == "synthetic"
     assert run.engine_args is not None and "--ttft-ms" in run.engine_args
     # repetitions = 2 measured requests per point (max_repetitions 2: one batch), at
@@ -97,3 +102,33 @@ def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
     facts = json.loads((run_dir / "engine-facts.json").read_text())
     assert facts["facts"]["server_url"].startswith("http://127.0.0.1:")
     assert "synthetic server listening on" in (run_dir / "engine.log").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_recipes_capacity_search_is_stored_with_its_run(tmp_path: Path) -> None:
+    # issue 31: the measured SLO capacity is recorded with the run (checkpoint, hardware),
+    # beside the capacity the plan predicted, so `plan --slo` can set the two side by side.
+    # Each gap is 10 ms + 10 ms per other running request: at c streams TPOT is 10 c ms,
+    # so tpot_p50=35 holds at 3 streams and not at 4.
+    text = RECIPE.replace("itl_ms = 2", "itl_ms = 10\nitl_per_running_ms = 10") + (
+        '[capacity]\nslo = "tpot_p50=35"\nprompt_lens = [32]\nhigh = 8\nconfirm = 1\n'
+        "max_rounds = 1\nwarmup_requests = 0\n")
+    run = _run(tmp_path, text)
+    recipe, db = tmp_path / "r.toml", str(tmp_path / "results.db")
+    cap = (run.extra or {})["capacity"]
+    assert cap["schema"] == "servelab.capacities/1" and cap["slo"] == "tpot_p50=35"
+    assert cap["variable"] == "concurrency" and cap["output_len"] == 8
+    [row] = cap["capacities"]
+    assert row["prompt_len"] == 32 and row["capacity"] == 3
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "capacity.json").read_text()) == cap
+    # the plan of the same recipe under the same SLO finds it by checkpoint and hardware
+    res = CliRunner().invoke(app, ["plan", str(recipe), "--db", db, "--slo", "tpot_p50=35",
+                                   "--prompt-lens", "32", "--output-len", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    [measured] = json.loads(res.stdout)["load"]["measured_capacity"]
+    assert measured == {"slo": "tpot_p50<=35ms", "variable": "concurrency", "prompt_len": 32,
+                        "output_len": 8, "capacity": 3.0, "run_id": run.run_id,
+                        "measured": True}
+    with pytest.raises(RecipeError, match=r"capacity: .*--slo"):
+        parse_recipe(text.replace('"tpot_p50=35"', '"speed=3"'))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -9,15 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.errors import UsageError
+from servelab.errors import InputError, UsageError
 from servelab.families import model_dims, presets
 from servelab.forecast.build import build_plan
-from servelab.forecast.load import _search, predict_load
+from servelab.forecast.load import (
+    BatchedError,
+    LoadRequest,
+    MeasuredCapacity,
+    _search,
+    answer,
+    predict_load,
+)
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.costs import kv_read_bytes
+from servelab.plan.costs import attention_flops, kv_read_bytes
 from servelab.plan.startup import BatchedTokens
 from servelab.plan.weights import Weights
-from servelab.predict.batched import StepModel, kv_curve
+from servelab.predict.batched import StepCosts, StepModel, kv_curve, step_costs
 from servelab.predict.form import Coefficients
 from servelab.predict.levels import Calibration, Fit, Target
 from servelab.predict.schedule import Limits, Load, requests_admitted, simulate, stats
@@ -51,8 +59,8 @@ PREFILL = _fit("prefill", (1 / 6e14, 1 / 3e14, 1 / 4.0e12, 20e-6, 1e-8,
 
 
 def _model(graph_tokens: int | None = 512) -> StepModel:
-    return StepModel(weights=_weights(), dims=DIMS, decode=DECODE, prefill=PREFILL,
-                     platform="cuda", kv_dtype_bytes=2, graph_tokens=graph_tokens)
+    return StepModel(costs=step_costs(_weights(), DIMS, 2), decode=DECODE, prefill=PREFILL,
+                     platform="cuda", graph_tokens=graph_tokens)
 
 
 def test_one_request_is_the_single_stream_prediction() -> None:
@@ -90,6 +98,30 @@ def test_kv_curve_reads_what_single_stream_reads_by_layer_kind(name: str) -> Non
     curve = kv_curve(dims, 2)
     for c in (1, 127, 128, 1024, 5000, 8192, 9000, 131_072):
         assert curve.read(c) == kv_read_bytes(dims, c, 2)
+
+
+@pytest.mark.parametrize("name", ["gemma-3-27b", "gpt-oss-20b", "deepseek-v3", "llama-4-scout",
+                                  "nemotron-nano-9b-v2", "mistral-7b"])
+def test_step_costs_stored_and_read_back_price_steps_alike(name: str) -> None:
+    # a stored run is re-predicted from its plan document: the costs it holds must give the
+    # same attention FLOPs as the dims, and the same steps after a JSON round trip
+    _, preset = presets()[name]
+    dims = model_dims(preset.config())
+    costs = step_costs(_weights(), dims, 2)
+    for n in (1, 127, 1024, 5000, 131_072):
+        assert costs.attention_flops(n) == pytest.approx(attention_flops(dims, n), rel=1e-12)
+    back = StepCosts.from_dict(json.loads(json.dumps(costs.to_dict())))
+    assert back == costs
+    a = StepModel(costs=costs, decode=DECODE, prefill=PREFILL, platform="cuda")
+    b = StepModel(costs=back, decode=DECODE, prefill=PREFILL, platform="cuda")
+    assert a.mixed_step([512] * 3, [(1024, 700)]) == b.mixed_step([512] * 3, [(1024, 700)])
+
+
+def test_unreadable_step_costs_are_an_input_error() -> None:
+    d = step_costs(_weights(), DIMS, 2).to_dict()
+    del d["kv"]
+    with pytest.raises(InputError, match="step costs"):
+        StepCosts.from_dict(d)
 
 
 def test_long_prompts_beside_decoders_make_their_steps_longer() -> None:
@@ -218,28 +250,28 @@ def test_on_a_gpu_more_requests_stream_inside_the_layers_latency() -> None:
     m = _model()
     s_byte, s_layer, s_slot, _ = DECODE.theta
     layers, slots = DIMS.num_layers, DIMS.num_layers * DIMS.num_experts
-    one = (m.weights.prefill_fixed_bytes + m.routed_bytes(1) + m.curve.read(512)
+    one = (m.costs.fixed_bytes + m.routed_bytes(1) + m.curve.read(512)
            + m.state_bytes)
     latency = layers * s_layer + one * s_byte
     for b in (2, 8, 64):
-        streamed = (m.weights.prefill_fixed_bytes + m.routed_bytes(b)
+        streamed = (m.costs.fixed_bytes + m.routed_bytes(b)
                     + b * (m.curve.read(512) + m.state_bytes)) * s_byte
         dense, expert = m.s_per_flop
-        extra = 2.0 * (b - 1) * ((m.weights.active_params - m.weights.active_routed_params)
-                                 * dense + m.weights.active_routed_params * expert)
+        extra = 2.0 * (b - 1) * ((m.costs.active_params - m.costs.active_routed_params)
+                                 * dense + m.costs.active_routed_params * expert)
         assert m.decode_step([512] * b) == pytest.approx(
             max(max(latency, streamed) + slots * s_slot + extra, DECODE.theta[3]))
 
 
 def test_on_a_cpu_every_term_adds() -> None:
-    m = StepModel(weights=_weights(), dims=DIMS, decode=_fit("decode", (1e-10, 1e-4, 0.0, 1e-3)),
-                  prefill=PREFILL, platform="cpu", kv_dtype_bytes=2)
+    m = StepModel(costs=step_costs(_weights(), DIMS, 2),
+                  decode=_fit("decode", (1e-10, 1e-4, 0.0, 1e-3)), prefill=PREFILL, platform="cpu")
     one, four = m.decode_step([512]), m.decode_step([512] * 4)
     extra_bytes = (m.routed_bytes(4) - m.routed_bytes(1)
                    + 3 * (m.curve.read(512) + m.state_bytes))
     dense, expert = m.s_per_flop
-    extra_flops_s = 2.0 * 3 * ((m.weights.active_params - m.weights.active_routed_params) * dense
-                               + m.weights.active_routed_params * expert)
+    extra_flops_s = 2.0 * 3 * ((m.costs.active_params - m.costs.active_routed_params) * dense
+                               + m.costs.active_routed_params * expert)
     assert four - one == pytest.approx(extra_bytes * 1e-10 + extra_flops_s)
 
 
@@ -266,3 +298,74 @@ def test_a_run_stores_its_recipes_sweep_as_predicted_under_load() -> None:
     pts = doc["points"]["points"]
     assert [(p["concurrency"], p["requests"]) for p in pts] == [(1, 8), (4, 8)]
     assert doc["points"]["max_num_batched_tokens"] == 8192  # the H200's default
+
+
+def test_the_batched_forms_measured_error_widens_and_can_refuse_the_intervals() -> None:
+    # issue 31: where stored sweeps measured the batched form's held-out error, an interval
+    # is no narrower than it (a level with less evidence never replaces one with more); one
+    # over the 4x rule is no prediction, and the label names the source
+    plan = _plan()
+    tokens = BatchedTokens(8192, "test")
+    loads = [Load(512, 16, 8, concurrency=4), Load(2048, 16, 32, concurrency=16)]
+    alone = predict_load(plan, loads, tokens)
+    assert all(0.05 <= p.rel_error <= 0.2 for p in alone.points)  # the fits' mix
+    assert any("batched form's own error is not in" in n for n in alone.notes)
+    measured = BatchedError("h200", 0.5, 0.55, 2, 12, "two stored sweeps")
+    wider = predict_load(plan, loads, tokens, measured)
+    for a, w in zip(alone.points, wider.points, strict=True):
+        assert w.tpot_s.value == a.tpot_s.value  # the same simulation
+        assert w.rel_error == max(a.rel_error, 0.5)
+        assert w.tpot_s.high == pytest.approx(w.tpot_s.value * 1.5)
+        assert w.ttft_s.low == pytest.approx(w.ttft_s.value * 0.45)
+        assert w.output_tok_s_per_gpu.low == pytest.approx(w.output_tok_s_per_gpu.value / 1.5)
+        assert not w.no_prediction  # 1.55 / 0.45 = 3.4x: still a prediction
+    assert "batched form's ±50% (TTFT ±55%): two stored sweeps" in wider.error_basis
+    refused = predict_load(plan, loads, tokens,
+                           BatchedError("h200", 0.5, 0.61, 2, 12, "two stored sweeps"))
+    assert all(p.no_prediction for p in refused.points)  # 1.61 / 0.39 = 4.1x
+    assert any("no prediction" in n for n in refused.notes)
+
+
+def test_a_cpu_step_charges_a_requests_fixed_cost_once_in_the_corrected_form() -> None:
+    # issue 31: the pre-registered CPU form prices a step holding a prompt chunk with the
+    # prefill form of the whole step (its fixed part and the decoders' bytes at the prefill
+    # fit's per-byte rate); the corrected form is the decoders' decode step plus what the
+    # chunk adds to an empty prefill, and a lone chunk is still the single-stream prefill
+    decode = _fit("decode", (1e-10, 1e-4, 0.0, 1e-3))
+    prefill = _fit("prefill", (1e-12, 2e-12, 3e-8, 0.0, 0.0, 0.0, 0.0, 0.0, 1e-6, 5e-3))
+    old = StepModel(costs=step_costs(_weights(), DIMS, 2), decode=decode, prefill=prefill,
+                    platform="cpu", cpu_step_fixed="prefill")
+    new = StepModel(costs=step_costs(_weights(), DIMS, 2), decode=decode, prefill=prefill,
+                    platform="cpu", cpu_step_fixed="decode")
+    assert new.mixed_step([], [(0, 512)]) == old.mixed_step([], [(0, 512)])
+    c = new.costs
+    chunk = [(1024, 700)]
+    attention = c.attention_flops(1724) - c.attention_flops(1024)
+    flops = (2.0 * (c.active_params - c.lm_head_params) * 700 + 2.0 * c.lm_head_params
+             + attention + c.state_flops_per_token * 700)  # logits of the chunk's last token
+    nbytes = (c.fixed_bytes + new.routed_bytes(700) + c.kv_write_per_token * 700
+              + new.curve.read(1024))
+    theta = prefill.theta.as_dict()
+    # a CPU row counts the routed experts' FLOPs with the rest (predict.form)
+    added = ((nbytes - c.fixed_bytes) * theta["s_per_byte"] + flops * theta["s_per_flop"]
+             + 700 * theta["s_per_prompt_token"])
+    contexts = [512] * 3
+    assert new.mixed_step(contexts, chunk) == pytest.approx(new.decode_step(contexts) + added)
+    assert old.mixed_step(contexts, chunk) > new.mixed_step(contexts, chunk)
+    with pytest.raises(UsageError, match="cpu_step_fixed"):
+        StepModel(costs=c, decode=decode, prefill=prefill, platform="cpu", cpu_step_fixed="x")
+
+
+def test_a_stored_capacity_sits_beside_the_prediction_of_the_same_search() -> None:
+    plan = _plan()
+    req = LoadRequest((512, 2048), 16, slo="tpot_p50=40")
+    same = MeasuredCapacity("tpot_p50<=40ms", "concurrency", 512, 16, 12.0, "run-a")
+    other_slo = MeasuredCapacity("tpot_p50<=30ms", "concurrency", 512, 16, 9.0, "run-b")
+    other_len = MeasuredCapacity("tpot_p50<=40ms", "concurrency", 512, 32, 7.0, "run-c")
+    ans = answer(plan, req, measured=[same, other_slo, other_len])
+    doc = ans.to_dict()
+    by_len = {c["prompt_len"]: c for c in doc["capacity"]}
+    assert [m["run_id"] for m in by_len[512]["measured"]] == ["run-a"]
+    assert by_len[2048]["measured"] == []
+    assert len(doc["measured_capacity"]) == 3
+    assert by_len[512]["capacity"] is not None and by_len[512]["predicted"] is True

@@ -274,11 +274,15 @@ def recipe_fields(table: Mapping[str, Any]) -> dict[str, Any]:
     """A recipe's ``[bench]`` workload keys under today's names (other keys pass through, for
     the recipe's own validation to name). Keys under their earlier names are read:
     ``ci_target_pct`` is a percentage (``ci_target`` a fraction); ``max_repetitions`` counts
-    requests in all (``max_repeats`` counts batches of ``requests``). ``ValueError`` names a
+    requests in all (``max_repeats`` counts batches of ``requests``); ``requests = "auto"`` is
+servelab bench's default batch, ``max(3, 2 x concurrency)``. ``ValueError`` names a
     key given under both names."""
     out: dict[str, Any] = {}
     old: dict[str, Any] = {}
     for key, value in table.items():
+        if key == "requests" and value == "auto":
+            out[key] = None  # servelab bench's default batch: max(3, 2 x concurrency)
+            continue
         new = RECIPE_RENAMED.get(key)
         if new is None:
             out[key] = value

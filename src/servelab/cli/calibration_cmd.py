@@ -9,7 +9,9 @@ measured against predicted per point (:mod:`servelab.predict.ledger`). ``--json`
 from __future__ import annotations
 
 import functools
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,7 +30,11 @@ from servelab.cli.output import (
 from servelab.errors import UsageError
 
 if TYPE_CHECKING:
+    from servelab.forecast.load import BatchedError
+    from servelab.forecast.sweeps import Skipped, SweepRow
     from servelab.predict.holdout import Reference
+    from servelab.predict.priors import PriorTable
+    from servelab.store.model import RunRecord
 
 app = typer.Typer(
     name="calibration",
@@ -86,6 +92,7 @@ def report(
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     table = load_priors(priors)
+    under_load: LoadSection = LoadSection((), (), ())
     if by != "model":
         stored_runs = []
         if not priors_only:
@@ -114,9 +121,14 @@ def report(
                       steps=step_predictor(stored, [], roof, floor),
                       reference=reference_of([], table))
     else:
+        from servelab.forecast.sweeps import sweeps_in
+
         with open_store(db, create=False) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+            # a sweep's samples are its measurement (a listing leaves them out)
+            runs = [store.get_run(r.run_id) if r.run_id and sweeps_in(r) else r for r in runs]
         rows = ledger_for_runs(runs, table)
+        under_load = _load_section(runs, table)
         stored = samples_from_runs(runs)
         if not rows:
             raise UsageError(
@@ -153,9 +165,12 @@ def report(
         for s in summary
     ]
     sources = sorted({f"{r.level}: {r.source}" for r in rows})
+    doc = LedgerDocument(table.version, tuple(rows), tuple(summary)).to_dict()
+    if under_load.rows or under_load.skipped:
+        doc["load"] = under_load.to_dict()
     emit(
         fmt,
-        doc=LedgerDocument(table.version, tuple(rows), tuple(summary)).to_dict(),
+        doc=doc,
         tables=[
             Table(
                 "leave-one-model-out: measured vs predicted (single stream)",
@@ -175,9 +190,88 @@ def report(
                 caption="reruns: how far one build's runs strayed from their mean on that "
                 "hardware (no interval is narrower)",
             ),
+            *under_load.tables(),
         ],
-        notes=[f"priors table {table.version}", *sources],
+        notes=[f"priors table {table.version}", *sources, *under_load.notes()],
     )
+
+
+@dataclass(frozen=True)
+class LoadSection:
+    """The report's part under load: every stored concurrency sweep predicted with its model
+    left out (:mod:`servelab.forecast.sweeps`), per hardware and metric a summary, the
+    batched form's held-out error, and the sweeps that could not be predicted again."""
+
+    rows: tuple[SweepRow, ...]
+    skipped: tuple[Skipped, ...]
+    errors: tuple[BatchedError, ...]
+
+    def summary(self) -> list[dict[str, object]]:
+        """Per hardware and metric: points, median and largest |error|, inside the interval."""
+        out: list[dict[str, object]] = []
+        for hw in sorted({r.hardware for r in self.rows}):
+            mine = [r for r in self.rows if r.hardware == hw]
+            for key in mine[0].metrics:
+                errs = [abs(r.metrics[key].error) for r in mine]
+                shown = [r.metrics[key].inside for r in mine if r.no_prediction is None]
+                out.append({"hardware": hw, "metric": key, "points": len(errs),
+                            "median_abs_error": statistics.median(errs),
+                            "max_abs_error": max(errs), "predicted": len(shown),
+                            "inside": sum(1 for x in shown if x)})
+        return out
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form: ``rows``, ``summary``, ``batched_error`` and ``skipped``."""
+        return {"rows": [r.to_dict() for r in self.rows], "summary": self.summary(),
+                "batched_error": [vars(e) for e in self.errors],
+                "skipped": [vars(s) for s in self.skipped]}
+
+    def tables(self) -> list[Table]:
+        """The per-point table and the summary (none without a predicted sweep)."""
+        if not self.rows:
+            return []
+
+        def cell(r: SweepRow, key: str, scale: float, digits: int) -> str:
+            m = r.metrics[key]
+            return (f"{num(m.predicted * scale, digits)} / {num(m.measured * scale, digits)} / "
+                    f"{_pct(m.error)}" + (" (out)" if m.inside is False else ""))
+
+        points = [[r.hardware, r.model, f"{r.prompt_len:,}", str(r.concurrency),
+                   "none" if r.no_prediction else f"±{r.rel_error:.0%}",
+                   cell(r, "tpot_s", 1e3, 1), cell(r, "ttft_s", 1e3, 0),
+                   cell(r, "stream_tok_s", 1, 1), cell(r, "output_tok_s_per_gpu", 1, 0)]
+                  for r in self.rows]
+        sums = [[str(s["hardware"]), str(s["metric"]), str(s["points"]),
+                 f"{s['median_abs_error']:.1%}", f"{s['max_abs_error']:.1%}",
+                 f"{s['inside']}/{s['predicted']}"] for s in self.summary()]
+        return [
+            Table("leave-one-model-out under load: predicted / measured / error",
+                  ("hardware", "build", "prompt", "streams", "±", "TPOT ms", "TTFT ms",
+                   "tok/s/stream", "tok/s/GPU"), points,
+                  caption="each stored concurrency sweep re-predicted from its stored plan "
+                  "with its model left out; error = measured / predicted - 1 for a rate, "
+                  "predicted / measured - 1 for a latency; (out): outside the interval; "
+                  "± none: no prediction (an interval over 4x), the figures simulated"),
+            Table("summary under load", ("hardware", "metric", "points", "median |error|",
+                                         "max |error|", "inside / predicted"), sums),
+        ]
+
+    def notes(self) -> list[str]:
+        """The batched form's error per hardware and the sweeps left out, as notes."""
+        out = [f"under load on {e.hardware}: ±{e.rel_error:.0%} (TTFT ±{e.ttft_rel_error:.0%})"
+               f" — {e.basis}" for e in self.errors]
+        out += [f"sweep of {s.model} (run {s.run_id}) not predicted: {s.reason}"
+                for s in self.skipped]
+        return out
+
+
+def _load_section(runs: Sequence[RunRecord], table: PriorTable) -> LoadSection:
+    from servelab.forecast.sweeps import batched_error, held_out_sweeps
+
+    rows, skipped = held_out_sweeps(runs, table)
+    errors = [e for hw in sorted({r.hardware for r in rows})
+              if (e := batched_error(rows, hw)) is not None]
+    return LoadSection(tuple(rows), tuple(skipped), tuple(errors))
 
 
 def _held_out_view(

@@ -25,6 +25,11 @@ def render(ans: LoadAnswer, console: Console) -> None:
     """The load table, the SLO capacities and where the figures come from."""
     if ans.reason is not None:
         console.print(f"[yellow]no load prediction:[/] {escape(ans.reason)}")
+        for m in ans.measured:
+            unit = "streams" if m.variable == "concurrency" else "req/s"
+            value = "none" if m.capacity is None else f"{m.capacity:g} {unit}"
+            console.print(f"measured SLO capacity at {m.prompt_len:,} tokens ({escape(m.slo)}, "
+                          f"{m.output_len} output tokens): {value} (run {escape(m.run_id)})")
         return
     lp = ans.load
     if lp is not None:
@@ -35,7 +40,7 @@ def render(ans: LoadAnswer, console: Console) -> None:
             t.add_column(c, justify="right")
         for p in lp.points:
             load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.rate:g}/s"
-            pm = f"{p.rel_error * 100:.0f}%" if p.rel_error < 1 else "none"
+            pm = "none" if p.no_prediction else f"{p.rel_error * 100:.0f}%"
             t.add_row(f"{p.prompt_len:,}", load, _num(p.tpot_s.value * 1e3, 1),
                       _num(p.ttft_s.value * 1e3, 0), _num(p.ttft_p99_s.value * 1e3, 0),
                       _num(p.stream_tok_s.value, 1), _num(p.output_tok_s_per_gpu.value, 0), pm,
@@ -51,13 +56,18 @@ def render(ans: LoadAnswer, console: Console) -> None:
     for cap in ans.capacities:
         unit = "streams" if cap.variable == "concurrency" else "req/s"
         head = f"predicted SLO capacity at {cap.prompt_len:,} tokens ({escape(cap.slo)}): "
+        measured = "".join(
+            f"; measured {'none' if m.capacity is None else f'{m.capacity:g}'} {unit} "
+            f"(run {m.run_id})" for m in ans.measured_for(cap))
         if cap.capacity is None:
-            console.print(head + "none (the lowest load misses it)")
+            console.print(head + "none (the lowest load misses it)" + escape(measured))
             continue
         lo = "none" if cap.low is None else f"{cap.low:g}"
         hi = "none" if cap.high is None else f"{cap.high:g}"
         band = f"steps ±{cap.rel_error * 100:.0f}%: {lo}–{hi}"
-        console.print(head + f"{cap.capacity:g} {unit} ({band})")
+        if cap.no_prediction:
+            band += "; no prediction: steps that uncertain span more than 4x"
+        console.print(head + f"{cap.capacity:g} {unit} ({band})" + escape(measured))
 
 
 def parse_request(prompt_lens: Sequence[int], output_len: int, concurrency: Sequence[int],

@@ -31,7 +31,7 @@ from servelab.units import parse_float_list, parse_int_list, parse_size
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.forecast.build import Plan
-    from servelab.forecast.load import LoadRequest
+    from servelab.forecast.load import BatchedError, LoadRequest, MeasuredCapacity
     from servelab.hardware.profiles import HardwareProfile
     from servelab.plan.kvseam import KvArithmetic
     from servelab.predict.levels import Fit
@@ -558,8 +558,9 @@ def plan(
         if given := [k for k, v in {**vllm_only, **llamacpp.given()}.items() if v]:
             raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
                              "[engine.flags]", path=checkpoint)
-        _print_plan(_plan_recipe(Path(checkpoint), hardware, hardware_file or [], probe, db,
-                                 no_store), fmt, fits, load)
+        planned = _plan_recipe(Path(checkpoint), hardware, hardware_file or [], probe, db,
+                               no_store)
+        _print_plan(planned, fmt, fits, load, _evidence(planned, load, db, not no_store, None))
         return
     hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)  # looked up once
     engine_name = "llamacpp" if _use_llamacpp(engine, checkpoint) else "vllm"
@@ -596,7 +597,7 @@ def plan(
     result = plan_checkpoint(request)
     if engine_name == "llamacpp" and not result.weights.scheme.startswith("gguf-"):
         result = replace(result, notes=(*result.notes, SAFETENSORS_FOR_LLAMACPP))
-    _print_plan(result, fmt, fits, load)
+    _print_plan(result, fmt, fits, load, _evidence(result, load, db, not no_store, priors))
     if fits and not result.fits:
         raise typer.Exit(1)  # --fits answers in its exit status too
 
@@ -655,12 +656,25 @@ def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe:
         return plan_recipe(rec, hw, store)
 
 
-def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = None) -> None:
+def _evidence(plan: Plan, load: LoadRequest | None, db: str | None, use_store: bool,
+              priors: Path | None) -> tuple[BatchedError | None, list[MeasuredCapacity]]:
+    """What the store says about ``plan`` under load (the batched form's held-out error,
+    measured SLO capacities of its checkpoint), when a load prediction was asked for."""
+    from servelab.pipeline.planning import load_evidence, stored_runs
+
+    if load is None or not load.wanted or not use_store:
+        return None, []
+    return load_evidence(stored_runs(db, None, sweeps=True), plan, priors)
+
+
+def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = None,
+                evidence: tuple[BatchedError | None, list[MeasuredCapacity]] = (None, [])
+                ) -> None:
     from servelab.cli import load_view
     from servelab.forecast.load import answer
     from servelab.forecast.markdown import plan_markdown
 
-    ans = answer(result, load) if load is not None and load.wanted else None
+    ans = answer(result, load, *evidence) if load is not None and load.wanted else None
     if fmt == JSON:
         doc = result.to_dict()
         if ans is not None:

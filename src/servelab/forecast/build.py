@@ -70,6 +70,7 @@ from servelab.plan.startup import (
     planned_graph_capture,
 )
 from servelab.plan.weights import Weights
+from servelab.predict.batched import step_costs
 from servelab.predict.levels import Calibration
 from servelab.predict.specstep import DraftFit
 from servelab.predict.speed import SpeedPrediction, predict_speed
@@ -169,6 +170,8 @@ class Plan:
     """The largest step vLLM captures a CUDA graph for; None for a llama.cpp plan."""
     findings: tuple[StartupFinding, ...] = ()
     """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
+    checkpoint_hash: str | None = None
+    """The checkpoint's header hash (stored runs of the same tensors are found by it)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -227,8 +230,17 @@ class Plan:
                 "graph_capture": self.graph_capture.to_dict() if self.graph_capture else None,
                 "findings": [f.to_dict() for f in self.findings],
             },
+            "step_costs": self._step_costs(),
             "notes": list(self.notes),
         }
+
+    def _step_costs(self) -> dict[str, Any] | None:
+        """What one engine step of this model costs (vLLM plans), for re-predicting a stored
+        run's load sweep from its plan document."""
+        if self.kv is None:
+            return None
+        return step_costs(self.weights, self.dims, self.kv.kv_dtype_bytes,
+                          self.kv.mamba_ssm_dtype or "float32").to_dict()
 
     def _kv_dict(self) -> dict[str, Any]:
         if self.llamacpp_kv is not None:

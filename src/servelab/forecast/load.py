@@ -12,11 +12,14 @@ chunks, each priced by a fit with its own relative half-width (leave-one-model-o
 single-stream rule). The point's half-width is their time-weighted mean, ``(1 - f) e_decode +
 f e_prefill`` with ``f`` the share of step time in steps with prompt chunks; a TTFT's, no
 narrower than ``e_prefill`` (a first token waits on a prefill step: on the H200's stored sweep
-the mixed width left 8 of 9 TTFTs outside). The batched form's
-own error is not in it yet: that needs stored concurrency sweeps of several models on a
-hardware (one model's on the H200 so far), and each point says so. A latency's interval is
-``x (1 ± e)``; a rate's ``/ (1 ∓ e)``. SLO capacity comes with the capacities of every step made
-``1 ± e`` longer.
+the mixed width left 8 of 9 TTFTs outside). Where stored concurrency sweeps of two or more
+models on the hardware measured the batched form's own held-out error
+(:func:`servelab.forecast.sweeps.batched_error`), no interval is narrower than that; without
+them each prediction says the batched form's error is not in it. An interval over the 4x rule
+(:data:`~servelab.predict.levels.MAX_RATIO`) makes the point "no prediction". A latency's
+interval is ``x (1 ± e)``; a rate's ``/ (1 ∓ e)``. SLO capacity comes with the capacities of
+every step made ``1 ± e`` longer (``e`` the widest of those errors); a stored capacity of the
+same checkpoint on the same hardware (:class:`MeasuredCapacity`) is shown beside it.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from servelab.bench.stats import percentile
 from servelab.errors import UsageError
 from servelab.forecast.build import Plan
 from servelab.plan.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
-from servelab.predict.batched import StepModel
+from servelab.predict.batched import StepCosts, StepModel, step_costs
 from servelab.predict.form import HOST_BOUND
+from servelab.predict.levels import MAX_RATIO, too_wide_text
 from servelab.predict.schedule import (
     Limits,
     Load,
@@ -71,6 +75,26 @@ def _rate(x: float, e: float) -> Band:
 
 
 @dataclass(frozen=True)
+class BatchedError:
+    """The batched form's own error on a hardware: how far stored concurrency sweeps, each
+    predicted with its model left out, missed (:func:`servelab.forecast.sweeps.batched_error`).
+    ``rel_error`` bounds TPOT and the rates, ``ttft_rel_error`` TTFT."""
+
+    hardware: str
+    rel_error: float
+    ttft_rel_error: float
+    models: int
+    points: int
+    basis: str
+
+
+def too_wide(e: float) -> bool:
+    """An interval of half-width ``e`` spans more than :data:`~servelab.predict.levels.
+    MAX_RATIO` (upper over lower): no prediction."""
+    return e >= 1.0 or (1.0 + e) / (1.0 - e) > MAX_RATIO
+
+
+@dataclass(frozen=True)
 class LoadPoint:
     """One predicted load point (every figure ``predicted``)."""
 
@@ -89,6 +113,7 @@ class LoadPoint:
     prefill_share: float  # of the simulated step time, steps holding prompt chunks
     queued: int  # requests that waited for admission
     predicted: bool = True
+    no_prediction: bool = False  # an interval over the 4x rule: the figures are not a prediction
 
 
 @dataclass(frozen=True)
@@ -128,15 +153,19 @@ def step_model(plan: Plan) -> StepModel:
             raise UsageError(f"{kind}: {fit.refused}: no load prediction")
     graphs = plan.graph_capture.max_tokens if plan.graph_capture is not None else None
     return StepModel(
-        weights=plan.weights,
-        dims=plan.dims,
+        costs=plan_step_costs(plan),
         decode=sp.decode_fit,
         prefill=sp.prefill_fit,
         platform=plan.hardware.platform,
-        kv_dtype_bytes=plan.kv.kv_dtype_bytes,
-        ssm_dtype=plan.kv.mamba_ssm_dtype or "float32",
         graph_tokens=graphs,
     )
+
+
+def plan_step_costs(plan: Plan) -> StepCosts:
+    """What a step of ``plan``'s model costs (its vLLM KV pool's dtypes)."""
+    assert plan.kv is not None
+    return step_costs(plan.weights, plan.dims, plan.kv.kv_dtype_bytes,
+                      plan.kv.mamba_ssm_dtype or "float32")
 
 
 def _timed(model: StepModel, scale: float = 1.0) -> tuple[StepCost, list[float]]:
@@ -165,35 +194,68 @@ def requests_for(concurrency: int | None) -> int:
     return max(MIN_REQUESTS, WAVES * concurrency) if concurrency else RATE_REQUESTS
 
 
-def predict_load(
-    plan: Plan,
+def simulate_points(
+    model: StepModel,
     loads: Sequence[Load],
-    tokens: BatchedTokens,
-) -> LoadPrediction:
-    """Predicted :class:`LoadPoint` for each of ``loads`` under ``plan`` (see module docs)."""
-    model = step_model(plan)
-    assert plan.max_num_seqs is not None
-    e_d = model.decode.rel_error
-    e_p = model.prefill.rel_error
+    limits_of: Callable[[Load], Limits],
+    gpus: int,
+    batched: BatchedError | None = None,
+) -> list[LoadPoint]:
+    """Each of ``loads`` through the scheduler over ``model``, with its interval: the
+    single-stream fits' half-widths mixed by the point's share of prefill steps, no narrower
+    than the batched form's own held-out error where stored sweeps measured it."""
+    e_d, e_p = model.decode.rel_error, model.prefill.rel_error
     if e_d is None or e_p is None:
         raise UsageError("the decode or prefill fit carries no interval: no load prediction")
-    gpus = plan.layout.gpus_per_replica
     points = []
     for load in loads:
-        limits = limits_for(plan, tokens, load.prompt_len + load.output_len)
+        limits = limits_of(load)
         cost, spent = _timed(model)
         timings = simulate(cost, load, limits)
         st = stats(timings, load)
         share = spent[1] / spent[0] if spent[0] > 0 else 0.0
         e = (1.0 - share) * e_d + share * e_p
-        points.append(_point(load, limits, st, timings, e, max(e, e_p), share, gpus))
+        e_ttft = max(e, e_p)
+        if batched is not None:  # more evidence than the single-stream widths: never narrower
+            e, e_ttft = max(e, batched.rel_error), max(e_ttft, batched.ttft_rel_error)
+        points.append(_point(load, limits, st, timings, e, e_ttft, share, gpus))
+    return points
+
+
+def predict_load(
+    plan: Plan,
+    loads: Sequence[Load],
+    tokens: BatchedTokens,
+    batched: BatchedError | None = None,
+) -> LoadPrediction:
+    """Predicted :class:`LoadPoint` for each of ``loads`` under ``plan`` (see module docs);
+    ``batched``: the batched form's held-out error on this hardware, when stored sweeps of
+    two or more models measured it."""
+    model = step_model(plan)
+    assert plan.max_num_seqs is not None
+    gpus = plan.layout.gpus_per_replica
+    points = simulate_points(
+        model, loads, lambda ld: limits_for(plan, tokens, ld.prompt_len + ld.output_len),
+        gpus, batched)
+    e_d, e_p = model.decode.rel_error, model.prefill.rel_error
+    assert e_d is not None and e_p is not None
     basis = (f"decode ±{e_d * 100:.0f}% ({model.decode.error_basis}); prefill ±{e_p * 100:.0f}% "
              f"({model.prefill.error_basis}), mixed by each point's share of prefill steps")
-    notes = [
-        "the batched form's own error is not in these intervals: they are the single-stream "
-        "fits', and stored concurrency sweeps of two or more models on a hardware are needed "
-        "to measure it (benchmarks/RESULTS.md, \"Under load\")"
-    ]
+    notes = []
+    if batched is None:
+        notes.append(
+            "the batched form's own error is not in these intervals: they are the single-"
+            "stream fits', and stored concurrency sweeps of two or more models on a hardware "
+            "are needed to measure it (`servelab calibration report`)")
+    else:
+        basis += (f"; no narrower than the batched form's ±{batched.rel_error * 100:.0f}% "
+                  f"(TTFT ±{batched.ttft_rel_error * 100:.0f}%): {batched.basis}")
+    wide = [p for p in points if p.no_prediction]
+    if wide:
+        notes.append(
+            f"{len(wide)} of {len(points)} points: " + too_wide_text(
+                f"±{max(p.rel_error for p in wide) * 100:.0f}%") + "; their figures are "
+            "shown as simulated, not predicted")
     if plan.hardware.platform not in HOST_BOUND and any(
         (ld.concurrency or 0) * ld.prompt_len >= STALL_TOKENS for ld in loads
     ):
@@ -232,6 +294,7 @@ def _point(load: Load, limits: Limits, st: LoadStats, timings: Sequence[Timing],
         rel_error=e,
         prefill_share=share,
         queued=st.queued,
+        no_prediction=too_wide(e) or too_wide(e_ttft),
     )
 
 
@@ -261,6 +324,7 @@ class CapacityPrediction:
     high: float | None
     rel_error: float
     predicted: bool = True
+    no_prediction: bool = False  # steps 1 ± e long span more than the 4x rule
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -303,8 +367,10 @@ def predict_capacity(
     output_len: int,
     variable: str = "concurrency",
     max_load: float = 1024,
+    batched: BatchedError | None = None,
 ) -> CapacityPrediction:
-    """The highest load meeting ``slo`` (see :class:`CapacityPrediction`)."""
+    """The highest load meeting ``slo`` (see :class:`CapacityPrediction`); its range is every
+    step ``1 ± e`` as long, ``e`` the widest of the fits' and the batched form's errors."""
     if variable not in ("concurrency", "rate"):
         raise UsageError(f"capacity varies concurrency or rate, not {variable!r}")
     model = step_model(plan)
@@ -312,7 +378,7 @@ def predict_capacity(
     e_d, e_p = model.decode.rel_error, model.prefill.rel_error
     if e_d is None or e_p is None:
         raise UsageError("the decode or prefill fit carries no interval: no capacity prediction")
-    e = max(e_d, e_p)
+    e = max(e_d, e_p, *((batched.rel_error, batched.ttft_rel_error) if batched else ()))
 
     def capacity(scale: float) -> float | None:
         def ok(x: float) -> bool:
@@ -329,6 +395,7 @@ def predict_capacity(
     return CapacityPrediction(
         slo=slo.label, variable=variable, prompt_len=prompt_len, output_len=output_len,
         capacity=best, low=capacity(1.0 + e), high=capacity(max(1.0 - e, 0.05)), rel_error=e,
+        no_prediction=too_wide(e),
     )
 
 
@@ -351,26 +418,55 @@ class LoadRequest:
 
 
 @dataclass(frozen=True)
+class MeasuredCapacity:
+    """An SLO capacity ``servelab run`` measured (a recipe's ``[capacity]``), stored with the
+    run of the same checkpoint on the same hardware."""
+
+    slo: str  # the SLO's label (parse_slo(...).label)
+    variable: str
+    prompt_len: int
+    output_len: int
+    capacity: float | None  # None: not even the lowest load met it
+    run_id: str
+    measured: bool = True
+
+    def matches(self, c: CapacityPrediction) -> bool:
+        """Whether ``c`` predicts this search (same SLO, variable and lengths)."""
+        return (self.slo, self.variable, self.prompt_len, self.output_len) == (
+            c.slo, c.variable, c.prompt_len, c.output_len)
+
+
+@dataclass(frozen=True)
 class LoadAnswer:
-    """The load prediction and SLO capacities, or why there are none."""
+    """The load prediction and SLO capacities, or why there are none; ``measured``: stored
+    capacities of this checkpoint and hardware under the same SLO, shown beside them."""
 
     load: LoadPrediction | None
     capacities: tuple[CapacityPrediction, ...]
     reason: str | None
+    measured: tuple[MeasuredCapacity, ...] = ()
+
+    def measured_for(self, c: CapacityPrediction) -> tuple[MeasuredCapacity, ...]:
+        """The stored measurements of the search ``c`` predicts."""
+        return tuple(m for m in self.measured if m.matches(c))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (``predicted: true``)."""
+        """JSON form (``predicted: true``; a measured capacity says ``measured: true``)."""
         return {
             "predicted": True,
             "points": self.load.to_dict() if self.load else None,
-            "capacity": [c.to_dict() for c in self.capacities],
+            "capacity": [{**c.to_dict(), "measured": [asdict(m) for m in self.measured_for(c)]}
+                         for c in self.capacities],
+            "measured_capacity": [asdict(m) for m in self.measured],
             "no_prediction": self.reason,
         }
 
 
-def answer(plan: Plan, req: LoadRequest) -> LoadAnswer:
+def answer(plan: Plan, req: LoadRequest, batched: BatchedError | None = None,
+           measured: Sequence[MeasuredCapacity] = ()) -> LoadAnswer:
     """Predict ``req`` under ``plan``; a model or hardware the batched model cannot price is
-    answered with the reason instead."""
+    answered with the reason instead. ``batched``: the batched form's held-out error on the
+    plan's hardware; ``measured``: stored capacities of the plan's checkpoint there."""
     slo = parse_slo(req.slo) if req.slo else None  # bad syntax is the user's error: raise
     opts = StartupOptions(max_num_batched_tokens=req.max_num_batched_tokens)
     tokens = effective_max_num_batched_tokens(plan.hardware, plan.platform, plan.layout, opts)
@@ -382,13 +478,13 @@ def answer(plan: Plan, req: LoadRequest) -> LoadAnswer:
         for p in req.prompt_lens for r in req.rates
     ]
     try:
-        load = predict_load(plan, loads, tokens) if loads else None
+        load = predict_load(plan, loads, tokens, batched) if loads else None
         caps = tuple(
             predict_capacity(plan, slo, tokens, prompt_len=p, output_len=req.output_len,
-                              variable="rate" if req.rates and not req.concurrency
-                              else "concurrency")
+                             variable="rate" if req.rates and not req.concurrency
+                             else "concurrency", batched=batched)
             for p in req.prompt_lens
         ) if slo is not None else ()
     except UsageError as exc:
-        return LoadAnswer(None, (), str(exc))
-    return LoadAnswer(load, caps, None)
+        return LoadAnswer(None, (), str(exc), tuple(measured))
+    return LoadAnswer(load, caps, None, tuple(measured))

@@ -27,6 +27,7 @@ from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import ServelabError, UsageError
 from servelab.families import family_for
 from servelab.forecast.build import Plan, build_plan
+from servelab.forecast.load import BatchedError, MeasuredCapacity
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
@@ -38,9 +39,11 @@ from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceSource
 from servelab.plan.weights import Weights, weights_from_report
 from servelab.predict.priors import load_priors
 from servelab.predict.runs import calibration_for, draft_for
+from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
-__all__ = ["calibrated_plan", "plan_checkpoint", "plan_source", "store_exists", "stored_runs"]
+__all__ = ["calibrated_plan", "load_evidence", "plan_checkpoint", "plan_source", "store_exists",
+           "stored_runs"]
 
 
 def store_exists(db: str | None) -> bool:
@@ -51,16 +54,27 @@ def store_exists(db: str | None) -> bool:
     return db is not None or bool(os.environ.get(ENV_DB)) or (data_dir() / "results.db").exists()
 
 
-def stored_runs(db: str | None, hardware: str | None) -> list[RunRecord]:
+def stored_runs(db: str | None, hardware: str | None, *, sweeps: bool = False
+                ) -> list[RunRecord]:
     """Successful runs on ``hardware`` (on any when None) from the results database (none
     when ``db`` is unset and the default database does not exist: planning never creates
-    one)."""
+    one); ``sweeps``: runs that swept concurrency come with their samples."""
     from servelab.store.db import open_store
 
     if not store_exists(db):
         return []
     with open_store(db) as store:
-        return store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+        runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+        if sweeps:
+            runs = with_sweeps(store, runs)
+        return runs
+
+
+def with_sweeps(store: Store, runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """``runs`` with the samples of those that swept concurrency (their measurement)."""
+    from servelab.forecast.sweeps import sweeps_in
+
+    return [store.get_run(r.run_id) if r.run_id and sweeps_in(r) else r for r in runs]
 
 
 def calibrated_plan(
@@ -155,7 +169,23 @@ def plan_source(source: CheckpointSource, request: PlanRequest,
                            draft_tokens=spec.draft_tokens, draft_runs=every)
     hint = speculative_hint(every, source.header_sha256) if (
         spec.acceptance == AUTO and spec.draft_tokens <= 0) else None
+    plan = replace(plan, checkpoint_hash=source.header_sha256)
     return replace(plan, notes=(*plan.notes, hint)) if hint else plan
+
+
+def load_evidence(runs: Sequence[RunRecord], plan: Plan, priors: Path | None = None
+                  ) -> tuple[BatchedError | None, list[MeasuredCapacity]]:
+    """What stored ``runs`` say about ``plan`` under load: the batched form's held-out error
+    on its hardware (:func:`servelab.forecast.sweeps.batched_error`, from every stored sweep
+    predicted with its model left out) and the SLO capacities measured with its checkpoint
+    there."""
+    from servelab.forecast.sweeps import batched_error, held_out_sweeps, stored_capacities
+
+    if not runs:
+        return None, []
+    rows, _ = held_out_sweeps(runs, load_priors(priors))
+    return (batched_error(rows, plan.hardware.name),
+            stored_capacities(runs, plan.checkpoint_hash, plan.hardware.name))
 
 
 def _family(config: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.spec import WorkloadSpec
 from servelab.bench.workload import ProgressEvent
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
@@ -50,7 +51,7 @@ from servelab.serve.launch import (
     resolve_model,
 )
 from servelab.serve.process import EngineProcess
-from servelab.serve.recipe import Recipe
+from servelab.serve.recipe import CapacitySection, Recipe
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
@@ -111,17 +112,49 @@ class RunOutcome:
         return self.record.run_id
 
 
-def load_prediction(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+def load_prediction(recipe: Recipe, plan: Plan, store: Store | None = None) -> dict[str, Any]:
     """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.forecast.load`),
-    each point one batch of the requests the bench sends per point, as JSON."""
+    each point one batch of the requests the bench sends per point, as JSON; with a
+    ``store``, the batched form's held-out error from its sweeps widens the intervals."""
     from servelab.forecast.load import LoadRequest, answer
+    from servelab.pipeline.planning import load_evidence, with_sweeps
 
     work = recipe.bench.workload()
-    req = LoadRequest(tuple(work.prompt_lens), work.output_len, tuple(work.concurrency),
-                      requests=work.requests,
+    cap = recipe.capacity
+    req = LoadRequest(tuple(dict.fromkeys((*work.prompt_lens, *(cap.prompt_lens if cap else ())))),
+                      work.output_len, tuple(work.concurrency),
+                      requests=work.requests, slo=cap.slo if cap else None,
                       max_num_batched_tokens=getattr(recipe.engine, "max_num_batched_tokens",
                                                      None))
-    return answer(plan, req).to_dict()
+    runs = (with_sweeps(store, store.list_runs(RunFilter(status=STATUS_OK)))
+            if store is not None else [])
+    batched, measured = load_evidence(runs, plan)
+    return answer(plan, req, batched, measured).to_dict()
+
+
+def measure_capacity(recipe: Recipe, section: CapacitySection, base_url: str, model: str,
+                     tokenizer: Path | None, emit: EventFn) -> dict[str, Any]:
+    """The recipe's ``[capacity]`` search on the running server (``servelab capacity``'s),
+    as ``servelab.capacities/1`` JSON with the SLO it searched under."""
+    from servelab.bench.capacity import capacities_json, run_capacities
+    from servelab.bench.slo import parse_slo
+
+    work = recipe.bench.workload()
+    rate = section.variable == "rate"
+    spec = WorkloadSpec(prompt_lens=tuple(section.prompt_lens), output_len=work.output_len,
+                        concurrency=(4096,) if rate else (1,), request_rate=1.0 if rate else None,
+                        requests=20 if rate else None, warmup_requests=section.warmup_requests,
+                        profile="constant" if rate else work.profile)
+    cfg = BenchConfig(base_url=base_url, workload=spec, model=model,
+                      temperature=recipe.bench.temperature, ignore_eos=recipe.bench.ignore_eos,
+                      tokenizer=tokenizer, scrape_metrics=False)
+    emit(RunEvent("bench", "start", f"capacity search under {section.slo}"))
+    results = run_capacities(cfg, parse_slo(section.slo), section.search(),
+                             max_rounds=section.max_rounds)
+    found = ", ".join(f"{r.prompt_len}: {r.outcome.capacity}" for r in results)
+    emit(RunEvent("bench", "done", f"capacity ({section.variable}) {found}"))
+    return {**capacities_json(results), "slo": section.slo, "variable": section.variable,
+            "output_len": work.output_len}
 
 
 def resolve_hardware(recipe: Recipe, options: RunOptions) -> HardwareProfile:
@@ -224,6 +257,7 @@ def make_run_plan(
         draft_tokens=spec.draft_tokens if spec is not None else 0,
         draft_runs=every,
     )
+    plan = replace(plan, checkpoint_hash=header_hash)
     if serving.kv_arithmetic(recipe.engine) is not None:
         return plan
     note = (
@@ -354,6 +388,7 @@ def run_recipe(
     )
     step: StepName = "inspect"
     summary: tuple[SummaryRow, ...] = ()
+    capacity: dict[str, Any] | None = None
     try:
         emit(RunEvent("inspect", "start", "reading safetensors headers"))
         model_arg, model_dir = resolve_model(recipe)
@@ -397,7 +432,8 @@ def run_recipe(
         state.fields["prediction"] = state.plan.to_dict()
         # the recipe's sweep, predicted too
         if any(c > 1 for c in recipe.bench.workload().concurrency):
-            state.fields["prediction"]["load"] = load_prediction(recipe, state.plan)
+            state.fields["prediction"]["load"] = load_prediction(
+                recipe, state.plan, store if opts.calibrate else None)
         emit(RunEvent("plan", "done", f"predicted KV pool {state.plan.kv_tokens:,} tokens"))
         for finding in state.plan.findings:  # shown before the engine starts; never blocks
             emit(RunEvent("plan", "warning", finding.line))
@@ -430,6 +466,11 @@ def run_recipe(
             write_json_atomic(run_dir / "bench.json", bench.to_json())
             engine.check_alive()
             emit(RunEvent("bench", "done", f"{sum(len(p.samples) for p in bench.points)} requests"))
+            if recipe.capacity is not None:
+                capacity = measure_capacity(recipe, recipe.capacity, engine.base_url,
+                                            engine.served_model_name, model_dir, emit)
+                write_json_atomic(run_dir / "capacity.json", capacity)
+                engine.check_alive()
         finally:
             emit(RunEvent("stop", "start", "stopping the engine"))
             _fields_from_engine(state, engine)
@@ -448,7 +489,8 @@ def run_recipe(
             )
         record = replace(
             record,
-            extra={**(record.extra or {}), "summary": [r.to_dict() for r in summary]},
+            extra={**(record.extra or {}), "summary": [r.to_dict() for r in summary],
+                   **({"capacity": capacity} if capacity is not None else {})},
         )
     except (ServelabError, KeyboardInterrupt) as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)

@@ -34,18 +34,23 @@ bytes and FLOPs also carry the step's decoders (eager when ``B + T`` exceeds the
 captured CUDA graph). At ``B = 1`` and no chunk, the first is exactly the single-stream decode
 prediction; a lone chunk of the whole prompt, the single-stream prefill prediction.
 
-Pure: weights, dims and fits in, seconds out.
+What the model is enters as :class:`StepCosts` (from its weights and dims, or read back from
+a stored plan document), so a stored run's sweep is re-predicted without its checkpoint.
+Pure: costs and fits in, seconds out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
-from servelab.errors import UsageError
-from servelab.families import ModelDims
+from servelab.errors import InputError, UsageError
+from servelab.families import MLA, ModelDims
+from servelab.families.layers import CHUNKED, SLIDING
 from servelab.plan.costs import (
-    attention_flops,
+    SOFTMAX_KINDS,
+    attended_pairs,
     distinct_expert_fraction,
     kv_write_bytes,
     layer_token_bytes,
@@ -55,6 +60,14 @@ from servelab.plan.weights import Weights
 from servelab.predict.form import HOST_BOUND, features
 from servelab.predict.levels import Fit
 from servelab.predict.speed import model_expert_slots
+
+#: On a CPU, what a step holding prompt chunks beside decoders costs: ``"prefill"``, the prefill
+#: form of the whole step (pre-registered in benchmarks/prereg/load-cpu-2026-12-04: the prefill
+#: fit's fixed part, a request's, charged to every such step, and the decoders' bytes at its
+#: per-byte rate), or ``"decode"``, the decoders' decode step plus what the chunks add to an
+#: empty prefill (benchmarks/RESULTS.md, "Under load", has both against the stored sweeps,
+#: each model left out).
+CPU_STEP_FIXED = "decode"
 
 #: A chunk of a prompt in one step: (tokens already prefilled, tokens in this step).
 Chunk = tuple[int, int]
@@ -88,6 +101,107 @@ def kv_curve(dims: ModelDims, kv_dtype_bytes: int) -> KvCurve:
     return KvCurve(tuple((merged[cap], cap) for cap in order))
 
 
+#: One attention term of a step's FLOPs: ``coefficient x attended_pairs(n, window, chunk)``.
+AttentionTerm = tuple[float, int | None, int | None]
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """What the step model reads of a model: bytes and FLOPs, no fit. Computed from the
+    weights and dims (:func:`step_costs`) and stored with a plan (``load.step_costs``), so
+    that a stored run is re-predicted from its plan document alone (its checkpoint path may
+    not be recorded, or not reachable)."""
+
+    fixed_bytes: int  # non-routed weights a forward pass reads however many tokens it holds
+    routed_expert_bytes: int
+    num_experts: int
+    experts_per_token: int
+    active_params: int
+    active_routed_params: int
+    lm_head_params: int
+    num_layers: int
+    linear_layers: int
+    expert_slots: int
+    kv: KvCurve
+    kv_write_per_token: int  # KV bytes one new token writes (every attention layer)
+    state_bytes: int  # one request's state read and written back per step
+    state_flops_per_token: float  # 4 x state values over the GDN / Mamba layers
+    attention: tuple[AttentionTerm, ...]
+
+    def attention_flops(self, tokens: int) -> float:
+        """Causal attention FLOPs over ``tokens`` tokens (equals
+        :func:`servelab.plan.costs.attention_flops`)."""
+        return sum(c * attended_pairs(tokens, window=w, chunk=k) for c, w, k in self.attention)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (read back by :meth:`from_dict`)."""
+        d = asdict(self)
+        d["kv"] = [list(t) for t in self.kv.terms]
+        d["attention"] = [list(t) for t in self.attention]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepCosts:
+        """Inverse of :meth:`to_dict`; a malformed document is an :class:`InputError`."""
+        try:
+            ints = {f: int(d[f]) for f in _INT_FIELDS}
+            kv = KvCurve(tuple((int(b), None if cap is None else int(cap))
+                               for b, cap in d["kv"]))
+            att = tuple((float(c), None if w is None else int(w), None if k is None else int(k))
+                        for c, w, k in d["attention"])
+            return cls(**ints, kv=kv, state_flops_per_token=float(d["state_flops_per_token"]),
+                       attention=att)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"stored step costs unreadable: {exc!r}") from None
+
+
+_INT_FIELDS = ("fixed_bytes", "routed_expert_bytes", "num_experts", "experts_per_token",
+               "active_params", "active_routed_params", "lm_head_params", "num_layers",
+               "linear_layers", "expert_slots", "kv_write_per_token", "state_bytes")
+
+
+def step_costs(weights: Weights, dims: ModelDims, kv_dtype_bytes: int,
+               ssm_dtype: str = "float32") -> StepCosts:
+    """The :class:`StepCosts` of a model from its weights and dims."""
+    q = dims.num_attention_heads
+    attention: list[AttentionTerm] = []
+    for i, kind in enumerate(dims.layer_types):
+        if kind == MLA and dims.mla is not None:
+            m = dims.mla
+            attention.append((2.0 * q * (m.qk_nope_head_dim + m.qk_rope_head_dim
+                                         + m.v_head_dim), None, None))
+        elif kind in SOFTMAX_KINDS:
+            layer = dims.attention_layer(i)
+            window = layer.window if layer is not None and kind == SLIDING else None
+            chunk = layer.chunk if layer is not None and kind == CHUNKED else None
+            d = (layer.head_dim + layer.v_head_dim) if layer is not None else 2 * dims.head_dim
+            attention.append((2.0 * q * d, window, chunk))
+    merged: dict[tuple[int | None, int | None], float] = {}
+    for c, w, k in attention:
+        merged[(w, k)] = merged.get((w, k), 0.0) + c
+    state_flops = 0.0
+    for state, layers in ((dims.linear, dims.num_gdn_layers), (dims.mamba, dims.num_mamba_layers)):
+        if state is not None:
+            state_flops += layers * 4.0 * state.recurrent_state_elements
+    return StepCosts(
+        fixed_bytes=weights.prefill_fixed_bytes,
+        routed_expert_bytes=weights.routed_expert_bytes if weights.moe else 0,
+        num_experts=weights.num_experts if weights.moe else 0,
+        experts_per_token=weights.experts_per_token if weights.moe else 0,
+        active_params=weights.active_params,
+        active_routed_params=weights.active_routed_params,
+        lm_head_params=weights.lm_head_params,
+        num_layers=dims.num_layers,
+        linear_layers=dims.num_linear_layers,
+        expert_slots=model_expert_slots(dims),
+        kv=kv_curve(dims, kv_dtype_bytes),
+        kv_write_per_token=kv_write_bytes(dims, 1, kv_dtype_bytes),
+        state_bytes=state_traffic_bytes(dims, ssm_dtype),
+        state_flops_per_token=state_flops,
+        attention=tuple((c, w, k) for (w, k), c in merged.items()),
+    )
+
+
 @dataclass(frozen=True)
 class StepModel:
     """One engine step's time from the model's costs and the calibrated single-stream fits.
@@ -96,24 +210,30 @@ class StepModel:
     ``graph_tokens``: the largest step vLLM captures a CUDA graph for (None: not known).
     """
 
-    weights: Weights
-    dims: ModelDims
+    costs: StepCosts
     decode: Fit
     prefill: Fit
     platform: str
-    kv_dtype_bytes: int
-    ssm_dtype: str = "float32"
     graph_tokens: int | None = None
-    curve: KvCurve = field(init=False)
-    state_bytes: int = field(init=False)
+    cpu_step_fixed: str = CPU_STEP_FIXED
 
     def __post_init__(self) -> None:
+        if self.cpu_step_fixed not in ("prefill", "decode"):
+            raise UsageError("cpu_step_fixed is 'prefill' or 'decode'")
         if self.decode.kind != "decode" or self.prefill.kind != "prefill":
             raise UsageError("a step model takes a decode fit and a prefill fit")
         if self.decode.is_roofline or self.prefill.is_roofline:
             raise UsageError("a step model needs calibrated fits, not the roofline bound")
-        object.__setattr__(self, "curve", kv_curve(self.dims, self.kv_dtype_bytes))
-        object.__setattr__(self, "state_bytes", state_traffic_bytes(self.dims, self.ssm_dtype))
+
+    @property
+    def curve(self) -> KvCurve:
+        """KV bytes one request's decode step reads, by context."""
+        return self.costs.kv
+
+    @property
+    def state_bytes(self) -> int:
+        """One request's state read and written back per step."""
+        return self.costs.state_bytes
 
     @property
     def s_per_flop(self) -> tuple[float, float]:
@@ -124,11 +244,11 @@ class StepModel:
     def routed_bytes(self, tokens: int) -> float:
         """Routed-expert bytes a step of ``tokens`` tokens touches (expected distinct experts
         of ``tokens`` independent top-k draws)."""
-        w = self.weights
-        if not w.moe:
+        c = self.costs
+        if not c.num_experts:
             return 0.0
-        return w.routed_expert_bytes * distinct_expert_fraction(
-            w.num_experts, w.experts_per_token, tokens
+        return c.routed_expert_bytes * distinct_expert_fraction(
+            c.num_experts, c.experts_per_token, tokens
         )
 
     def decode_step(self, contexts: Sequence[int]) -> float:
@@ -136,13 +256,13 @@ class StepModel:
         b = len(contexts)
         if b == 0:
             raise UsageError("a decode step needs at least one request")
-        w = self.weights
-        kv = [self.curve.read(c) for c in contexts]
-        nbytes = w.prefill_fixed_bytes + self.routed_bytes(b) + sum(kv) + b * self.state_bytes
+        c = self.costs
+        kv = [self.curve.read(x) for x in contexts]
+        nbytes = c.fixed_bytes + self.routed_bytes(b) + sum(kv) + b * self.state_bytes
         dense, expert = self.s_per_flop
-        body = w.active_params - w.active_routed_params
-        extra_s = 2.0 * (b - 1) * (body * dense + w.active_routed_params * expert)
-        layers, slots = self.dims.num_layers, model_expert_slots(self.dims)
+        body = c.active_params - c.active_routed_params
+        extra_s = 2.0 * (b - 1) * (body * dense + c.active_routed_params * expert)
+        layers, slots = c.num_layers, c.expert_slots
         if self.platform in HOST_BOUND:
             # the host's work is the device's: every term adds (the single-stream form)
             s_per_byte = self.decode.theta.get("s_per_byte")
@@ -152,7 +272,7 @@ class StepModel:
         th = self.decode.theta
         s_byte, s_layer = th.get("s_per_byte"), th.get("s_per_layer")
         s_slot, s_fixed = th.get("s_per_expert_slot"), th.get("s_fixed")
-        one = w.prefill_fixed_bytes + self.routed_bytes(1) + kv[0] + self.state_bytes
+        one = c.fixed_bytes + self.routed_bytes(1) + kv[0] + self.state_bytes
         # A GPU's layers are small kernels at one request (their launch and latency, the
         # per-layer term, outlast what they read); the bytes more requests add stream inside
         # that time until they outlast it (OVERLAP_BATCH in the module docs).
@@ -166,30 +286,41 @@ class StepModel:
             return self.decode_step(contexts)
         if any(n <= 0 or s < 0 for s, n in chunks):
             raise UsageError("a prefill chunk needs a positive token count")
-        w, dims = self.weights, self.dims
+        c = self.costs
         b = len(contexts)
         t = sum(n for _, n in chunks)
-        body = w.active_params - w.lm_head_params
-        flops = 2.0 * body * (t + b) + 2.0 * w.lm_head_params * (len(chunks) + b)
+        body = c.active_params - c.lm_head_params
+        flops = 2.0 * body * (t + b) + 2.0 * c.lm_head_params * (len(chunks) + b)
         for s, n in chunks:
-            flops += attention_flops(dims, s + n) - attention_flops(dims, s)
-        for state, layers in ((dims.linear, dims.num_gdn_layers),
-                              (dims.mamba, dims.num_mamba_layers)):
-            if state is not None:
-                flops += layers * 4.0 * (t + b) * state.recurrent_state_elements
-        xflops = 2.0 * w.active_routed_params * (t + b)
+            flops += c.attention_flops(s + n) - c.attention_flops(s)
+        flops += c.state_flops_per_token * (t + b)
+        xflops = 2.0 * c.active_routed_params * (t + b)
         nbytes = (
-            w.prefill_fixed_bytes
+            c.fixed_bytes
             + self.routed_bytes(t + b)
-            + kv_write_bytes(dims, t, self.kv_dtype_bytes)
+            + c.kv_write_per_token * t
             + sum(self.curve.read(s) for s, _ in chunks)
-            + sum(self.curve.read(c) for c in contexts)
+            + sum(self.curve.read(x) for x in contexts)
             + b * self.state_bytes
         )
         eager = self.graph_tokens is not None and t + b > self.graph_tokens
-        row = features(
-            "prefill", nbytes, dims.num_layers, flops, expert_flops=xflops,
-            expert_slots=model_expert_slots(dims), platform=self.platform, eager=eager,
-            linear_layers=dims.num_linear_layers, prompt_tokens=t,
-        )
-        return self.prefill.seconds(row)
+
+        def seconds(nbytes: float, flops: float, xflops: float, tokens: int) -> float:
+            return self.prefill.seconds(features(
+                "prefill", nbytes, c.num_layers, flops, expert_flops=xflops,
+                expert_slots=c.expert_slots, platform=self.platform, eager=eager,
+                linear_layers=c.linear_layers, prompt_tokens=tokens,
+            ))
+
+        if self.platform not in HOST_BOUND or self.cpu_step_fixed == "prefill" or not b:
+            return seconds(nbytes, flops, xflops, t)
+        # On a CPU the prefill fit's fixed part (its constant terms, and its per-byte rate on
+        # the weights: a request's HTTP, scheduling and first token, fitted one prompt at a
+        # time) is a request's, not a step's: the step is its decoders' decode step plus what
+        # the chunks add to an empty prefill.
+        decoders = (sum(self.curve.read(x) for x in contexts) + b * self.state_bytes
+                    + self.routed_bytes(t + b) - self.routed_bytes(t))
+        theirs = (2.0 * c.active_params + c.state_flops_per_token) * b
+        added = (seconds(nbytes - decoders, flops - theirs, xflops * t / (t + b), t)
+                 - seconds(c.fixed_bytes, 0.0, 0.0, 0))
+        return self.decode_step(contexts) + max(added, 0.0)

@@ -490,3 +490,33 @@ def ledger_for_runs(
                              lambda kind, s: ceiling(s, 1)[kind]),
         reference=reference_of(stored, table),
     )
+
+
+def held_out_calibration(
+    run: RunRecord, runs: Sequence[RunRecord], priors: PriorTable | None = None
+) -> Calibration | None:
+    """The decode and prefill fits ``run``'s build gets with its model left out of the stored
+    ``runs`` (``run`` among them) and of the priors, at the ceilings of the run's own plan:
+    what servelab would have predicted for it had it never been run. ``None`` when the run's
+    plan lacks what a fit needs (a roofline, a decode point, a hardware)."""
+    index = next((i for i, r in enumerate(runs) if r is run), None)
+    if index is None:
+        raise ServelabError("held_out_calibration: the run is not among the runs given")
+    plan = read_plan(run.prediction)
+    ceilings = roofline_of_run(run)
+    if not plan.decode or not run.hardware or ceilings is None:
+        return None
+    b = _run_build(run, plan, checkpoint_names(runs)[index])
+    everything = samples_from_runs(runs)
+    table = priors or load_priors()
+    roof, low = ceilings
+    target = Target(engine=b.engine, kernel_path=b.kernel_path, hardware=run.hardware,
+                    model=b.build.model, family=b.build.family)
+    return calibrate(target, [s for s in everything if s.hardware == run.hardware],
+                     table.samples, lambda k: roof[k], lambda k: low[k],
+                     reference=reference_of(everything, table))
+
+
+def run_startup_options(run: RunRecord) -> StartupOptions:
+    """The start-up flags a plan reads, from the run's logged ``non_default_args``."""
+    return _startup_options(_map((_map(run.engine_facts) or {}).get("non_default_args")) or {})

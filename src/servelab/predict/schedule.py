@@ -115,17 +115,24 @@ def requests_admitted(kv: KvPoolPlan, tokens: int) -> int:
     blocks over the blocks one such request takes in every group (a full or MLA group
     ``cdiv(tokens, block)``; a sliding or chunked group no more than at max-model-len; a
     state group its fixed blocks), as ``get_max_concurrency_for_kv_cache_config`` counts."""
+    return admitted(kv.num_blocks,
+                    [(g.kind, g.block_size, g.blocks_per_request) for g in kv.groups], tokens)
+
+
+def admitted(num_blocks: int, groups: Sequence[tuple[str, int, int]], tokens: int) -> int:
+    """:func:`requests_admitted` on a pool's block count and its groups' (kind, block size,
+    blocks per request at max-model-len), as a stored plan document records them."""
     if tokens < 1:
         raise UsageError("a request holds at least one token")
     per_request = 0
-    for g in kv.groups:
-        if g.kind in STATE_KINDS:
-            per_request += g.blocks_per_request
-        elif g.kind in (SLIDING, CHUNKED):
-            per_request += min(g.blocks_per_request, cdiv(tokens, g.block_size))
+    for kind, block_size, blocks in groups:
+        if kind in STATE_KINDS:
+            per_request += blocks
+        elif kind in (SLIDING, CHUNKED):
+            per_request += min(blocks, cdiv(tokens, block_size))
         else:
-            per_request += cdiv(tokens, g.block_size)
-    return kv.num_blocks // per_request if per_request else 0
+            per_request += cdiv(tokens, block_size)
+    return num_blocks // per_request if per_request else 0
 
 
 def simulate(step: StepCost, load: Load, limits: Limits) -> tuple[Timing, ...]:

@@ -45,6 +45,7 @@ from pydantic import (
     model_validator,
 )
 
+from servelab.bench.capacity import SearchSpec
 from servelab.bench.spec import (
     FIELDS,
     RECIPE_DEFAULTS,
@@ -211,6 +212,42 @@ else:  # the workload fields come from WorkloadSpec: one schema, no second list 
                                 **_bench_fields())
 
 
+class CapacitySection(_Strict):
+    """``[capacity]``: after the bench, ``servelab run`` searches the highest load meeting an
+    SLO on the same server (``servelab capacity``'s search, its options' names) and stores
+    the result with the run, where ``servelab plan --slo`` finds it beside its prediction."""
+
+    slo: str = Field(description="SLO terms, e.g. ttft_p99=2000,tpot_p50=20 (ms).")
+    variable: Literal["concurrency", "rate"] = "concurrency"
+    prompt_lens: list[int] = Field(default_factory=lambda: [512], min_length=1)
+    low: float | None = None
+    high: float = 256.0
+    tolerance: float = 0.05
+    confirm: int = 2
+    max_rounds: int = 3
+    warmup_requests: int | None = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> CapacitySection:
+        from servelab.bench.slo import parse_slo
+
+        try:
+            parse_slo(self.slo)
+            self.search()
+        except UsageError as exc:
+            raise ValueError(exc.message) from None
+        if any(n < 1 for n in self.prompt_lens) or self.max_rounds < 1:
+            raise ValueError("prompt lengths and max_rounds must be positive")
+        return self
+
+    def search(self) -> SearchSpec:
+        """The search this section describes."""
+        low = self.low if self.low is not None else (
+            1.0 if self.variable == "concurrency" else 0.25)
+        return SearchSpec(variable=self.variable, low=low, high=self.high,
+                          tolerance=self.tolerance, confirm=self.confirm)
+
+
 class Recipe(_Strict):
     """A validated recipe. ``source`` is the file it came from (``None`` when built in code)."""
 
@@ -223,6 +260,7 @@ class Recipe(_Strict):
         default_factory=lambda: ENGINES[DEFAULT_ENGINE].section.model_validate({})
     )
     bench: BenchSection = Field(default_factory=lambda: BenchSection())
+    capacity: CapacitySection | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     source: Path | None = Field(default=None, exclude=True)
 

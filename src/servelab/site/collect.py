@@ -143,8 +143,9 @@ def predicted_load_rows(run: RunRecord) -> tuple[PredictedLoadRow, ...]:
         stream = _map(p.get("stream_tok_s")) if isinstance(p, Mapping) else None
         if stream is None or not p.get("concurrency"):
             continue
-        if any(stream.get(k) is None for k in ("value", "low", "high")):
-            continue  # no interval (its single-stream fit refused one): not a prediction
+        if any(stream.get(k) is None for k in ("value", "low", "high")) or p.get(
+                "no_prediction"):
+            continue  # no interval, or one over the 4x rule: not a prediction
         rows.append(PredictedLoadRow(int(p["prompt_len"]), int(p["concurrency"]),
                                      float(stream["value"]), float(stream["low"]),
                                      float(stream["high"])))
