@@ -152,6 +152,14 @@ POINTS_2026_12_05: tuple[Point, ...] = (
           PRO6000_LLAMACPP, "calibration"),
 )
 
+#: The engine build each source names, where it names one (``rows`` takes the rest from
+#: its VERSION argument).
+ENGINE_VERSIONS = {
+    RTX4090_LLAMACPP: "PR #4766 branch (2024-01-10)",
+    PRO6000_LLAMACPP: "master of 2026-01-23 (PR #19053)",
+    PRO6000_VLLM: "not stated (Millstone AI report of 2026-01-28)",
+}
+
 #: Each dated set of pre-registered points (``--set``), the first the default.
 SETS: dict[str, tuple[Point, ...]] = {"2026-12-04": POINTS, "2026-12-05": POINTS_2026_12_05}
 
@@ -239,7 +247,7 @@ def plan_json(p: Point, root: Path, priors: str | None = None) -> dict[str, Any]
 def rows(version: str, points: tuple[Point, ...] = POINTS) -> int:
     """The calibration points as ``[[sample]]`` rows of the priors table, their costs from
     servelab's plan of each build's replica (tests/plan recompute them)."""
-    from servelab.hardware.profiles import get_profile
+    from servelab.hardware.lookup import get_profile
 
     with tempfile.TemporaryDirectory() as tmp:
         for p in points:
@@ -252,7 +260,7 @@ def rows(version: str, points: tuple[Point, ...] = POINTS) -> int:
             row: dict[str, Any] = {
                 # the base model: leave-one-model-out leaves out every GGUF type of it
                 "model": base, "family": FAMILIES[base], "engine": p.engine,
-                "engine_version": version,
+                "engine_version": ENGINE_VERSIONS.get(p.source, version),
                 "kernel_path": speed["kernel_path"]["name"],
                 "compute": speed["compute_precision"], "hardware": p.hardware,
                 "kind": p.kind, "length": p.length, "layers": layers,
