@@ -72,6 +72,12 @@ PRO6000_VLLM = (
     "decoding, full-precision KV cache: 'Generation Speed Single Request 250.0 tok/s (1K "
     "context) -> 105.5 tok/s (128K context)')"
 )
+CUDA_STREAMK = (
+    "https://github.com/ggml-org/llama.cpp/pull/20586 (JohannesGaessler's perf table, "
+    "'master' column: llama-bench on an RTX 4090 and an RTX 5090, llama 8B Q4_0 (4.33 GiB), "
+    "pp512 at micro-batch sizes 1-512; micro-batch 1 is 512 single-token steps from an empty "
+    "context, micro-batch 512 one 512-token prefill)"
+)
 
 
 @dataclass(frozen=True)
@@ -152,19 +158,35 @@ POINTS_2026_12_05: tuple[Point, ...] = (
           PRO6000_LLAMACPP, "calibration"),
 )
 
+#: 2026-12-05b: two more points found after the first set's rows went in (pre-registered on
+#: their own, against the priors table with those rows). The RTX 4090's Q4_0 decode is of a
+#: model and a GGUF type the 4090's rows do not have (llama.cpp micro-batch 1 over 512
+#: tokens: decode at a mean context of 256; llama-bench asks for logits of the last token
+#: only, so 511 of those 512 steps skip the output matrix, 9 % of the file's bytes, which
+#: servelab's decode counts); the RTX 5090's figure is its first.
+POINTS_2026_12_05B: tuple[Point, ...] = (
+    Point("llama3-8b-Q4_0", "llamacpp", "rtx-4090", "decode", 256, 193.09,
+          CUDA_STREAMK, "check"),
+    Point("llama3-8b-Q4_0", "llamacpp", "rtx-5090", "prefill", 512, 16136.64,
+          CUDA_STREAMK, "calibration"),
+)
+
 #: The engine build each source names, where it names one (``rows`` takes the rest from
 #: its VERSION argument).
 ENGINE_VERSIONS = {
     RTX4090_LLAMACPP: "PR #4766 branch (2024-01-10)",
     PRO6000_LLAMACPP: "master of 2026-01-23 (PR #19053)",
     PRO6000_VLLM: "not stated (Millstone AI report of 2026-01-28)",
+    CUDA_STREAMK: "master of PR #20586",
 }
 
 #: Each dated set of pre-registered points (``--set``), the first the default.
-SETS: dict[str, tuple[Point, ...]] = {"2026-12-04": POINTS, "2026-12-05": POINTS_2026_12_05}
+SETS: dict[str, tuple[Point, ...]] = {"2026-12-04": POINTS, "2026-12-05": POINTS_2026_12_05,
+                                      "2026-12-05b": POINTS_2026_12_05B}
 
 #: The model family of each base model (the priors rows' ``family``).
-FAMILIES = {"llama2-7b": "llama", "codellama-7b": "llama", "gpt-oss-20b": "gpt_oss"}
+FAMILIES = {"llama2-7b": "llama", "codellama-7b": "llama", "llama3-8b": "llama",
+            "gpt-oss-20b": "gpt_oss"}
 
 
 def base_model(build: str) -> str:
