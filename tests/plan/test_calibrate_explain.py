@@ -232,7 +232,7 @@ def test_plan_on_a_gpu_people_own_names_its_source_or_says_why_not(
     """`servelab plan -H rtx-pro-6000` predicts gpt-oss-20b's decode from the published
     figure, with an interval and the page it came from; one model of one family cannot bound
     a new build, so the interval is the one a one-family fit missed by on the H200, and says
-    so. The RTX 5090 has no figure: the bound only, the engine named."""
+    so. The RTX 5090 has no vLLM figure: the bound only, the engine named."""
     from typer.testing import CliRunner
 
     from servelab.cli.app import app
@@ -256,5 +256,6 @@ def test_plan_on_a_gpu_people_own_names_its_source_or_says_why_not(
     res = CliRunner().invoke(app, ["plan", path, "-H", "rtx-5090", "--no-store",
                                    "--max-model-len", "4096"], terminal_width=250)
     assert res.exit_code == 0, res.output
-    assert ("decode: no stored vLLM run or shipped vLLM prior for rtx-5090: roofline bound only"
+    assert ("decode: no stored vLLM run or shipped vLLM prior for rtx-5090 (the shipped priors "
+            "for rtx-5090 are llama.cpp only): roofline bound only"
             in " ".join(res.output.split()))
