@@ -6,8 +6,12 @@ gpt-oss on the DGX Spark, each with its URL. ``role`` says what the row is for o
 enter servelab: ``calibration`` rows go into the priors table (src/servelab/predict/priors.toml);
 ``check`` rows never do: they are the held-out set whose errors RESULTS.md reports.
 
-    .venv/bin/python benchmarks/prereg/builds.py predict OUT.json   # plan every build now
-    .venv/bin/python benchmarks/prereg/builds.py errors  OUT.json   # measured vs predicted
+    .venv/bin/python benchmarks/prereg/builds.py predict OUT.json [--set S]  # plan every build now
+    .venv/bin/python benchmarks/prereg/builds.py errors  OUT.json            # measured vs predicted
+    .venv/bin/python benchmarks/prereg/builds.py rows VERSION [--set S]      # calibration rows
+
+``--set`` picks a dated set of points (:data:`SETS`; default the first, 2026-12-04): each set
+is pre-registered on its own, its predictions committed before its calibration rows enter.
 
 ``predict`` plans every build with the servelab of the working tree (``servelab plan --json
 --no-store``: the shipped priors only, as a new user has them) from full-dimension header
@@ -50,6 +54,29 @@ SPARK_ARENA = (
 LMSYS_VIA = (
     "https://github.com/triton-inference-server/server/issues/8691 (quotes LMSYS: gpt-oss 20B "
     "on the Spark 2,053 tok/s prefill and 49.7 tok/s decode; second-hand)"
+)
+RTX4090_LLAMACPP = (
+    "https://github.com/ggml-org/llama.cpp/pull/4766 (ggerganov's comment of 2024-01-10: "
+    "llama-bench -ngl 99 on one GeForce RTX 4090, CodeLlama-7B F16 / Q8_0 / Q4_0 GGUF, sizes "
+    "12.55 / 6.67 / 3.56 GiB; pp 512, tg 128)"
+)
+PRO6000_LLAMACPP = (
+    "https://github.com/ggml-org/llama.cpp/pull/19053 (perf table, 'master' column: "
+    "llama-bench on an RTX PRO 6000 Blackwell Max-Q Workstation Edition, gpt-oss 20B MXFP4 "
+    "MoE, tg128; the 300 W Max-Q edition has the 600 W card's 96 GB and 1,792 GB/s)"
+)
+PRO6000_VLLM = (
+    "https://www.millstoneai.com/inference-benchmark/gpt-oss-20b-mxfp4-1x-rtx-pro-6000-"
+    "blackwell (Millstone AI, 2026-01-28: vLLM, openai/gpt-oss-20b MXFP4, 1x RTX Pro 6000 "
+    "Blackwell 96GB, single request, 1,024 output tokens, no prompt caching or speculative "
+    "decoding, full-precision KV cache: 'Generation Speed Single Request 250.0 tok/s (1K "
+    "context) -> 105.5 tok/s (128K context)')"
+)
+CUDA_STREAMK = (
+    "https://github.com/ggml-org/llama.cpp/pull/20586 (JohannesGaessler's perf table, "
+    "'master' column: llama-bench on an RTX 4090 and an RTX 5090, llama 8B Q4_0 (4.33 GiB), "
+    "pp512 at micro-batch sizes 1-512; micro-batch 1 is 512 single-token steps from an empty "
+    "context, micro-batch 512 one 512-token prefill)"
 )
 
 
@@ -102,9 +129,76 @@ POINTS: tuple[Point, ...] = (
     Point("gpt-oss-20b", "vllm", "dgx-spark", "decode", 512, 49.7, LMSYS_VIA, "check"),
 )
 
+#: 2026-12-05: the GPUs people own (issue 30). Lengths as the 2026-12-04 set: a llama-bench
+#: tg128 is decode at a mean context of 64 tokens, pp512 a 512-token prefill; a vLLM
+#: single-request generation speed over 1,024 output tokens after a prompt of P tokens is
+#: decode at a mean context of P + 512 (1K: 1,024 + 512; 128K: 128,000 + 512).
+POINTS_2026_12_05: tuple[Point, ...] = (
+    # RTX 4090, llama.cpp: CodeLlama-7B F16 and Q8_0 calibrate, Q4_0's prefill is held out
+    # (a GGUF type with no row on that hardware, as on the Apple chips); Q4_0's tg128 is not
+    # in the published table
+    Point("codellama-7b-F16", "llamacpp", "rtx-4090", "decode", 64, 61.03,
+          RTX4090_LLAMACPP, "calibration"),
+    Point("codellama-7b-F16", "llamacpp", "rtx-4090", "prefill", 512, 11048.22,
+          RTX4090_LLAMACPP, "calibration"),
+    Point("codellama-7b-Q8_0", "llamacpp", "rtx-4090", "decode", 64, 98.13,
+          RTX4090_LLAMACPP, "calibration"),
+    Point("codellama-7b-Q8_0", "llamacpp", "rtx-4090", "prefill", 512, 7664.00,
+          RTX4090_LLAMACPP, "calibration"),
+    Point("codellama-7b-Q4_0", "llamacpp", "rtx-4090", "prefill", 512, 7979.85,
+          RTX4090_LLAMACPP, "check"),
+    # RTX PRO 6000, vLLM: gpt-oss-20b at a 1K prompt calibrates; the 128K prompt is held out
+    # (what the depth term carries: the KV read of 12 full-attention layers at 128K)
+    Point("gpt-oss-20b", "vllm", "rtx-pro-6000", "decode", 1536, 250.0,
+          PRO6000_VLLM, "calibration"),
+    Point("gpt-oss-20b", "vllm", "rtx-pro-6000", "decode", 128512, 105.5,
+          PRO6000_VLLM, "check"),
+    # RTX PRO 6000, llama.cpp: the same model's MXFP4_MOE GGUF (llama.cpp's own kernels)
+    Point("gpt-oss-20b-MXFP4_MOE", "llamacpp", "rtx-pro-6000", "decode", 64, 352.58,
+          PRO6000_LLAMACPP, "calibration"),
+)
+
+#: 2026-12-05b: two more points found after the first set's rows went in (pre-registered on
+#: their own, against the priors table with those rows). The RTX 4090's Q4_0 decode is of a
+#: model and a GGUF type the 4090's rows do not have (llama.cpp micro-batch 1 over 512
+#: tokens: decode at a mean context of 256; llama-bench asks for logits of the last token
+#: only, so 511 of those 512 steps skip the output matrix, 9 % of the file's bytes, which
+#: servelab's decode counts); the RTX 5090's figure is its first.
+POINTS_2026_12_05B: tuple[Point, ...] = (
+    Point("llama3-8b-Q4_0", "llamacpp", "rtx-4090", "decode", 256, 193.09,
+          CUDA_STREAMK, "check"),
+    Point("llama3-8b-Q4_0", "llamacpp", "rtx-5090", "prefill", 512, 16136.64,
+          CUDA_STREAMK, "calibration"),
+)
+
+#: The engine build each source names, where it names one (``rows`` takes the rest from
+#: its VERSION argument).
+ENGINE_VERSIONS = {
+    RTX4090_LLAMACPP: "PR #4766 branch (2024-01-10)",
+    PRO6000_LLAMACPP: "master of 2026-01-23 (PR #19053)",
+    PRO6000_VLLM: "not stated (Millstone AI report of 2026-01-28)",
+    CUDA_STREAMK: "master of PR #20586",
+}
+
+#: Each dated set of pre-registered points (``--set``), the first the default.
+SETS: dict[str, tuple[Point, ...]] = {"2026-12-04": POINTS, "2026-12-05": POINTS_2026_12_05,
+                                      "2026-12-05b": POINTS_2026_12_05B}
 
 #: The model family of each base model (the priors rows' ``family``).
-FAMILIES = {"llama2-7b": "llama", "gpt-oss-20b": "gpt_oss"}
+FAMILIES = {"llama2-7b": "llama", "codellama-7b": "llama", "llama3-8b": "llama",
+            "gpt-oss-20b": "gpt_oss"}
+
+
+def base_model(build: str) -> str:
+    """The base model of a build: a GGUF build's name less its file type
+    (``gpt-oss-20b-MXFP4_MOE`` -> ``gpt-oss-20b``), a safetensors preset's name itself.
+    Leave-one-model-out leaves out every build of a base model together."""
+    from servelab.synth.gguf_replica import BUILDS
+
+    for model in BUILDS:
+        if build.startswith(model + "-"):
+            return model
+    return build
 
 
 def replica(build: str, root: Path) -> Path:
@@ -112,11 +206,11 @@ def replica(build: str, root: Path) -> Path:
     out = root / build
     if out.exists():
         return out
-    if build.startswith(("llama2-7b-", "gpt-oss-20b-")):
+    model = base_model(build)
+    if model != build:
         from servelab.synth.gguf_replica import BUILDS, write_replica
 
-        model, ftype = build.rsplit("-", 1) if "MXFP4" not in build else ("gpt-oss-20b",
-                                                                             "MXFP4_MOE")
+        ftype = build.removeprefix(model + "-")
         path = root / f"{build}.gguf"
         if not path.exists():
             write_replica(BUILDS[model][0], ftype, path)
@@ -172,23 +266,23 @@ def plan_json(p: Point, root: Path, priors: str | None = None) -> dict[str, Any]
     return doc
 
 
-def rows(version: str) -> int:
+def rows(version: str, points: tuple[Point, ...] = POINTS) -> int:
     """The calibration points as ``[[sample]]`` rows of the priors table, their costs from
     servelab's plan of each build's replica (tests/plan recompute them)."""
-    from servelab.hardware.profiles import get_profile
+    from servelab.hardware.lookup import get_profile
 
     with tempfile.TemporaryDirectory() as tmp:
-        for p in POINTS:
+        for p in points:
             if p.role != "calibration":
                 continue
             doc = plan_json(p, Path(tmp))
             speed, dims = doc["speed"], doc["dims"]
             layers = int(dims["num_layers"])
-            base = p.build.rsplit("-", 1)[0]  # "gpt-oss-20b-MXFP4_MOE" -> "gpt-oss-20b"
+            base = base_model(p.build)  # "gpt-oss-20b-MXFP4_MOE" -> "gpt-oss-20b"
             row: dict[str, Any] = {
                 # the base model: leave-one-model-out leaves out every GGUF type of it
                 "model": base, "family": FAMILIES[base], "engine": p.engine,
-                "engine_version": version,
+                "engine_version": ENGINE_VERSIONS.get(p.source, version),
                 "kernel_path": speed["kernel_path"]["name"],
                 "compute": speed["compute_precision"], "hardware": p.hardware,
                 "kind": p.kind, "length": p.length, "layers": layers,
@@ -234,19 +328,21 @@ def fitted(p: Point, doc: dict[str, Any], row: dict[str, Any], fit: dict[str, An
     return p.length / row_seconds(theta, x)
 
 
-def predict(out: Path, priors: str | None) -> int:
+def predict(out: Path, priors: str | None, set_name: str = "2026-12-04") -> int:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True, check=True).stdout.strip()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for p in POINTS:
+        for p in SETS[set_name]:
             rows.append({**asdict(p), **plan(p, Path(tmp), priors)})
             print(json.dumps(rows[-1])[:300], flush=True)
     doc = {
         "schema": "servelab.prereg/1",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "servelab_commit": commit,
+        "set": set_name,
         "command": " ".join(["benchmarks/prereg/builds.py", "predict", str(out)]
+                            + (["--set", set_name] if set_name != "2026-12-04" else [])
                             + (["--priors", priors] if priors else [])),
         "points": rows,
     }
@@ -277,11 +373,14 @@ def errors(path: Path) -> int:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    chosen = args[args.index("--set") + 1] if "--set" in args else "2026-12-04"
+    if chosen not in SETS:
+        sys.exit(f"builds.py: unknown --set {chosen!r}; choose one of {', '.join(SETS)}")
     if len(args) >= 2 and args[0] == "predict":
         pri = args[args.index("--priors") + 1] if "--priors" in args else None
-        sys.exit(predict(Path(args[1]), pri))
-    if len(args) == 2 and args[0] == "rows":
-        sys.exit(rows(args[1]))
+        sys.exit(predict(Path(args[1]), pri, chosen))
+    if len(args) >= 2 and args[0] == "rows":
+        sys.exit(rows(args[1], SETS[chosen]))
     if len(args) == 2 and args[0] == "errors":
         sys.exit(errors(Path(args[1])))
     sys.exit(__doc__)

@@ -58,6 +58,31 @@ def test_the_published_figures_people_quote_are_kept() -> None:
     assert BUILTIN["m3-ultra"].bandwidth == 819 * GB
 
 
+@pytest.mark.parametrize("name", ["h100", "b200", "rtx-pro-6000", "rtx-5090"])
+def test_the_gpus_people_own_cite_the_vendors_page_for_every_figure(name: str) -> None:
+    """Issue 30's hardware: each figure names the vendor's page it comes from (a URL on
+    nvidia.com), and a figure worked out from a published one says so ("derived")."""
+    p = BUILTIN[name]
+    for figure in SOURCED:
+        src = p.sources[figure]
+        assert "https://www.nvidia.com/" in src or "https://images.nvidia.com/" in src, (
+            f"{name}: {figure} cites no vendor page")
+    # the sparse figures NVIDIA publishes are halved for the dense ones kept here
+    assert p.sources["compute"].startswith("derived:")
+    assert "with sparsity" in p.sources["compute"]
+
+
+def test_the_datasheet_figures_of_the_gpus_people_own() -> None:
+    """The numbers the cited pages print (dense compute: their sparse figure halved)."""
+    h100, b200 = BUILTIN["h100"], BUILTIN["b200"]
+    assert h100.bandwidth == 3350 * GB and h100.compute["fp8"] == 1979 * TERA
+    assert b200.bandwidth == 8000 * GB and b200.compute["fp4"] == 9000 * TERA
+    assert BUILTIN["rtx-pro-6000"].memory_bytes == 96 * GIB
+    assert BUILTIN["rtx-pro-6000"].bandwidth == BUILTIN["rtx-5090"].bandwidth == 1792 * GB
+    assert BUILTIN["rtx-5090"].memory_bytes == 32 * GIB
+    assert {p.arch for p in (BUILTIN["rtx-pro-6000"], BUILTIN["rtx-5090"])} == {"sm_120"}
+
+
 def test_show_prints_every_source() -> None:
     r = runner.invoke(app, ["hardware", "show", "mi300x"], terminal_width=300)
     assert r.exit_code == 0, r.output

@@ -171,3 +171,91 @@ def test_explain_fp8_vs_nvfp4a16_says_bytes_beat_kernels(
     assert e.a.routed_expert_bits is not None and e.a.routed_expert_bits > 8
     assert e.b.routed_expert_bits is not None and e.b.routed_expert_bits == pytest.approx(4.5, 0.01)
     assert e.to_dict()["predicted"] is True
+
+
+#: The hardware whose vLLM priors are published figures of preset builds (issue 30's GPUs
+#: people own; the H200's rows are servelab's runs, the Spark's the seed's, host's the box's).
+PUBLISHED_VLLM = {"rtx-pro-6000"}
+
+
+@pytest.fixture(scope="module")
+def presets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Full-dimension header replicas of the preset builds behind those rows."""
+    from servelab.synth.replica import preset_config, preset_layout, write_replica
+
+    root = tmp_path_factory.mktemp("presets")
+    out = {}
+    for name in {s.build.model for s in shipped_priors().samples
+                 if s.engine == "vllm" and s.hardware in PUBLISHED_VLLM}:
+        out[name] = root / name
+        write_replica(out[name], preset_config(name), preset_layout(name, None, ()))
+    return out
+
+
+def _plan_json(path: Path, hardware: str, length: int) -> dict[str, object]:
+    from typer.testing import CliRunner
+
+    from servelab.cli.app import app
+
+    res = CliRunner().invoke(app, ["plan", str(path), "-H", hardware, "--json", "--no-store",
+                                   "--prompt-lens", str(length),
+                                   "--max-model-len", str(max(4096, length + 64))])
+    assert res.exit_code in (0, 1), res.output
+    doc: dict[str, object] = json.loads(res.stdout)
+    return doc
+
+
+def test_published_vllm_priors_of_the_gpus_people_own_are_servelab_arithmetic(
+    presets: dict[str, Path],
+) -> None:
+    """The RTX PRO 6000's vLLM rows (a published gpt-oss-20b figure): bytes per token, layers,
+    expert slots and kernel path recomputed from the model's published config (a preset
+    replica), each row sourced by URL and named with its family."""
+    rows = [s for s in shipped_priors().samples
+            if s.engine == "vllm" and s.hardware in PUBLISHED_VLLM]
+    assert {s.hardware for s in rows} == PUBLISHED_VLLM and rows
+    for s in rows:
+        assert s.source.startswith("https://") and s.build.family == "gpt_oss"
+        doc = _plan_json(presets[s.build.model], s.hardware, s.length)
+        speed, dims = doc["speed"], doc["dims"]
+        assert isinstance(speed, dict) and isinstance(dims, dict)
+        assert s.kernel_path == speed["kernel_path"]["name"]
+        assert s.layers == dims["num_layers"]
+        assert s.expert_slots == dims["num_layers"] * dims["num_experts"]
+        [d] = [r for r in speed["decode"] if r["context_len"] == s.length]
+        assert s.bytes_read == d["bytes_per_token"]
+
+
+def test_plan_on_a_gpu_people_own_names_its_source_or_says_why_not(
+    presets: dict[str, Path],
+) -> None:
+    """`servelab plan -H rtx-pro-6000` predicts gpt-oss-20b's decode from the published
+    figure, with an interval and the page it came from; one model of one family cannot bound
+    a new build, so the interval is the one a one-family fit missed by on the H200, and says
+    so. The RTX 5090 has no vLLM figure: the bound only, the engine named."""
+    from typer.testing import CliRunner
+
+    from servelab.cli.app import app
+
+    path = str(presets["gpt-oss-20b"])
+    res = CliRunner().invoke(app, ["plan", path, "-H", "rtx-pro-6000", "--no-store",
+                                   "--max-model-len", "4096"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "decode predicted from prior from https://www.millstoneai.com/" in text
+    # the whole URL, wherever the console folds it
+    assert ("https://www.millstoneai.com/inference-benchmark/gpt-oss-20b-mxfp4-1x-rtx-pro-6000-"
+            "blackwell") in "".join(res.output.split())
+    assert "(vllm / mxfp4 (default) / rtx-pro-6000)" in text
+    assert "1 model of 1 family on rtx-pro-6000: too few to bound a new build at 90 %" in text
+    doc = _plan_json(presets["gpt-oss-20b"], "rtx-pro-6000", 1536)
+    speed = doc["speed"]
+    assert isinstance(speed, dict)
+    [d] = [r for r in speed["decode"] if r["context_len"] == 1536]
+    assert d["predicted_low"] < d["predicted_tok_s"] < d["predicted_high"] <= d["roofline_tok_s"]
+    res = CliRunner().invoke(app, ["plan", path, "-H", "rtx-5090", "--no-store",
+                                   "--max-model-len", "4096"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert ("decode: no stored vLLM run or shipped vLLM prior for rtx-5090 (the shipped priors "
+            "for rtx-5090 are llama.cpp only): roofline bound only"
+            in " ".join(res.output.split()))

@@ -68,7 +68,8 @@ def test_replicas_carry_llama_cpps_type_mix(replicas: dict[str, Path]) -> None:
 
 def test_llamacpp_priors_costs_are_servelab_arithmetic(replicas: dict[str, Path]) -> None:
     rows = [s for s in shipped_priors().samples if s.engine == "llamacpp"]
-    assert {s.hardware for s in rows} >= {"dgx-spark", "m1-ultra", "m2-max"}
+    assert {s.hardware for s in rows} >= {"dgx-spark", "m1-ultra", "m2-max", "rtx-4090",
+                                          "rtx-pro-6000", "rtx-5090"}
     groups: dict[tuple[str, str], list[Sample]] = {}
     for s in rows:
         assert s.source.startswith("https://")
@@ -109,6 +110,40 @@ def test_one_published_llamacpp_model_on_the_spark_borrows_its_width_or_is_refus
     assert "fitted from one family, the others predicted on h200" in text
     assert "prefill: no prediction: the interval would span more than 4x" in text
     assert "no stored" not in text
+
+
+def test_the_rtx_4090s_llamacpp_figures_give_a_sourced_decode_interval_and_no_prefill(
+    replicas: dict[str, Path],
+) -> None:
+    """`servelab plan -H rtx-4090` on a CodeLlama-7B Q8_0 GGUF: its decode is predicted from
+    the llama-bench table of llama.cpp PR #4766 with an interval that names why it is that
+    wide (one model of one family there); its prefill interval would pass 4x, so it is no
+    prediction and the roofline stays the bound."""
+    res = runner.invoke(app, ["plan", str(replicas["codellama-7b-Q8_0"]), "-H", "rtx-4090",
+                              "--no-store", "-c", "4096"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert ("decode predicted from prior from https://github.com/ggml-org/llama.cpp/pull/4766"
+            in text)
+    assert "(llamacpp / gguf-q8_0 (default) / rtx-4090)" in text
+    assert "1 model of 1 family on rtx-4090: too few to bound a new build at 90 %" in text
+    assert "prefill: no prediction: the interval would span more than 4x" in text
+
+
+def test_the_rtx_5090s_one_llamacpp_prefill_is_sourced_and_refused_as_too_wide(
+    replicas: dict[str, Path],
+) -> None:
+    """The RTX 5090's one figure (a Llama-3-8B Q4_0 prefill, llama.cpp PR #20586) is its
+    prefill fit's source; one model cannot bound another at 90 % within 4x, so the plan says
+    no prediction with that reason, names the prior, and keeps the roofline as the bound."""
+    doc = _plan(replicas["llama3-8b-Q4_0"], "rtx-5090", "512")
+    speed = doc["speed"]
+    assert isinstance(speed, dict)
+    fit = speed["prefill_fit"]
+    assert "prior from https://github.com/ggml-org/llama.cpp/pull/20586" in fit["label"]
+    assert "1 model of 1 family on rtx-5090" in fit["label"]
+    [p] = [r for r in speed["prefill"] if r["prompt_len"] == 512]
+    assert p["predicted_tok_s"] is None and p["roofline_tok_s"] > 0
 
 
 def test_a_qwen2_gguf_is_planned_not_refused(replicas: dict[str, Path]) -> None:

@@ -55,6 +55,16 @@ class Arch:
 
 #: Llama-2-7B (the model of llama.cpp's Apple-silicon scoreboard, discussion #4167).
 LLAMA2_7B = Arch("llama", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0, 1e-5)
+#: CodeLlama-7B (llama; the RTX 4090 llama-bench table of ggml-org/llama.cpp PR #4766): Llama-2-7B's
+#: shape with 16 more vocabulary rows (32,016), a 16,384-token context and RoPE base 1e6 (its
+#: config.json, huggingface.co/codellama/CodeLlama-7b-hf: vocab_size 32016,
+#: max_position_embeddings 16384, rope_theta 1000000).
+CODELLAMA_7B = Arch("llama", 32, 4096, 32, 32, 11008, 32016, 16384, 1_000_000.0, 1e-5)
+#: Llama-3-8B (llama; "llama 8B", 8.03 B parameters, in the llama-bench tables of llama.cpp's
+#: CUDA pull requests): its config.json (huggingface.co/meta-llama/Meta-Llama-3-8B:
+#: num_key_value_heads 8, intermediate_size 14336, vocab_size 128256,
+#: max_position_embeddings 8192, rope_theta 500000, untied output).
+LLAMA3_8B = Arch("llama", 32, 4096, 32, 8, 14336, 128256, 8192, 500_000.0, 1e-5)
 #: Qwen2.5-Coder-7B (qwen2; the DGX Spark llama-bench page's dense model).
 QWEN25_CODER_7B = Arch(
     "qwen2", 28, 3584, 28, 4, 18944, 152064, 32768, 1_000_000.0, 1e-6, qkv_bias=True
@@ -71,6 +81,10 @@ SIZES = {
     ("llama2-7b", "Q8_0"): 6.67,
     ("llama2-7b", "Q4_0"): 3.56,
     ("gpt-oss-20b", "MXFP4_MOE"): 11.27,  # DGX Spark llama-bench page (b6767)
+    ("codellama-7b", "F16"): 12.55,  # ggml-org/llama.cpp PR #4766 (RTX 4090, 2024-01-10)
+    ("codellama-7b", "Q8_0"): 6.67,
+    ("codellama-7b", "Q4_0"): 3.56,
+    ("llama3-8b", "Q4_0"): 4.33,  # "llama 8B Q4_0 4.33 GiB 8.03 B" in llama-bench tables
 }
 
 
@@ -172,6 +186,8 @@ def write_replica(a: Arch, file_type: str, out: Path) -> Path:
 
 BUILDS: dict[str, tuple[Arch, tuple[str, ...]]] = {
     "llama2-7b": (LLAMA2_7B, ("F16", "Q8_0", "Q4_0")),
+    "codellama-7b": (CODELLAMA_7B, ("F16", "Q8_0", "Q4_0")),
+    "llama3-8b": (LLAMA3_8B, ("Q4_0",)),
     "qwen2.5-coder-7b": (QWEN25_CODER_7B, ("Q8_0",)),
     "gpt-oss-20b": (GPT_OSS_20B, ("MXFP4_MOE",)),
 }
