@@ -8,13 +8,20 @@ of the priors table) and which are the check set (never enter it): the whole qwe
 (a family the calibration has not seen) and the llama Q5_K_M build (a GGUF type it has not
 seen). benchmarks/cpu/calibrate_llamacpp.sh measures them.
 
-    .venv/bin/python benchmarks/prereg/cpu_llamacpp.py predict OUT.json [--priors P]
-    .venv/bin/python benchmarks/prereg/cpu_llamacpp.py errors OUT.json EXPORT.json
+    .venv/bin/python benchmarks/prereg/cpu_llamacpp.py predict OUT.json [--priors P] [--probe J]
+    .venv/bin/python benchmarks/prereg/cpu_llamacpp.py errors OUT.json EXPORT.json [EXPORT ...]
+    .venv/bin/python benchmarks/prereg/cpu_llamacpp.py calibration EXPORT.json OUT.json
 
-``predict`` plans each recipe (``servelab plan RECIPE --json --no-store``: the shipped
-priors only) at the lengths its bench measures and writes the predictions, the fit's own
-number where servelab prints none, the roofline bound, the servelab commit and the date.
-``errors`` joins them with the measured points of a ``servelab export`` of the runs.
+``predict`` plans each recipe's GGUF with its flags (``servelab plan GGUF --engine llamacpp
+-H host -c C -np N --json --no-store``: the shipped priors only, or ``--priors``) at the
+lengths its bench measures and writes the predictions, the fit's own
+number where servelab prints none, the roofline bound, the servelab commit and the date
+(``--probe``: the host's ceilings from a probe file, e.g. the one calibrate_llamacpp.sh
+writes in its quiet window, instead of a probe taken now: the host's roofline then does not
+move with the load at planning time).
+``errors`` joins them with the measured points of a ``servelab export`` of the runs (more
+exports: repeated passes, one column each). ``calibration`` keeps the calibration-role runs
+of an export (what benchmarks/priors/from_runs.py turns into priors rows).
 """
 
 from __future__ import annotations
@@ -39,12 +46,24 @@ ROLES = {
 }
 
 
-def plan(recipe: str, priors: str | None) -> list[dict[str, Any]]:
+def plan(recipe: str, priors: str | None, probe: str | None) -> list[dict[str, Any]]:
     """The recipe's predicted decode and prefill points (``servelab plan RECIPE --json``)."""
-    cmd = [sys.executable, "-m", "servelab", "plan", str(CPU / f"{recipe}.toml"), "--json",
-           "--no-store"]
+    from servelab.serve.launch import resolve_model
+    from servelab.serve.recipe import load_recipe
+
+    # the recipe's GGUF with its flags and bench lengths (a recipe planned as a recipe
+    # takes the shipped priors only: --priors would not reach it)
+    rec = load_recipe(CPU / f"{recipe}.toml")
+    model, _ = resolve_model(rec)
+    flags = rec.engine.flags
+    lens = ",".join(str(n) for n in rec.bench.prompt_lens)
+    cmd = [sys.executable, "-m", "servelab", "plan", model, "--engine", "llamacpp", "-H",
+           rec.hardware or "host", "-c", str(flags.ctx_size), "-np", str(flags.parallel),
+           "--prompt-lens", lens, "--json", "--no-store"]
     if priors:
         cmd += ["--priors", priors]
+    if probe:
+        cmd += ["--probe", probe]
     doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     speed, out = doc["speed"], []
     for kind, key in (("decode", "context_len"), ("prefill", "prompt_len")):
@@ -65,16 +84,17 @@ def plan(recipe: str, priors: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def predict(out: Path, priors: str | None) -> int:
+def predict(out: Path, priors: str | None, probe: str | None) -> int:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True, check=True).stdout.strip()
-    points = [p for recipe in ROLES for p in plan(recipe, priors)]
+    points = [p for recipe in ROLES for p in plan(recipe, priors, probe)]
     doc = {
         "schema": "servelab.prereg/1",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "servelab_commit": commit,
         "command": " ".join(["benchmarks/prereg/cpu_llamacpp.py", "predict", str(out)]
-                            + (["--priors", priors] if priors else [])),
+                            + (["--priors", priors] if priors else [])
+                            + (["--probe", probe] if probe else [])),
         "roles": ROLES,
         "points": points,
     }
@@ -100,31 +120,46 @@ def measured(export: Path) -> dict[tuple[str, str, int], tuple[float, float, flo
     return got
 
 
-def errors(pred: Path, export: Path) -> int:
-    """Markdown: measured (95 % CI), predicted (interval) or the fit's number, error."""
+def errors(pred: Path, exports: list[Path]) -> int:
+    """Markdown: measured (95 % CI) per pass, predicted (interval) or the fit's number, the
+    error of the first pass (and of the others), measured / bound."""
     doc = json.loads(pred.read_text(encoding="utf-8"))
-    got = measured(export)
+    passes = [measured(e) for e in exports]
     print(f"servelab {doc['servelab_commit'][:10]}, {doc['date']}\n")
-    print("| build | kind | len | role | measured (95 % CI) | predicted (interval) | error "
+    heads = " | ".join(f"pass {i + 1} (95 % CI)" for i in range(len(passes)))
+    print(f"| build | kind | len | role | {heads} | predicted (interval) | error "
           "| inside | measured / bound |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---" * (8 + len(passes)) + "|")
     for r in doc["points"]:
         key = (r["recipe"], r["kind"], r["length"])
-        if key not in got:
+        got = [p[key] for p in passes if key in p]
+        if not got:
             continue
-        m, lo, hi, _ = got[key]
-        ci = f"{m:,.1f} ({lo:,.1f}-{hi:,.1f})"
-        wide = (hi - lo) / 2 / m > 0.10
+        cells, errs, ins = [], [], []
         pr, fit, roof = r["predicted_tok_s"], r["fitted_tok_s"], r["roofline_tok_s"]
+        for m, lo, hi, _ in got:
+            wide = (hi - lo) / 2 / m > 0.10  # a rate whose CI is wide is flagged
+            cells.append(f"{m:,.1f} ({lo:,.1f}-{hi:,.1f})" + (" wide CI" if wide else ""))
+            ref = pr if pr is not None else fit
+            errs.append("" if ref is None else f"{m / ref - 1:+.1%}")
+            if pr is not None:
+                ins.append("yes" if r["low"] <= m <= r["high"] else "no")
         pred = "no prediction" if pr is None else f"{pr:,.1f} ({r['low']:,.1f}-{r['high']:,.1f})"
         if pr is None and fit:
-            pred += f"; fit says {fit:,.1f} ({m / fit - 1:+.1%})"
-        err = "" if pr is None else f"{m / pr - 1:+.1%}"
-        inside = "" if pr is None else ("yes" if r["low"] <= m <= r["high"] else "no")
-        bound = f"{m / roof:.2f}" if roof else ""
-        name = r["recipe"].removeprefix("llamacpp-") + (" (CI over ±10 %: flagged)" if wide else "")
-        print(f"| {name} | {r['kind']} | {r['length']} | {r['role']} | {ci} | {pred} | {err} "
-              f"| {inside} | {bound} |")
+            pred += f"; fit says {fit:,.1f}"
+        bound = f"{got[0][0] / roof:.2f}" if roof else ""
+        print(f"| {r['recipe'].removeprefix('llamacpp-')} | {r['kind']} | {r['length']} "
+              f"| {r['role']} | {' | '.join(cells)} | {pred} | {', '.join(errs)} "
+              f"| {', '.join(ins)} | {bound} |")
+    return 0
+
+
+def calibration(export: Path, out: Path) -> int:
+    """``export`` less the runs of the check set (the rows the priors table may take)."""
+    doc = json.loads(export.read_text(encoding="utf-8"))
+    runs = [r for r in doc["runs"] if ROLES.get(r["recipe_name"]) == "calibration"]
+    out.write_text(json.dumps({**doc, "runs": runs}, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(runs)} calibration runs of {len(doc['runs'])} -> {out}")
     return 0
 
 
@@ -132,7 +167,10 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "predict":
         pri = args[args.index("--priors") + 1] if "--priors" in args else None
-        sys.exit(predict(Path(args[1]), pri))
-    if len(args) == 3 and args[0] == "errors":
-        sys.exit(errors(Path(args[1]), Path(args[2])))
+        probe = args[args.index("--probe") + 1] if "--probe" in args else None
+        sys.exit(predict(Path(args[1]), pri, probe))
+    if len(args) >= 3 and args[0] == "errors":
+        sys.exit(errors(Path(args[1]), [Path(a) for a in args[2:]]))
+    if len(args) == 3 and args[0] == "calibration":
+        sys.exit(calibration(Path(args[1]), Path(args[2])))
     sys.exit(__doc__)

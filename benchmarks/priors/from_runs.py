@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             "model": name,
             **({"family": s.build.family} if s.build.family else {}),
             "engine": s.engine,
-            "engine_version": args.engine_version or versions.get(name) or "",
+            "engine_version": (args.engine_version or versions.get(name)
+                               or versions.get(s.build.model) or ""),
             "kernel_path": s.kernel_path,
             "compute": s.compute,
             "hardware": s.hardware,
