@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.plan.inputs import assert_rows_are_the_plans
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
@@ -55,19 +56,8 @@ def test_host_rows_name_their_script_and_one_model_per_family() -> None:
 @pytest.mark.parametrize("path", sorted({s.kernel_path for s in ROWS}))
 def test_host_rows_costs_are_servelab_arithmetic_on_the_recipes_ggufs(path: str) -> None:
     group = [s for s in ROWS if s.kernel_path == path]
-    doc = _plan(_recipe(group[0]))
-    speed, dims = doc["speed"], doc["dims"]
-    assert isinstance(speed, dict) and isinstance(dims, dict)
-    decode = {r["context_len"]: r for r in speed["decode"]}
-    prefill = {r["prompt_len"]: r for r in speed["prefill"]}
-    for s in group:
-        assert s.kernel_path == speed["kernel_path"]["name"]
-        assert s.layers == dims["num_layers"] and s.expert_slots == 0
-        if s.kind == "decode":
-            assert s.bytes_read == decode[s.length]["bytes_per_token"]
-        else:
-            p = prefill[s.length]
-            assert (s.bytes_read, s.flops) == (p["bytes_read"], p["flops"])
+    assert {s.expert_slots for s in group} == {0}  # dense
+    assert_rows_are_the_plans(group, _plan(_recipe(group[0])))
 
 
 def test_a_qwen2_gguf_on_host_gets_a_llamacpp_prediction_or_a_reason() -> None:
