@@ -27,11 +27,23 @@ def _toml(value: object) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
+def _base(name: str, kernel_path: str) -> str:
+    """``name`` less the GGUF type its kernel path names (``gguf-q4_k_m`` -> ``-q4-k-m``)."""
+    if not kernel_path.startswith("gguf-"):
+        return name
+    ftype = kernel_path.split()[0].removeprefix("gguf-").replace("_", "-")
+    return name.removesuffix(f"-{ftype}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("exports", nargs="+", type=Path)
     ap.add_argument("--source", required=True, help="where the measurements come from")
     ap.add_argument("--engine-version", default=None, help="override the recorded version")
+    ap.add_argument("--gguf-base", action="store_true", help=(
+        "name a GGUF run's row by its base model: the served name less its '-<gguf type>' "
+        "suffix (calib-llama-q4-k-m -> calib-llama), so that leave-one-model-out leaves "
+        "every GGUF type of one model out together"))
     args = ap.parse_args(argv)
     runs = []
     for path in args.exports:
@@ -45,12 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         if key in seen:  # a repeated run of the same build in the same regime: keep the newest
             continue
         seen.add(key)
-        name = s.build.model
+        name = _base(s.build.model, s.kernel_path) if args.gguf_base else s.build.model
         row = {
             "model": name,
             **({"family": s.build.family} if s.build.family else {}),
             "engine": s.engine,
-            "engine_version": args.engine_version or versions.get(name) or "",
+            "engine_version": (args.engine_version or versions.get(name)
+                               or versions.get(s.build.model) or ""),
             "kernel_path": s.kernel_path,
             "compute": s.compute,
             "hardware": s.hardware,

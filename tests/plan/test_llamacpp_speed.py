@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.plan.inputs import assert_rows_are_the_plans
 from typer.testing import CliRunner
 
 from servelab.checkpoint.sources import load_checkpoint
@@ -67,7 +68,8 @@ def test_replicas_carry_llama_cpps_type_mix(replicas: dict[str, Path]) -> None:
 
 
 def test_llamacpp_priors_costs_are_servelab_arithmetic(replicas: dict[str, Path]) -> None:
-    rows = [s for s in shipped_priors().samples if s.engine == "llamacpp"]
+    rows = [s for s in shipped_priors().samples
+            if s.engine == "llamacpp" and s.hardware != "host"]  # host: test_llamacpp_cpu.py
     assert {s.hardware for s in rows} >= {"dgx-spark", "m1-ultra", "m2-max", "rtx-4090",
                                           "rtx-pro-6000", "rtx-5090"}
     groups: dict[tuple[str, str], list[Sample]] = {}
@@ -76,20 +78,7 @@ def test_llamacpp_priors_costs_are_servelab_arithmetic(replicas: dict[str, Path]
         groups.setdefault((_replica_key(s), s.hardware), []).append(s)
     for (key, hardware), group in groups.items():
         lengths = ",".join(sorted({str(s.length) for s in group}))
-        doc = _plan(replicas[key], hardware, lengths)
-        speed, dims = doc["speed"], doc["dims"]
-        assert isinstance(speed, dict) and isinstance(dims, dict)
-        decode = {r["context_len"]: r for r in speed["decode"]}
-        prefill = {r["prompt_len"]: r for r in speed["prefill"]}
-        for s in group:
-            assert s.kernel_path == speed["kernel_path"]["name"]
-            assert s.layers == dims["num_layers"]
-            assert s.expert_slots == dims["num_layers"] * (dims["num_experts"] or 0)
-            if s.kind == "decode":
-                assert s.bytes_read == decode[s.length]["bytes_per_token"]
-            else:
-                p = prefill[s.length]
-                assert (s.bytes_read, s.flops) == (p["bytes_read"], p["flops"])
+        assert_rows_are_the_plans(group, _plan(replicas[key], hardware, lengths))
 
 
 def test_one_published_llamacpp_model_on_the_spark_borrows_its_width_or_is_refused(

@@ -7,8 +7,10 @@ halves), per-expert weights stacked into one ``[experts, out, in]`` plane per la
 (``blk.N.ffn_gate_exps`` ...) for ``qwen3_moe``, the model's byte-level BPE vocabulary and
 merges as a ``gpt2`` tokenizer with the ``gpt-2`` pre-tokenizer, and its chat template.
 
-Weight types: ``F32``, ``F16`` or ``Q8_0`` (``gguf.quants``); 1-D tensors (norms) and
-MoE routers stay ``F32`` as in llama.cpp's own converter. Supported architectures: ``llama``,
+File types: ``F32``, ``F16``, ``Q8_0``, ``Q6_K``, ``Q5_K_M``, ``Q4_K_M``, ``Q5_0``, ``Q4_0``,
+each tensor of the GGML type llama.cpp's quantizer would give it
+(:mod:`servelab.synth.gguf_types`); 1-D tensors (norms) and MoE routers stay ``F32`` as in
+llama.cpp's own converter. Supported architectures: ``llama``,
 ``qwen3_moe``, ``qwen2`` (attention biases), ``gemma3_text`` (llama.cpp's ``gemma3``: RMS
 norms stored as ``1 + w`` as Gemma's norm applies them, tied embeddings) and ``gpt_oss``
 (llama.cpp's ``gpt-oss``, from bf16 weights: the fused ``gate_up_proj`` split into its
@@ -25,17 +27,18 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from servelab.errors import InputError, UsageError
 from servelab.outfile import atomic_file
+from servelab.synth.gguf_types import FILE_TYPES, FileType, quantize, tensor_type
 
 __all__ = ["GGUF_TYPES", "GgufType", "ensure_gguf", "gguf_path", "write_gguf"]
 
-GgufType = Literal["F32", "F16", "Q8_0"]
-GGUF_TYPES: tuple[GgufType, ...] = ("F32", "F16", "Q8_0")
+GgufType = FileType
+GGUF_TYPES: tuple[GgufType, ...] = FILE_TYPES
 SUPPORTED = ("llama", "qwen3_moe", "qwen2", "gemma3_text", "gpt_oss")
 _GGUF_ARCH = {
     "llama": "llama",
@@ -162,11 +165,11 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
     n_experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
     ff_experts = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
     rope = cfg.get("rope_parameters") or {}
-    ftype = {
-        "F32": gguf.LlamaFileType.ALL_F32,
-        "F16": gguf.LlamaFileType.MOSTLY_F16,
-        "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-    }[qtype]
+    ftype = (
+        gguf.LlamaFileType.ALL_F32
+        if qtype == "F32"
+        else gguf.LlamaFileType[f"MOSTLY_{qtype}"]
+    )
 
     with atomic_file(out) as tmp:
         writer = gguf.GGUFWriter(tmp, _GGUF_ARCH[arch])
@@ -196,7 +199,7 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
         for hf_name, data in _hf_tensors(model_dir):
             if fused := _FUSED_EXPERT.match(hf_name):
                 for gguf_name, plane in _fused_expert_planes(names, fused, data):
-                    _add_tensor(writer, gguf_name, plane, qtype)
+                    _add_tensor(writer, gguf_name, plane, qtype, n_layers)
                 continue
             if m := _EXPERT.match(hf_name):
                 layer, xid, w_name = int(m.group(1)), int(m.group(2)), m.group(3)
@@ -218,7 +221,7 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
                 raise UsageError(f"no GGUF name for tensor {hf_name!r}", path=model_dir)
             if hf_name.endswith(".sinks"):
                 name += ".weight"  # llama.cpp loads blk.N.attn_sinks.weight
-            _add_tensor(writer, name, data, qtype)
+            _add_tensor(writer, name, data, qtype, n_layers)
         if experts:
             raise UsageError("incomplete expert planes in the checkpoint", path=model_dir)
         writer.write_header_to_file()
@@ -289,16 +292,16 @@ def ensure_gguf(model_dir: Path, qtype: GgufType) -> Path:
     return write_gguf(model_dir, out, qtype=qtype)
 
 
-def _add_tensor(writer: Any, name: str, data: np.ndarray[Any, Any], qtype: GgufType) -> None:
+def _add_tensor(
+    writer: Any, name: str, data: np.ndarray[Any, Any], qtype: GgufType, n_layers: int
+) -> None:
     import gguf
 
-    # norms, biases (gpt-oss's per-expert ones are 2-D; ggml adds them in F32) and routers
-    # stay F32, as in llama.cpp's converter
-    if data.ndim <= 1 or qtype == "F32" or ".ffn_gate_inp." in name or name.endswith(".bias"):
+    kind = tensor_type(name, data.ndim, qtype, n_layers)
+    if kind == "F32":
         writer.add_tensor(name, data.astype(np.float32))
-    elif qtype == "F16":
+    elif kind == "F16":
         writer.add_tensor(name, data.astype(np.float16))
     else:
-        kind = gguf.GGMLQuantizationType.Q8_0
-        packed = gguf.quants.quantize(data.astype(np.float32), kind)  # uint8, byte shape
-        writer.add_tensor(name, packed, raw_dtype=kind)
+        packed = quantize(data, kind)  # uint8, byte shape
+        writer.add_tensor(name, packed, raw_dtype=gguf.GGMLQuantizationType[kind])

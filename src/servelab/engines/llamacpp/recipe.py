@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servelab.engines.base import EngineSectionBase, check_extra_args, first_flag
+from servelab.synth.gguf_types import FileType as GgufType
 
 __all__ = ["MANAGED_FLAGS", "LlamaCppFlags", "LlamaCppSection"]
 
@@ -93,7 +94,7 @@ class LlamaCppSection(EngineSectionBase):
     executable: str | None = Field(
         default=None, description="A `llama-server` executable (instead of the installed one)."
     )
-    gguf_type: Literal["F32", "F16", "Q8_0"] = Field(
+    gguf_type: GgufType = Field(
         default="F16", description="GGUF weight type servelab writes for a model.synth model."
     )
     flags: LlamaCppFlags = Field(default_factory=lambda: LlamaCppFlags())

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# llama.cpp's CPU calibration (issue 30): twelve llama-server runs on this host, two random
+# model families (llama- and qwen2-shaped, ~90 M parameters) at six GGUF file types each,
+# one after another, each recorded with its prediction; the host probe and the load average
+# around every run are written beside the export. Run it in a quiet window (nothing else
+# heavy on the CPU): the decode rates are memory-bandwidth figures of this box.
+#
+#   bash benchmarks/cpu/calibrate_llamacpp.sh [DB] [OUTDIR]
+#
+# Then: the calibration rows (benchmarks/prereg/cpu_llamacpp.py says which recipes calibrate)
+#   python benchmarks/priors/from_runs.py OUTDIR/runs-llamacpp-cpu.json --source "..."
+# and the check set's errors
+#   python benchmarks/prereg/cpu_llamacpp.py errors PREDICTIONS.json OUTDIR/runs-llamacpp-cpu.json
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+db="${1:-cpu-llamacpp-calibration.db}"
+out="${2:-$here/results}"
+servelab="${SERVELAB:-$root/.venv/bin/servelab}"
+mkdir -p "$out"
+load="$out/loadavg-llamacpp-cpu.txt"
+"$servelab" hardware probe --json -o "$out/probe-llamacpp-cpu.json" > /dev/null
+for fam in llama qwen2; do
+  for t in f16 q8-0 q6-k q5-k-m q4-k-m q4-0; do
+    r="llamacpp-$fam-$t"
+    echo "$(date -u +%H:%M:%S) $r before: $(cat /proc/loadavg)" >> "$load"
+    "$servelab" run "$here/$r.toml" --db "$db" --port auto --label calibration=cpu-llamacpp \
+      || echo "$r: servelab run exited $?" >> "$load"
+    echo "$(date -u +%H:%M:%S) $r after: $(cat /proc/loadavg)" >> "$load"
+  done
+done
+"$servelab" runs export --db "$db" --label calibration=cpu-llamacpp -o "$out/runs-llamacpp-cpu.json"
