@@ -90,3 +90,18 @@ def test_a_qwen2_gguf_on_host_gets_a_llamacpp_prediction_or_a_reason() -> None:
             assert row["predicted_low"] < row["predicted_tok_s"] <= row["predicted_high"]
         else:  # refused: no number printed as a prediction
             assert row["predicted_tok_s"] is None
+
+
+def test_a_recipe_plan_uses_the_priors_file_given(tmp_path: Path) -> None:
+    """``servelab plan RECIPE --priors FILE`` calibrates from FILE (it was ignored for a
+    recipe); the note names the file by its name, never its directory."""
+    shipped = (Path(__file__).resolve().parents[2] / "src" / "servelab" / "predict"
+               / "priors.toml").read_text(encoding="utf-8")
+    own = tmp_path / "my-priors.toml"
+    own.write_text(shipped.replace(f'version = "{shipped_priors().version}"',
+                                   'version = "mine-1"', 1), encoding="utf-8")
+    recipe = _recipe(ROWS[0])
+    given = json.dumps(_plan(recipe, "--priors", str(own)))
+    assert "priors table mine-1 (file my-priors.toml, not the shipped one)" in given
+    assert str(tmp_path) not in given
+    assert f"shipped priors table {shipped_priors().version}" in json.dumps(_plan(recipe))

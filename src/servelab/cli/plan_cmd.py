@@ -559,8 +559,9 @@ def plan(
             raise UsageError(f"{', '.join(given)}: a recipe sets its engine's flags in "
                              "[engine.flags]", path=checkpoint)
         planned = _plan_recipe(Path(checkpoint), hardware, hardware_file or [], probe, db,
-                               no_store)
-        _print_plan(planned, fmt, fits, load, _evidence(planned, load, db, not no_store, None))
+                               no_store, priors)
+        _print_plan(planned, fmt, fits, load, _evidence(planned, load, db, not no_store,
+                                                        priors))
         return
     hw = _hardware(hardware or "dgx-spark", hardware_file or [], probe)  # looked up once
     engine_name = "llamacpp" if _use_llamacpp(engine, checkpoint) else "vllm"
@@ -641,7 +642,7 @@ class LlamaCppFlags:
 
 
 def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe: Path | None,
-                 db: str | None, no_store: bool) -> Plan:
+                 db: str | None, no_store: bool, priors: Path | None) -> Plan:
     """A recipe planned as ``servelab run`` plans it: its model, engine and flags."""
     from servelab.pipeline.planning import store_exists
     from servelab.pipeline.run import plan_recipe
@@ -651,9 +652,9 @@ def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe:
     rec = load_recipe(path)
     hw = _hardware(hardware or rec.hardware or "host", files, probe)
     if no_store or not store_exists(db):
-        return plan_recipe(rec, hw, None)
+        return plan_recipe(rec, hw, None, priors)
     with open_store(db) as store:
-        return plan_recipe(rec, hw, store)
+        return plan_recipe(rec, hw, store, priors)
 
 
 def _evidence(plan: Plan, load: LoadRequest | None, db: str | None, use_store: bool,

@@ -209,6 +209,7 @@ def make_run_plan(
     engine_version: str,
     store: Store | None,
     header_hash: str | None = None,
+    priors: Path | None = None,
 ) -> Plan:
     """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run).
 
@@ -256,6 +257,7 @@ def make_run_plan(
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
         draft_runs=every,
+        priors=priors,
     )
     plan = replace(plan, checkpoint_hash=header_hash)
     if serving.kv_arithmetic(recipe.engine) is not None:
@@ -278,10 +280,12 @@ class _RunState:
     log_tail: str | None = None
 
 
-def plan_recipe(recipe: Recipe, hardware: HardwareProfile, store: Store | None) -> Plan:
+def plan_recipe(recipe: Recipe, hardware: HardwareProfile, store: Store | None,
+                priors: Path | None = None) -> Plan:
     """``servelab plan RECIPE``: the plan ``servelab run`` would make (calibrated from
-    ``store`` when given), without a run; the checkpoint is read, a ``synth`` model built
-    and converted as the engine loads it."""
+    ``store`` when given, and ``priors`` instead of the shipped table when given), without a
+    run; the checkpoint is read, a ``synth`` model built and converted as the engine loads
+    it."""
     model_arg, model_dir = resolve_model(recipe)
     source = load_checkpoint(
         model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
@@ -292,7 +296,7 @@ def plan_recipe(recipe: Recipe, hardware: HardwareProfile, store: Store | None) 
         version = get_engine(recipe.engine.name).default_version
     return make_run_plan(recipe, build_report(source), dict(source.config or {}), hardware,
                          engine_version=version, store=store,
-                         header_hash=source.header_sha256)
+                         header_hash=source.header_sha256, priors=priors)
 
 
 def _engine_version_for_plan(recipe: Recipe) -> str:

@@ -55,6 +55,9 @@ _OPTIONAL = {
 _FLAGS = {"eager", "device_only"}
 
 
+SHIPPED_ORIGIN = "servelab/predict/priors.toml"
+
+
 @dataclass(frozen=True)
 class PriorTable:
     """The table's version and its rows as samples."""
@@ -66,6 +69,13 @@ class PriorTable:
     def hardware(self) -> tuple[str, ...]:
         """Hardware names that have at least one prior."""
         return tuple(sorted({s.hardware for s in self.samples}))
+
+    def label(self) -> str:
+        """Which table a prediction used, for its notes: the shipped one, or a user's file
+        by its name (a note can reach a page: no local directories)."""
+        if self.origin == SHIPPED_ORIGIN:
+            return f"shipped priors table {self.version} ({self.origin})"
+        return f"priors table {self.version} (file {Path(self.origin).name}, not the shipped one)"
 
 
 def _sample(row: Any, where: str) -> Sample:
@@ -144,7 +154,7 @@ def parse_priors(text: str, origin: str) -> PriorTable:
 def shipped_priors() -> PriorTable:
     """The table shipped with servelab."""
     text = resources.files("servelab.predict").joinpath("priors.toml").read_text(encoding="utf-8")
-    return parse_priors(text, "servelab/predict/priors.toml")
+    return parse_priors(text, SHIPPED_ORIGIN)
 
 
 def load_priors(path: str | Path | None = None) -> PriorTable:

@@ -362,7 +362,7 @@ def calibration_for(
     cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k],
                     reference=reference_of(everything, table))
     if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
-        note = f"shipped priors table {table.version} ({table.origin})"
+        note = table.label()
         return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
     return cal
 
