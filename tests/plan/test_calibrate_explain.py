@@ -256,6 +256,7 @@ def test_plan_on_a_gpu_people_own_names_its_source_or_says_why_not(
     res = CliRunner().invoke(app, ["plan", path, "-H", "rtx-5090", "--no-store",
                                    "--max-model-len", "4096"], terminal_width=250)
     assert res.exit_code == 0, res.output
-    assert ("decode: no stored vLLM run or shipped vLLM prior for rtx-5090 (the shipped priors "
+    assert ("decode: no stored vLLM decode run or shipped vLLM decode prior for rtx-5090 (the "
+            "shipped priors "
             "for rtx-5090 are llama.cpp only): roofline bound only"
             in " ".join(res.output.split()))

@@ -157,9 +157,16 @@ def test_no_data_for_the_engine_names_the_engine_not_the_hardware(
                               "-c", "4096"], terminal_width=250)
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert ("decode: no stored llama.cpp run or shipped llama.cpp prior for h200 (the shipped "
-            "priors for h200 are vLLM only): roofline bound only") in text
+    assert ("decode: no stored llama.cpp decode run or shipped llama.cpp decode prior for h200 "
+            "(the shipped priors for h200 are vLLM only): roofline bound only") in text
     assert "no stored run or prior for this hardware" not in text
+    # the RTX 5090 has one llama.cpp figure, a prefill: decode's line says so, not "none"
+    res = runner.invoke(app, ["plan", str(replicas["llama2-7b-Q4_0"]), "-H", "rtx-5090",
+                              "--no-store", "-c", "4096"], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert ("decode: no stored llama.cpp decode run or shipped llama.cpp decode prior for "
+            "rtx-5090 (the shipped llama.cpp priors for rtx-5090 are prefill only)"
+            in " ".join(res.output.split()))
 
 
 def _sample(model: str, path: str, nbytes: float, seconds: float) -> Sample:

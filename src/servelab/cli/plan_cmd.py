@@ -109,11 +109,14 @@ def fit_line(kind: str, fit: Fit | None, *, engine: str = "vllm", hardware: str 
 
     label = ENGINE_LABELS.get(engine, engine)
     where = hardware or "this hardware"
-    others = sorted({ENGINE_LABELS.get(s.engine, s.engine) for s in load_priors().samples
-                     if s.hardware == hardware and s.engine != engine})
-    has = f" (the shipped priors for {where} are {', '.join(others)} only)" if others else ""
-    return f"{kind}: no stored {label} run or shipped {label} prior for {where}{has}: " \
-           "roofline bound only"
+    here = [s for s in load_priors().samples if s.hardware == hardware]
+    others = sorted({ENGINE_LABELS.get(s.engine, s.engine) for s in here if s.engine != engine})
+    kinds = sorted({s.kind for s in here if s.engine == engine and s.kind != kind})
+    has = (f" (the shipped {label} priors for {where} are {', '.join(kinds)} only)" if kinds
+           else f" (the shipped priors for {where} are {', '.join(others)} only)" if others
+           else "")
+    return f"{kind}: no stored {label} {kind} run or shipped {label} {kind} prior for " \
+           f"{where}{has}: roofline bound only"
 
 
 def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> None:
