@@ -7,11 +7,8 @@ read per token, FLOPs, layers) are servelab's own arithmetic on the build's head
 numbers typed in. Each replica's total tensor bytes is checked against the model size
 llama-bench printed beside the published figure (``SIZES``): a wrong type mix shows there.
 
-Which GGML type each tensor gets follows llama.cpp's ``llama_tensor_get_type``
-(src/llama-quant.cpp, llama.cpp as vendored in llama-cpp-python 0.3.36) for the file types
-used here: F16 (2-D weights F16), Q8_0 (every 2-D weight Q8_0), Q4_0 (2-D weights Q4_0, the
-output matrix Q6_K), MXFP4_MOE (routed experts MXFP4, every other 2-D weight Q8_0); 1-D
-tensors (norms, biases, sinks) and MoE routers stay F32 as the converter writes them.
+Which GGML type each tensor gets is :func:`servelab.synth.gguf_types.tensor_type` (llama.cpp's
+``llama_tensor_get_type``), the rule servelab's own GGUF writer follows too.
 
 ``benchmarks/priors/gguf_replicas.py`` prints each replica's size beside llama-bench's.
 """
@@ -23,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from servelab.synth.gguf_types import tensor_type
 
 GIB = 1 << 30
 
@@ -88,50 +87,39 @@ SIZES = {
 }
 
 
-def tensors(a: Arch) -> Iterator[tuple[str, tuple[int, ...], str]]:
-    """(name, shape outermost first, role) of every tensor llama.cpp's converter writes."""
-    yield "token_embd.weight", (a.vocab, a.hidden), "embed"
-    yield "output_norm.weight", (a.hidden,), "vector"
-    yield "output.weight", (a.vocab, a.hidden), "output"
+def tensors(a: Arch) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """(name, shape outermost first) of every tensor llama.cpp's converter writes."""
+    yield "token_embd.weight", (a.vocab, a.hidden)
+    yield "output_norm.weight", (a.hidden,)
+    yield "output.weight", (a.vocab, a.hidden)
     q, kv = a.heads * a.hd, a.kv_heads * a.hd
     for i in range(a.layers):
         b = f"blk.{i}."
-        yield b + "attn_norm.weight", (a.hidden,), "vector"
-        yield b + "attn_q.weight", (q, a.hidden), "matrix"
-        yield b + "attn_k.weight", (kv, a.hidden), "matrix"
-        yield b + "attn_v.weight", (kv, a.hidden), "matrix"
-        yield b + "attn_output.weight", (a.hidden, q), "matrix"
+        yield b + "attn_norm.weight", (a.hidden,)
+        yield b + "attn_q.weight", (q, a.hidden)
+        yield b + "attn_k.weight", (kv, a.hidden)
+        yield b + "attn_v.weight", (kv, a.hidden)
+        yield b + "attn_output.weight", (a.hidden, q)
         if a.qkv_bias:
-            yield b + "attn_q.bias", (q,), "vector"
-            yield b + "attn_k.bias", (kv,), "vector"
-            yield b + "attn_v.bias", (kv,), "vector"
+            yield b + "attn_q.bias", (q,)
+            yield b + "attn_k.bias", (kv,)
+            yield b + "attn_v.bias", (kv,)
         if a.experts:
-            yield b + "attn_output.bias", (a.hidden,), "vector"
-            yield b + "attn_sinks.weight", (a.heads,), "vector"
-            yield b + "post_attention_norm.weight", (a.hidden,), "vector"
-            yield b + "ffn_gate_inp.weight", (a.experts, a.hidden), "router"
-            yield b + "ffn_gate_inp.bias", (a.experts,), "vector"
+            yield b + "attn_output.bias", (a.hidden,)
+            yield b + "attn_sinks.weight", (a.heads,)
+            yield b + "post_attention_norm.weight", (a.hidden,)
+            yield b + "ffn_gate_inp.weight", (a.experts, a.hidden)
+            yield b + "ffn_gate_inp.bias", (a.experts,)
             for p in ("gate", "up"):
-                yield b + f"ffn_{p}_exps.weight", (a.experts, a.expert_ffn, a.hidden), "expert"
-                yield b + f"ffn_{p}_exps.bias", (a.experts, a.expert_ffn), "vector"
-            yield b + "ffn_down_exps.weight", (a.experts, a.hidden, a.expert_ffn), "expert"
-            yield b + "ffn_down_exps.bias", (a.experts, a.hidden), "vector"
+                yield b + f"ffn_{p}_exps.weight", (a.experts, a.expert_ffn, a.hidden)
+                yield b + f"ffn_{p}_exps.bias", (a.experts, a.expert_ffn)
+            yield b + "ffn_down_exps.weight", (a.experts, a.hidden, a.expert_ffn)
+            yield b + "ffn_down_exps.bias", (a.experts, a.hidden)
         else:
-            yield b + "ffn_norm.weight", (a.hidden,), "vector"
-            yield b + "ffn_gate.weight", (a.ffn, a.hidden), "matrix"
-            yield b + "ffn_up.weight", (a.ffn, a.hidden), "matrix"
-            yield b + "ffn_down.weight", (a.hidden, a.ffn), "matrix"
-
-
-def ggml_type(role: str, file_type: str) -> str:
-    """The GGML type llama.cpp's quantizer gives a tensor of ``role`` (see module docs)."""
-    if role in ("vector", "router"):
-        return "F32"
-    if file_type == "MXFP4_MOE":
-        return "MXFP4" if role == "expert" else "Q8_0"
-    if file_type == "Q4_0" and role == "output":
-        return "Q6_K"
-    return file_type
+            yield b + "ffn_norm.weight", (a.hidden,)
+            yield b + "ffn_gate.weight", (a.ffn, a.hidden)
+            yield b + "ffn_up.weight", (a.ffn, a.hidden)
+            yield b + "ffn_down.weight", (a.hidden, a.ffn)
 
 
 def _aligned(n: int, align: int = 32) -> int:
@@ -168,8 +156,8 @@ def write_replica(a: Arch, file_type: str, out: Path) -> Path:
     w.add_tokenizer_model("gpt2")
     w.add_token_list([f"t{i}" for i in range(a.vocab)])
     sizes = []
-    for name, shape, role in tensors(a):
-        t = qt[ggml_type(role, file_type)]
+    for name, shape in tensors(a):
+        t = qt[tensor_type(name, len(shape), file_type, a.layers)]
         block, size = gguf.GGML_QUANT_SIZES[t]
         n = int(np.prod(shape)) // block * size
         w.add_tensor_info(name, shape, np.dtype(np.float32), n, raw_dtype=t)
