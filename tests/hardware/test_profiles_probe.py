@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from servelab.cli.app import app
 from servelab.errors import HardwareProfileError
+from servelab.hardware.host import host_profile
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.probe import (
     load_probe,
@@ -92,6 +93,22 @@ def test_host_probe_measures_positive_rates() -> None:
     assert len(bw.samples) == 3 and bw.best >= bw.median > 0
     mm = measure_matmul(128, reps=3)
     assert mm.best >= mm.median > 0 and mm.unit == "FLOP/s"
+
+
+def test_a_host_probe_taken_under_load_says_its_figures_read_low() -> None:
+    """A bound from a probe on a busy machine can be beaten (issue 30's CPU runs beat one by
+    2x): the profile's sources say so and name the quiet-probe route; a quiet one says
+    nothing more."""
+    busy = host_profile(load=(3.7, 2))
+    for key in ("bandwidth", "compute"):
+        assert "taken under load (1-minute load average 3.7 on 2 CPUs)" in busy.sources[key]
+        assert "--probe FILE" in busy.sources[key]
+    bw, label = busy.effective_bandwidth_ceiling()  # what plan prints beside the bandwidth
+    assert bw == busy.measured_bandwidth and "taken under load" in label
+    quiet = host_profile(load=(0.4, 2))
+    assert quiet.effective_bandwidth_ceiling()[1] == "measured (probe)"
+    assert "under load" not in quiet.sources["bandwidth"] + quiet.sources["compute"]
+    assert busy.bandwidth > 0 and quiet.bandwidth > 0  # both measured, neither replaced
 
 
 def _fake_probe(tmp_path: Path, output: dict[str, Any]) -> list[str]:

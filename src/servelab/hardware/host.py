@@ -55,11 +55,29 @@ def host_has_avx512_bf16(cpuinfo: str | None = None) -> bool:
     return "avx512_bf16" in host_cpu_flags(cpuinfo)
 
 
-def host_profile(*, quick: bool = True) -> HardwareProfile:
+#: A 1-minute load average above this share of the CPUs makes a probe taken now read low.
+BUSY_SHARE = 0.5
+
+
+def busy_note(load_1min: float, cpus: int) -> str:
+    """What a probe taken at this load is worth: "" on a quiet machine, else a warning that
+    a bound computed from it can be beaten, and what to do instead."""
+    if load_1min <= BUSY_SHARE * cpus:
+        return ""
+    return (f"; taken under load (1-minute load average {load_1min:.1f} on {cpus} CPUs): "
+            "it reads low, and a bound from it can be beaten; probe a quiet machine with "
+            "`servelab hardware probe -o FILE` and plan with --probe FILE")
+
+
+def host_profile(*, quick: bool = True,
+                 load: tuple[float, int] | None = None) -> HardwareProfile:
     """A profile of this CPU whose bandwidth and compute are measured now.
 
-    ``quick`` uses a 128 MiB copy and a 512² matmul (well under a second).
+    ``quick`` uses a 128 MiB copy and a 512² matmul (well under a second). ``load``: the
+    1-minute load average and CPU count when the probe runs (default: this machine's now);
+    on a busy machine the sources say the figures read low.
     """
+    busy = busy_note(*(load or (os.getloadavg()[0], os.cpu_count() or 1)))
     probe = (
         probe_host(copy_bytes=128 << 20, copy_reps=5, matmul_n=512, matmul_reps=5)
         if quick
@@ -81,8 +99,9 @@ def host_profile(*, quick: bool = True) -> HardwareProfile:
         sources={
             "memory": "sysconf(SC_PHYS_PAGES)",
             "bandwidth": f"measured now: {probe.method}, best of "
-            f"{len(probe.copy_bandwidth.samples)}",
-            "compute": "measured now: numpy float32 matmul (bf16 assumed equal)",
+            f"{len(probe.copy_bandwidth.samples)}{busy}",
+            "compute": f"measured now: numpy float32 matmul (bf16 assumed equal){busy}",
+            **({"probe_warning": busy} if busy else {}),
         },
         measured_bandwidth=probe.copy_bandwidth.best,
         measured_compute={"fp32": fp32},

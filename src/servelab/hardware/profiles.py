@@ -63,10 +63,15 @@ class HardwareProfile:
             return self.measured_compute[precision]
         return self.compute.get(precision)
 
+    def probe_label(self) -> str:
+        """Where a measured figure came from: "measured (probe)", with the probe's warning
+        when it was taken on a busy machine (``sources["probe_warning"]``)."""
+        return f"measured (probe{self.sources.get('probe_warning', '')})"
+
     def effective_bandwidth_ceiling(self) -> tuple[float, str]:
         """The bandwidth a roofline should use and where it came from."""
         if self.measured_bandwidth:
-            return self.measured_bandwidth, "measured (probe)"
+            return self.measured_bandwidth, self.probe_label()
         return self.bandwidth, self.sources.get("bandwidth", "published")
 
     def kernel_path(self, scheme: str, *, moe: bool) -> KernelPath:

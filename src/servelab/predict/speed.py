@@ -161,7 +161,7 @@ def predict_speed(
     path = kernel_path or hardware.kernel_path(weights.scheme, moe=weights.moe)
     rate = hardware.compute_rate(path.compute)
     comp_src = (
-        "measured (probe)"
+        hardware.probe_label()
         if path.compute in hardware.measured_compute
         else hardware.sources.get("compute", "published")
     )
