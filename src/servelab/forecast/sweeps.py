@@ -11,6 +11,10 @@ the bench sent (:mod:`servelab.predict.schedule`). Errors as everywhere in serve
 too uncertain to print (the 4x rule) is still simulated: its rows say "no prediction" and
 count in no coverage, but their errors are the load form's evidence like any other.
 
+A run whose plan predates stored step costs is re-predicted only from step costs the caller
+re-planned for it (:class:`Replanned`: from a checkpoint checked to be the same build,
+:mod:`servelab.pipeline.replan`); its rows say so.
+
 The batched form's own error (:func:`batched_error`) is what these held-out points miss by,
 per hardware: the 90 % split-conformal quantile of their |errors| where they rest on
 :data:`~servelab.predict.levels.MIN_BUILDS` models or more, else the largest miss widened by
@@ -93,6 +97,7 @@ class SweepRow:
     metrics: Mapping[str, Compared]
     no_prediction: str | None = None  # why the figures are simulated, not predicted
     predicted: bool = True
+    replanned: str | None = None  # where its step costs came from when not its stored plan
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (every predicted figure labelled)."""
@@ -100,9 +105,18 @@ class SweepRow:
             "run_id": self.run_id, "hardware": self.hardware, "model": self.model,
             "prompt_len": self.prompt_len, "concurrency": self.concurrency,
             "requests": self.requests, "rel_error": self.rel_error, "predicted": True,
-            "no_prediction": self.no_prediction,
+            "no_prediction": self.no_prediction, "replanned": self.replanned,
             **{k: vars(v) for k, v in self.metrics.items()},
         }
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """Step costs for a stored run whose plan predates them, re-planned from a checkpoint
+    checked to be the run's build; ``how`` says from what and how it was checked."""
+
+    costs: StepCosts
+    how: str
 
 
 @dataclass(frozen=True)
@@ -153,7 +167,8 @@ def has_sweep(run: RunRecord) -> bool:
     return run.status == STATUS_OK and any(c > 1 for _, c in measured_points(run))
 
 
-def _profile(run: RunRecord) -> HardwareProfile:
+def run_profile(run: RunRecord) -> HardwareProfile:
+    """The hardware profile the run stored (the built-in one of its name when unreadable)."""
     if isinstance(run.hardware_profile, Mapping):
         try:
             return profile_from_dict(run.hardware_profile)
@@ -173,13 +188,18 @@ class _Stored:
     groups: tuple[tuple[str, int, int], ...]  # (kind, block size, blocks per request)
 
 
-def _stored(run: RunRecord) -> _Stored:
-    """The step costs, limits and KV pool of the run's stored plan."""
+def _stored(run: RunRecord, replanned: Replanned | None = None) -> _Stored:
+    """The step costs, limits and KV pool of the run's stored plan (the step costs
+    ``replanned`` when its plan predates them)."""
     doc = run.prediction or {}
     raw = doc.get("step_costs")
-    if not isinstance(raw, Mapping):
-        raise InputError("its plan predates stored step costs (re-run it to predict its sweep)")
-    costs = StepCosts.from_dict(raw)
+    if isinstance(raw, Mapping):
+        costs = StepCosts.from_dict(raw)
+    elif replanned is not None:
+        costs = replanned.costs
+    else:
+        raise InputError("its plan predates stored step costs (re-run it, or re-plan it from "
+                         "a header replica of its build: --replica RUN_ID=DIR)")
     pool = doc.get("kv_pool")
     if not isinstance(pool, Mapping) or not isinstance(pool.get("groups"), list):
         raise InputError("its plan holds no vLLM KV pool")
@@ -189,7 +209,7 @@ def _stored(run: RunRecord) -> _Stored:
         blocks = int(pool["num_blocks"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"its plan's KV pool is unreadable: {exc!r}") from None
-    hw = _profile(run)
+    hw = run_profile(run)
     opts = run_startup_options(run)
     platform = run_platform(run)
     tokens = effective_max_num_batched_tokens(hw, platform, ParallelLayout(), opts).value
@@ -200,11 +220,12 @@ def _stored(run: RunRecord) -> _Stored:
 
 
 def predict_sweep(run: RunRecord, runs: Sequence[RunRecord], priors: PriorTable | None = None,
-                  cpu_step_fixed: str = CPU_STEP_FIXED) -> list[SweepRow]:
+                  cpu_step_fixed: str = CPU_STEP_FIXED, replanned: Replanned | None = None
+                  ) -> list[SweepRow]:
     """The run's closed-loop points predicted with its model left out (see module docs);
     raises :class:`InputError` saying why a run cannot be. ``cpu_step_fixed``: which fit's
     fixed cost a CPU step with prompt chunks pays (:class:`~servelab.predict.batched.
-    StepModel`)."""
+    StepModel`); ``replanned``: its step costs when its plan predates them."""
     meas = measured_points(run)
     cal = held_out_calibration(run, runs, priors)
     if cal is None:
@@ -215,7 +236,7 @@ def predict_sweep(run: RunRecord, runs: Sequence[RunRecord], priors: PriorTable 
             raise InputError(f"no calibrated {kind} fit with its model left out")
         if fit.refused:  # still simulated: its miss is the batched form's evidence too
             refused.append(f"{kind}: {fit.refused}")
-    st = _stored(run)
+    st = _stored(run, replanned)
     model = StepModel(costs=st.costs, decode=cal.decode, prefill=cal.prefill,
                       platform=run_platform(run), graph_tokens=run_graph_tokens(run),
                       cpu_step_fixed=cpu_step_fixed)
@@ -229,11 +250,12 @@ def predict_sweep(run: RunRecord, runs: Sequence[RunRecord], priors: PriorTable 
     points = simulate_points(model, loads, limits, gpus=1)
     name = checkpoint_names(runs)[next(i for i, r in enumerate(runs) if r is run)]
     why = "; ".join(refused) or None
-    return [_row(run, name, pt, meas[k], why) for k, pt in zip(keys, points, strict=True)]
+    how = replanned.how if replanned is not None and st.costs is replanned.costs else None
+    return [_row(run, name, pt, meas[k], why, how) for k, pt in zip(keys, points, strict=True)]
 
 
-def _row(run: RunRecord, name: str, pt: LoadPoint, m: Measured, refused: str | None
-         ) -> SweepRow:
+def _row(run: RunRecord, name: str, pt: LoadPoint, m: Measured, refused: str | None,
+         replanned: str | None) -> SweepRow:
     why = refused or (too_wide_text(f"±{pt.rel_error * 100:.0f}%") if pt.no_prediction
                       else None)
     metrics = {}
@@ -244,14 +266,17 @@ def _row(run: RunRecord, name: str, pt: LoadPoint, m: Measured, refused: str | N
         metrics[key] = Compared(band.value, band.low, band.high, v, err,
                                 None if why else band.low <= v <= band.high)
     return SweepRow(run.run_id or "", run.hardware or "", name, pt.prompt_len,
-                    pt.concurrency or 0, m.requests, pt.rel_error, metrics, why)
+                    pt.concurrency or 0, m.requests, pt.rel_error, metrics, why,
+                    replanned=replanned)
 
 
 def held_out_sweeps(runs: Sequence[RunRecord], priors: PriorTable | None = None,
-                    cpu_step_fixed: str = CPU_STEP_FIXED
+                    cpu_step_fixed: str = CPU_STEP_FIXED,
+                    replanned: Mapping[str, Replanned] | None = None
                     ) -> tuple[list[SweepRow], list[Skipped]]:
     """Every stored sweep among ``runs`` predicted with its model left out (the other runs
-    and the priors are the calibration), and the sweeps that could not be, with why."""
+    and the priors are the calibration), and the sweeps that could not be, with why;
+    ``replanned``: by run id, step costs for runs whose plans predate them."""
     runs = list(runs)
     names = checkpoint_names(runs)
     rows: list[SweepRow] = []
@@ -260,7 +285,8 @@ def held_out_sweeps(runs: Sequence[RunRecord], priors: PriorTable | None = None,
         if not has_sweep(run):
             continue
         try:
-            rows.extend(predict_sweep(run, runs, priors, cpu_step_fixed))
+            rows.extend(predict_sweep(run, runs, priors, cpu_step_fixed,
+                                      (replanned or {}).get(run.run_id or "")))
         except ServelabError as exc:
             skipped.append(Skipped(run.run_id or "", name, str(exc)))
     return rows, skipped
