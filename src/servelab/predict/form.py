@@ -384,8 +384,8 @@ class Sample:
     #: the draft term, never the plain decode fit.
     spec_method: str = ""
     draft_passes: int = 0
-    #: Without the decode context term: the form as it was before it (a comparison of the
-    #: two on the same samples: benchmarks/prereg/ctxterm.py).
+    #: Without the decode context term: the form as it was before it (the two compared on
+    #: the same samples: tests/predict/test_context_term.py).
     no_context_term: bool = False
 
     @property
