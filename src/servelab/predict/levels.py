@@ -125,6 +125,9 @@ class Fit:
     rel_error: float | None
     error_basis: str
     fallback: str | None = None
+    #: How the decode context term was had (llama.cpp: fitted, or held at the level below's
+    #: or 0 where one context length cannot identify it); "" where no sample carries it.
+    context_term: str = ""
 
     def seconds(self, row: Row) -> float:
         """Predicted time for one design-matrix row (:func:`row_seconds`)."""
@@ -162,6 +165,8 @@ class Fit:
             parts.append(f"±{self.rel_error * 100:.0f}% ({self.error_basis})")
         if self.fallback:
             parts.append(f"fallback: {self.fallback}")
+        if self.context_term:
+            parts.append(self.context_term)
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, object]:
@@ -177,7 +182,7 @@ class Fit:
             "error_basis": self.error_basis,
             "fallback": self.fallback,
             "label": self.label(),
-        }
+        } | ({"context_term": self.context_term} if self.context_term else {})
 
 
 
@@ -328,8 +333,15 @@ def fit_levels(
     ground = ""  # that level's basis
     for lv in reversed(usable):
         prior = fit.theta
-        weight = _held_weights(len(prior)) if held and not lv.pooled else PRIOR_WEIGHT
+        weight: float | tuple[float, ...] = (
+            _held_weights(len(prior)) if held and not lv.pooled else PRIOR_WEIGHT
+        )
+        lengths = context_lengths(lv.samples, kind)
+        if lengths == 1:  # one context length per model: the term cannot be told apart
+            weight = _hold(weight, len(prior), "s_per_context_layer")
         theta = fit_samples(lv.samples, kind, prior, bound, weight)
+        if lengths == 1:  # held: exactly the level below's (0 at the roofline: no term)
+            theta = theta.replace(s_per_context_layer=prior.get("s_per_context_layer"))
         errs = relative_errors(lv.samples, kind, prior, bound, weight) if intervals else []
         if lv.pooled and kind == "prefill":
             held = held or any(overlapping(s.features) for s in lv.samples)
@@ -372,6 +384,7 @@ def fit_levels(
             rel_error=rel,
             error_basis=basis,
             fallback=lv.fallback,
+            context_term=_context_note(lengths, theta),
         )
     if intervals and reference is not None and not fit.is_roofline:
         fit = _lent(fit, usable, target, reference, grounded)
@@ -412,6 +425,43 @@ def _lent(
     if rel == fit.rel_error:
         return fit
     return replace(fit, rel_error=rel, error_basis=basis)
+
+
+def context_lengths(samples: Sequence[Sample], kind: str) -> int:
+    """The most context lengths one model's samples that carry the decode context term
+    show (0: none carries it, e.g. every vLLM sample)."""
+    if kind != "decode":
+        return 0
+    seen: dict[str, set[int]] = {}
+    for s in samples:
+        if s.kind == kind and s.features.amounts[_CTX_AT] > 0:
+            seen.setdefault(s.build.model, set()).add(s.length)
+    return max((len(v) for v in seen.values()), default=0)
+
+
+def _context_note(lengths: int, theta: Coefficients) -> str:
+    """How a level had its decode context term (:attr:`Fit.context_term`)."""
+    if lengths == 0:
+        return ""
+    per = theta.get("s_per_context_layer")
+    if lengths > 1:
+        return (f"decode context term fitted over {lengths} context lengths: {per * 1e9:.3g} ns "
+                "per context token x attention layer")
+    if per > 0:
+        return (f"decode context term of the level below ({per * 1e9:.3g} ns per context "
+                "token x attention layer): one context length per model here")
+    return ("no decode context term: one context length per model here cannot identify it "
+            "(the form without it)")
+
+
+_CTX_AT = FORMS["decode"].index("s_per_context_layer")
+
+
+def _hold(weight: float | tuple[float, ...], k: int, name: str) -> tuple[float, ...]:
+    """``weight`` (one or per term) with term ``name`` of the decode form held at its prior."""
+    w = [weight] * k if isinstance(weight, float) else list(weight)
+    w[FORMS["decode"].index(name)] = HOLD_WEIGHT
+    return tuple(w)
 
 
 def _held_weights(k: int) -> tuple[float, ...]:

@@ -29,7 +29,7 @@ from servelab.plan.costs import (
     prefill_flops,
 )
 from servelab.plan.weights import Weights
-from servelab.predict.form import Row, expert_slots, features
+from servelab.predict.form import CONTEXT_ENGINES, Row, context_layers, expert_slots, features
 from servelab.predict.levels import Calibration, Fit, interval
 from servelab.predict.roofline import roofline_decode_tok_s
 from servelab.predict.spec import MtpPoint, SpecStep, check_method, predict_step, spec_step
@@ -173,6 +173,8 @@ def predict_speed(
     layers = dims.num_layers
     slots = model_expert_slots(dims)
     on = hardware.platform
+    # the decode context term is llama.cpp's (its fits hold the coefficient; others hold 0)
+    ctx_term = calibration is not None and calibration.target.engine in CONTEXT_ENGINES
     decode: list[DecodePoint] = []
     prefill: list[PrefillPoint] = []
     for p in prompt_lens:
@@ -181,7 +183,9 @@ def predict_speed(
         )
         total = w + kv + st
         roof = roofline_decode_tok_s(total, bw)
-        row = features("decode", total, layers, expert_slots=slots, platform=on)
+        ctx = context_layers(p, layers, dims.num_linear_layers) if ctx_term else 0.0
+        row = features("decode", total, layers, expert_slots=slots, platform=on,
+                       context_layers=ctx)
         tok, lo, hi = _predicted(dfit, row, 1.0, roof)
         decode.append(
             DecodePoint(
