@@ -299,6 +299,61 @@ phase_cal_fg() {
   touch "$WORK/cal.done"
 }
 
+# Load sweeps (issue 31): builds never run on the H200, pre-registered in
+# benchmarks/prereg/load-h200-2026-12-04 (header replicas at published dimensions + a
+# full-vocabulary tokenizer, vLLM's dummy loader; recipes benchmarks/load/recipes/*-h200-load.toml
+# with a [bench] sweep at 4, 16, 64 streams and a [capacity] table).
+LOAD_MODELS=(${LOAD_MODELS:-qwen2.5-7b mistral-7b})
+
+phase_load_gen() {
+  say "load-gen ${LOAD_MODELS[*]}"
+  local m
+  for m in "${LOAD_MODELS[@]}"; do
+    rm -rf "${WORK:?}/load/$m"
+    servelab synth replica "$WORK/load/$m" --model "$m" || return 1
+    "$py" -c 'import json, sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path
+from gen_checkpoint import write_generation_files
+out = Path(sys.argv[2]); print("tokenizer ids:", write_generation_files(out, json.loads((out / "config.json").read_text())))' "$here" "$WORK/load/$m" || return 1
+  done
+}
+
+phase_load_bg() {
+  say "load-bg ${LOAD_MODELS[*]} (log $WORK/load.log)"
+  rm -f "$WORK/load.done"
+  LOAD_MODELS="${LOAD_MODELS[*]}" setsid nohup bash "$0" load-fg >"$WORK/load.log" 2>&1 </dev/null &
+  sleep 5
+  tail -3 "$WORK/load.log"
+}
+
+phase_load_fg() {
+  servelab hardware probe -o "$WORK/probe.json" -- "$py" -m servelab.hardware.gpu_probe
+  local m r
+  for m in "${LOAD_MODELS[@]}"; do
+    mkdir -p "$WORK/load/runs-$m"
+    r="$WORK/load/runs-$m/recipe.toml"
+    sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
+      "$repo/benchmarks/load/recipes/$m-h200-load.toml" >"$r"
+    say "load $m"
+    servelab inspect "$WORK/load/$m" --json >"$WORK/load/runs-$m/inspect.json"
+    "$py" -m servelab run "$r" --runs-dir "$WORK/load/runs-$m/runs" --label device=lent-h200
+    echo "run $m exit $?"
+    cp "$WORK/load/runs-$m"/runs/*/engine.log "$WORK/load/runs-$m/" 2>/dev/null
+  done
+  touch "$WORK/load.done"
+}
+
+phase_load_wait() { wait_done load "$1" '^=== load |^run .* exit|c=|capacity'; }
+
+phase_load_collect() {
+  say load-collect
+  servelab runs list
+  servelab runs export -o "$WORK/load/runs.json"
+  cp "$WORK/probe.json" "$WORK/load.log" "$WORK/load/" 2>/dev/null
+  tar -C "$WORK" -czf "$OUT/load.tgz" --exclude='*.safetensors' --exclude='tokenizer*' \
+    load/runs.json load/probe.json load/load.log $(cd "$WORK" && ls -d load/runs-* 2>/dev/null)
+  ls -la "$OUT"
+}
+
 wait_done() {
   # wait_done NAME LIMIT PATTERN: wait up to LIMIT s for $WORK/NAME.done, printing the last
   # line of $WORK/NAME.log that matches PATTERN every 15 s, then every matching line.
@@ -404,6 +459,11 @@ for ph in "$@"; do
     collect) phase_collect ;;
     gen-sparse) phase_gen_sparse ;;
     cal-bg) phase_cal_bg ;;
+    load-gen) phase_load_gen ;;
+    load-bg) phase_load_bg ;;
+    load-fg) phase_load_fg ;;
+    load-wait:*) phase_load_wait "${ph#load-wait:}" ;;
+    load-collect) phase_load_collect ;;
     prof-bg) phase_prof_bg ;;
     prof-fg) phase_prof_fg ;;
     prof-wait:*) phase_prof_wait "${ph#prof-wait:}" ;;
