@@ -16,6 +16,7 @@ predicted - 1 for rates, and for latencies as the same ratio on their reciprocal
     python benchmarks/load/check_sweeps.py h200-stored CKPT_DIR
     python benchmarks/load/check_sweeps.py cpu PREREG_DIR MEASURED_DIR
     python benchmarks/load/check_sweeps.py cpu-runs PREREG_DIR RUNS_EXPORT_JSON
+    python benchmarks/load/check_sweeps.py h200-runs PREREG_DIR RUNS_EXPORT_JSON
 """
 
 from __future__ import annotations
@@ -240,7 +241,39 @@ def main(argv: Sequence[str]) -> None:
     if argv[0] == "cpu-runs":
         cpu_runs(Path(argv[1]), Path(argv[2]))
         return
+    if argv[0] == "h200-runs":
+        h200_runs(Path(argv[1]), Path(argv[2]))
+        return
     raise SystemExit(__doc__)
+
+
+def h200_runs(prereg: Path, export: Path) -> None:
+    """The pre-registered H200 predictions (``plan-<build>-h200.json``, made from the shipped
+    priors alone) against the device runs of ``device_steps.sh load-bg`` (a ``servelab runs
+    export``): per-point errors and coverage, then the predicted SLO capacity against the one
+    each run measured (its recipe's ``[capacity]``)."""
+    runs = json.loads(export.read_text(encoding="utf-8"))["runs"]
+    rows = []
+    caps = ["| build | prompt | predicted (range) | measured (run) |", "|---|---:|---:|---:|"]
+    for run in runs:
+        build = str(run["recipe_name"]).removesuffix("-h200-load")
+        plan = prereg / f"plan-{build}-h200.json"
+        if run["status"] != "ok" or not plan.exists():
+            continue
+        measured = measured_run(run, int(run["workload"]["output_len"]))
+        rows += compare(build, predicted_doc(plan), measured)
+        pred = {c["prompt_len"]: c for c in
+                json.loads(plan.read_text(encoding="utf-8"))["load"]["capacity"]}
+        for row in ((run.get("extra") or {}).get("capacity") or {}).get("capacities", []):
+            c = pred.get(row["prompt_len"])
+            if c is not None:
+                caps.append(f"| {build} | {row['prompt_len']:,} | {c['capacity']} "
+                            f"({c['low']}–{c['high']}) | {row['capacity']} ({run['run_id']}) |")
+    print(render(rows))
+    print("\n### scaling with the streams\n")
+    print(scaling(rows))
+    print("\n### SLO capacity (closed-loop concurrency)\n")
+    print("\n".join(caps))
 
 
 def cpu_runs(prereg: Path, export: Path) -> None:
