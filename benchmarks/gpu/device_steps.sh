@@ -170,12 +170,26 @@ phase_wait_gen() {
 }
 
 recipe_here() {
-  # The committed recipe names the image's python and $WORK's checkpoint; adapt a copy if
-  # this machine differs.
-  local r="$WORK/recipe.toml"
+  # recipe_here [SRC [DEST]]: the committed recipe SRC (default $RECIPE) names the image's
+  # python and $WORK's checkpoint; write a copy adapted to this machine to DEST (default
+  # $WORK/recipe.toml) and print its path.
+  local src="${1:-$RECIPE}" r="${2:-$WORK/recipe.toml}"
   sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
-    "$RECIPE" >"$r"
+    "$src" >"$r"
   echo "$r"
+}
+
+start_bg() {
+  # start_bg NAME [VAR=VALUE ...]: run phase NAME-fg in its own session (it outlives the
+  # call), log $WORK/NAME.log, with the given variables in its environment (an array does not
+  # reach a child through the environment: hand lists on as strings; without it the child ran
+  # the default list, 2026-12-03 late session).
+  local name="$1"
+  shift
+  rm -f "$WORK/$name.done"
+  env "$@" setsid nohup bash "$0" "$name-fg" >"$WORK/$name.log" 2>&1 </dev/null &
+  sleep 5
+  tail -3 "$WORK/$name.log"
 }
 
 phase_run_bg() {
@@ -271,12 +285,7 @@ phase_gen_sparse() {
 
 phase_cal_bg() {
   say "cal-bg ${CAL_RECIPES[*]} (log $WORK/cal.log)"
-  rm -f "$WORK/cal.done"
-  # An array does not reach a child through the environment: hand the list on as a string
-  # (without it the child ran the default list, 2026-12-03 late session).
-  CAL_RECIPES="${CAL_RECIPES[*]}" setsid nohup bash "$0" cal-fg >"$WORK/cal.log" 2>&1 </dev/null &
-  sleep 5
-  tail -3 "$WORK/cal.log"
+  start_bg cal CAL_RECIPES="${CAL_RECIPES[*]}"
 }
 
 phase_cal_fg() {
@@ -284,9 +293,7 @@ phase_cal_fg() {
   local name r ckpt
   for name in "${CAL_RECIPES[@]}"; do
     mkdir -p "$WORK/cal/$name"
-    r="$WORK/cal/$name/recipe.toml"
-    sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
-      "$here/$name.toml" >"$r"
+    r="$(recipe_here "$here/$name.toml" "$WORK/cal/$name/recipe.toml")"
     ckpt="$(sed -n 's/^path = "\(.*\)"$/\1/p' "$r" | head -1)"
     say "cal $name ($ckpt)"
     servelab inspect "$ckpt" --json >"$WORK/cal/$name/inspect.json"
@@ -319,10 +326,7 @@ out = Path(sys.argv[2]); print("tokenizer ids:", write_generation_files(out, jso
 
 phase_load_bg() {
   say "load-bg ${LOAD_MODELS[*]} (log $WORK/load.log)"
-  rm -f "$WORK/load.done"
-  LOAD_MODELS="${LOAD_MODELS[*]}" setsid nohup bash "$0" load-fg >"$WORK/load.log" 2>&1 </dev/null &
-  sleep 5
-  tail -3 "$WORK/load.log"
+  start_bg load LOAD_MODELS="${LOAD_MODELS[*]}"
 }
 
 phase_load_fg() {
@@ -330,9 +334,8 @@ phase_load_fg() {
   local m r
   for m in "${LOAD_MODELS[@]}"; do
     mkdir -p "$WORK/load/runs-$m"
-    r="$WORK/load/runs-$m/recipe.toml"
-    sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
-      "$repo/benchmarks/load/recipes/$m-h200-load.toml" >"$r"
+    r="$(recipe_here "$repo/benchmarks/load/recipes/$m-h200-load.toml" \
+      "$WORK/load/runs-$m/recipe.toml")"
     say "load $m"
     servelab inspect "$WORK/load/$m" --json >"$WORK/load/runs-$m/inspect.json"
     "$py" -m servelab run "$r" --runs-dir "$WORK/load/runs-$m/runs" --label device=lent-h200
@@ -407,20 +410,14 @@ PROF_RECIPES=(${PROF_RECIPES:-qwen3-next-80b-a3b-bf16-12l-mns64-h200 qwen3.6-35b
 
 phase_prof_bg() {
   say "prof-bg ${PROF_RECIPES[*]} (log $WORK/prof.log)"
-  rm -f "$WORK/prof.done"
-  PROF_RECIPES="${PROF_RECIPES[*]}" PROF_ARGS="${PROF_ARGS:-}" setsid nohup bash "$0" prof-fg >"$WORK/prof.log" 2>&1 \
-    </dev/null &
-  sleep 5
-  tail -3 "$WORK/prof.log"
+  start_bg prof PROF_RECIPES="${PROF_RECIPES[*]}" PROF_ARGS="${PROF_ARGS:-}"
 }
 
 phase_prof_fg() {
   local name r
   for name in "${PROF_RECIPES[@]}"; do
     mkdir -p "$WORK/prof/$name"
-    r="$WORK/prof/$name/recipe.toml"
-    sed -e "s|/opt/torch/.venv/bin/python3|$py|" -e "s|/var/tmp/servelab-gpu|$WORK|" \
-      "$here/$name.toml" >"$r"
+    r="$(recipe_here "$here/$name.toml" "$WORK/prof/$name/recipe.toml")"
     say "prof $name"
     # shellcheck disable=SC2086  # PROF_ARGS is a list of words
     "$py" "$here/profile_decode.py" "$r" --out "$WORK/prof/$name" ${PROF_ARGS:-}
