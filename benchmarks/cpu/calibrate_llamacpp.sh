@@ -7,10 +7,10 @@
 #
 #   bash benchmarks/cpu/calibrate_llamacpp.sh [DB] [OUTDIR]
 #
-# Then: the calibration rows (benchmarks/prereg/cpu_llamacpp.py says which recipes calibrate)
+# Then: the calibration rows (benchmarks/prereg/llamacpp_sets.py says which recipes calibrate)
 #   python benchmarks/priors/from_runs.py OUTDIR/runs-llamacpp-cpu.json --source "..."
 # and the check set's errors
-#   python benchmarks/prereg/cpu_llamacpp.py errors PREDICTIONS.json OUTDIR/runs-llamacpp-cpu.json
+#   python benchmarks/prereg/llamacpp_sets.py errors PREDICTIONS.json OUTDIR/runs-llamacpp-cpu.json
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

@@ -4,7 +4,7 @@ and with it, against the held-out points (benchmarks/RESULTS.md).
     .venv/bin/python benchmarks/prereg/ctxterm.py CPU_BEFORE.json CPU_AFTER.json \\
         SPARK_BEFORE.json SPARK_AFTER.json EXPORT.json [EXPORT ...]
 
-``CPU_*``: ``cpu_llamacpp.py predict`` files (the twelve host builds; the check set is the
+``CPU_*``: ``llamacpp_sets.py predict cpu`` files (the twelve host builds; the check set is the
 qwen2 family and the llama Q5_K_M build); ``SPARK_*``: ``builds.py predict`` files (the DGX
 Spark's gpt-oss-20b MXFP4 decode at a held-out depth, 8,208, and NVIDIA's figure at 2,112);
 ``EXPORT``: the three passes' run exports (benchmarks/cpu/results/runs-llamacpp-cpu*.json).
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cpu_llamacpp import measured  # benchmarks/prereg/cpu_llamacpp.py
+from llamacpp_sets import measured  # benchmarks/prereg/llamacpp_sets.py
 
 
 def _points(path: str) -> dict[tuple[str, str, int], dict[str, Any]]:

@@ -35,7 +35,7 @@ from servelab.errors import InputError, UsageError
 from servelab.outfile import atomic_file
 from servelab.synth.gguf_types import FILE_TYPES, FileType, quantize, tensor_type
 
-__all__ = ["GGUF_TYPES", "GgufType", "ensure_gguf", "gguf_path", "write_gguf"]
+__all__ = ["GGUF_TYPES", "GgufType", "add_vocab", "ensure_gguf", "gguf_path", "write_gguf"]
 
 GgufType = FileType
 GGUF_TYPES: tuple[GgufType, ...] = FILE_TYPES
@@ -91,7 +91,13 @@ def _tokenizer(model_dir: Path) -> dict[str, Any]:
     return data
 
 
-def _add_vocab(writer: Any, model_dir: Path, cfg: Mapping[str, Any]) -> None:
+def add_vocab(
+    writer: Any, model_dir: Path, cfg: Mapping[str, Any], *, pads_normal: bool = False
+) -> None:
+    """The tokenizer of ``model_dir`` (byte-level BPE, ``tokenizer.json``) as llama.cpp's
+    ``gpt2`` vocabulary on ``writer``, padded to ``cfg["vocab_size"]`` with tokens
+    ``[PAD<i>]``: unused ones, or (``pads_normal``) ordinary tokens that decode to their
+    text, so that a random-weight model, which mostly samples them, streams visible text."""
     import gguf
 
     tok = _tokenizer(model_dir)
@@ -109,7 +115,7 @@ def _add_vocab(writer: Any, model_dir: Path, cfg: Mapping[str, Any]) -> None:
             types.append(gguf.TokenType.CONTROL if control else gguf.TokenType.NORMAL)
         else:  # the embedding is larger than the vocabulary
             tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.UNUSED)
+            types.append(gguf.TokenType.NORMAL if pads_normal else gguf.TokenType.UNUSED)
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"].get("merges", [])]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
@@ -194,7 +200,7 @@ def write_gguf(model_dir: Path, out: Path, *, qtype: GgufType = "F16") -> Path:
         writer.add_vocab_size(int(cfg["vocab_size"]))
         writer.add_file_type(ftype)
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        _add_vocab(writer, model_dir, cfg)
+        add_vocab(writer, model_dir, cfg)
         experts: dict[tuple[int, str], dict[int, np.ndarray[Any, Any]]] = {}
         for hf_name, data in _hf_tensors(model_dir):
             if fused := _FUSED_EXPERT.match(hf_name):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -127,14 +128,12 @@ def _aligned(n: int, align: int = 32) -> int:
     return (n + align - 1) // align * align
 
 
-def write_replica(a: Arch, file_type: str, out: Path) -> Path:
-    """Write the sparse GGUF replica of ``a`` at ``file_type`` to ``out``."""
+def add_metadata(w: Any, a: Arch, file_type: str, name: str) -> None:
+    """llama.cpp's architecture keys for ``a`` (as its converter writes them) and the file
+    type, on the ``gguf.GGUFWriter`` ``w``; the tokenizer is the caller's."""
     import gguf
 
-    qt = gguf.GGMLQuantizationType
-    w = gguf.GGUFWriter(str(out), a.name)
-    arch = a.name
-    w.add_name(f"{arch} replica")
+    w.add_name(name)
     w.add_block_count(a.layers)
     w.add_context_length(a.context)
     w.add_embedding_length(a.hidden)
@@ -153,6 +152,15 @@ def write_replica(a: Arch, file_type: str, out: Path) -> Path:
     if a.window:
         w.add_sliding_window(a.window)
     w.add_file_type(getattr(gguf.LlamaFileType, f"MOSTLY_{file_type}"))
+
+
+def write_replica(a: Arch, file_type: str, out: Path) -> Path:
+    """Write the sparse GGUF replica of ``a`` at ``file_type`` to ``out``."""
+    import gguf
+
+    qt = gguf.GGMLQuantizationType
+    w = gguf.GGUFWriter(str(out), a.name)
+    add_metadata(w, a, file_type, f"{a.name} replica")
     w.add_tokenizer_model("gpt2")
     w.add_token_list([f"t{i}" for i in range(a.vocab)])
     sizes = []
