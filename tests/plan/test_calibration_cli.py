@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.cli_checks import assert_one_line_errors
@@ -160,7 +161,8 @@ def test_ledger_over_the_shipped_priors_and_errors(
          "sample [0]: eager must be true or false"),
         (["calibration", "report", "--priors-only", "--priors", str(prefill_device)],
          "device-only time is a GPU decode step's"),
-        (["calibration", "report", "--db", str(empty)], "no measured single-stream points"),
+        (["calibration", "report", "--db", str(empty)],
+         "no measured single-stream points to check and no stored sweep"),
         # a read-only command never creates a database: a mistyped path is named
         (["calibration", "report", "--db", str(tmp_path / "e.db")], "no results database here"),
         (["calibration", "report", "--priors-only", "--priors", str(bad)], "schema must be"),
@@ -188,26 +190,7 @@ def test_load_sweeps_each_predicted_with_its_model_left_out(tmp_path: Path) -> N
             if r["recipe_name"] in ("tiny-llama-cpu-load", "tiny-qwen3-moe-cpu-load")}
     rows = [r for r in load["rows"] if r["run_id"] in runs]
     assert len(rows) == 16 and {r["model"] for r in rows} == {"tiny-llama", "tiny-qwen3-moe"}
-    for r in rows:
-        run = runs[r["run_id"]]
-        done = [s for s in run["samples"] if s["error"] is None
-                and s["point"] == f"p{r['prompt_len']}-c{r['concurrency']}"]
-        out = run["workload"]["output_len"]
-        tpot = [s["tpot_s"] for s in done]
-        assert r["requests"] == len(done) == max(3, 2 * r["concurrency"])
-        assert r["tpot_s"]["measured"] == pytest.approx(sum(tpot) / len(tpot))
-        assert r["ttft_s"]["measured"] == pytest.approx(sum(s["ttft_s"] for s in done) / len(done))
-        assert r["stream_tok_s"]["measured"] == pytest.approx(
-            sum(1 / x for x in tpot) / len(tpot))
-        assert r["output_tok_s_per_gpu"]["measured"] == pytest.approx(
-            r["concurrency"] * out * len(done) / sum(s["e2e_s"] for s in done))
-        for k in ("tpot_s", "ttft_s", "stream_tok_s", "output_tok_s_per_gpu"):
-            m = r[k]
-            rate = k in RATES[1:]
-            want = (m["measured"] / m["predicted"] if rate else m["predicted"] / m["measured"])
-            assert m["error"] == pytest.approx(want - 1)
-            assert m["inside"] == (None if r["no_prediction"]
-                                   else m["low"] <= m["measured"] <= m["high"])
+    _check_rows(rows, runs)
     # the held-out fits of the tiny llama on the host are wider than 4x: simulated, not
     # predicted, and counted in no coverage
     assert all(r["no_prediction"] for r in rows if r["model"] == "tiny-llama")
@@ -233,3 +216,69 @@ def test_load_sweeps_each_predicted_with_its_model_left_out(tmp_path: Path) -> N
     table = runner.invoke(app, ["calibration", "report", "--db", db, "--markdown"])
     assert table.exit_code == 0 and "leave-one-model-out under load" in table.output
     assert "under load on host: ±" in table.output
+
+
+def _check_rows(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> None:
+    """Each load row's measured means recomputed from its run's samples, its error's sign
+    (measured / predicted - 1 for a rate, predicted / measured - 1 for a latency) and whether
+    it is inside its interval (None where it is no prediction)."""
+    for r in rows:
+        run = runs[r["run_id"]]
+        done = [s for s in run["samples"] if s["error"] is None
+                and s["point"] == f"p{r['prompt_len']}-c{r['concurrency']}"]
+        out = run["workload"]["output_len"]
+        tpot = [s["tpot_s"] for s in done]
+        assert r["requests"] == len(done) == max(3, 2 * r["concurrency"])
+        assert r["tpot_s"]["measured"] == pytest.approx(sum(tpot) / len(tpot))
+        assert r["ttft_s"]["measured"] == pytest.approx(sum(s["ttft_s"] for s in done) / len(done))
+        assert r["stream_tok_s"]["measured"] == pytest.approx(
+            sum(1 / x for x in tpot) / len(tpot))
+        assert r["output_tok_s_per_gpu"]["measured"] == pytest.approx(
+            r["concurrency"] * out * len(done) / sum(s["e2e_s"] for s in done))
+        for k in ("tpot_s", "ttft_s", "stream_tok_s", "output_tok_s_per_gpu"):
+            m = r[k]
+            rate = k in RATES[1:]
+            want = (m["measured"] / m["predicted"] if rate else m["predicted"] / m["measured"])
+            assert m["error"] == pytest.approx(want - 1)
+            assert m["inside"] == (None if r["no_prediction"]
+                                   else m["low"] <= m["measured"] <= m["high"])
+
+
+# The two H200 sweeps of 2026-12-05 (Qwen2.5-7B, Mistral-7B at 4/16/64 streams, servelab run
+# with a [capacity] table): no point at one stream, so no single-stream point to check.
+H200_SWEEPS = (ROOT / "benchmarks" / "load" / "results" / "h200-2026-12-05" / "load"
+               / "runs.json")
+
+
+def test_a_store_of_sweeps_alone_gets_its_load_section(tmp_path: Path) -> None:
+    db = str(tmp_path / "sweeps.db")
+    res = runner.invoke(app, ["runs", "import", str(H200_SWEEPS), "--db", db])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["calibration", "report", "--db", db, "-H", "h200", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    # the ledger's keys as ever, empty, and one line saying why
+    assert (doc["schema"], doc["rows"], doc["summary"]) == ("servelab.ledger/1", [], [])
+    assert doc["single_stream"] == "single stream: no measured single-stream points to check " \
+        "on h200"
+    load = doc["load"]
+    runs = {r["run_id"]: r for r in json.loads(H200_SWEEPS.read_text())["runs"]}
+    assert len(load["rows"]) == 12 and {r["run_id"] for r in load["rows"]} == set(runs)
+    assert {(r["model"], r["prompt_len"], r["concurrency"]) for r in load["rows"]} == {
+        (m, p, c) for m in ("qwen2.5-7b-random", "mistral-7b-random")
+        for p in (512, 2048) for c in (4, 16, 64)}
+    _check_rows(load["rows"], runs)
+    # two models at 2+ streams: the batched form's width is the largest miss x (1 + 1/2)
+    [err] = load["batched_error"]
+    assert (err["hardware"], err["models"], err["points"]) == ("h200", 2, 12)
+    assert err["rel_error"] == pytest.approx(
+        1.5 * max(abs(r[k]["error"]) for r in load["rows"] for k in RATES))
+    assert err["ttft_rel_error"] == pytest.approx(
+        1.5 * max(abs(r["ttft_s"]["error"]) for r in load["rows"]))
+    assert load["too_few_models"] == {} and load["skipped"] == []
+    md = runner.invoke(app, ["calibration", "report", "--db", db, "-H", "h200", "--markdown"])
+    assert md.exit_code == 0, md.output
+    assert "(single stream)" not in md.output  # no empty single-stream table
+    assert md.output.count("no measured single-stream points") == 1
+    assert "leave-one-model-out under load" in md.output
+    assert f"under load on h200: ±{err['rel_error']:.0%}" in md.output

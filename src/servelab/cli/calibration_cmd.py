@@ -3,7 +3,10 @@
 For each build in the results database (or in the shipped priors, ``--priors-only``),
 servelab forgets the build, calibrates as it would for a build it has never run, and prints
 measured against predicted per point (:mod:`servelab.predict.ledger`). ``--json`` prints
-``{"schema": "servelab.ledger/1", "rows": [...], "summary": [...]}``.
+``{"schema": "servelab.ledger/1", "rows": [...], "summary": [...]}``, with ``load`` (the
+stored concurrency sweeps, each predicted with its model left out) when the store has any. A
+store of sweeps alone gets its load section: its ledger rows are empty and ``single_stream``
+says, in one line, that there was no single-stream point to check.
 """
 
 from __future__ import annotations
@@ -144,11 +147,14 @@ def report(
         under_load = _load_section(runs, table, _replanned(runs, replicas))
         stored = samples_from_runs(runs)
         if not rows:
-            raise UsageError(
-                "no measured single-stream points to check"
-                + (f" on {hardware}" if hardware else "")
-                + " (run `servelab run RECIPE` first, or use --priors-only)"
-            )
+            nothing = ("no measured single-stream points to check"
+                       + (f" on {hardware}" if hardware else ""))
+            if not under_load.rows and not under_load.skipped:
+                raise UsageError(f"{nothing} and no stored sweep (run `servelab run RECIPE` "
+                                 "first, or use --priors-only)")
+            # a store of sweeps alone: its load section, the single-stream part one line
+            _emit_load_only(fmt, table.version, under_load, f"single stream: {nothing}")
+            return
     summary = summarize(rows, stored)
     cells = [
         [
@@ -207,6 +213,18 @@ def report(
         ],
         notes=[f"priors table {table.version}", *sources, *under_load.notes()],
     )
+
+
+def _emit_load_only(fmt: str, version: str, under_load: LoadSection, nothing: str) -> None:
+    """The report of a store holding sweeps but no single-stream point: the ledger document
+    with empty rows and summary (``single_stream`` says why), then the load section."""
+    from servelab.predict.ledger import LedgerDocument
+
+    doc = LedgerDocument(version, (), ()).to_dict()
+    doc["single_stream"] = nothing
+    doc["load"] = under_load.to_dict()
+    emit(fmt, doc=doc, tables=under_load.tables(),
+         notes=[nothing, f"priors table {version}", *under_load.notes()])
 
 
 @dataclass(frozen=True)
