@@ -721,11 +721,12 @@ def preset_names() -> tuple[str, ...]:
 
 
 def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
-                  scale_dtype: str | None = None) -> QuantLayout:
+                  scale_dtype: str | None = None, *, fp8: tuple[str, ...] = ()) -> QuantLayout:
     """The layout a preset is written in: its native storage unless ``layout`` is given
-    (a natively quantized preset takes no other layout)."""
+    (a natively quantized preset takes no other layout); ``fp8``: modules an ``nvfp4``
+    layout stores FP8 (:attr:`QuantLayout.fp8`)."""
     if name == "qwen3.6-35b-a3b":
-        return QuantLayout(layout or "fp8-channel", targets, scale_dtype=scale_dtype)
+        return QuantLayout(layout or "fp8-channel", targets, scale_dtype=scale_dtype, fp8=fp8)
     preset = presets()[name][1]
     native = "bf16" if preset.layout == "native" else preset.layout
     if preset.layout != "bf16" and layout not in (None, native):
@@ -735,4 +736,4 @@ def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
         )
     if layout is None or layout == native:
         return QuantLayout(native, preset.quantize, scale_dtype=scale_dtype)
-    return QuantLayout(layout, targets, scale_dtype=scale_dtype)
+    return QuantLayout(layout, targets, scale_dtype=scale_dtype, fp8=fp8)
