@@ -137,6 +137,19 @@ def test_synth_commands_write_what_inspect_reads(
     r = inspect_checkpoint(tmp_path / "r")
     assert (r.quant.method, r.quant.format) == ("modelopt", "NVFP4")
     assert r.role("attention").dtypes.keys() == {"BF16"}  # only experts quantized
+    rc, _, _ = _run(
+        ["synth", "replica", str(tmp_path / "f"), "--targets", "nvfp4-fast", "--mtp", "fused"],
+        capsys,
+    )
+    assert rc == 0
+    r = inspect_checkpoint(tmp_path / "f")
+    assert r.quant.format == "mixed-precision" and r.mtp_tensors == 19
+    assert r.role("lm_head").dtypes.keys() == {"F8_E4M3"}  # the weight (scales apart)
+    rc, _, err = _run(
+        ["synth", "replica", str(tmp_path / "g"), "--targets", "nvfp4-fast", "--layout", "bf16"],
+        capsys,
+    )
+    assert rc == 2 and "nvfp4" in err
     rc, _, err = _run(
         ["synth", "quantize", str(src), str(tmp_path / "q"), "--variant", "int3"], capsys
     )

@@ -12,8 +12,12 @@ import pytest
 
 from servelab.checkpoint.report import inspect_checkpoint
 from servelab.checkpoint.sources import load_checkpoint
+from servelab.errors import UsageError
+from servelab.plan.weights import weights_from_report
 from servelab.synth.replica import (
     EXPERTS_AND_ATTENTION,
+    NVFP4_FAST_FP4,
+    NVFP4_FAST_FP8,
     QWEN3_6_35B_A3B,
     TEXT_LINEARS,
     QuantLayout,
@@ -227,3 +231,60 @@ def test_per_expert_mtp_head_has_785_tensors() -> None:
     # router, 3 shared-expert weights, shared-expert gate = 768 + 17.
     plan = replica_tensors(QWEN3_6_35B_A3B, mtp="per-expert")
     assert sum(t.name.startswith("mtp.") for t in plan.tensors) == 785
+
+
+def _files_gb(tensors: Any) -> tuple[float, float, float]:
+    """(language model, MTP head, vision tower) GB, as the exports split their files."""
+    split = [0, 0, 0]
+    for t in tensors:
+        split[1 if t.name.startswith("mtp.") else 2 if ".visual." in t.name else 0] += t.nbytes
+    return split[0] / 1e9, split[1] / 1e9, split[2] / 1e9
+
+
+def test_unsloth_nvfp4_fast_as_published(tmp_path: Path) -> None:
+    # unsloth/Qwen3.6-35B-A3B-NVFP4-Fast (revision 11fb65d6): NVFP4 routed and shared experts,
+    # FP8 attention / Gated DeltaNet projections / lm_head, BF16 MTP layer; 23.63 GB of
+    # safetensors (the Hugging Face API: 23.7 GB). With a BF16 lm_head it would be 24.14 GB.
+    out = tmp_path / "fast"
+    layout = QuantLayout("nvfp4", NVFP4_FAST_FP4, fp8=NVFP4_FAST_FP8)
+    write_replica(out, QWEN3_6_35B_A3B, layout, mtp="fused")
+    src = load_checkpoint(out)
+    assert round(sum(t.nbytes for t in src.tensors) / 1e9, 2) == 23.63
+    head = {t.name: t.dtype for t in src.tensors if t.name.startswith("lm_head.")}
+    assert head == {"lm_head.weight": "F8_E4M3", "lm_head.weight_scale": "BF16"}
+    r = inspect_checkpoint(out)
+    w = weights_from_report(r)
+    assert w.lm_head_bytes == 248_320 * 2048 + 248_320 * 2  # FP8 + one BF16 scale per row
+    assert (r.mtp_tensors, r.mtp_bytes) == (19, 1_689_281_536)  # the seed's 1.573 GiB head
+    assert w.scheme == "nvfp4" and len(r.quant.groups) == 2
+    assert r.quant.format == "mixed-precision"
+    assert not r.quant.ignores("lm_head") and r.quant.ignores("mtp.fc")
+    assert r.quant.ignores("model.language_model.layers.0.linear_attn.in_proj_a")
+    dtypes = {t.name: t.dtype for t in src.tensors}
+    p = "model.language_model.layers"
+    assert dtypes[f"{p}.0.linear_attn.in_proj_qkv.weight"] == "F8_E4M3"
+    assert dtypes[f"{p}.3.self_attn.o_proj.weight"] == "F8_E4M3"
+    assert dtypes[f"{p}.3.mlp.shared_expert.up_proj.weight_packed"] == "U8"
+    assert dtypes[f"{p}.3.mlp.experts.7.down_proj.weight_packed"] == "U8"
+    bf16_head = replica_tensors(
+        QWEN3_6_35B_A3B, QuantLayout("nvfp4", NVFP4_FAST_FP4, fp8=NVFP4_FAST_FP8[:2]),
+        mtp="fused",
+    )
+    assert round(bf16_head.total_bytes / 1e9, 2) == 24.14
+
+
+def test_redhat_nvfp4_file_split_as_published() -> None:
+    # RedHatAI/Qwen3.6-35B-A3B-NVFP4 (experts and full attention NVFP4; linear attention,
+    # routers, lm_head, MTP, vision ignored) publishes model / model_mtp / model_visual
+    # .safetensors of 22.46 / 1.69 / 0.89 GB.
+    plan = replica_tensors(
+        QWEN3_6_35B_A3B, QuantLayout("nvfp4", EXPERTS_AND_ATTENTION), mtp="fused"
+    )
+    text, mtp, vision = _files_gb(plan.tensors)
+    assert text == pytest.approx(22.46, abs=0.02)
+    assert (round(mtp, 2), round(vision, 2)) == (1.69, 0.89)
+
+
+def test_fp8_beside_fp4_is_an_nvfp4_layout_only() -> None:
+    with pytest.raises(UsageError, match="nvfp4"):
+        QuantLayout("fp8-channel", EXPERTS_AND_ATTENTION, fp8=NVFP4_FAST_FP8)

@@ -22,7 +22,7 @@ synth_app = typer.Typer(
 _console = stdout_console()
 
 #: Which linear layers a replica quantizes (regex sets from servelab.synth.replica).
-_TARGETS = ("experts-attention", "experts", "all-text")
+_TARGETS = ("experts-attention", "experts", "all-text", "nvfp4-fast")
 
 
 @synth_app.command("tiny")
@@ -115,7 +115,8 @@ def replica(
         "experts-attention",
         "--targets",
         help="Quantized linears: experts-attention (routed+shared experts, full attention), "
-        "experts (routed only) or all-text (also linear attention).",
+        "experts (routed only), all-text (also linear attention) or nvfp4-fast (Unsloth's "
+        "NVFP4-Fast: NVFP4 experts; FP8 attention, linear attention and lm_head).",
     ),
     scale_dtype: str | None = typer.Option(
         None, "--scale-dtype", help="FP8 scale dtype (default BF16 channel, F32 block)."
@@ -135,16 +136,22 @@ def replica(
         )
     if targets not in _TARGETS:
         raise UsageError(f"unknown targets {targets!r}; choose one of {', '.join(_TARGETS)}")
+    fp8: tuple[str, ...] = ()
+    if targets == "nvfp4-fast":
+        if layout not in (None, "nvfp4"):
+            raise UsageError(f"--targets nvfp4-fast is an nvfp4 layout, not {layout}")
+        layout, fp8 = "nvfp4", rp.NVFP4_FAST_FP8
     pats = {
         "experts-attention": rp.EXPERTS_AND_ATTENTION,
         "experts": rp.ROUTED_EXPERTS_ONLY,
         "all-text": rp.TEXT_LINEARS,
+        "nvfp4-fast": rp.NVFP4_FAST_FP4,
     }[targets]
     check_new_checkpoint(out_dir, force=force)  # before the replica is planned
     plan = rp.write_replica(
         out_dir,
         rp.preset_config(model),
-        rp.preset_layout(model, layout, pats, scale_dtype),
+        rp.preset_layout(model, layout, pats, scale_dtype, fp8=fp8),
         mtp=mtp,
         max_shard_bytes=max_shard_bytes,
     )

@@ -30,7 +30,10 @@ writes:
   ``hf_quant_config.json``.
 
 Which linear modules are quantized is a list of regexes (:attr:`QuantLayout.quantize`)
-matched against module paths; the others stay BF16 and are listed in the ignore list.
+matched against module paths; the others stay BF16 and are listed in the ignore list. An
+``nvfp4`` layout may also name modules stored FP8 (:attr:`QuantLayout.fp8`: compressed-tensors
+``float-quantized``, written as a second config group), the mixed export Unsloth publishes as
+NVFP4-Fast (FP8 attention, linear-attention projections and ``lm_head``; NVFP4 experts).
 """
 
 from __future__ import annotations
@@ -77,7 +80,9 @@ class QuantLayout:
 
     ``quantize``: regexes (``re.search``) over module paths selecting the quantized
     linear modules; ``scale_dtype``: dtype of FP8 scales; ``block``: FP8 block size;
-    ``fp4_activations``: NVFP4 W4A4 (adds the input scales) rather than W4A16.
+    ``fp4_activations``: NVFP4 W4A4 (adds the input scales) rather than W4A16; ``fp8``:
+    regexes of the modules an ``nvfp4`` layout stores as compressed-tensors FP8 instead
+    (per-channel weights, dynamic per-token activations), which may name ``lm_head``.
     """
 
     kind: str = "bf16"
@@ -85,14 +90,29 @@ class QuantLayout:
     scale_dtype: str | None = None
     block: tuple[int, int] = (128, 128)
     fp4_activations: bool = True
+    fp8: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in LAYOUT_KINDS:
             raise UsageError(f"unknown layout {self.kind!r}; choose one of {LAYOUT_KINDS}")
+        if self.fp8 and self.kind != "nvfp4":
+            raise UsageError("FP8 modules beside FP4 ones are a compressed-tensors nvfp4 layout")
 
     def quantizes(self, module: str) -> bool:
         """Whether the linear module at ``module`` is stored quantized."""
-        return self.kind != "bf16" and any(re.search(p, module) for p in self.quantize)
+        return self.kind_of(module) is not None
+
+    def kind_of(self, module: str) -> str | None:
+        """The storage of the linear module at ``module`` (None: BF16). Routers, the
+        linear-attention ``a``/``b`` projections and the MTP head are never quantized;
+        ``lm_head`` only when :attr:`fp8` names it."""
+        if self.kind == "bf16":
+            return None
+        if not _NEVER_ANY.search(module) and any(re.search(p, module) for p in self.fp8):
+            return "fp8-channel"
+        if not _NEVER.search(module) and any(re.search(p, module) for p in self.quantize):
+            return self.kind
+        return None
 
 
 #: Everything quantized in the text model except routers, shared-expert gates, lm_head.
@@ -107,7 +127,18 @@ EXPERTS_AND_ATTENTION = (
 )
 #: Routed experts only.
 ROUTED_EXPERTS_ONLY = (r"\.mlp\.experts\.",)
-_NEVER = re.compile(r"(\.mlp\.gate$|shared_expert_gate$|in_proj_(a|b|ba)$|lm_head$|^mtp\.)")
+#: Unsloth's Qwen3.6-35B-A3B-NVFP4-Fast (revision 11fb65d6, its compressed-tensors metadata
+#: as read in a public deployment review): NVFP4 routed and shared experts; FP8 full-attention
+#: projections, Gated DeltaNet projections and ``lm_head``; the MTP layer, routers and vision
+#: tower unquantized. ``QuantLayout("nvfp4", NVFP4_FAST_FP4, fp8=NVFP4_FAST_FP8)``.
+NVFP4_FAST_FP4 = (r"\.mlp\.experts\.", r"\.mlp\.shared_expert\.")
+NVFP4_FAST_FP8 = (
+    r"\.self_attn\.(q|k|v|o)_proj$",
+    r"\.linear_attn\.(in_proj_qkv|in_proj_z|in_proj_qkvz|out_proj)$",
+    r"^lm_head$",
+)
+_NEVER_ANY = re.compile(r"(\.mlp\.gate$|shared_expert_gate$|in_proj_(a|b|ba)$|^mtp\.)")
+_NEVER = re.compile(rf"({_NEVER_ANY.pattern}|lm_head$)")
 
 
 @dataclass
@@ -126,16 +157,17 @@ class _Builder:
     ) -> None:
         self.linear_modules.append(module)
         lay = self.layout
-        if not (quantizable and lay.quantizes(module) and not _NEVER.search(module)):
+        kind = lay.kind_of(module) if quantizable else None
+        if kind is None:
             self.param(f"{module}.weight", out, inp)
             if bias:
                 self.param(f"{module}.bias", out)
             return
         self.quantized_modules.append(module)
-        if lay.kind == "fp8-channel":
+        if kind == "fp8-channel":
             self.param(f"{module}.weight", out, inp, dtype="F8_E4M3")
             self.param(f"{module}.weight_scale", out, 1, dtype=lay.scale_dtype or "BF16")
-        elif lay.kind == "fp8-block":
+        elif kind == "fp8-block":
             bo, bi = lay.block
             self.param(f"{module}.weight", out, inp, dtype="F8_E4M3")
             self.param(
@@ -144,13 +176,13 @@ class _Builder:
                 -(-inp // bi),
                 dtype=lay.scale_dtype or "F32",
             )
-        elif lay.kind == "nvfp4":
+        elif kind == "nvfp4":
             self.param(f"{module}.weight_packed", out, inp // 2, dtype="U8")
             self.param(f"{module}.weight_scale", out, inp // 16, dtype="F8_E4M3")
             self.param(f"{module}.weight_global_scale", 1, dtype="F32")
             if lay.fp4_activations:
                 self.param(f"{module}.input_global_scale", 1, dtype="F32")
-        elif lay.kind == "modelopt-nvfp4":
+        elif kind == "modelopt-nvfp4":
             self.param(f"{module}.weight", out, inp // 2, dtype="U8")
             self.param(f"{module}.weight_scale", out, inp // 16, dtype="F8_E4M3")
             self.param(f"{module}.weight_scale_2", dtype="F32")
@@ -371,8 +403,8 @@ def replica_tensors(
         )
     b.param(f"{prefix}.norm.weight", h)
     tied = bool(tcfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
-    if not tied:
-        b.linear("lm_head", vocab, h, quantizable=False)
+    if not tied:  # quantized only where a layout's FP8 group names it
+        b.linear("lm_head", vocab, h)
     if isinstance(vcfg, Mapping):
         _vision(b, "model.visual", vcfg)
     if mtp != "none":
@@ -393,6 +425,39 @@ def _family_layout(
         return None
 
 
+def _targets(patterns: Sequence[str]) -> list[str]:
+    """compressed-tensors targets (``re:`` is ``re.match``) for ``re.search`` patterns."""
+    return [f"re:{p}" if p.startswith("^") else f"re:.*{p}" for p in patterns]
+
+
+def _fp8_channel_group(targets: list[str]) -> dict[str, Any]:
+    """A compressed-tensors FP8_DYNAMIC config group: per-channel F8_E4M3 weights,
+    dynamic per-token FP8 activations."""
+    return {
+        "targets": targets,
+        "format": "float-quantized",
+        "weights": {
+            "num_bits": 8,
+            "type": "float",
+            "strategy": "channel",
+            "symmetric": True,
+            "dynamic": False,
+            "group_size": None,
+            "observer": "minmax",
+        },
+        "input_activations": {
+            "num_bits": 8,
+            "type": "float",
+            "strategy": "token",
+            "symmetric": True,
+            "dynamic": True,
+            "group_size": None,
+            "observer": None,
+        },
+        "output_activations": None,
+    }
+
+
 def quantization_config(layout: QuantLayout, plan: ReplicaPlan) -> dict[str, Any] | None:
     """The ``quantization_config`` block an exporter writes for ``layout`` (None: bf16)."""
     ignore = list(plan.ignored_modules)
@@ -403,31 +468,7 @@ def quantization_config(layout: QuantLayout, plan: ReplicaPlan) -> dict[str, Any
             "quant_method": "compressed-tensors",
             "format": "float-quantized",
             "quantization_status": "compressed",
-            "config_groups": {
-                "group_0": {
-                    "targets": ["Linear"],
-                    "format": "float-quantized",
-                    "weights": {
-                        "num_bits": 8,
-                        "type": "float",
-                        "strategy": "channel",
-                        "symmetric": True,
-                        "dynamic": False,
-                        "group_size": None,
-                        "observer": "minmax",
-                    },
-                    "input_activations": {
-                        "num_bits": 8,
-                        "type": "float",
-                        "strategy": "token",
-                        "symmetric": True,
-                        "dynamic": True,
-                        "group_size": None,
-                        "observer": None,
-                    },
-                    "output_activations": None,
-                }
-            },
+            "config_groups": {"group_0": _fp8_channel_group(["Linear"])},
             "ignore": ignore,
             "kv_cache_scheme": None,
         }
@@ -453,28 +494,31 @@ def quantization_config(layout: QuantLayout, plan: ReplicaPlan) -> dict[str, Any
             if layout.fp4_activations
             else None
         )
+        groups: dict[str, Any] = {
+            "group_0": {
+                "targets": _targets(layout.quantize) if layout.fp8 else ["Linear"],
+                "format": "nvfp4-pack-quantized",
+                "weights": {
+                    "num_bits": 4,
+                    "type": "float",
+                    "strategy": "tensor_group",
+                    "group_size": 16,
+                    "symmetric": True,
+                    "dynamic": False,
+                    "observer": "static_minmax",
+                    "scale_dtype": "torch.float8_e4m3fn",
+                },
+                "input_activations": acts,
+                "output_activations": None,
+            }
+        }
+        if layout.fp8:
+            groups["group_1"] = _fp8_channel_group(_targets(layout.fp8))
         return {
             "quant_method": "compressed-tensors",
-            "format": "nvfp4-pack-quantized",
+            "format": "mixed-precision" if layout.fp8 else "nvfp4-pack-quantized",
             "quantization_status": "compressed",
-            "config_groups": {
-                "group_0": {
-                    "targets": ["Linear"],
-                    "format": "nvfp4-pack-quantized",
-                    "weights": {
-                        "num_bits": 4,
-                        "type": "float",
-                        "strategy": "tensor_group",
-                        "group_size": 16,
-                        "symmetric": True,
-                        "dynamic": False,
-                        "observer": "static_minmax",
-                        "scale_dtype": "torch.float8_e4m3fn",
-                    },
-                    "input_activations": acts,
-                    "output_activations": None,
-                }
-            },
+            "config_groups": groups,
             "ignore": ignore,
             "kv_cache_scheme": None,
         }
@@ -677,11 +721,12 @@ def preset_names() -> tuple[str, ...]:
 
 
 def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
-                  scale_dtype: str | None = None) -> QuantLayout:
+                  scale_dtype: str | None = None, *, fp8: tuple[str, ...] = ()) -> QuantLayout:
     """The layout a preset is written in: its native storage unless ``layout`` is given
-    (a natively quantized preset takes no other layout)."""
+    (a natively quantized preset takes no other layout); ``fp8``: modules an ``nvfp4``
+    layout stores FP8 (:attr:`QuantLayout.fp8`)."""
     if name == "qwen3.6-35b-a3b":
-        return QuantLayout(layout or "fp8-channel", targets, scale_dtype=scale_dtype)
+        return QuantLayout(layout or "fp8-channel", targets, scale_dtype=scale_dtype, fp8=fp8)
     preset = presets()[name][1]
     native = "bf16" if preset.layout == "native" else preset.layout
     if preset.layout != "bf16" and layout not in (None, native):
@@ -691,4 +736,4 @@ def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
         )
     if layout is None or layout == native:
         return QuantLayout(native, preset.quantize, scale_dtype=scale_dtype)
-    return QuantLayout(layout, targets, scale_dtype=scale_dtype)
+    return QuantLayout(layout, targets, scale_dtype=scale_dtype, fp8=fp8)
