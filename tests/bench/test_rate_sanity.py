@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from tests.bench.cli import servelab
 
-from servelab.bench.metrics import decode_withheld
+from servelab.bench.metrics import Metrics, compute, rate_withheld
 from servelab.bench.run import BenchConfig, run_bench
+from servelab.bench.samples import RequestSample
 from servelab.bench.spec import WorkloadSpec
 from servelab.bench.stats import summarize
+from servelab.bench.workload import notes_for
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 # itl 0: every due chunk goes out at once, up to 64 per write — the whole answer arrives in
@@ -50,7 +52,35 @@ def test_a_rate_whose_ci_reaches_zero_is_withheld() -> None:
     # the issue's demo: a few bulk-read streams among real ones (tok/s per request)
     noisy = summarize([120.0, 95.0, 140_000.0, 110.0])
     assert noisy is not None and noisy.ci_low < 0
-    why = decode_withheld(noisy)
+    why = rate_withheld("decode", noisy)
     assert why is not None and "reaches zero" in why and "over 4 requests" in why
+    assert why.startswith("decode tok/s withheld")
     steady = summarize([120.0, 118.0, 121.0, 119.0])
-    assert decode_withheld(steady) is None
+    assert rate_withheld("decode", steady) is None
+
+
+def _sample(i: int, ttft_ms: float) -> RequestSample:
+    """One completed request: 512 prompt tokens, 8 tokens 10 ms apart after ``ttft_ms``."""
+    first = int(ttft_ms * 1e6)
+    chunks = tuple(first + k * 10_000_000 for k in range(8))
+    return RequestSample(index=i, prompt_len=512, max_tokens=8, send_ns=i * 1_000_000_000,
+                         chunk_ns=chunks, chunk_tokens=None, end_ns=chunks[-1] + 1_000_000,
+                         prompt_tokens=512, completion_tokens=8, finish_reason="length")
+
+
+def test_a_prefill_rate_whose_ci_reaches_zero_is_withheld_too() -> None:
+    # TTFT barely above the server's floor on two requests and well above it on two: the
+    # per-request prefill rates disagree by more than their mean (the 2-request CPU smoke of
+    # an H200 recipe printed 279.7 tok/s with a 95 % CI of -81.7..641.1 before this)
+    noisy = [_sample(i, t) for i, t in enumerate((5.2, 40.0, 5.05, 38.0))]
+    m = compute(noisy, min_latency_ms=5.0)
+    assert m.prefill_tok_s is None and m.prefill_flag is not None
+    assert m.prefill_flag.startswith("prefill tok/s withheld")
+    assert "over 4 requests" in m.prefill_flag
+    assert m.decode_tok_s is not None and m.decode_flag is None  # the decode gaps are steady
+    assert m.prefill_flag in notes_for(m, noisy)
+    assert Metrics.from_json(m.to_json()) == m
+    steady = [_sample(i, t) for i, t in enumerate((40.0, 41.0, 39.5, 40.5))]
+    s = compute(steady, min_latency_ms=5.0)
+    assert s.prefill_tok_s is not None and s.prefill_flag is None
+    assert 512 / 0.0365 < s.prefill_tok_s.mean < 512 / 0.0345

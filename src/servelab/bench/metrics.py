@@ -57,7 +57,9 @@ class Metrics:
     dispatch_lag_ms: Summary | None = None
     """Open loop: send time minus scheduled time, per request (the client's own lag)."""
     decode_flag: str | None = None
-    """Why ``decode_tok_s`` is None although requests completed (:func:`decode_withheld`)."""
+    """Why ``decode_tok_s`` is None although requests completed (:func:`rate_withheld`)."""
+    prefill_flag: str | None = None
+    """Why ``prefill_tok_s`` is None although requests completed (:func:`rate_withheld`)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (schema ``servelab.bench/1``, ``points[].metrics``)."""
@@ -80,6 +82,7 @@ class Metrics:
             "min_latency_ms": self.min_latency_ms,
             "dispatch_lag_ms": s(self.dispatch_lag_ms),
             **({"decode_flag": self.decode_flag} if self.decode_flag is not None else {}),
+            **({"prefill_flag": self.prefill_flag} if self.prefill_flag is not None else {}),
         }
 
     @classmethod
@@ -103,6 +106,7 @@ class Metrics:
             decode_tok_s=s("decode_tok_s"), prefill_tok_s=s("prefill_tok_s"),
             tokens_per_chunk=s("tokens_per_chunk"), min_latency_ms=d.get("min_latency_ms"),
             dispatch_lag_ms=s("dispatch_lag_ms"), decode_flag=d.get("decode_flag"),
+            prefill_flag=d.get("prefill_flag"),
         )
 
 
@@ -150,11 +154,12 @@ def bulk_read(s: RequestSample) -> bool:
     return 4 * real < gaps
 
 
-def decode_withheld(summary: Summary | None) -> str | None:
-    """Why a point's decode rate is not a figure (its 95 % CI reaches zero), or None."""
+def rate_withheld(name: str, summary: Summary | None) -> str | None:
+    """Why a point's ``name`` rate (decode, prefill) is not a figure (its 95 % CI reaches
+    zero: the requests disagree by more than the rate itself), or None."""
     if summary is None or summary.n < 2 or summary.ci_low > 0:
         return None
-    return (f"decode tok/s withheld: its 95% CI [{summary.ci_low:,.0f}, "
+    return (f"{name} tok/s withheld: its 95% CI [{summary.ci_low:,.0f}, "
             f"{summary.ci_high:,.0f}] over {summary.n} requests reaches zero (mean "
             f"{summary.mean:,.0f}); not a measurement")
 
@@ -219,7 +224,9 @@ def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = 
         return x / duration if duration > 0 else 0.0
 
     decode = summarize(cols["decode_tok_s"])
-    flag = decode_withheld(decode)
+    flag = rate_withheld("decode", decode)
+    prefill = summarize(cols["prefill_tok_s"])
+    pflag = rate_withheld("prefill", prefill)
 
     return Metrics(
         completed=len(ok), failed=len(measured) - len(ok), failures=dict(failures),
@@ -231,9 +238,9 @@ def compute(samples: Sequence[RequestSample], *, min_latency_ms: float | None = 
         ttft_ms=summarize(cols["ttft_ms"]), tpot_ms=summarize(cols["tpot_ms"]),
         itl_ms=summarize(itl), itl_token_ms=summarize(itl_tok),
         e2el_ms=summarize(cols["e2el_ms"]), decode_tok_s=None if flag else decode,
-        prefill_tok_s=summarize(cols["prefill_tok_s"]), tokens_per_chunk=summarize(tpc),
+        prefill_tok_s=None if pflag else prefill, tokens_per_chunk=summarize(tpc),
         min_latency_ms=min_latency_ms,
         dispatch_lag_ms=summarize([s.dispatch_lag_ns / 1e6 for s in measured
                                    if s.dispatch_lag_ns is not None]),
-        decode_flag=flag,
+        decode_flag=flag, prefill_flag=pflag,
     )

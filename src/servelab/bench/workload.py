@@ -141,8 +141,7 @@ def notes_for(metrics: Metrics, samples: Sequence[RequestSample]) -> tuple[str, 
     if bulk:
         out.append(f"{bulk} completed requests reached the client in a few bulk reads (too "
                    "few inter-token gaps): no TPOT or decode figure taken from them")
-    if metrics.decode_flag is not None:
-        out.append(metrics.decode_flag)
+    out.extend(f for f in (metrics.decode_flag, metrics.prefill_flag) if f is not None)
     if metrics.prompt_len_mismatches:
         out.append(f"{metrics.prompt_len_mismatches} completed requests: usage.prompt_tokens "
                    "differs from the built prompt length")
