@@ -51,7 +51,7 @@ from servelab.predict.schedule import (
 #: ``max(3, 2 x concurrency)`` (two waves of its clients).
 WAVES = 2
 MIN_REQUESTS = 3
-#: Prompt tokens in flight (streams x prompt) from which the stored H200 sweep stalled.
+#: Prompt tokens in flight (streams x prompt) from which the 2026-12-02 H200 sweep stalled.
 STALL_TOKENS = 32_768
 #: Requests simulated at a constant rate.
 RATE_REQUESTS = 200
@@ -260,8 +260,8 @@ def predict_load(
         (ld.concurrency or 0) * ld.prompt_len >= STALL_TOKENS for ld in loads
     ):
         notes.append(
-            f"{STALL_TOKENS:,} or more prompt tokens in flight: the one stored GPU sweep (H200, "
-            "FP8 Qwen3-30B-A3B) stalled every stream once per wave there (1.4 s at 32K tokens, "
+            f"{STALL_TOKENS:,} or more prompt tokens in flight: the 2026-12-02 H200 sweep "
+            "(FP8 Qwen3-30B-A3B) stalled every stream once per wave there (1.4 s at 32K tokens, "
             "7.6 s at 131K), which this model does not predict (benchmarks/RESULTS.md)"
         )
     return LoadPrediction(
