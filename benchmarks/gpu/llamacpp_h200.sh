@@ -19,8 +19,9 @@
 #   gen:M           benchmarks/gpu/gen_gguf.py M -> $WORK/gguf/M-F16.gguf
 #   quant:M         llama-quantize M-F16 -> every other type of M's recipes
 #   serve:M         `servelab run` of each recipe llamacpp-M-*-h200.toml not yet stored
-#   bench:M         llama-bench pp512 / tg128 at depth 0 and 4096 (-fa 1 -ngl 99) per type
-#   rm:M            delete M's GGUFs (disk)
+#   bench:M[:T,..]  llama-bench pp512 / tg128 at depth 0 and 4096 (-fa 1 -ngl 99) per type
+#                   (all of M's types, or the listed ones)
+#   rm:M            delete M's GGUFs (disk); rmf16:M only its F16 (once quantized)
 #   collect         runs export, engine logs, llama-bench output -> $OUT
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -127,7 +128,7 @@ phase_serve() {
     name=$(basename "$r" .toml)
     [[ -f "$WORK/done/$name" ]] && continue
     say "servelab run $name"
-    "$py" -m servelab run "$r" --runs-dir "$WORK/runs" --port auto \
+    timeout 240 "$py" -m servelab run "$r" --runs-dir "$WORK/runs" --port auto \
       --label calibration=h200-llamacpp >"$WORK/run-$name.log" 2>&1 \
       && { mkdir -p "$WORK/done"; touch "$WORK/done/$name"; }
     tail -25 "$WORK/run-$name.log"
@@ -136,7 +137,7 @@ phase_serve() {
 
 phase_bench() {
   local m=$1 t
-  for t in $(types_of "$m"); do
+  for t in ${2:+${2//,/ }} $([[ -z ${2:-} ]] && types_of "$m"); do
     [[ -f "$OUT/llama-bench-$m-$t.json" ]] && continue
     say "llama-bench $m $t"
     "$WORK/build/bin/llama-bench" -m "$WORK/gguf/$m-$t.gguf" -p 512 -n 128 -d 0,4096 -fa 1 \
@@ -147,6 +148,7 @@ phase_bench() {
 }
 
 phase_rm() { say "rm $1"; rm -f "$WORK/gguf/$1"-*.gguf; df -h "$WORK" | tail -1; }
+phase_rmf16() { say "rm $1 F16"; rm -f "$WORK/gguf/$1-F16.gguf"; df -h "$WORK" | tail -1; }
 
 phase_collect() {
   say collect
@@ -165,8 +167,9 @@ for p in "$@"; do
     gen:*) phase_gen "${p#gen:}" ;;
     quant:*) phase_quant "${p#quant:}" ;;
     serve:*) phase_serve "${p#serve:}" ;;
-    bench:*) phase_bench "${p#bench:}" ;;
+    bench:*) b=${p#bench:}; phase_bench "${b%%:*}" "$( [[ $b == *:* ]] && echo "${b#*:}")" ;;
     rm:*) phase_rm "${p#rm:}" ;;
+    rmf16:*) phase_rmf16 "${p#rmf16:}" ;;
     collect) phase_collect ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac || { echo "phase $p failed" >&2; exit 1; }
