@@ -9,6 +9,18 @@ wall time, median CPU time and the CPU ratio to the floor, and which heavy libra
 the same interpreter, put its ``src`` first: ``PYTHONPATH=/path/to/checkout/src``.
 
     python benchmarks/cli_startup.py --runs 20
+
+``--inspect CKPT`` times instead where ``servelab inspect CKPT`` spends its start-up: the
+import of transformers' config classes (``hf_config``) and of torch, which transformers
+imports whenever torch is installed, side by side with the same commands in a process where
+torch cannot be found (``sys.modules["torch"] = None``: what an install without torch pays;
+an experiment, not something servelab does), and whether that changes the report (``--json``
+output compared). transformers 5 imports torch from ``configuration_utils`` (through
+``generation.configuration_utils`` -> ``logits_process``), from ``utils.type_validators`` (->
+``activations``) and in ``PreTrainedConfig.__post_init__`` (``dtype`` turned into a
+``torch.dtype``), each behind ``is_torch_available()``, a ``find_spec`` with no setting.
+
+    python benchmarks/cli_startup.py --inspect CKPT --runs 5
 """
 
 from __future__ import annotations
@@ -42,31 +54,84 @@ def _time(argv: list[str], runs: int) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
-def heavy_imports_of_help() -> list[str]:
-    """The heavy modules a ``servelab --help`` process has loaded when it exits."""
-    code = ("import sys\nfrom servelab.cli.app import main\ntry:\n    main(['--help'])\n"
-            "except SystemExit:\n    pass\n"
+def heavy_imports_of(argv: list[str], heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The ``heavy`` modules a ``servelab ARGV`` process has loaded when it exits."""
+    code = ("import sys, contextlib, io\nfrom servelab.cli.app import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass\n"
             "print('\\n'.join(sorted(m for m in sys.modules)))")
     mods = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                           text=True).stdout.splitlines()
-    return sorted({h for h in HEAVY for m in mods if m == h or m.startswith(h + ".")})
+    return sorted({h for h in heavy for m in mods if m == h or m.startswith(h + ".")})
+
+
+#: Runs ``python -c`` code, or ``-m servelab``, in a process where torch cannot be found.
+NO_TORCH = "import sys; sys.modules['torch'] = None; "
+
+
+def no_torch_servelab(argv: list[str]) -> list[str]:
+    """``servelab ARGV`` in a process where ``import torch`` fails as if it were not
+    installed (transformers' ``is_torch_available()`` then says False)."""
+    code = (NO_TORCH + "import runpy; sys.argv = ['servelab', *sys.argv[1:]]; "
+            "runpy.run_module('servelab', run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-c", code, *argv]
+
+
+def _table(rows: list[tuple[str, tuple[list[float], list[float]]]]) -> None:
+    floor = rows[0][1]
+    print(f"{'command':<58} {'wall min':>9} {'wall med':>9} {'cpu med':>8} {'× floor':>8}")
+    for name, (wall, cpu) in rows:
+        ratio = statistics.median(cpu) / statistics.median(floor[1])
+        print(f"{name:<58} {min(wall):9.3f} {statistics.median(wall):9.3f} "
+              f"{statistics.median(cpu):8.3f} {ratio:8.2f}")
+
+
+def inspect_startup(ckpt: str, runs: int) -> None:
+    """``servelab inspect CKPT`` and the imports it pays, with torch findable and not,
+    interleaved run by run so both see the same load on a shared box."""
+    config = "from transformers import AutoConfig, PreTrainedConfig"  # as hf_config imports
+    cases = [
+        ("python -c 'import typer' (floor)", [sys.executable, "-c", "import typer"]),
+        ("python -c 'import torch'", [sys.executable, "-c", "import torch"]),
+        ("python -c 'import transformers' (its __init__ alone)",
+         [sys.executable, "-c", "import transformers"]),
+        ("  same, torch not findable", [sys.executable, "-c", NO_TORCH + "import transformers"]),
+        ("transformers' config classes (hf_config's import)", [sys.executable, "-c", config]),
+        ("  same, torch not findable", [sys.executable, "-c", NO_TORCH + config]),
+        ("servelab inspect CKPT --json", [sys.executable, "-m", "servelab", "inspect", ckpt,
+                                          "--json"]),
+        ("  same, torch not findable", no_torch_servelab(["inspect", ckpt, "--json"])),
+    ]
+    times: list[tuple[list[float], list[float]]] = [([], []) for _ in cases]
+    for _ in range(runs):
+        for (_, argv), (wall, cpu) in zip(cases, times, strict=True):
+            w, c = _time(argv, 1)
+            wall.extend(w)
+            cpu.extend(c)
+    _table([(name, t) for (name, _), t in zip(cases, times, strict=True)])
+    with_torch, without = (subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+                           for argv in (cases[-2][1], cases[-1][1]))
+    print("inspect --json output identical without torch:", with_torch == without)
+    print("torch imported by servelab inspect:",
+          "yes" if heavy_imports_of(["inspect", ckpt], ("torch",)) else "no")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--inspect", metavar="CKPT",
+                    help="time servelab inspect CKPT and its imports, with and without torch")
     args = ap.parse_args()
+    if args.inspect:
+        inspect_startup(args.inspect, args.runs)
+        return
     floor = _time([sys.executable, "-c", "import typer"], args.runs)
     servelab = [sys.executable, "-m", "servelab"]
     rows = [("python -c 'import typer' (floor)", floor)]
     for argv in (["--help"], ["--version"], ["plan", "--help"]):
         rows.append(("servelab " + " ".join(argv), _time([*servelab, *argv], args.runs)))
-    print(f"{'command':<34} {'wall min':>9} {'wall med':>9} {'cpu med':>8} {'× floor':>8}")
-    for name, (wall, cpu) in rows:
-        ratio = statistics.median(cpu) / statistics.median(floor[1])
-        print(f"{name:<34} {min(wall):9.3f} {statistics.median(wall):9.3f} "
-              f"{statistics.median(cpu):8.3f} {ratio:8.2f}")
-    heavy = heavy_imports_of_help()
+    _table(rows)
+    heavy = heavy_imports_of(["--help"])
     print("heavy modules imported by --help:", ", ".join(heavy) or "none")
 
 

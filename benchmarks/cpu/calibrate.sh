@@ -5,11 +5,9 @@
 #
 #   bash benchmarks/cpu/calibrate.sh [DB]      # default DB: ./cpu-calibration.db
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # root, here, py, servelab, stamp
 db="${1:-cpu-calibration.db}"
-servelab="${SERVELAB:-$root/.venv/bin/servelab}"
 for r in tiny-llama-cpu tiny-qwen3-moe-cpu tiny-qwen3-next-cpu; do
-  "$servelab" run "$here/$r.toml" --db "$db" --port auto --label calibration=cpu
+  servelab run "$here/$r.toml" --db "$db" --port auto --label calibration=cpu
 done
-"$servelab" calibration report --db "$db" --hardware host
+servelab calibration report --db "$db" --hardware host

@@ -12,21 +12,19 @@
 # and the check set's errors
 #   python benchmarks/prereg/llamacpp_sets.py errors PREDICTIONS.json OUTDIR/runs-llamacpp-cpu.json
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # root, here, py, servelab, stamp
 db="${1:-cpu-llamacpp-calibration.db}"
 out="${2:-$here/results}"
-servelab="${SERVELAB:-$root/.venv/bin/servelab}"
 mkdir -p "$out"
 load="$out/loadavg-llamacpp-cpu.txt"
-"$servelab" hardware probe --json -o "$out/probe-llamacpp-cpu.json" > /dev/null
+servelab hardware probe --json -o "$out/probe-llamacpp-cpu.json" > /dev/null
 for fam in llama qwen2; do
   for t in f16 q8-0 q6-k q5-k-m q4-k-m q4-0; do
     r="llamacpp-$fam-$t"
-    echo "$(date -u +%H:%M:%S) $r before: $(cat /proc/loadavg)" >> "$load"
-    "$servelab" run "$here/$r.toml" --db "$db" --port auto --label calibration=cpu-llamacpp \
+    stamp "$load" "$r before"
+    servelab run "$here/$r.toml" --db "$db" --port auto --label calibration=cpu-llamacpp \
       || echo "$r: servelab run exited $?" >> "$load"
-    echo "$(date -u +%H:%M:%S) $r after: $(cat /proc/loadavg)" >> "$load"
+    stamp "$load" "$r after"
   done
 done
-"$servelab" runs export --db "$db" --label calibration=cpu-llamacpp -o "$out/runs-llamacpp-cpu.json"
+servelab runs export --db "$db" --label calibration=cpu-llamacpp -o "$out/runs-llamacpp-cpu.json"

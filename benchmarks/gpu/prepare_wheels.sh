@@ -31,9 +31,7 @@
 # checks every wheel against SHA256SUMS before installing.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-py="${PYTHON:-$root/.venv/bin/python}"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # root, here, py, servelab, stamp
 carry="$root/.gpu-carry"
 dl="$carry/dl"
 vllm_version="0.26.0"

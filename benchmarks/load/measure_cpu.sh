@@ -8,16 +8,13 @@
 #
 #   bash benchmarks/load/measure_cpu.sh OUT_DIR [DB]
 set -uo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # root, here, py, servelab, stamp
 out="$1"; db="${2:-$out/load-cpu.db}"
-py="${PY:-$root/.venv/bin/python}"
-servelab() { PYTHONPATH="$root/src" "$py" -m servelab "$@"; }
 mkdir -p "$out"
 slo="tpot_p50=20,ttft_p99=2000"
-stamp() { echo "$(date -u +%FT%TZ) $1 loadavg $(cat /proc/loadavg)" >>"$out/loadavg.log"; }
+log="$out/loadavg.log"
 for r in ${MODELS:-tiny-llama-cpu tiny-qwen3-moe-cpu tiny-qwen3-next-cpu}; do
-  stamp "$r start"
+  stamp "$log" "$r start"
   # started directly (not through the function, whose subshell would take the signal), and
   # stopped with SIGTERM: a background job of a script ignores SIGINT
   PYTHONPATH="$root/src" "$py" -m servelab serve "$root/benchmarks/cpu/$r.toml" --port auto \
@@ -29,18 +26,18 @@ for r in ${MODELS:-tiny-llama-cpu tiny-qwen3-moe-cpu tiny-qwen3-next-cpu}; do
   done
   url="$("$py" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["base_url"])' \
     "$out/$r.serve.json")"
-  stamp "$r bench"
+  stamp "$log" "$r bench"
   servelab bench "$url" --concurrency 1,4,16,64 --prompt-lens 512,2048 --output-len 32 \
     --max-repeats 1 --warmup 4 --db "$db" --json --out "$out/$r.bench.json" >"$out/$r.bench.log" 2>&1
-  stamp "$r bench done"
+  stamp "$log" "$r bench done"
   if [[ "$r" != tiny-qwen3-next-cpu ]]; then
     for p in 512 2048; do
       servelab capacity "$url" --slo "$slo" --variable concurrency --prompt-lens "$p" \
         --output-len 32 --high 64 --confirm 1 --max-rounds 1 --warmup 2 \
         --json --out "$out/$r.capacity-$p.json" >"$out/$r.capacity-$p.log" 2>&1
-      stamp "$r capacity $p done"
+      stamp "$log" "$r capacity $p done"
     done
   fi
   kill -TERM "$pid"; wait "$pid"
-  stamp "$r stopped"
+  stamp "$log" "$r stopped"
 done

@@ -10,17 +10,14 @@
 #
 #   MODELS="tiny-llama-cpu tiny-qwen3-moe-cpu" bash benchmarks/load/measure_runs.sh OUT [DB]
 set -uo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # root, here, py, servelab, stamp
 out="$1"; db="${2:-$out/load-runs.db}"
-py="${PY:-$root/.venv/bin/python}"
-servelab() { PYTHONPATH="$root/src" "$py" -m servelab "$@"; }
 mkdir -p "$out"
-stamp() { echo "$(date -u +%FT%TZ) $1 loadavg $(cat /proc/loadavg)" >>"$out/loadavg.log"; }
+log="$out/loadavg.log"
 for r in ${MODELS:-tiny-llama-cpu tiny-qwen3-moe-cpu}; do
-  stamp "$r run start"
+  stamp "$log" "$r run start"
   servelab run "$here/recipes/$r-load.toml" --db "$db" --runs-dir "$out/runs" --json \
     >"$out/$r.run.json" 2>"$out/$r.run.err"
-  stamp "$r run done (exit $?)"
+  stamp "$log" "$r run done (exit $?)"
 done
 servelab runs export --db "$db" --label purpose=load -o "$out/runs-cpu-load.json"

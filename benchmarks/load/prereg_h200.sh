@@ -8,11 +8,8 @@
 #
 #   bash benchmarks/load/prereg_h200.sh OUT_DIR
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # root, here, py, servelab, stamp
 out="$1"
-py="${PY:-$root/.venv/bin/python}"
-servelab() { PYTHONPATH="$root/src" "$py" -m servelab "$@"; }
 work="$(mktemp -d)"
 mkdir -p "$out"
 for m in qwen2.5-7b mistral-7b gemma-3-12b; do

@@ -169,6 +169,59 @@ def test_no_data_for_the_engine_names_the_engine_not_the_hardware(
             in " ".join(res.output.split()))
 
 
+#: A priors file of one synthetic llama.cpp decode row on the RTX 5090, where the shipped
+#: table has a llama.cpp prefill row only.
+OWN_PRIORS = """schema = "servelab.priors/1"
+version = "mine-1"
+
+[[sample]]
+model = "llama3-8b"
+family = "llama"
+engine = "llamacpp"
+engine_version = "none: a synthetic row"
+kernel_path = "gguf-q4_0 dense (default)"
+hardware = "rtx-5090"
+kind = "decode"
+length = 128
+layers = 32
+bytes_read = 4424984832
+flops = 0.0
+tok_s = 150.0
+source = "synthetic row of the test"
+"""
+
+
+def test_the_priors_file_given_names_what_is_missing(
+    replicas: dict[str, Path], tmp_path: Path
+) -> None:
+    """``plan --priors FILE``: the fits come from FILE (a llama.cpp decode row on the RTX 5090
+    where the shipped table has a prefill row), and the line saying what a roofline-only fit
+    lacks names FILE and what FILE holds there, not the shipped table's rows."""
+    own = tmp_path / "my-priors.toml"
+    own.write_text(OWN_PRIORS, encoding="utf-8")
+    model = replicas["llama3-8b-Q4_0"]
+    missing = ("no stored llama.cpp prefill run or llama.cpp prefill prior in my-priors.toml "
+               "for rtx-5090 (the llama.cpp priors in my-priors.toml for rtx-5090 are decode "
+               "only)")
+    res = runner.invoke(app, ["plan", str(model), "-H", "rtx-5090", "--no-store", "-c", "4096",
+                              "--prompt-lens", "512", "--priors", str(own)], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"prefill: {missing}: roofline bound only" in text
+    assert "shipped" not in text.replace("not the shipped one", "")
+    assert str(tmp_path) not in text
+    shipped = _plan(model, "rtx-5090", "512")["speed"]
+    given = _plan(model, "rtx-5090", "512", "--priors", str(own))["speed"]
+    assert isinstance(shipped, dict) and isinstance(given, dict)
+    assert shipped["decode_fit"]["level"] == "roofline"
+    assert shipped["prefill_fit"]["level"] != "roofline"
+    assert given["decode_fit"]["level"] != "roofline"
+    assert "synthetic row of the test" in given["decode_fit"]["source"]
+    assert given["prefill_fit"]["level"] == "roofline"
+    assert given["prefill_fit"]["missing"] == missing
+    assert f"prefill: {missing}: roofline only" in given["notes"]
+
+
 def _sample(model: str, path: str, nbytes: float, seconds: float) -> Sample:
     return Sample(BuildKey(model), "llamacpp", path, "box", "decode", 64, 32, nbytes, 0.0,
                   seconds, "synthetic", platform="mps")

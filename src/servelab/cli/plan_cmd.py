@@ -91,32 +91,19 @@ SAFETENSORS_FOR_LLAMACPP = (
     "GGUF of another type reads less or more per token. Plan the GGUF file for its own."
 )
 
-#: How an engine is named in a message.
-ENGINE_LABELS = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
-
-
-def fit_line(kind: str, fit: Fit | None, *, engine: str = "vllm", hardware: str = "") -> str:
-    """One line naming where a prediction comes from, or, without one, what is missing: a
-    run or prior of this *engine* on this hardware (which may well have priors of another
-    engine; those are named, so the line never blames the hardware for the engine's gap)."""
-    if fit is not None and not fit.is_roofline:
-        if fit.refused:
-            return f"{kind}: {fit.refused}; roofline bound only (fit from {fit.source})"
-        if fit.rel_error is None:  # a fit, but nothing to tell how far it carries
-            return f"{kind}: no prediction ({fit.error_basis}); fitted from {fit.source}"
-        return f"{kind} predicted from {fit.label()}"
-    from servelab.predict.priors import load_priors
-
-    label = ENGINE_LABELS.get(engine, engine)
-    where = hardware or "this hardware"
-    here = [s for s in load_priors().samples if s.hardware == hardware]
-    others = sorted({ENGINE_LABELS.get(s.engine, s.engine) for s in here if s.engine != engine})
-    kinds = sorted({s.kind for s in here if s.engine == engine and s.kind != kind})
-    has = (f" (the shipped {label} priors for {where} are {', '.join(kinds)} only)" if kinds
-           else f" (the shipped priors for {where} are {', '.join(others)} only)" if others
-           else "")
-    return f"{kind}: no stored {label} {kind} run or shipped {label} {kind} prior for " \
-           f"{where}{has}: roofline bound only"
+def fit_line(kind: str, fit: Fit | None) -> str:
+    """One line naming where a prediction comes from, or, without one, what is missing (the
+    fit says, naming the priors table the plan used: :meth:`~servelab.predict.priors.
+    PriorTable.lacks`)."""
+    if fit is None:
+        return f"{kind}: not calibrated: roofline bound only"
+    if fit.is_roofline:
+        return f"{kind}: {fit.missing or 'no stored run or prior'}: roofline bound only"
+    if fit.refused:
+        return f"{kind}: {fit.refused}; roofline bound only (fit from {fit.source})"
+    if fit.rel_error is None:  # a fit, but nothing to tell how far it carries
+        return f"{kind}: no prediction ({fit.error_basis}); fitted from {fit.source}"
+    return f"{kind} predicted from {fit.label()}"
 
 
 def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> None:
@@ -237,8 +224,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
         )
     console.print(dt)
     console.print(f"bandwidth {sp.bandwidth / 1e9:,.0f} GB/s ({sp.bandwidth_source})")
-    console.print(escape(fit_line("decode", sp.decode_fit, engine=plan.engine_name,
-                                   hardware=plan.hardware.name)))
+    console.print(escape(fit_line("decode", sp.decode_fit)))
     if sp.prefill:
         pt = Table(
             title=f"Prefill (predicted; {sp.kernel_path.name}, {sp.compute_precision})",
@@ -252,8 +238,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
                 f"{p.prompt_len:,}", p.bound, f"{p.roofline_tok_s:,.0f}", cal, p.waits_on or "–"
             )
         console.print(pt)
-        console.print(escape(fit_line("prefill", sp.prefill_fit, engine=plan.engine_name,
-                                       hardware=plan.hardware.name)))
+        console.print(escape(fit_line("prefill", sp.prefill_fit)))
     if sp.mtp:
         st = Table(title="Speculative decode (predicted)", title_justify="left")
         for c in ("acceptance length", "drafts", "step bytes", "roofline", "tok/s (interval)",

@@ -128,6 +128,9 @@ class Fit:
     #: How the decode context term was had (llama.cpp: fitted, or held at the level below's
     #: or 0 where one context length cannot identify it); "" where no sample carries it.
     context_term: str = ""
+    #: For the roofline alone: what evidence is missing, naming the priors table searched
+    #: (:meth:`servelab.predict.priors.PriorTable.lacks`); "" otherwise.
+    missing: str = ""
 
     def seconds(self, row: Row) -> float:
         """Predicted time for one design-matrix row (:func:`row_seconds`)."""
@@ -182,7 +185,8 @@ class Fit:
             "error_basis": self.error_basis,
             "fallback": self.fallback,
             "label": self.label(),
-        } | ({"context_term": self.context_term} if self.context_term else {})
+        } | ({"context_term": self.context_term} if self.context_term else {}) | (
+            {"missing": self.missing} if self.missing else {})
 
 
 
@@ -589,11 +593,13 @@ def calibrate(
     physical: Callable[[str], Sequence[float]],
     lower: Callable[[str], Sequence[float]] | None = None,
     reference: Reference | None = None,
+    missing: Callable[[str], str] | None = None,
 ) -> Calibration:
     """Decode and prefill fits for ``target`` (``physical(kind)``: the roofline coefficients;
     ``lower(kind)``: the bounds, default the roofline's; ``reference``: the held-out
     half-widths an interval borrows where the evidence here cannot bound it, see
-    :func:`fit_levels`)."""
+    :func:`fit_levels`; ``missing(kind)``: what a fit of the roofline alone lacks, in words,
+    kept in the fit and its note; default "no stored run or prior of ENGINE on HARDWARE")."""
     levels = levels_for(target, list(stored), list(priors))
     fits = {
         k: fit_levels(levels, k, target, physical(k), lower(k) if lower else None,
@@ -603,10 +609,10 @@ def calibrate(
     notes = []
     for k, f in fits.items():
         if f.is_roofline:
-            notes.append(
-                f"{k}: no stored run or shipped prior of {target.engine} on "
-                f"{target.hardware}: roofline only"
-            )
+            fits[k] = f = replace(f, missing=missing(k) if missing else
+                                  f"no stored run or prior of {target.engine} on "
+                                  f"{target.hardware}")
+            notes.append(f"{k}: {f.missing}: roofline only")
         elif f.refused:
             notes.append(f"{k}: {f.refused}; the roofline is shown as a bound")
     return Calibration(target, fits["decode"], fits["prefill"], tuple(notes))

@@ -57,6 +57,14 @@ _FLAGS = {"eager", "device_only"}
 
 SHIPPED_ORIGIN = "servelab/predict/priors.toml"
 
+#: How an engine is named in a message.
+ENGINE_LABELS = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
+
+
+def engine_label(engine: str) -> str:
+    """``llamacpp`` -> ``llama.cpp`` (an engine servelab has no label for: its name)."""
+    return ENGINE_LABELS.get(engine, engine)
+
 
 @dataclass(frozen=True)
 class PriorTable:
@@ -76,6 +84,27 @@ class PriorTable:
         if self.origin == SHIPPED_ORIGIN:
             return f"shipped priors table {self.version} ({self.origin})"
         return f"priors table {self.version} (file {Path(self.origin).name}, not the shipped one)"
+
+    def lacks(self, kind: str, engine: str, hardware: str) -> str:
+        """What this table lacks for a ``kind`` fit of ``engine`` on ``hardware``, naming the
+        table (the shipped one, or a user's file by its name) and what it does hold there: the
+        engine's other kind, or other engines' rows (so a line never blames the hardware for
+        the engine's gap), e.g. "shipped llama.cpp decode prior for rtx-5090 (the shipped
+        llama.cpp priors for rtx-5090 are prefill only)"."""
+        label = engine_label(engine)
+        shipped = self.origin == SHIPPED_ORIGIN
+        prior = (f"shipped {label} {kind} prior for {hardware}" if shipped
+                 else f"{label} {kind} prior in {Path(self.origin).name} for {hardware}")
+        here = [s for s in self.samples if s.hardware == hardware]
+        kinds = sorted({s.kind for s in here if s.engine == engine and s.kind != kind})
+        others = sorted({engine_label(s.engine) for s in here if s.engine != engine})
+        held = (f"{label} priors" if kinds else "priors") + (
+            "" if shipped else f" in {Path(self.origin).name}")
+        what = ", ".join(kinds or others)
+        if not what:
+            return prior
+        return f"{prior} (the {'shipped ' if shipped else ''}{held} for {hardware} are " \
+               f"{what} only)"
 
 
 def _sample(row: Any, where: str) -> Sample:

@@ -36,7 +36,7 @@ from servelab.predict.holdout import Reference
 from servelab.predict.keys import BuildKey
 from servelab.predict.ledger import LedgerRow, ledger
 from servelab.predict.levels import Calibration, Target, calibrate
-from servelab.predict.priors import PriorTable, load_priors
+from servelab.predict.priors import PriorTable, engine_label, load_priors
 from servelab.predict.roofline import (
     ByKind,
     bounds,
@@ -344,7 +344,8 @@ def calibration_for(
     path: KernelPath | None = None,
 ) -> Calibration:
     """The speed model's fits for ``weights`` on ``hardware``: from the stored ``runs`` on that
-    hardware over the shipped priors (which carry the prediction when no run is stored),
+    hardware over the priors ``priors`` (default: the shipped table; they carry the
+    prediction when no run is stored),
     else the roofline alone (see :mod:`servelab.predict`). Samples of build
     ``model`` are left out of the fit; ``family`` (the model's, :mod:`servelab.families`)
     tells whether the calibration set has seen it (:func:`~servelab.predict.levels.
@@ -359,8 +360,11 @@ def calibration_for(
                     family=family)
     roof = roofline_coefficients(hardware, path.compute)
     low = lower_bounds(hardware, path.compute)
+    label = engine_label(engine)
     cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k],
-                    reference=reference_of(everything, table))
+                    reference=reference_of(everything, table),
+                    missing=lambda k: f"no stored {label} {k} run or "
+                                      f"{table.lacks(k, engine, hardware.name)}")
     if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
         note = table.label()
         return Calibration(cal.target, cal.decode, cal.prefill, (*cal.notes, note))
