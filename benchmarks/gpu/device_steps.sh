@@ -47,19 +47,11 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
 WORK="${WORK:-/var/tmp/servelab-gpu}"
-OUT="${OUT:-$WORK/out}"
+source "$here/device_lib.sh"  # repo, OUT, py, servelab, say; exports SERVELAB_HOME, PYTHONPATH
 RECIPE="${RECIPE:-$here/qwen3-30b-a3b-fp8-h200.toml}"
 CKPT="${CKPT:-$WORK/qwen3-30b-a3b-fp8}"
 GEN_ARGS=(${GEN_ARGS:---layout fp8-block})
-export PYTHONUNBUFFERED=1
-export SERVELAB_HOME="$WORK/home"
-export PYTHONPATH="$repo/src:/tmp/site"
-mkdir -p "$WORK" "$OUT" "$SERVELAB_HOME"
-py="${PY:-$(command -v python3)}"
-servelab() { "$py" -m servelab "$@"; }
-say() { printf '\n=== %s  [%s]\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 phase_env() {
   say env

@@ -25,13 +25,9 @@
 #   collect         runs export, engine logs, llama-bench output -> $OUT
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-carry="$repo/.lc-carry"
 WORK="${WORK:-/var/tmp/servelab-gpu/lcpp}"
-OUT="${OUT:-$WORK/out}"
-export PYTHONUNBUFFERED=1 SERVELAB_HOME="$WORK/home" PYTHONPATH="$repo/src:/tmp/site"
-py="${PY:-$(command -v python3)}"
-say() { printf '\n=== %s  [%s]\n' "$*" "$(date -u +%H:%M:%S)"; }
+source "$here/device_lib.sh"  # repo, OUT, py, servelab, say; exports SERVELAB_HOME, PYTHONPATH
+carry="$repo/.lc-carry"
 types_of() {  # the GGUF types of model $1's recipes
   sed -n 's|^path = ".*/'"$1"'-\(.*\)\.gguf"|\1|p' "$here"/llamacpp-"$1"-*-h200.toml
 }
@@ -68,7 +64,7 @@ phase_setup() {
   [[ -d "$WORK/src/llama.cpp" ]] || { mkdir -p "$WORK/src" && tar xzf "$carry/llama.cpp.tar.gz" -C "$WORK/src"; }
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; df -h "$WORK" | tail -1
-  "$py" -m servelab --version
+  servelab --version
 }
 
 phase_build() {
@@ -152,8 +148,8 @@ phase_rmf16() { say "rm $1 F16"; rm -f "$WORK/gguf/$1-F16.gguf"; df -h "$WORK" |
 
 phase_collect() {
   say collect
-  "$py" -m servelab runs list --label calibration=h200-llamacpp | tail -20
-  "$py" -m servelab runs export --label calibration=h200-llamacpp -o "$OUT/runs-llamacpp-h200.json"
+  servelab runs list --label calibration=h200-llamacpp | tail -20
+  servelab runs export --label calibration=h200-llamacpp -o "$OUT/runs-llamacpp-h200.json"
   tar czf "$OUT/runs-dirs.tgz" -C "$WORK" runs run-*.log 2>/dev/null
   cp "$WORK/ninja.log" "$OUT/" 2>/dev/null
   ls -la "$OUT"
