@@ -42,7 +42,13 @@ def test_exact_prompt_lengths_and_engine_counters(vllm_engine: Any, endpoint: st
         for pr in res.points:
             m = pr.metrics
             assert m.prompt_len_mismatches == 0 and m.failed == 0
-            assert m.prefill_tok_s is not None and m.prefill_tok_s.min > 0
+            # prefill tok/s is prompt / (TTFT - the engine's floor): on a tiny model the
+            # floor is most of the TTFT, and a rate whose CI reaches zero is withheld, with
+            # the reason in the point's notes
+            if m.prefill_tok_s is not None:
+                assert m.prefill_tok_s.min > 0 and m.prefill_flag is None
+            else:
+                assert m.prefill_flag is not None and m.prefill_flag in pr.notes, pr.notes
             assert m.ttft_ms is not None
             # Where a stream spans chunks, decode tok/s is 1/TPOT and > 0; where the engine
             # coalesced it into one chunk, TPOT is unknown (never invented).
