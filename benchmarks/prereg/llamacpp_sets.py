@@ -1,6 +1,6 @@
 """Pre-registration of servelab's llama.cpp predictions for builds it then runs (issue 30).
 
-Two sets, each a list of recipes with a role fixed before anything is measured
+Three sets, each a list of recipes with a role fixed before anything is measured
 (``calibration``: its runs become rows of the priors table; ``check``: never enters it):
 
 ``cpu``: benchmarks/cpu/llamacpp-*.toml, two random model families (a llama-shaped and a
@@ -8,6 +8,12 @@ qwen2-shaped model of ~90 M parameters) at six GGUF file types each (F16, Q8_0, 
 Q4_K_M, Q4_0), served by llama-server with two threads on this host; the check set is the
 whole qwen2 family (a family the calibration has not seen) and the llama Q5_K_M build (a GGUF
 type it has not seen). benchmarks/cpu/calibrate_llamacpp.sh measures them.
+
+``cpu3``: benchmarks/cpu/llamacpp-gemma3-*.toml, a third random family on the same host with
+the same flags and lengths (Gemma-3-shaped, ~90 M parameters: 12 layers in Gemma 3's pattern
+of five sliding-window layers then one global, tied embeddings) at the same six GGUF types;
+every recipe a check (the host's llama.cpp calibration, llama and qwen2 at 2026-12-05.4.cpu,
+has not seen the family). Fixed and predicted before it was measured.
 
 ``h200``: benchmarks/gpu/llamacpp-*-h200.toml, full-size random-weight GGUFs (Llama-3-8B and
 Qwen2.5-7B dimensions at the same six types, Llama-2-7B Q4_0, gpt-oss-20b MXFP4_MOE) served
@@ -61,6 +67,7 @@ SETS: dict[str, tuple[Path, dict[str, str]]] = {
         "llamacpp-llama-q5-k-m": "check",
         **{f"llamacpp-qwen2-{t}": "check" for t in TYPES},
     }),
+    "cpu3": (CPU, {f"llamacpp-gemma3-{t}": "check" for t in TYPES}),
     "h200": (GPU, {
         **{f"llamacpp-llama3-8b-{t}-h200": "calibration" for t in TYPES if t != "q5-k-m"},
         "llamacpp-llama3-8b-q5-k-m-h200": "check",
