@@ -103,6 +103,22 @@ def test_a_host_gguf_of_a_calibrated_family_gets_an_interval_from_two_models(fam
         assert row["predicted_high"] / row["predicted_low"] <= 4
 
 
+def test_a_host_gguf_of_an_unseen_family_gets_the_fit_source_and_its_reason() -> None:
+    """A family the host's llama.cpp rows have not seen (Gemma 3, the check set cpu3): its
+    prediction comes from those rows with their source and never the roofline-only line of
+    a hardware without llama.cpp data; a kind the evidence cannot bound for a new family is
+    refused with that reason."""
+    model, _ = resolve_model(load_recipe(CPU / "llamacpp-gemma3-q4-k-m.toml"))
+    text = _host_plan_text(model)
+    assert "no stored llama.cpp" not in text
+    assert "(llamacpp / gguf-q4_k_m (default) / host)" in text
+    for kind in ("decode", "prefill"):
+        assert (f"{kind} predicted from {SOURCE}" in text
+                or (f"{kind}: no prediction: the interval would span more than 4x (" in text
+                    and "no model of family gemma3 on host" in text
+                    and f"(fit from {SOURCE}" in text)), kind
+
+
 def test_a_recipe_plan_uses_the_priors_file_given(tmp_path: Path) -> None:
     """``servelab plan RECIPE --priors FILE`` calibrates from FILE (it was ignored for a
     recipe); the note names the file by its name, never its directory."""
