@@ -152,7 +152,8 @@ def predict(set_name: str, out: Path, priors: str | None, probe: str | None) -> 
 
 
 def measured(export: Path) -> dict[tuple[str, str, int], tuple[float, float, float, str]]:
-    """(recipe, kind, length) -> (tok/s, CI low, CI high, load note) from a run export."""
+    """(recipe, kind, length) -> (tok/s, CI low, CI high, flag) from a run export; the flag
+    says why a point is not scored ("one request": no CI; "wide CI": over ±10 %)."""
     from servelab.points import PointKey
     from servelab.store.exchange import run_from_dict
 
@@ -165,13 +166,17 @@ def measured(export: Path) -> dict[tuple[str, str, int], tuple[float, float, flo
                 m = run.metric(f"{kind}_tok_s", PointKey(n, 1).label)
                 if m is not None:
                     lo, hi = m.ci_low if m.ci_low is not None else m.value, m.ci_high or m.value
-                    got[(run.recipe_name, kind, n)] = (m.value, lo, hi, "")
+                    flag = ("one request" if m.n < 2
+                            else "wide CI" if (hi - lo) / 2 / m.value > 0.10 else "")
+                    got[(run.recipe_name, kind, n)] = (m.value, lo, hi, flag)
     return got
 
 
 def errors(pred: Path, exports: list[Path]) -> int:
     """Markdown: measured (95 % CI) per pass, predicted (interval) or the fit's number, the
-    error of the first pass (and of the others), measured / bound."""
+    error of each pass ("—" where a pass has no figure for the point), measured / bound of
+    the first pass that has one; a flagged point (one request, or a CI over ±10 %) says so
+    and is not scored (no error, no inside)."""
     doc = json.loads(pred.read_text(encoding="utf-8"))
     passes = [measured(e) for e in exports]
     print(f"servelab {doc['servelab_commit'][:10]}, {doc['date']}\n")
@@ -179,28 +184,50 @@ def errors(pred: Path, exports: list[Path]) -> int:
     print(f"| build | kind | len | role | {heads} | predicted (interval) | error "
           "| inside | measured / bound |")
     print("|---" * (8 + len(passes)) + "|")
+    scored: dict[tuple[str, int], list[tuple[float, bool | None]]] = {}
     for r in doc["points"]:
         key = (r["recipe"], r["kind"], r["length"])
-        got = [p[key] for p in passes if key in p]
-        if not got:
+        got = [p.get(key) for p in passes]
+        if not any(got):
             continue
         cells, errs, ins = [], [], []
         pr, fit, roof = r["predicted_tok_s"], r["fitted_tok_s"], r["roofline_tok_s"]
-        for m, lo, hi, _ in got:
-            wide = (hi - lo) / 2 / m > 0.10  # a rate whose CI is wide is flagged
-            cells.append(f"{m:,.1f} ({lo:,.1f}-{hi:,.1f})" + (" wide CI" if wide else ""))
-            ref = pr if pr is not None else fit
-            errs.append("" if ref is None else f"{m / ref - 1:+.1%}")
-            if pr is not None:
-                ins.append("yes" if r["low"] <= m <= r["high"] else "no")
+        ref = pr if pr is not None else fit
+        for g in got:
+            if g is None:
+                cells.append("—")
+                errs.append("—")
+                ins.append("—")
+                continue
+            m, lo, hi, flag = g
+            if not flag and ref is not None:
+                inside = r["low"] <= m <= r["high"] if pr is not None else None
+                scored.setdefault((r["kind"], r["length"]), []).append((m / ref - 1, inside))
+            cells.append(f"{m:,.1f} ({lo:,.1f}-{hi:,.1f})" + (f" {flag}" if flag else ""))
+            errs.append("—" if flag or ref is None else f"{m / ref - 1:+.1%}")
+            ins.append("—" if flag else "yes" if pr is not None and r["low"] <= m <= r["high"]
+                       else "no")
+        if pr is None:
+            ins = []
         pred = "no prediction" if pr is None else f"{pr:,.1f} ({r['low']:,.1f}-{r['high']:,.1f})"
         if pr is None and fit:
             pred += f"; fit says {fit:,.1f}"
-        bound = f"{got[0][0] / roof:.2f}" if roof else ""
+        first = next(g for g in got if g is not None)
+        bound = f"{first[0] / roof:.2f}" if roof else ""
         build = r["recipe"].removeprefix("llamacpp-").removesuffix("-h200")
         print(f"| {build} | {r['kind']} | {r['length']} "
               f"| {r['role']} | {' | '.join(cells)} | {pred} | {', '.join(errs)} "
               f"| {', '.join(ins)} | {bound} |")
+    print("\n| kind | len | scored points (all passes) | median / max abs. error | mean error "
+          "| inside the printed interval |")
+    print("|---" * 6 + "|")
+    for (kind, n), vals in sorted(scored.items()):
+        e = sorted(abs(v) for v, _ in vals)
+        mid = (e[(len(e) - 1) // 2] + e[len(e) // 2]) / 2
+        judged = [i for _, i in vals if i is not None]
+        cover = f"{sum(judged)} of {len(judged)}" if judged else "no prediction printed"
+        print(f"| {kind} | {n} | {len(vals)} | {mid:.1%} / {e[-1]:.1%} "
+              f"| {sum(v for v, _ in vals) / len(vals):+.1%} | {cover} |")
     return 0
 
 
