@@ -1,6 +1,6 @@
 """Pre-registration of servelab's llama.cpp predictions for builds it then runs (issue 30).
 
-Two sets, each a list of recipes with a role fixed before anything is measured
+Three sets, each a list of recipes with a role fixed before anything is measured
 (``calibration``: its runs become rows of the priors table; ``check``: never enters it):
 
 ``cpu``: benchmarks/cpu/llamacpp-*.toml, two random model families (a llama-shaped and a
@@ -8,6 +8,12 @@ qwen2-shaped model of ~90 M parameters) at six GGUF file types each (F16, Q8_0, 
 Q4_K_M, Q4_0), served by llama-server with two threads on this host; the check set is the
 whole qwen2 family (a family the calibration has not seen) and the llama Q5_K_M build (a GGUF
 type it has not seen). benchmarks/cpu/calibrate_llamacpp.sh measures them.
+
+``cpu3``: benchmarks/cpu/llamacpp-gemma3-*.toml, a third random family on the same host with
+the same flags and lengths (Gemma-3-shaped, ~90 M parameters: 12 layers in Gemma 3's pattern
+of five sliding-window layers then one global, tied embeddings) at the same six GGUF types;
+every recipe a check (the host's llama.cpp calibration, llama and qwen2 at 2026-12-05.4.cpu,
+has not seen the family). Fixed and predicted before it was measured.
 
 ``h200``: benchmarks/gpu/llamacpp-*-h200.toml, full-size random-weight GGUFs (Llama-3-8B and
 Qwen2.5-7B dimensions at the same six types, Llama-2-7B Q4_0, gpt-oss-20b MXFP4_MOE) served
@@ -61,6 +67,7 @@ SETS: dict[str, tuple[Path, dict[str, str]]] = {
         "llamacpp-llama-q5-k-m": "check",
         **{f"llamacpp-qwen2-{t}": "check" for t in TYPES},
     }),
+    "cpu3": (CPU, {f"llamacpp-gemma3-{t}": "check" for t in TYPES}),
     "h200": (GPU, {
         **{f"llamacpp-llama3-8b-{t}-h200": "calibration" for t in TYPES if t != "q5-k-m"},
         "llamacpp-llama3-8b-q5-k-m-h200": "check",
@@ -145,7 +152,8 @@ def predict(set_name: str, out: Path, priors: str | None, probe: str | None) -> 
 
 
 def measured(export: Path) -> dict[tuple[str, str, int], tuple[float, float, float, str]]:
-    """(recipe, kind, length) -> (tok/s, CI low, CI high, load note) from a run export."""
+    """(recipe, kind, length) -> (tok/s, CI low, CI high, flag) from a run export; the flag
+    says why a point is not scored ("one request": no CI; "wide CI": over ±10 %)."""
     from servelab.points import PointKey
     from servelab.store.exchange import run_from_dict
 
@@ -158,13 +166,17 @@ def measured(export: Path) -> dict[tuple[str, str, int], tuple[float, float, flo
                 m = run.metric(f"{kind}_tok_s", PointKey(n, 1).label)
                 if m is not None:
                     lo, hi = m.ci_low if m.ci_low is not None else m.value, m.ci_high or m.value
-                    got[(run.recipe_name, kind, n)] = (m.value, lo, hi, "")
+                    flag = ("one request" if m.n < 2
+                            else "wide CI" if (hi - lo) / 2 / m.value > 0.10 else "")
+                    got[(run.recipe_name, kind, n)] = (m.value, lo, hi, flag)
     return got
 
 
 def errors(pred: Path, exports: list[Path]) -> int:
     """Markdown: measured (95 % CI) per pass, predicted (interval) or the fit's number, the
-    error of the first pass (and of the others), measured / bound."""
+    error of each pass ("—" where a pass has no figure for the point), measured / bound of
+    the first pass that has one; a flagged point (one request, or a CI over ±10 %) says so
+    and is not scored (no error, no inside)."""
     doc = json.loads(pred.read_text(encoding="utf-8"))
     passes = [measured(e) for e in exports]
     print(f"servelab {doc['servelab_commit'][:10]}, {doc['date']}\n")
@@ -172,28 +184,50 @@ def errors(pred: Path, exports: list[Path]) -> int:
     print(f"| build | kind | len | role | {heads} | predicted (interval) | error "
           "| inside | measured / bound |")
     print("|---" * (8 + len(passes)) + "|")
+    scored: dict[tuple[str, int], list[tuple[float, bool | None]]] = {}
     for r in doc["points"]:
         key = (r["recipe"], r["kind"], r["length"])
-        got = [p[key] for p in passes if key in p]
-        if not got:
+        got = [p.get(key) for p in passes]
+        if not any(got):
             continue
         cells, errs, ins = [], [], []
         pr, fit, roof = r["predicted_tok_s"], r["fitted_tok_s"], r["roofline_tok_s"]
-        for m, lo, hi, _ in got:
-            wide = (hi - lo) / 2 / m > 0.10  # a rate whose CI is wide is flagged
-            cells.append(f"{m:,.1f} ({lo:,.1f}-{hi:,.1f})" + (" wide CI" if wide else ""))
-            ref = pr if pr is not None else fit
-            errs.append("" if ref is None else f"{m / ref - 1:+.1%}")
-            if pr is not None:
-                ins.append("yes" if r["low"] <= m <= r["high"] else "no")
+        ref = pr if pr is not None else fit
+        for g in got:
+            if g is None:
+                cells.append("—")
+                errs.append("—")
+                ins.append("—")
+                continue
+            m, lo, hi, flag = g
+            if not flag and ref is not None:
+                inside = r["low"] <= m <= r["high"] if pr is not None else None
+                scored.setdefault((r["kind"], r["length"]), []).append((m / ref - 1, inside))
+            cells.append(f"{m:,.1f} ({lo:,.1f}-{hi:,.1f})" + (f" {flag}" if flag else ""))
+            errs.append("—" if flag or ref is None else f"{m / ref - 1:+.1%}")
+            ins.append("—" if flag else "yes" if pr is not None and r["low"] <= m <= r["high"]
+                       else "no")
+        if pr is None:
+            ins = []
         pred = "no prediction" if pr is None else f"{pr:,.1f} ({r['low']:,.1f}-{r['high']:,.1f})"
         if pr is None and fit:
             pred += f"; fit says {fit:,.1f}"
-        bound = f"{got[0][0] / roof:.2f}" if roof else ""
+        first = next(g for g in got if g is not None)
+        bound = f"{first[0] / roof:.2f}" if roof else ""
         build = r["recipe"].removeprefix("llamacpp-").removesuffix("-h200")
         print(f"| {build} | {r['kind']} | {r['length']} "
               f"| {r['role']} | {' | '.join(cells)} | {pred} | {', '.join(errs)} "
               f"| {', '.join(ins)} | {bound} |")
+    print("\n| kind | len | scored points (all passes) | median / max abs. error | mean error "
+          "| inside the printed interval |")
+    print("|---" * 6 + "|")
+    for (kind, n), vals in sorted(scored.items()):
+        e = sorted(abs(v) for v, _ in vals)
+        mid = (e[(len(e) - 1) // 2] + e[len(e) // 2]) / 2
+        judged = [i for _, i in vals if i is not None]
+        cover = f"{sum(judged)} of {len(judged)}" if judged else "no prediction printed"
+        print(f"| {kind} | {n} | {len(vals)} | {mid:.1%} / {e[-1]:.1%} "
+              f"| {sum(v for v, _ in vals) / len(vals):+.1%} | {cover} |")
     return 0
 
 

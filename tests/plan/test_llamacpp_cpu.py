@@ -2,10 +2,11 @@
 benchmarks/cpu/calibrate_llamacpp.sh) and what ``servelab plan`` makes of them.
 
 The rows' costs (bytes read per token, prefill FLOPs, layers, kernel path) are recomputed
-here from the GGUF files the calibration recipes make (a random llama-shaped model written
-at each GGUF type by servelab's converter); the tok/s are measurements and are not asserted.
-A GGUF of another family planned with ``--engine llamacpp -H host`` gets a llama.cpp
-prediction with its interval and source, or "no prediction" with the reason."""
+here from the GGUF files the calibration recipes make (a random llama-shaped and a random
+qwen2-shaped model written at each GGUF type by servelab's converter); the tok/s are
+measurements and are not asserted. A GGUF of one of those families planned with
+``--engine llamacpp -H host`` gets a llama.cpp prediction with its interval and source, or
+"no prediction" with the reason."""
 
 from __future__ import annotations
 
@@ -44,52 +45,78 @@ def _plan(recipe: Path, *extra: str) -> dict[str, object]:
 
 def test_host_rows_name_their_script_and_one_model_per_family() -> None:
     assert ROWS, "no llama.cpp rows for host"
-    assert {s.build.model for s in ROWS} == {"calib-llama"}  # every GGUF type of one model
-    assert {s.build.family for s in ROWS} == {"llama"}
-    types = {s.kernel_path.split()[0] for s in ROWS}
-    assert types == {"gguf-f16", "gguf-q8_0", "gguf-q6_k", "gguf-q4_k_m", "gguf-q4_0"}
+    # every GGUF type of one model under one name: leave-one-model-out leaves a family out
+    assert {(s.build.model, s.build.family) for s in ROWS} == {
+        ("calib-llama", "llama"), ("calib-qwen2", "qwen2")}
+    types = {m: {s.kernel_path.split()[0] for s in ROWS if s.build.model == m}
+             for m in ("calib-llama", "calib-qwen2")}
+    calibrated = {"gguf-f16", "gguf-q8_0", "gguf-q6_k", "gguf-q4_k_m", "gguf-q4_0"}
+    assert types["calib-llama"] == calibrated  # Q5_K_M stays a check of an unseen type
+    assert types["calib-qwen2"] == calibrated | {"gguf-q5_k_m"}
     for s in ROWS:
         assert "benchmarks/cpu/calibrate_llamacpp.sh" in s.source
         assert s.platform == "cpu"
 
 
-@pytest.mark.parametrize("path", sorted({s.kernel_path for s in ROWS}))
-def test_host_rows_costs_are_servelab_arithmetic_on_the_recipes_ggufs(path: str) -> None:
-    group = [s for s in ROWS if s.kernel_path == path]
+@pytest.mark.parametrize(("model", "path"), sorted({(s.build.model, s.kernel_path) for s in ROWS}))
+def test_host_rows_costs_are_servelab_arithmetic_on_the_recipes_ggufs(model: str,
+                                                                      path: str) -> None:
+    group = [s for s in ROWS if s.build.model == model and s.kernel_path == path]
     assert {s.expert_slots for s in group} == {0}  # dense
     assert_rows_are_the_plans(group, _plan(_recipe(group[0])))
 
 
-def test_a_qwen2_gguf_on_host_gets_a_llamacpp_prediction_or_a_reason() -> None:
-    """A family the host's llama.cpp rows have not seen: its decode line is predicted from
-    those rows with an interval and its source, or refused with the reason; never the
-    roofline-only line of a hardware without llama.cpp data."""
-    recipe = CPU / "llamacpp-qwen2-q4-k-m.toml"
-    model, _ = resolve_model(load_recipe(recipe))
+def _host_plan_text(model: str) -> str:
     res = runner.invoke(app, ["plan", model, "--engine", "llamacpp", "-H", "host", "--no-store",
                               "-c", "2048", "--prompt-lens", "128,512"], terminal_width=250)
     assert res.exit_code == 0, res.output
-    text = " ".join(res.output.split())
+    return " ".join(res.output.split())
+
+
+SOURCE = ("prior from servelab's own llama-server runs on this host's CPU "
+          "(benchmarks/cpu/calibrate_llamacpp.sh")
+
+
+@pytest.mark.parametrize("fam", ["llama", "qwen2"])
+def test_a_host_gguf_of_a_calibrated_family_gets_an_interval_from_two_models(fam: str) -> None:
+    """Two llama.cpp models on host (llama- and qwen2-shaped): the decode interval is the
+    host's own leave-one-model-out over them, printed with its source; prefill is printed
+    with its interval or refused with the reason (the width of the families left out)."""
+    recipe = CPU / f"llamacpp-{fam}-q4-k-m.toml"
+    model, _ = resolve_model(load_recipe(recipe))
+    text = _host_plan_text(model)
     assert "no stored llama.cpp" not in text
-    source = ("prior from servelab's own llama-server runs on this host's CPU "
-              "(benchmarks/cpu/calibrate_llamacpp.sh")
     assert "(llamacpp / gguf-q4_k_m (default) / host)" in text
-    for kind in ("decode", "prefill"):
-        # predicted with its interval and source, or refused with the reason and the fit's
-        # source (one llama.cpp model on host: the width comes from the families left out)
-        assert (f"{kind} predicted from {source}" in text
-                or (f"{kind}: no prediction: the interval would span more than 4x (" in text
-                    and f"(fit from {source}" in text)), kind
-    doc = _plan(recipe)
-    speed = doc["speed"]
+    assert f"decode predicted from {SOURCE}" in text
+    assert "(leave-one-model-out over 2 models)" in text
+    assert (f"prefill predicted from {SOURCE}" in text
+            or ("prefill: no prediction: the interval would span more than 4x (" in text
+                and "2 models of 2 families on host: too few to bound a new build" in text
+                and f"(fit from {SOURCE}" in text))
+    speed = _plan(recipe)["speed"]
     assert isinstance(speed, dict)
     fit = speed["decode_fit"]
-    assert fit["level"] != "roofline"
-    for row in speed["decode"]:
-        if fit["rel_error"] is not None and fit["rel_error"] < 0.6:  # printed: an interval
-            assert row["predicted_low"] < row["predicted_tok_s"] <= row["predicted_high"]
-        else:  # refused: no number printed as a prediction
-            assert row["predicted_tok_s"] is None
+    assert fit["models"] == ["calib-llama", "calib-qwen2"]
+    assert fit["error_basis"] == "leave-one-model-out over 2 models"
+    for row in speed["decode"]:  # printed: a number inside its interval
+        assert row["predicted_low"] < row["predicted_tok_s"] < row["predicted_high"]
+        assert row["predicted_high"] / row["predicted_low"] <= 4
+
+
+def test_a_host_gguf_of_an_unseen_family_gets_the_fit_source_and_its_reason() -> None:
+    """A family the host's llama.cpp rows have not seen (Gemma 3, the check set cpu3): its
+    prediction comes from those rows with their source and never the roofline-only line of
+    a hardware without llama.cpp data; a kind the evidence cannot bound for a new family is
+    refused with that reason."""
+    model, _ = resolve_model(load_recipe(CPU / "llamacpp-gemma3-q4-k-m.toml"))
+    text = _host_plan_text(model)
+    assert "no stored llama.cpp" not in text
+    assert "(llamacpp / gguf-q4_k_m (default) / host)" in text
+    for kind in ("decode", "prefill"):
+        assert (f"{kind} predicted from {SOURCE}" in text
+                or (f"{kind}: no prediction: the interval would span more than 4x (" in text
+                    and "no model of family gemma3 on host" in text
+                    and f"(fit from {SOURCE}" in text)), kind
 
 
 def test_a_recipe_plan_uses_the_priors_file_given(tmp_path: Path) -> None:
