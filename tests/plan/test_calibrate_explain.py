@@ -94,7 +94,8 @@ def test_h200_priors_are_the_committed_runs() -> None:
     for s in samples_from_runs(runs):
         step = s.build.is_step
         measured.setdefault((s.build.model, s.kind, s.length, s.eager, step), s)
-    rows = [s for s in shipped_priors().samples if s.hardware == "h200" and not s.device_only]
+    rows = [s for s in shipped_priors().samples
+            if s.hardware == "h200" and not s.device_only and s.engine == "vllm"]
     assert len(rows) == len(measured) == 114  # eighteen builds, one with an MTP run
     for r in rows:
         name = r.build.model
@@ -115,6 +116,30 @@ def test_h200_priors_are_the_committed_runs() -> None:
              if r.build.model == "llama-3.2-3b-bf16-random" and r.kind == "prefill"
              and r.length == 512}
     assert llama[False] > 1.5 * llama[True]
+
+
+def test_h200_llamacpp_priors_are_the_committed_calibration_runs() -> None:
+    """The H200's llama.cpp rows are the calibration-role runs of the pre-registered set
+    (benchmarks/prereg/llamacpp_sets.py "h200"; its check build Q5_K_M stays out), named by
+    base model (from_runs.py --gguf-base): same kernel path per GGUF type, bytes, layers and
+    measured tok/s as the committed export."""
+    export = (Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "results"
+              / "llamacpp-h200-2026-12-05" / "runs-llamacpp-h200.json")
+    doc = json.loads(export.read_text(encoding="utf-8"))
+    runs = [run_from_dict(r, source=str(export)) for r in doc["runs"]
+            if r["recipe_name"] != "llamacpp-llama3-8b-q5-k-m-h200"]
+    assert len(runs) == 5
+    measured = {(s.kernel_path, s.kind, s.length): s for s in samples_from_runs(runs)}
+    rows = [s for s in shipped_priors().samples
+            if s.hardware == "h200" and s.engine == "llamacpp"]
+    assert len(rows) == len(measured) == 20  # five GGUF types x decode/prefill x 512/4096
+    for r in rows:
+        assert r.build.model == "llama3-8b" and r.build.family == "llama"
+        m = measured[(r.kernel_path, r.kind, r.length)]
+        assert (r.layers, r.bytes_read) == (m.layers, int(m.bytes_read)) and r.layers == 32
+        assert r.tok_s == pytest.approx(m.tok_s, abs=0.01)
+    paths = {r.kernel_path.split()[0] for r in rows}
+    assert paths == {"gguf-f16", "gguf-q8_0", "gguf-q6_k", "gguf-q4_k_m", "gguf-q4_0"}
 
 
 def m_layers(model: str) -> int:

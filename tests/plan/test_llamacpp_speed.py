@@ -69,7 +69,8 @@ def test_replicas_carry_llama_cpps_type_mix(replicas: dict[str, Path]) -> None:
 
 def test_llamacpp_priors_costs_are_servelab_arithmetic(replicas: dict[str, Path]) -> None:
     rows = [s for s in shipped_priors().samples
-            if s.engine == "llamacpp" and s.hardware != "host"]  # host: test_llamacpp_cpu.py
+            if s.engine == "llamacpp" and s.hardware not in ("host", "h200")]
+    # servelab's own runs: host in test_llamacpp_cpu.py, the H200 in test_calibrate_explain.py
     assert {s.hardware for s in rows} >= {"dgx-spark", "m1-ultra", "m2-max", "rtx-4090",
                                           "rtx-pro-6000", "rtx-5090"}
     groups: dict[tuple[str, str], list[Sample]] = {}
@@ -149,16 +150,19 @@ def test_a_qwen2_gguf_is_planned_not_refused(replicas: dict[str, Path]) -> None:
 
 
 def test_no_data_for_the_engine_names_the_engine_not_the_hardware(
-    replicas: dict[str, Path],
+    replicas: dict[str, Path], tmp_path: Path,
 ) -> None:
-    """The H200 has vLLM priors and no llama.cpp figure: the line says which engine lacks
-    data there instead of blaming the hardware."""
-    res = runner.invoke(app, ["plan", str(replicas["llama2-7b-Q4_0"]), "-H", "h200", "--no-store",
-                              "-c", "4096"], terminal_width=250)
+    """The M1 Ultra has llama.cpp priors and no vLLM figure: a vLLM plan's line says which
+    engine lacks data there instead of blaming the hardware."""
+    from servelab.synth.tiny import make_tiny_model
+
+    tiny = make_tiny_model("llama", tmp_path / "llama")
+    res = runner.invoke(app, ["plan", str(tiny), "-H", "m1-ultra", "--no-store"],
+                        terminal_width=250)
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert ("decode: no stored llama.cpp decode run or shipped llama.cpp decode prior for h200 "
-            "(the shipped priors for h200 are vLLM only): roofline bound only") in text
+    assert ("decode: no stored vLLM decode run or shipped vLLM decode prior for m1-ultra "
+            "(the shipped priors for m1-ultra are llama.cpp only): roofline bound only") in text
     assert "no stored run or prior for this hardware" not in text
     # the RTX 5090 has one llama.cpp figure, a prefill: decode's line says so, not "none"
     res = runner.invoke(app, ["plan", str(replicas["llama2-7b-Q4_0"]), "-H", "rtx-5090",
