@@ -355,7 +355,8 @@ def _flags(row: Row) -> list[str]:
 
 
 EFFICIENCY_MARGIN = 1.25
-"""A lead more than this many times the bytes ratio is mostly efficiency, not bytes."""
+"""A lead more than this many times the bytes ratio is mostly efficiency, not bytes; one
+less than the bytes ratio over this is mostly costs that do not scale with bytes."""
 
 
 def _lead(win: Row, lose: Row, e: Explanation) -> str:
@@ -368,6 +369,10 @@ def _lead(win: Row, lose: Row, e: Explanation) -> str:
     if r > 1 and speed_ratio > r * EFFICIENCY_MARGIN:
         return (f"{lose.build} reads {r:.2f}x the bytes per token ({sizes}), which explains "
                 f"{r:.2f}x of a {speed_ratio:.2f}x lead; the rest is efficiency ("
+                f"{e.a.kernel_path} against {e.b.kernel_path}{engines})")
+    if r > 1 and 1 < speed_ratio < r / EFFICIENCY_MARGIN:
+        return (f"{lose.build} reads {r:.2f}x the bytes per token ({sizes}) but decodes only "
+                f"{speed_ratio:.2f}x slower: costs other than its bytes set much of the pace ("
                 f"{e.a.kernel_path} against {e.b.kernel_path}{engines})")
     if r > 1 and better_kernel(e.b.compute_precision, e.a.compute_precision):
         return (f"bytes beat kernels: {lose.build} has the better kernel path "
