@@ -171,6 +171,23 @@ POINTS_2026_12_05B: tuple[Point, ...] = (
           CUDA_STREAMK, "calibration"),
 )
 
+#: servelab's own H200 runs of Qwen2.5-7B-shaped GGUFs (benchmarks/prereg/llamacpp_sets.py set
+#: "h200", pre-registered in the calibration role): their run records were lost with the
+#: device machine, so the figures are the ones `servelab run` printed (95 % CIs in the file).
+H200_QWEN = ("servelab run on one H200, llama-server CUDA build (sm_90) of llama-cpp-python "
+             "0.3.36's llama.cpp, 2026-12-05: the printed figures of "
+             "benchmarks/gpu/results/llamacpp-h200-2026-12-05/call-2-output-qwen.txt "
+             "(run records lost with the machine)")
+POINTS_2026_12_05_H200: tuple[Point, ...] = tuple(
+    Point(f"qwen2.5-coder-7b-{t}", "llamacpp", "h200", kind, n, v, H200_QWEN, "calibration")
+    for t, kind, n, v in (
+        ("F16", "decode", 512, 175.9), ("F16", "decode", 4096, 168.9),
+        ("F16", "prefill", 512, 9785.0), ("F16", "prefill", 4096, 11659.0),
+        ("Q4_K_M", "decode", 512, 235.2), ("Q4_K_M", "decode", 4096, 232.6),
+        ("Q4_K_M", "prefill", 512, 6013.0), ("Q4_K_M", "prefill", 4096, 7150.0),
+    )
+)
+
 #: The engine build each source names, where it names one (``rows`` takes the rest from
 #: its VERSION argument).
 ENGINE_VERSIONS = {
@@ -178,15 +195,17 @@ ENGINE_VERSIONS = {
     PRO6000_LLAMACPP: "master of 2026-01-23 (PR #19053)",
     PRO6000_VLLM: "not stated (Millstone AI report of 2026-01-28)",
     CUDA_STREAMK: "master of PR #20586",
+    H200_QWEN: "b0-llama-cpp-python-0.3.36",
 }
 
 #: Each dated set of pre-registered points (``--set``), the first the default.
 SETS: dict[str, tuple[Point, ...]] = {"2026-12-04": POINTS, "2026-12-05": POINTS_2026_12_05,
-                                      "2026-12-05b": POINTS_2026_12_05B}
+                                      "2026-12-05b": POINTS_2026_12_05B,
+                                      "2026-12-05-h200": POINTS_2026_12_05_H200}
 
 #: The model family of each base model (the priors rows' ``family``).
 FAMILIES = {"llama2-7b": "llama", "codellama-7b": "llama", "llama3-8b": "llama",
-            "gpt-oss-20b": "gpt_oss"}
+            "gpt-oss-20b": "gpt_oss", "qwen2.5-coder-7b": "qwen2"}
 
 
 def base_model(build: str) -> str:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 from tests.plan.inputs import planning_inputs
+from typer.testing import CliRunner
 
+from servelab.cli.app import app
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.forecast.build import Plan, build_plan
 from servelab.forecast.explain import explain
@@ -20,6 +22,8 @@ from servelab.predict.roofline import roofline_coefficients
 from servelab.predict.runs import calibration_for, samples_from_runs
 from servelab.predict.speed import model_expert_slots
 from servelab.store.exchange import run_from_dict
+
+runner = CliRunner()
 
 GIB = 1 << 30
 SPARK = BUILTIN["dgx-spark"]
@@ -131,7 +135,7 @@ def test_h200_llamacpp_priors_are_the_committed_calibration_runs() -> None:
     assert len(runs) == 5
     measured = {(s.kernel_path, s.kind, s.length): s for s in samples_from_runs(runs)}
     rows = [s for s in shipped_priors().samples
-            if s.hardware == "h200" and s.engine == "llamacpp"]
+            if s.hardware == "h200" and s.engine == "llamacpp" and s.build.model == "llama3-8b"]
     assert len(rows) == len(measured) == 20  # five GGUF types x decode/prefill x 512/4096
     for r in rows:
         assert r.build.model == "llama3-8b" and r.build.family == "llama"
@@ -140,6 +144,47 @@ def test_h200_llamacpp_priors_are_the_committed_calibration_runs() -> None:
         assert r.tok_s == pytest.approx(m.tok_s, abs=0.01)
     paths = {r.kernel_path.split()[0] for r in rows}
     assert paths == {"gguf-f16", "gguf-q8_0", "gguf-q6_k", "gguf-q4_k_m", "gguf-q4_0"}
+
+
+def test_h200_llamacpp_qwen_rows_are_the_printed_figures_and_replica_costs(
+    tmp_path: Path,
+) -> None:
+    """The same set's Qwen2.5-7B rows: tok/s is what `servelab run` printed on the device
+    (the records were lost; the file keeps the tables), bytes and layers servelab's plan of
+    the header replica, which matches llama-quantize's files byte for byte on Llama-3-8B."""
+    from servelab.synth.gguf_replica import QWEN25_CODER_7B, write_replica
+
+    results = (Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "results"
+               / "llamacpp-h200-2026-12-05")
+    printed: dict[tuple[str, str, int], float] = {}
+    ftype = ""
+    for line in (results / "call-2-output-qwen.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("llamacpp-qwen2.5-coder-7b-"):
+            ftype = {"f16": "F16", "q4-k-m": "Q4_K_M"}.get(
+                line.split()[0].removeprefix("llamacpp-qwen2.5-coder-7b-").removesuffix("-h200"),
+                "")
+        parts = line.split()
+        if ftype and len(parts) == 5 and parts[0] in ("decode", "prefill"):  # measured rows
+            printed[(ftype, parts[0], int(parts[1].replace(",", "")))] = float(
+                parts[2].replace(",", ""))
+    assert len(printed) == 8
+    rows = [s for s in shipped_priors().samples
+            if s.hardware == "h200" and s.build.model == "qwen2.5-coder-7b"]
+    assert len(rows) == 8 and {r.build.family for r in rows} == {"qwen2"}
+    for ftype in ("F16", "Q4_K_M"):
+        path = write_replica(QWEN25_CODER_7B, ftype, tmp_path / f"q-{ftype}.gguf")
+        doc = json.loads(runner.invoke(app, [
+            "plan", str(path), "--engine", "llamacpp", "-H", "h200", "--no-store",
+            "-c", "8192", "--prompt-lens", "512,4096", "--json"]).output)
+        planned = {("decode", int(r["context_len"])): int(r["bytes_per_token"])
+                   for r in doc["speed"]["decode"]}
+        planned |= {("prefill", int(r["prompt_len"])): int(r["bytes_read"])
+                    for r in doc["speed"]["prefill"]}
+        mine = [r for r in rows if r.kernel_path.startswith(f"gguf-{ftype.lower()} ")]
+        assert len(mine) == 4
+        for r in mine:
+            assert r.tok_s == printed[(ftype, r.kind, r.length)]
+            assert r.bytes_read == planned[(r.kind, r.length)] and r.layers == 28
 
 
 def m_layers(model: str) -> int:
