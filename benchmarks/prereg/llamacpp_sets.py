@@ -159,16 +159,17 @@ def measured(export: Path) -> dict[tuple[str, str, int], tuple[float, float, flo
 
     doc = json.loads(export.read_text(encoding="utf-8"))
     got: dict[tuple[str, str, int], tuple[float, float, float, str]] = {}
+    kinds = {"decode_tok_s": "decode", "prefill_tok_s": "prefill"}
     for raw in doc["runs"]:
         run = run_from_dict(raw, source=str(export))
-        for kind in ("decode", "prefill"):
-            for n in (128, 512, 4096):
-                m = run.metric(f"{kind}_tok_s", PointKey(n, 1).label)
-                if m is not None:
-                    lo, hi = m.ci_low if m.ci_low is not None else m.value, m.ci_high or m.value
-                    flag = ("one request" if m.n < 2
-                            else "wide CI" if (hi - lo) / 2 / m.value > 0.10 else "")
-                    got[(run.recipe_name, kind, n)] = (m.value, lo, hi, flag)
+        for m in run.metrics:
+            key = PointKey.parse(m.point) if m.name in kinds else None
+            if key is None or key != PointKey(key.prompt_tokens, 1):  # single stream only
+                continue
+            lo, hi = m.ci_low if m.ci_low is not None else m.value, m.ci_high or m.value
+            flag = ("one request" if m.n < 2
+                    else "wide CI" if (hi - lo) / 2 / m.value > 0.10 else "")
+            got[(run.recipe_name, kinds[m.name], key.prompt_tokens)] = (m.value, lo, hi, flag)
     return got
 
 
