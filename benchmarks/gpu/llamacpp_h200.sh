@@ -19,8 +19,8 @@
 #   gen:M           benchmarks/gpu/gen_gguf.py M -> $WORK/gguf/M-F16.gguf
 #   quant:M         llama-quantize M-F16 -> every other type of M's recipes
 #   serve:M         `servelab run` of each recipe llamacpp-M-*-h200.toml not yet stored
-#   bench:M[:T,..]  llama-bench pp512 / tg128 at depth 0 and 4096 (-fa 1 -ngl 99) per type
-#                   (all of M's types, or the listed ones)
+#   bench:M         llama-bench pp512 / tg128 at depth 0 and 4096 (-fa 1 -ngl 99) per type
+#   quant, serve and bench take M:T,T,... for the listed GGUF types only (e.g. bench:M:Q4_K_M)
 #   rm:M            delete M's GGUFs (disk); rmf16:M only its F16 (once quantized)
 #   collect         runs export, engine logs, llama-bench output -> $OUT
 set -uo pipefail
@@ -28,8 +28,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WORK="${WORK:-/var/tmp/servelab-gpu/lcpp}"
 source "$here/device_lib.sh"  # repo, OUT, py, servelab, say; exports SERVELAB_HOME, PYTHONPATH
 carry="$repo/.lc-carry"
-types_of() {  # the GGUF types of model $1's recipes
+types_of() {  # the GGUF types $2 names (T,T,...), else those of model $1's recipes
+  if [[ -n ${2:-} ]]; then echo "${2//,/ }"; return; fi
   sed -n 's|^path = ".*/'"$1"'-\(.*\)\.gguf"|\1|p' "$here"/llamacpp-"$1"-*-h200.toml
+}
+recipe_of() {  # model $1's recipe for GGUF type $2 (Q4_K_M -> llamacpp-M-q4-k-m-h200.toml)
+  local slug=${2,,}
+  echo "$here/llamacpp-$1-${slug//_/-}-h200.toml"
 }
 
 phase_prepare() {
@@ -108,7 +113,7 @@ phase_gen() {
 
 phase_quant() {
   local m=$1 t f
-  for t in $(types_of "$m"); do
+  for t in $(types_of "$m" "${2:-}"); do
     f="$WORK/gguf/$m-$t.gguf"
     [[ -f "$f" || $t == F16 ]] && continue
     say "quantize $m $t"
@@ -119,8 +124,9 @@ phase_quant() {
 }
 
 phase_serve() {
-  local m=$1 r name
-  for r in "$here"/llamacpp-"$m"-*-h200.toml; do
+  local m=$1 t r name
+  for t in $(types_of "$m" "${2:-}"); do
+    r=$(recipe_of "$m" "$t")
     name=$(basename "$r" .toml)
     [[ -f "$WORK/done/$name" ]] && continue
     say "servelab run $name"
@@ -133,7 +139,7 @@ phase_serve() {
 
 phase_bench() {
   local m=$1 t
-  for t in ${2:+${2//,/ }} $([[ -z ${2:-} ]] && types_of "$m"); do
+  for t in $(types_of "$m" "${2:-}"); do
     [[ -f "$OUT/llama-bench-$m-$t.json" ]] && continue
     say "llama-bench $m $t"
     "$WORK/build/bin/llama-bench" -m "$WORK/gguf/$m-$t.gguf" -p 512 -n 128 -d 0,4096 -fa 1 \
@@ -156,16 +162,18 @@ phase_collect() {
 }
 
 for p in "$@"; do
+  arg=${p#*:} types=""  # PHASE:M or PHASE:M:T,T,...
+  [[ $arg == *:* ]] && types=${arg#*:} arg=${arg%%:*}
   case "$p" in
     prepare) phase_prepare ;;
     setup) phase_setup ;;
     build) phase_build ;;
-    gen:*) phase_gen "${p#gen:}" ;;
-    quant:*) phase_quant "${p#quant:}" ;;
-    serve:*) phase_serve "${p#serve:}" ;;
-    bench:*) b=${p#bench:}; phase_bench "${b%%:*}" "$( [[ $b == *:* ]] && echo "${b#*:}")" ;;
-    rm:*) phase_rm "${p#rm:}" ;;
-    rmf16:*) phase_rmf16 "${p#rmf16:}" ;;
+    gen:*) phase_gen "$arg" ;;
+    quant:*) phase_quant "$arg" "$types" ;;
+    serve:*) phase_serve "$arg" "$types" ;;
+    bench:*) phase_bench "$arg" "$types" ;;
+    rm:*) phase_rm "$arg" ;;
+    rmf16:*) phase_rmf16 "$arg" ;;
     collect) phase_collect ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac || { echo "phase $p failed" >&2; exit 1; }
