@@ -66,9 +66,16 @@ def test_host_rows_costs_are_servelab_arithmetic_on_the_recipes_ggufs(model: str
     assert_rows_are_the_plans(group, _plan(_recipe(group[0])))
 
 
+# The reference box's own probe before the calibration: a plan given it reads no live probe,
+# so what these tests see does not move with how busy the machine running them is
+# (tests/plan/test_host_probe_once.py).
+PROBE = CPU / "results" / "probe-llamacpp-cpu.json"
+
+
 def _host_plan_text(model: str) -> str:
     res = runner.invoke(app, ["plan", model, "--engine", "llamacpp", "-H", "host", "--no-store",
-                              "-c", "2048", "--prompt-lens", "128,512"], terminal_width=250)
+                              "-c", "2048", "--prompt-lens", "128,512", "--probe", str(PROBE)],
+                        terminal_width=250)
     assert res.exit_code == 0, res.output
     return " ".join(res.output.split())
 
@@ -93,7 +100,7 @@ def test_a_host_gguf_of_a_calibrated_family_gets_an_interval_from_two_models(fam
             or ("prefill: no prediction: the interval would span more than 4x (" in text
                 and "2 models of 2 families on host: too few to bound a new build" in text
                 and f"(fit from {SOURCE}" in text))
-    speed = _plan(recipe)["speed"]
+    speed = _plan(recipe, "--probe", str(PROBE))["speed"]
     assert isinstance(speed, dict)
     fit = speed["decode_fit"]
     assert fit["models"] == ["calib-llama", "calib-qwen2"]

@@ -69,6 +69,12 @@ def busy_note(load_1min: float, cpus: int) -> str:
             "`servelab hardware probe -o FILE` and plan with --probe FILE")
 
 
+def cpu_rates(fp32: float) -> dict[str, float]:
+    """The compute rates a CPU's float32 matmul probe stands for: bf16 is taken as the fp32
+    BLAS rate (the host's kernel path computes in bf16, the probe measures fp32)."""
+    return {"fp32": fp32, "bf16": fp32}
+
+
 def host_profile(*, quick: bool = True,
                  load: tuple[float, int] | None = None) -> HardwareProfile:
     """A profile of this CPU whose bandwidth and compute are measured now.
@@ -90,7 +96,7 @@ def host_profile(*, quick: bool = True,
         memory_bytes=host_memory_bytes(),
         unified=True,
         bandwidth=probe.copy_bandwidth.best,
-        compute={"fp32": fp32, "bf16": fp32},
+        compute=cpu_rates(fp32),
         arch=platform.machine(),
         platform="cpu",
         kernel_paths={
@@ -104,6 +110,6 @@ def host_profile(*, quick: bool = True,
             **({"probe_warning": busy} if busy else {}),
         },
         measured_bandwidth=probe.copy_bandwidth.best,
-        measured_compute={"fp32": fp32},
+        measured_compute=cpu_rates(fp32),
         origin="measured",
     )

@@ -7,6 +7,7 @@ so neither imports the other's way back.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,13 +21,14 @@ from servelab.hardware.profiles import (
     profile_names,
 )
 
-__all__ = ["get_profile"]
+__all__ = ["get_profile", "this_host"]
 
 
 def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfile:
     """A profile by name: user files first (later files win), then built-ins.
 
-    ``host`` is this machine, measured on the spot by a short probe.
+    ``host`` is this machine, measured by a short probe the first time it is asked for in
+    a process (:func:`this_host`).
     """
     user: dict[str, HardwareProfile] = {}
     for f in files:
@@ -36,6 +38,17 @@ def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfi
     if name in BUILTIN:
         return BUILTIN[name]
     if name == HOST:
-        return host_profile()
+        return this_host()
     known = ", ".join([*user, *profile_names()])
     raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
+
+
+@functools.cache
+def this_host() -> HardwareProfile:
+    """This machine's profile, probed once per process: every use in one plan (the target's
+    roofline, the ceilings its calibration rows are fitted and held out against) sees the
+    same bandwidth and compute. Quick probes on a busy 2-core machine read 15-20 GB/s
+    from one run to the next (benchmarks/cpu/results/runs-llamacpp-cpu*.json), and a plan
+    that mixed two of them printed another interval, and on CI another basis, than the
+    same plan a moment later (2026-12-05)."""
+    return host_profile()

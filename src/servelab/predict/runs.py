@@ -12,7 +12,7 @@ bytes), which every plan stores.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,7 +362,7 @@ def calibration_for(
     low = lower_bounds(hardware, path.compute)
     label = engine_label(engine)
     cal = calibrate(target, stored, table.samples, lambda kind: roof[kind], lambda k: low[k],
-                    reference=reference_of(everything, table),
+                    reference=reference_of(everything, table, hardware),
                     missing=lambda k: f"no stored {label} {k} run or "
                                       f"{table.lacks(k, engine, hardware.name)}")
     if any(s.hardware == hardware.name and s.engine == engine for s in table.samples):
@@ -433,16 +433,38 @@ def profile_lower(kind: str, s: Sample) -> Sequence[float]:
     return got[1][kind]
 
 
-def reference_of(stored: Sequence[Sample], table: PriorTable) -> Reference:
+def reference_of(
+    stored: Sequence[Sample], table: PriorTable, hardware: HardwareProfile | None = None
+) -> Reference:
     """The held-out half-widths (:class:`~servelab.predict.holdout.Reference`) over the
     shipped priors and the stored samples they do not restate, on the hardware profiles
-    servelab knows (each at its profile's roofline)."""
+    servelab knows (each at its profile's roofline). ``hardware``: the profile a prediction
+    is made for; its own samples are held out at its ceilings, the ones the prediction's
+    fit uses (a ``--probe`` file's, or this process's one probe of ``host``), never at
+    those of another lookup of the same name."""
     shipped = {(s.build.model, s.hardware, s.kind, s.length, s.eager) for s in table.samples}
     extra = [s for s in stored
              if (s.build.model, s.hardware, s.kind, s.length, s.eager) not in shipped]
-    known = [s for s in (*table.samples, *extra)
-             if profile_ceilings(s.hardware, s.compute) is not None]
-    return Reference(known, profile_roofline, lower=profile_lower)
+    own: dict[str, tuple[Ceilings, Ceilings]] = {}
+
+    def ceilings(s: Sample) -> tuple[Ceilings, Ceilings] | None:
+        if hardware is None or s.hardware != hardware.name:
+            return profile_ceilings(s.hardware, s.compute)
+        if s.compute not in own:
+            own[s.compute] = (roofline_coefficients(hardware, s.compute),
+                              lower_bounds(hardware, s.compute))
+        return own[s.compute]
+
+    def at(which: int) -> Callable[[str, Sample], Sequence[float]]:
+        def get(kind: str, s: Sample) -> Sequence[float]:
+            got = ceilings(s)
+            if got is None:
+                raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
+            return got[which][kind]
+        return get
+
+    known = [s for s in (*table.samples, *extra) if ceilings(s) is not None]
+    return Reference(known, at(0), lower=at(1))
 
 
 def roofline_of_run(run: RunRecord) -> tuple[Ceilings, Ceilings] | None:
