@@ -120,6 +120,14 @@ def test_plan_without_any_calibration_prints_no_prediction(tiny_next: Path) -> N
     d = json.loads(res.output)
     assert all(p["predicted_tok_s"] is None for p in d["speed"]["decode"])
     assert d["speed"]["decode_fit"]["level"] == "roofline"
+    # the text says why once per kind: the line under its table, not again as a note
+    text = " ".join(runner.invoke(app, ["plan", str(tiny_next), "-H", "b200", "--no-store"],
+                                  terminal_width=250).output.split())
+    notes = " ".join(d["speed"]["notes"])  # the JSON keeps the note
+    for kind in ("decode", "prefill"):
+        why = f"no stored vLLM {kind} run or shipped vLLM {kind} prior for b200"
+        assert text.count(why) == 1, kind
+        assert f"{kind}: {why}: roofline only" in notes, kind
 
 
 def test_explain_cli(qwen36_fp8: Path, qwen36_nvfp4a16: Path) -> None:

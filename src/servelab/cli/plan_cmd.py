@@ -257,8 +257,12 @@ def _render_speed(plan: Plan, console: Console) -> None:
         console.print(draft_line(sp.mtp[0]))
     if plan.speculative is not None:
         console.print(plan.speculative.line)
+    # a kind's fit line above already says why it is the roofline alone or refused; the
+    # calibration's note saying it again (kept for JSON and pages) is not printed twice
+    said = ("decode: ", "prefill: ") if sp.prefill else ("decode: ",)
     for n in (*plan.notes, *sp.notes):
-        console.print(f"[yellow]note:[/] {n}")
+        if not n.startswith(said):
+            console.print(f"[yellow]note:[/] {n}")
 
 
 def _render_parallel(plan: Plan, console: Console) -> None:
