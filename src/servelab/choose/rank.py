@@ -442,7 +442,7 @@ figure whose intervals overlap (a measurement's CI is its own noise). Two *predi
 not tied by overlapping intervals: both come from the same calibration on the same hardware,
 so their errors move together (an interval says how far the level may be off, not how far
 one build may be off against its sibling: the Spark's three Qwen3.6 builds varied ±3 % about
-one fit whose level is ±54 % uncertain), and their order is the order of their costs (bytes,
+one fit whose level is about ±50 % uncertain), and their order is the order of their costs (bytes,
 kernel path). The pick among tied figures is the one with a usable MTP head, then the fewest
 bytes per token, then the most concurrency."""
 
