@@ -80,7 +80,7 @@ def _host_plan_text(model: str) -> str:
     return " ".join(res.output.split())
 
 
-SOURCE = ("prior from servelab's own llama-server runs on this host's CPU "
+SOURCE = ("prior from servelab's own llama-server runs on its 2-core reference box's CPU "
           "(benchmarks/cpu/calibrate_llamacpp.sh")
 
 
