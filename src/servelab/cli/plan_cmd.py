@@ -650,18 +650,20 @@ def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe:
 
 
 def _evidence(plan: Plan, load: LoadRequest | None, db: str | None, use_store: bool,
-              priors: Path | None) -> tuple[BatchedError | None, list[MeasuredCapacity]]:
+              priors: Path | None
+              ) -> tuple[BatchedError | None, list[MeasuredCapacity], str | None]:
     """What the store says about ``plan`` under load (the batched form's held-out error,
     measured SLO capacities of its checkpoint), when a load prediction was asked for."""
     from servelab.pipeline.planning import load_evidence, stored_runs
 
     if load is None or not load.wanted or not use_store:
-        return None, []
+        return None, [], None
     return load_evidence(stored_runs(db, None, sweeps=True), plan, priors)
 
 
 def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = None,
-                evidence: tuple[BatchedError | None, list[MeasuredCapacity]] = (None, [])
+                evidence: tuple[BatchedError | None, list[MeasuredCapacity], str | None] = (
+                    None, [], None)
                 ) -> None:
     from servelab.cli import load_view
     from servelab.forecast.load import answer

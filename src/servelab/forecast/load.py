@@ -227,10 +227,13 @@ def predict_load(
     loads: Sequence[Load],
     tokens: BatchedTokens,
     batched: BatchedError | None = None,
+    left_out: str | None = None,
 ) -> LoadPrediction:
     """Predicted :class:`LoadPoint` for each of ``loads`` under ``plan`` (see module docs);
     ``batched``: the batched form's held-out error on this hardware, when stored sweeps of
-    two or more models measured it."""
+    two or more models measured it; ``left_out``: what it says of the stored sweeps on this
+    hardware that could not be predicted again (:func:`servelab.forecast.sweeps.
+    left_out_note`), a note."""
     model = step_model(plan)
     assert plan.max_num_seqs is not None
     gpus = plan.layout.gpus_per_replica
@@ -250,6 +253,8 @@ def predict_load(
     else:
         basis += (f"; no narrower than the batched form's ±{batched.rel_error * 100:.0f}% "
                   f"(TTFT ±{batched.ttft_rel_error * 100:.0f}%): {batched.basis}")
+    if left_out:
+        notes.append(left_out)
     wide = [p for p in points if p.no_prediction]
     if wide:
         notes.append(
@@ -463,10 +468,12 @@ class LoadAnswer:
 
 
 def answer(plan: Plan, req: LoadRequest, batched: BatchedError | None = None,
-           measured: Sequence[MeasuredCapacity] = ()) -> LoadAnswer:
+           measured: Sequence[MeasuredCapacity] = (), left_out: str | None = None
+           ) -> LoadAnswer:
     """Predict ``req`` under ``plan``; a model or hardware the batched model cannot price is
     answered with the reason instead. ``batched``: the batched form's held-out error on the
-    plan's hardware; ``measured``: stored capacities of the plan's checkpoint there."""
+    plan's hardware; ``measured``: stored capacities of the plan's checkpoint there;
+    ``left_out``: the note on stored sweeps there that are not in ``batched``."""
     slo = parse_slo(req.slo) if req.slo else None  # bad syntax is the user's error: raise
     opts = StartupOptions(max_num_batched_tokens=req.max_num_batched_tokens)
     tokens = effective_max_num_batched_tokens(plan.hardware, plan.platform, plan.layout, opts)
@@ -478,7 +485,7 @@ def answer(plan: Plan, req: LoadRequest, batched: BatchedError | None = None,
         for p in req.prompt_lens for r in req.rates
     ]
     try:
-        load = predict_load(plan, loads, tokens, batched) if loads else None
+        load = predict_load(plan, loads, tokens, batched, left_out) if loads else None
         caps = tuple(
             predict_capacity(plan, slo, tokens, prompt_len=p, output_len=req.output_len,
                              variable="rate" if req.rates and not req.concurrency

@@ -126,6 +126,7 @@ class Skipped:
     run_id: str
     model: str
     reason: str
+    hardware: str = ""
 
 
 def measured_points(run: RunRecord) -> dict[tuple[int, int], Measured]:
@@ -288,7 +289,7 @@ def held_out_sweeps(runs: Sequence[RunRecord], priors: PriorTable | None = None,
             rows.extend(predict_sweep(run, runs, priors, cpu_step_fixed,
                                       (replanned or {}).get(run.run_id or "")))
         except ServelabError as exc:
-            skipped.append(Skipped(run.run_id or "", name, str(exc)))
+            skipped.append(Skipped(run.run_id or "", name, str(exc), run.hardware or ""))
     return rows, skipped
 
 
@@ -313,6 +314,20 @@ def batched_error(rows: Sequence[SweepRow], hardware: str) -> BatchedError | Non
         basis=f"batched form, leave-one-model-out over {len(mine)} stored points at 2+ "
               f"streams of {models} models on {hardware} ({how})",
     )
+
+
+def left_out_note(skipped: Sequence[Skipped], hardware: str) -> str | None:
+    """What a load prediction on ``hardware`` says of its stored sweeps that could not be
+    predicted again (:func:`held_out_sweeps`' ``skipped``): they are not in the batched
+    form's width, which they might widen. ``None`` when there are none."""
+    mine = [s for s in skipped if s.hardware == hardware]
+    if not mine:
+        return None
+    listed = "; ".join(f"{s.run_id} ({s.model}): {s.reason}" for s in mine)
+    some = f"{len(mine)} stored sweep{'s' if len(mine) > 1 else ''} on {hardware}"
+    where = (" (--replica is an option of `servelab calibration report`, which then scores "
+             "it)" if "--replica" in listed else "")
+    return f"{some} not in the batched form's measured error, and might widen it: {listed}{where}"
 
 
 def stored_capacities(runs: Sequence[RunRecord], header_hash: str | None, hardware: str

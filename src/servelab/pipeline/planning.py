@@ -174,18 +174,25 @@ def plan_source(source: CheckpointSource, request: PlanRequest,
 
 
 def load_evidence(runs: Sequence[RunRecord], plan: Plan, priors: Path | None = None
-                  ) -> tuple[BatchedError | None, list[MeasuredCapacity]]:
+                  ) -> tuple[BatchedError | None, list[MeasuredCapacity], str | None]:
     """What stored ``runs`` say about ``plan`` under load: the batched form's held-out error
     on its hardware (:func:`servelab.forecast.sweeps.batched_error`, from every stored sweep
-    predicted with its model left out) and the SLO capacities measured with its checkpoint
-    there."""
-    from servelab.forecast.sweeps import batched_error, held_out_sweeps, stored_capacities
+    predicted with its model left out), the SLO capacities measured with its checkpoint
+    there, and a note naming the sweeps there that could not be predicted again (not in that
+    error; ``calibration report --replica`` can score them)."""
+    from servelab.forecast.sweeps import (
+        batched_error,
+        held_out_sweeps,
+        left_out_note,
+        stored_capacities,
+    )
 
     if not runs:
-        return None, []
-    rows, _ = held_out_sweeps(runs, load_priors(priors))
-    return (batched_error(rows, plan.hardware.name),
-            stored_capacities(runs, plan.checkpoint_hash, plan.hardware.name))
+        return None, [], None
+    rows, skipped = held_out_sweeps(runs, load_priors(priors))
+    hw = plan.hardware.name
+    return (batched_error(rows, hw), stored_capacities(runs, plan.checkpoint_hash, hw),
+            left_out_note(skipped, hw))
 
 
 def _family(config: Mapping[str, Any]) -> str:

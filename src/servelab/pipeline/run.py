@@ -128,8 +128,7 @@ def load_prediction(recipe: Recipe, plan: Plan, store: Store | None = None) -> d
                                                      None))
     runs = (with_sweeps(store, store.list_runs(RunFilter(status=STATUS_OK)))
             if store is not None else [])
-    batched, measured = load_evidence(runs, plan)
-    return answer(plan, req, batched, measured).to_dict()
+    return answer(plan, req, *load_evidence(runs, plan)).to_dict()
 
 
 def measure_capacity(recipe: Recipe, section: CapacitySection, base_url: str, model: str,
