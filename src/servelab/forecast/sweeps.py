@@ -31,8 +31,6 @@ from typing import Any
 from servelab.bench.slo import parse_slo
 from servelab.errors import InputError, ServelabError
 from servelab.forecast.load import BatchedError, LoadPoint, MeasuredCapacity, simulate_points
-from servelab.hardware.lookup import get_profile
-from servelab.hardware.profiles import HardwareProfile, profile_from_dict
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import (
     effective_max_num_batched_tokens,
@@ -47,6 +45,7 @@ from servelab.predict.runs import (
     held_out_calibration,
     run_graph_tokens,
     run_platform,
+    run_profile,
     run_startup_options,
 )
 from servelab.predict.schedule import Limits, Load, admitted
@@ -166,16 +165,6 @@ def sweeps_in(run: RunRecord) -> bool:
 def has_sweep(run: RunRecord) -> bool:
     """A successful run that measured a closed-loop point at more than one stream."""
     return run.status == STATUS_OK and any(c > 1 for _, c in measured_points(run))
-
-
-def run_profile(run: RunRecord) -> HardwareProfile:
-    """The hardware profile the run stored (the built-in one of its name when unreadable)."""
-    if isinstance(run.hardware_profile, Mapping):
-        try:
-            return profile_from_dict(run.hardware_profile)
-        except (ServelabError, KeyError, TypeError, ValueError):
-            pass
-    return get_profile(run.hardware or "")
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def replan_stored(run: RunRecord, checkpoint: str) -> Replanned:
 def _plan(run: RunRecord, config: Mapping[str, Any], report: Any, checkpoint: str) -> Any:
     """The replica planned on the run's hardware at the run's logged engine flags."""
     from servelab.engines import get_engine
-    from servelab.forecast.sweeps import run_profile
+    from servelab.predict.runs import run_profile
 
     args = (run.engine_facts or {}).get("non_default_args") or {}
     if run.engine_name not in (None, "vllm"):

@@ -20,7 +20,7 @@ from servelab.analysis.acceptance import run_acceptance, spec_config_of
 from servelab.errors import ServelabError
 from servelab.families import family_for
 from servelab.hardware.lookup import get_profile
-from servelab.hardware.profiles import BUILTIN, HardwareProfile, KernelPath
+from servelab.hardware.profiles import BUILTIN, HardwareProfile, KernelPath, profile_from_dict
 from servelab.plan.document import PlanDocument, read_plan
 from servelab.plan.layout import ParallelLayout
 from servelab.plan.startup import (
@@ -518,6 +518,16 @@ def ledger_for_runs(
     )
 
 
+def run_profile(run: RunRecord) -> HardwareProfile:
+    """The hardware profile the run stored (the built-in one of its name when unreadable)."""
+    if isinstance(run.hardware_profile, Mapping):
+        try:
+            return profile_from_dict(run.hardware_profile)
+        except (ServelabError, KeyError, TypeError, ValueError):
+            pass
+    return get_profile(run.hardware or "")
+
+
 def held_out_calibration(
     run: RunRecord, runs: Sequence[RunRecord], priors: PriorTable | None = None
 ) -> Calibration | None:
@@ -538,9 +548,11 @@ def held_out_calibration(
     roof, low = ceilings
     target = Target(engine=b.engine, kernel_path=b.kernel_path, hardware=run.hardware,
                     model=b.build.model, family=b.build.family)
+    # the run's hardware held out at the profile its plan stored (a host run's own probe),
+    # as its fit is, not at this process's probe of the machine reading the store
     return calibrate(target, [s for s in everything if s.hardware == run.hardware],
                      table.samples, lambda k: roof[k], lambda k: low[k],
-                     reference=reference_of(everything, table))
+                     reference=reference_of(everything, table, run_profile(run)))
 
 
 def run_startup_options(run: RunRecord) -> StartupOptions:
