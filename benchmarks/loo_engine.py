@@ -26,7 +26,6 @@ from pathlib import Path
 
 from loo_family import _score
 
-from servelab.hardware.host import cpu_rates
 from servelab.hardware.lookup import this_host
 from servelab.hardware.probe import load_probe
 from servelab.hardware.profiles import with_probe
@@ -52,7 +51,7 @@ def _lent(points: Sequence[HeldOutPoint], donors: Sequence[HeldOutPoint]) -> lis
 def main() -> int:
     probe = load_probe(json.loads(PROBE.read_text(encoding="utf-8")))
     host = with_probe(this_host(), bandwidth=probe.copy_bandwidth.best,
-                      compute=cpu_rates(probe.matmul["fp32"].best))
+                      compute={k: v.best for k, v in probe.matmul.items()})
     ref = reference_of([], load_priors(), host)
     engine_of = {str(s.build): s.engine for s in ref.samples}
     print("| hardware | kind | engine | families | points | 90 % width, pooled / engine | "

@@ -60,7 +60,6 @@ def _gib(n: float, nd: int = 2) -> str:
 
 
 def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareProfile:
-    from servelab.hardware.host import cpu_rates
     from servelab.hardware.lookup import get_profile
     from servelab.hardware.probe import load_probe
     from servelab.hardware.profiles import with_probe
@@ -74,10 +73,8 @@ def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareP
         except json.JSONDecodeError as exc:
             raise UsageError(f"probe file is not JSON: {exc}", path=probe) from exc
         pr = load_probe(data)
-        compute = {k: v.best for k, v in pr.matmul.items()}
-        if hw.platform == "cpu" and "fp32" in compute:  # its bf16 too, not the live probe's
-            compute = {**cpu_rates(compute["fp32"]), **compute}
-        hw = with_probe(hw, bandwidth=pr.copy_bandwidth.best, compute=compute)
+        hw = with_probe(hw, bandwidth=pr.copy_bandwidth.best,
+                        compute={k: v.best for k, v in pr.matmul.items()})
     return hw
 
 

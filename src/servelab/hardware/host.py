@@ -6,7 +6,7 @@ import os
 import platform
 
 from servelab.hardware.probe import probe_host
-from servelab.hardware.profiles import HardwareProfile, KernelPath
+from servelab.hardware.profiles import HardwareProfile, KernelPath, cpu_rates
 
 
 def host_memory_bytes() -> int:
@@ -67,12 +67,6 @@ def busy_note(load_1min: float, cpus: int) -> str:
     return (f"; taken under load (1-minute load average {load_1min:.1f} on {cpus} CPUs): "
             "it reads low, and a bound from it can be beaten; probe a quiet machine with "
             "`servelab hardware probe -o FILE` and plan with --probe FILE")
-
-
-def cpu_rates(fp32: float) -> dict[str, float]:
-    """The compute rates a CPU's float32 matmul probe stands for: bf16 is taken as the fp32
-    BLAS rate (the host's kernel path computes in bf16, the probe measures fp32)."""
-    return {"fp32": fp32, "bf16": fp32}
 
 
 def host_profile(*, quick: bool = True,

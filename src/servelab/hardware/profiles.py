@@ -279,10 +279,20 @@ def check_profile_name(name: str, *, files: Iterable[str | Path] = ()) -> str:
     raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
 
 
+def cpu_rates(fp32: float) -> dict[str, float]:
+    """The compute rates a CPU's float32 matmul probe stands for: bf16 is taken as the fp32
+    BLAS rate (the host's kernel path computes in bf16, the probe measures fp32)."""
+    return {"fp32": fp32, "bf16": fp32}
+
+
 def with_probe(
     profile: HardwareProfile, *, bandwidth: float | None, compute: Mapping[str, float]
 ) -> HardwareProfile:
-    """``profile`` with measured ceilings from a probe."""
+    """``profile`` with measured ceilings from a probe. On a CPU the probe's fp32 rate stands
+    for bf16 too (:func:`cpu_rates`), as in the ``host`` profile: otherwise a CPU's bf16
+    kernel path would keep the rate of whatever probe made the profile."""
+    if profile.platform == "cpu" and "fp32" in compute:
+        compute = {**cpu_rates(compute["fp32"]), **compute}
     return replace(
         profile,
         measured_bandwidth=bandwidth,
