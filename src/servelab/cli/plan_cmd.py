@@ -256,9 +256,10 @@ def _render_speed(plan: Plan, console: Console) -> None:
         console.print(plan.speculative.line)
     # a kind's fit line above already says why it is the roofline alone or refused; the
     # calibration's note saying it again (kept for JSON and pages) is not printed twice
-    said = ("decode: ", "prefill: ") if sp.prefill else ("decode: ",)
+    shown = [("decode", sp.decode_fit)] + ([("prefill", sp.prefill_fit)] if sp.prefill else [])
+    said = {fit.note(kind) for kind, fit in shown if fit is not None}
     for n in (*plan.notes, *sp.notes):
-        if not n.startswith(said):
+        if n not in said:
             console.print(f"[yellow]note:[/] {n}")
 
 

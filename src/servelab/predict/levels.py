@@ -159,6 +159,15 @@ class Fit:
         """True for the physical prior alone (an upper bound, not a prediction)."""
         return self.level == "roofline"
 
+    def note(self, kind: str) -> str | None:
+        """The calibration's note on this fit of ``kind``: why it is the roofline alone, or
+        why it is refused; None for a fit that predicts."""
+        if self.is_roofline:
+            return f"{kind}: {self.missing}: roofline only"
+        if self.refused:
+            return f"{kind}: {self.refused}; the roofline is shown as a bound"
+        return None
+
     def label(self) -> str:
         """One line: source, interval basis and fallback, for every output."""
         parts = [self.source]
@@ -606,16 +615,13 @@ def calibrate(
                       reference=reference)
         for k in KINDS
     }
-    notes = []
     for k, f in fits.items():
         if f.is_roofline:
-            fits[k] = f = replace(f, missing=missing(k) if missing else
-                                  f"no stored run or prior of {target.engine} on "
-                                  f"{target.hardware}")
-            notes.append(f"{k}: {f.missing}: roofline only")
-        elif f.refused:
-            notes.append(f"{k}: {f.refused}; the roofline is shown as a bound")
-    return Calibration(target, fits["decode"], fits["prefill"], tuple(notes))
+            fits[k] = replace(f, missing=missing(k) if missing else
+                              f"no stored run or prior of {target.engine} on "
+                              f"{target.hardware}")
+    notes = tuple(n for k, f in fits.items() if (n := f.note(k)) is not None)
+    return Calibration(target, fits["decode"], fits["prefill"], notes)
 
 
 def interval(
