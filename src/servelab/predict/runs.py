@@ -12,7 +12,7 @@ bytes), which every plan stores.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -417,20 +417,23 @@ def profile_ceilings(hardware: str, compute: str) -> tuple[Ceilings, Ceilings] |
     return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
 
 
-def profile_roofline(kind: str, s: Sample) -> Sequence[float]:
-    """The roofline coefficients of ``kind`` on ``s``'s hardware profile and compute."""
-    got = profile_ceilings(s.hardware, s.compute)
+def _pick(got: tuple[Ceilings, Ceilings] | None, s: Sample, which: int,
+          kind: str) -> Sequence[float]:
+    """``kind``'s roofline coefficients (``which`` 0) or lower bounds (1) from ``s``'s
+    ceilings; a sample whose hardware servelab has no profile of is an error."""
     if got is None:
         raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
-    return got[0][kind]
+    return got[which][kind]
+
+
+def profile_roofline(kind: str, s: Sample) -> Sequence[float]:
+    """The roofline coefficients of ``kind`` on ``s``'s hardware profile and compute."""
+    return _pick(profile_ceilings(s.hardware, s.compute), s, 0, kind)
 
 
 def profile_lower(kind: str, s: Sample) -> Sequence[float]:
     """The lower bounds of ``kind``'s fit on ``s``'s hardware profile and compute."""
-    got = profile_ceilings(s.hardware, s.compute)
-    if got is None:
-        raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
-    return got[1][kind]
+    return _pick(profile_ceilings(s.hardware, s.compute), s, 1, kind)
 
 
 def reference_of(
@@ -455,16 +458,9 @@ def reference_of(
                               lower_bounds(hardware, s.compute))
         return own[s.compute]
 
-    def at(which: int) -> Callable[[str, Sample], Sequence[float]]:
-        def get(kind: str, s: Sample) -> Sequence[float]:
-            got = ceilings(s)
-            if got is None:
-                raise ServelabError(f"no hardware profile {s.hardware!r} for sample {s.name!r}")
-            return got[which][kind]
-        return get
-
     known = [s for s in (*table.samples, *extra) if ceilings(s) is not None]
-    return Reference(known, at(0), lower=at(1))
+    return Reference(known, lambda kind, s: _pick(ceilings(s), s, 0, kind),
+                     lower=lambda kind, s: _pick(ceilings(s), s, 1, kind))
 
 
 def roofline_of_run(run: RunRecord) -> tuple[Ceilings, Ceilings] | None:
