@@ -6,7 +6,7 @@ Usage::
 
 The model is a full-dimension header replica of Qwen3.6-35B-A3B in BF16 (40 layers, 256
 experts, hybrid attention; headers only, so no weight bytes hit the disk), inspected once.
-Each layout is then planned with :func:`servelab.forecast.build.build_plan` on the ``h200``
+Each layout is then planned with :func:`servelab.plan.build.build_plan` on the ``h200``
 profile at the model's full 262,144-token context: per-GPU weights, each rank's KV pool
 (with the largest-context search), memory budget, the single-GPU speed prediction and the
 parallel decode with its communication terms. The figure is the median wall time of
@@ -25,10 +25,10 @@ from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.cli.plan_cmd import make_plan
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import build_plan
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.weights import weights_from_report
+from servelab.plan.build import build_plan
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.weights import weights_from_report
 from servelab.synth.replica import QWEN3_6_35B_A3B, QuantLayout, write_replica
 
 LAYOUTS: tuple[tuple[str, ParallelLayout], ...] = (

@@ -33,10 +33,10 @@ from typing import Any
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import Plan, build_plan
 from servelab.hardware.lookup import get_profile
-from servelab.plan.weights import Weights, weights_from_report
-from servelab.predict.runs import calibration_for, draft_for
+from servelab.plan.build import Plan, build_plan
+from servelab.predict.calibration import calibration_for, draft_for
+from servelab.sizing.weights import Weights, weights_from_report
 from servelab.synth.replica import (
     EXPERTS_AND_ATTENTION,
     NVFP4_FAST_FP4,

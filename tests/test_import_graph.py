@@ -28,17 +28,23 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hardware",),  # profiles (data) and probes; hardware.lookup resolves names
     ("checkpoint",),  # header readers: local, GGUF, Hub
     ("synth",),  # tiny real checkpoints, GGUF conversion, header replicas
-    ("plan",),  # memory/KV arithmetic seam, bytes and FLOPs per point: values in, out
+    # sizing arithmetic: memory budget, the KV pool's vocabulary and the engine seam's types,
+    # weights per GPU, start-up limits: values in, values out
+    ("sizing",),
     ("engines",),  # the Engine seam, the shared log-facts record, one folder per engine
     # load generator and statistics (needs nothing above the foundations); below serve: a
     # recipe's [bench] table is the bench's own workload schema (bench.spec)
     ("bench",),
+    # the speed model: form, solver, calibration levels, priors, costs, ledger (values only:
+    # stored runs reach it as samples, through servelab.evidence)
+    ("predict",),
+    # a build's whole plan: sizing arithmetic + speed model put together, explained, under load
+    ("plan",),
     ("serve",),  # recipe, install, launch, process lifecycle, attach
     ("store",),  # results database (likewise)
     ("analysis",),  # comparisons, history, acceptance over stored runs
-    ("predict",),  # the speed model: form, solver, calibration levels, priors, ledger
-    # a build's whole plan: plan arithmetic + speed model put together, explained, under load
-    ("forecast",),
+    # stored runs as the speed model's values: samples, measured acceptance, held-out sweeps
+    ("evidence",),
     ("choose",),  # which build to download: ranking over plans (pure), the Hub model tree
     ("site",),  # pages from stored records (publishing never orchestrates)
     ("pipeline",),  # `servelab run` / `demo`: composes everything below
@@ -192,8 +198,8 @@ def test_the_allowed_upward_edges_still_exist(graph: dict[str, set[str]]) -> Non
 
 
 def test_the_planner_and_families_stay_low(graph: dict[str, set[str]]) -> None:
-    plan = {t for m, ts in graph.items() if unit(m) == "plan" for t in ts}
-    assert sorted(t for t in plan if unit(t) in ("engines", "serve")) == []
+    sizing = {t for m, ts in graph.items() if unit(m) == "sizing" for t in ts}
+    assert sorted(t for t in sizing if unit(t) in ("engines", "serve")) == []
     families = {t for m, ts in graph.items() if unit(m) == "families" for t in ts}
     assert sorted(t for t in families if unit(t) != "families") == ["servelab.errors"]
     engines = {t for m, ts in graph.items() if unit(m) == "engines" for t in ts}
@@ -207,10 +213,10 @@ def test_the_checker_finds_what_it_forbids(tmp_path: Path) -> None:
     for rel, text in {
         "__init__.py": "",
         "errors.py": "",
-        "plan/__init__.py": "",
-        "plan/a.py": "def f():\n    from servelab.plan import b\n",
-        "plan/b.py": "from servelab.plan.a import f\n",
-        "plan/c.py": "from ..engines import base\n",
+        "sizing/__init__.py": "",
+        "sizing/a.py": "def f():\n    from servelab.sizing import b\n",
+        "sizing/b.py": "from servelab.sizing.a import f\n",
+        "sizing/c.py": "from ..engines import base\n",
         "engines/__init__.py": "",
         "engines/base.py": (
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
@@ -222,13 +228,13 @@ def test_the_checker_finds_what_it_forbids(tmp_path: Path) -> None:
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     g = import_graph(tmp_path)
-    assert g["servelab.plan.c"] == {"servelab.engines.base"}
+    assert g["servelab.sizing.c"] == {"servelab.engines.base"}
     assert g["servelab.serve.recipe"] == {"servelab.errors", "servelab.engines.base"}
     assert sorted(cycles(g)) == [
         ["servelab.engines.base", "servelab.serve.recipe"],  # the TYPE_CHECKING import
-        ["servelab.plan.a", "servelab.plan.b"],  # the lazy one
+        ["servelab.sizing.a", "servelab.sizing.b"],  # the lazy one
     ]
     assert upward_edges(g) == [
         "servelab.engines.base -> servelab.serve.recipe (engines is below serve)",
-        "servelab.plan.c -> servelab.engines.base (plan is below engines)",
+        "servelab.sizing.c -> servelab.engines.base (sizing is below engines)",
     ]

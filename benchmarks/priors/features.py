@@ -18,9 +18,9 @@ from pathlib import Path
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import build_plan
 from servelab.hardware.lookup import get_profile
-from servelab.plan.weights import weights_from_report
+from servelab.plan.build import build_plan
+from servelab.sizing.weights import weights_from_report
 from servelab.synth.replica import EXPERTS_AND_ATTENTION, QWEN3_6_35B_A3B, QuantLayout
 
 #: name -> (layout, plan options): the seed's Spark builds of Qwen3.6-35B-A3B.

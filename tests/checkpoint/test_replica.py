@@ -13,7 +13,7 @@ import pytest
 from servelab.checkpoint.report import inspect_checkpoint
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.errors import UsageError
-from servelab.plan.weights import weights_from_report
+from servelab.sizing.weights import weights_from_report
 from servelab.synth.replica import (
     EXPERTS_AND_ATTENTION,
     NVFP4_FAST_FP4,

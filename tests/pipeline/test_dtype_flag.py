@@ -10,10 +10,10 @@ import pytest
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import build_plan
 from servelab.hardware.lookup import get_profile
 from servelab.pipeline.run import apply_dtype_flag
-from servelab.plan.weights import weights_from_report
+from servelab.plan.build import build_plan
+from servelab.sizing.weights import weights_from_report
 from servelab.synth.tiny import make_tiny_model
 
 

@@ -117,11 +117,11 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.checkpoint.sources import load_checkpoint
     from servelab.cli.app import app
     from servelab.engines.vllm.kv import VLLM_KV
-    from servelab.forecast.build import build_plan
+    from servelab.evidence.runs import samples_from_runs
     from servelab.hardware.lookup import get_profile
-    from servelab.plan.weights import weights_from_report
-    from servelab.predict.runs import samples_from_runs
+    from servelab.plan.build import build_plan
     from servelab.serve.launch import ensure_synth_model
+    from servelab.sizing.weights import weights_from_report
 
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
     ckpt = ensure_synth_model(

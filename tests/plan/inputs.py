@@ -9,7 +9,7 @@ from typing import Any
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.plan.weights import Weights, weights_from_report
+from servelab.sizing.weights import Weights, weights_from_report
 
 
 @functools.cache

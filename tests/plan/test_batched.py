@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.errors import InputError, UsageError
 from servelab.families import model_dims, presets
-from servelab.forecast.build import build_plan
-from servelab.forecast.load import (
+from servelab.hardware.profiles import BUILTIN
+from servelab.plan.build import build_plan
+from servelab.plan.load import (
     BatchedError,
     LoadRequest,
     MeasuredCapacity,
@@ -21,15 +22,14 @@ from servelab.forecast.load import (
     answer,
     predict_load,
 )
-from servelab.hardware.profiles import BUILTIN
-from servelab.plan.costs import attention_flops, kv_read_bytes
-from servelab.plan.startup import BatchedTokens
-from servelab.plan.weights import Weights
 from servelab.predict.batched import StepCosts, StepModel, kv_curve, step_costs
+from servelab.predict.costs import attention_flops, kv_read_bytes
 from servelab.predict.form import Coefficients
 from servelab.predict.levels import Calibration, Fit, Target
 from servelab.predict.schedule import Limits, Load, requests_admitted, simulate, stats
 from servelab.predict.speed import predict_speed
+from servelab.sizing.startup import BatchedTokens
+from servelab.sizing.weights import Weights
 from servelab.synth.replica import QWEN3_6_35B_A3B
 
 GIB = 1 << 30

@@ -11,15 +11,16 @@ from typer.testing import CliRunner
 
 from servelab.cli.app import app
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import Plan, build_plan
-from servelab.forecast.explain import explain
+from servelab.evidence.runs import samples_from_runs
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN
+from servelab.plan.build import Plan, build_plan
+from servelab.plan.explain import explain
+from servelab.predict.calibration import calibration_for
 from servelab.predict.form import Sample
 from servelab.predict.ledger import ledger
 from servelab.predict.priors import shipped_priors
 from servelab.predict.roofline import roofline_coefficients
-from servelab.predict.runs import calibration_for, samples_from_runs
 from servelab.predict.speed import model_expert_slots
 from servelab.store.exchange import run_from_dict
 

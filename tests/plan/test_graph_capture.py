@@ -24,16 +24,16 @@ from servelab.cli.serve_cmd import facts_table
 from servelab.engines import get_engine
 from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.forecast.build import Plan
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.topology import topology_for
 from servelab.pipeline.planning import plan_checkpoint
 from servelab.pipeline.run import RunOutcome
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.parallel import topology_for
+from servelab.plan.build import Plan
 from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
-from servelab.plan.startup import StartupOptions, effective_max_num_seqs, planned_graph_capture
 from servelab.serve.recipe import parse_recipe
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.startup import StartupOptions, effective_max_num_seqs, planned_graph_capture
 from servelab.store.model import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]

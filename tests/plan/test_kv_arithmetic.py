@@ -11,7 +11,7 @@ from servelab.engines.vllm.kv import largest_context, plan_kv_pool, plan_kv_pool
 from servelab.engines.vllm.kv.rules import TOKENS_PER_GROUP_SHARE, engine_rules, parse_version
 from servelab.errors import ConfigError, UsageError
 from servelab.families import model_dims
-from servelab.plan.kvpool import KvOptions
+from servelab.sizing.kvpool import KvOptions
 from servelab.synth.replica import QWEN3_6_35B_A3B
 
 GIB = 1 << 30

@@ -21,9 +21,9 @@ from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ConfigError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, SLIDING, model_dims
-from servelab.forecast.build import Plan, build_plan
 from servelab.hardware.profiles import HardwareProfile
-from servelab.plan.weights import Weights
+from servelab.plan.build import Plan, build_plan
+from servelab.sizing.weights import Weights
 
 FAMILIES = Path(__file__).parent / "logs" / "families"
 CASES = sorted(p.stem for p in FAMILIES.glob("*.log") if not p.name.endswith(".refused.log"))

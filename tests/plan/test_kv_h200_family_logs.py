@@ -31,7 +31,7 @@ from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ServelabError
 from servelab.families import model_dims
 from servelab.hardware.lookup import get_profile
-from servelab.plan.kvpool import KvOptions, KvPoolPlan
+from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 
 LOGS = Path(__file__).parent / "logs" / "h200"
 STARTS = sorted(p.stem for p in LOGS.glob("*.log"))

@@ -10,7 +10,7 @@ import pytest
 
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.hardware.host import host_has_avx512_bf16
-from servelab.plan.check import check_kv_against_log
+from servelab.sizing.check import check_kv_against_log
 
 pytestmark = pytest.mark.engine
 

@@ -14,8 +14,8 @@ from servelab.engines.vllm.kv import plan_kv_pool_dims
 from servelab.engines.vllm.kv.specs import mamba2_state_bytes
 from servelab.errors import ConfigError, UsageError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, Mamba2Dims, MlaDims
-from servelab.plan.kvpool import KvOptions, KvPoolPlan
-from servelab.plan.layout import ParallelLayout
+from servelab.sizing.kvpool import KvOptions, KvPoolPlan
+from servelab.sizing.layout import ParallelLayout
 
 GIB = 1 << 30
 H200 = 141 * 10**9  # bytes: >= 70 GiB, < 160 GiB

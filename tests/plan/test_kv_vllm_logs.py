@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.vllm.kv import plan_kv_pool
-from servelab.plan.kvpool import KvPoolPlan
-from servelab.plan.layout import layout_from_argv
+from servelab.sizing.kvpool import KvPoolPlan
+from servelab.sizing.layout import layout_from_argv
 
 LOGS = Path(__file__).parent / "logs"
 CASES = sorted(p.stem for p in LOGS.glob("*.log"))
@@ -99,7 +99,7 @@ def test_hybrid_alignment_lines_equal_the_engine_log(case: str) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_check_against_the_engine_modules_log_parser(case: str) -> None:
     from servelab.engines.vllm.logfacts import parse_log
-    from servelab.plan.check import check_kv_against_log
+    from servelab.sizing.check import check_kv_against_log
 
     plan, text = _plan_for(case)
     result = check_kv_against_log(plan, parse_log(text))

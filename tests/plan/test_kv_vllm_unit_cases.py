@@ -16,7 +16,7 @@ from tests.plan.kv_dims import full, make_dims, sliding
 
 from servelab.engines.vllm.kv import largest_context, plan_kv_pool_dims
 from servelab.families import AttentionLayer
-from servelab.plan.kvpool import KvOptions, KvPoolPlan
+from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 
 # test_get_kv_cache_config_one_worker: 16 tokens x 2 heads x 64 x float32 x (K and V)
 PAGE = 16 * 2 * 64 * 4 * 2

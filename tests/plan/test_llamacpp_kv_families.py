@@ -191,7 +191,7 @@ def test_a_served_tiny_model_logs_the_planned_caches(
 
 def test_a_gguf_is_labelled_by_its_own_type_never_as_a_vllm_scheme(tmp_path: Path) -> None:
     from servelab.checkpoint.report import build_report
-    from servelab.plan.weights import weights_from_report
+    from servelab.sizing.weights import weights_from_report
     from servelab.synth.gguf import write_gguf
     from servelab.synth.tiny import make_tiny_model
 

@@ -21,15 +21,16 @@ from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
-from servelab.forecast.build import build_plan
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN, HardwareProfile
-from servelab.plan.layout import ParallelLayout, layout_from_argv, split_layers
-from servelab.plan.parallel import comm_per_token, topology_for, weights_per_gpu
-from servelab.plan.weights import Weights
+from servelab.hardware.topology import topology_for
+from servelab.plan.build import build_plan
 from servelab.serve.launch import engine_argv
 from servelab.serve.recipe import load_recipe, parse_recipe
+from servelab.sizing.layout import ParallelLayout, layout_from_argv, split_layers
+from servelab.sizing.parallel import comm_per_token, weights_per_gpu
+from servelab.sizing.weights import Weights
 
 LOGS = Path(__file__).parent / "logs"
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +139,7 @@ def test_pipeline_stages_hold_their_own_layers_and_the_pool_is_the_smallest() ->
     # Uneven stages: the stage with less memory left sets the pool.
     dims = model_dims(config)
     from servelab.engines.vllm.kv import plan_kv_pool_dims
-    from servelab.plan.kvpool import KvOptions
+    from servelab.sizing.kvpool import KvOptions
 
     opts = KvOptions(max_model_len=16384, layout=ParallelLayout(pipeline=2))
     uneven = plan_kv_pool_dims(

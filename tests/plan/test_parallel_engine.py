@@ -14,9 +14,9 @@ from tests.engines import DEFAULT_ENGINE_FLAGS, tiny_recipe
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.hardware.host import host_has_avx512_bf16
-from servelab.plan.check import check_kv_against_log
-from servelab.plan.layout import layout_from_argv
 from servelab.serve.launch import launch
+from servelab.sizing.check import check_kv_against_log
+from servelab.sizing.layout import layout_from_argv
 
 pytestmark = pytest.mark.engine
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from tests.plan.inputs import planning_inputs
 
 from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import build_plan
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.document import read_plan
+from servelab.plan.build import build_plan
+from servelab.sizing.document import read_plan
 
 GIB = 1 << 30
 

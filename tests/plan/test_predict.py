@@ -13,12 +13,12 @@ from tests.plan.inputs import planning_inputs
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.errors import UsageError
 from servelab.families import model_dims
-from servelab.forecast.build import build_plan
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.weights import Weights
+from servelab.plan.build import build_plan
+from servelab.predict.calibration import calibration_for
 from servelab.predict.roofline import roofline_decode_tok_s
-from servelab.predict.runs import calibration_for
 from servelab.predict.speed import predict_speed
+from servelab.sizing.weights import Weights
 from servelab.synth.replica import QWEN3_6_35B_A3B
 
 GIB = 1 << 30

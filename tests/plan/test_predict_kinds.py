@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.plan.kv_dims import chunked, full, make_dims, sliding
 
 from servelab.families import LINEAR, MAMBA, MLA, LinearAttentionDims, Mamba2Dims, MlaDims
-from servelab.plan.costs import (
+from servelab.predict.costs import (
     attended_pairs,
     attention_flops,
     kv_read_bytes,

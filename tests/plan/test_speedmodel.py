@@ -436,7 +436,7 @@ def test_default_paths_of_one_scheme_are_one_path_for_dense_and_moe() -> None:
 
 
 def test_k_plus_one_tokens_touch_the_expected_distinct_experts() -> None:
-    from servelab.plan.costs import distinct_expert_fraction
+    from servelab.predict.costs import distinct_expert_fraction
 
     # 256 experts, top-8: one token touches 8/256; four tokens 1 - (1 - 8/256)^4 of them.
     # (the step's parts from a checkpoint: tests/predict/test_spec.py)

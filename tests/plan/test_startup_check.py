@@ -23,15 +23,16 @@ from servelab.engines import get_engine
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.recipe import VllmFlags
 from servelab.hardware.lookup import get_profile
-from servelab.hardware.profiles import GIB, HardwareProfile
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.startup import (
+from servelab.hardware.profiles import HardwareProfile
+from servelab.serve.recipe import parse_recipe
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.startup import (
     StartupOptions,
     check_mamba_blocks,
     effective_max_num_seqs,
 )
-from servelab.serve.recipe import parse_recipe
 from servelab.synth.replica import QWEN3_6_35B_A3B
+from servelab.units import GIB
 
 REPO = Path(__file__).resolve().parents[2]
 H200_BUILD = REPO / "benchmarks/gpu/results/calibration-2026-12-03-pm/qwen3.6-35b-a3b-bf16-h200"

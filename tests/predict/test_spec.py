@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from servelab.families import model_dims
-from servelab.plan.weights import Weights
 from servelab.predict.form import Coefficients
 from servelab.predict.levels import Fit
 from servelab.predict.spec import SpecStep, check_method, model_bytes, predict_step, spec_step
 from servelab.predict.specstep import DraftFit
+from servelab.sizing.weights import Weights
 from servelab.synth.replica import preset_config
 
 DIMS = model_dims(preset_config("qwen3.6-35b-a3b"))  # 40 layers, 256 experts top-8, 1 MTP layer
@@ -104,8 +104,8 @@ def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Pat
     term is the H200's measured one, labelled as a fallback from another machine."""
     from servelab.engines import get_engine
     from servelab.hardware.lookup import get_profile
+    from servelab.hardware.topology import topology_for
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.parallel import topology_for
     from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
     from servelab.synth.replica import QWEN3_6_35B_A3B, TEXT_LINEARS, QuantLayout, write_replica
 

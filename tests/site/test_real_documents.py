@@ -17,12 +17,12 @@ from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.forecast.build import build_plan
 from servelab.hardware.lookup import get_profile
-from servelab.plan.weights import weights_from_report
+from servelab.plan.build import build_plan
 from servelab.site import prose
 from servelab.site.collect import collect_site, site_from_records
 from servelab.site.render import render_site
+from servelab.sizing.weights import weights_from_report
 from servelab.store import RunRecord, open_store
 from servelab.synth.tiny import make_tiny_model
 

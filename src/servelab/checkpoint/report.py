@@ -68,10 +68,9 @@ from servelab.checkpoint.safetensors_format import TensorEntry
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.errors import ConfigError
 from servelab.families import ModelDims, family_for, model_dims
-from servelab.units import format_bytes
+from servelab.units import GIB, format_bytes
 
 SCHEMA = "servelab.inspect/1"
-GIB = 1 << 30
 
 _NOT_DECODED = frozenset({Role.VISION, Role.MTP})
 

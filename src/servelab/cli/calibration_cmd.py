@@ -33,8 +33,8 @@ from servelab.cli.output import (
 from servelab.errors import UsageError
 
 if TYPE_CHECKING:
-    from servelab.forecast.load import BatchedError
-    from servelab.forecast.sweeps import Replanned, Skipped, SweepRow
+    from servelab.evidence.sweeps import Replanned, Skipped, SweepRow
+    from servelab.plan.load import BatchedError
     from servelab.predict.holdout import Reference
     from servelab.predict.priors import PriorTable
     from servelab.store.model import RunRecord
@@ -96,12 +96,13 @@ def report(
     if replicas and (by != "model" or priors_only):
         raise UsageError("--replica re-predicts stored sweeps: only with --by model and a "
                          "results database")
+    from servelab.evidence.runs import ledger_for_runs, samples_from_runs
     from servelab.hardware.lookup import get_profile
+    from servelab.predict.calibration import Ceilings, reference_of
     from servelab.predict.form import Sample
     from servelab.predict.ledger import LedgerDocument, ledger, summarize
     from servelab.predict.priors import load_priors
     from servelab.predict.roofline import lower_bounds, roofline_coefficients
-    from servelab.predict.runs import Ceilings, ledger_for_runs, reference_of, samples_from_runs
     from servelab.predict.spec import step_predictor
     from servelab.store.db import open_store
     from servelab.store.model import STATUS_OK, RunFilter
@@ -137,7 +138,7 @@ def report(
                       steps=step_predictor(stored, [], roof, floor),
                       reference=reference_of([], table))
     else:
-        from servelab.forecast.sweeps import sweeps_in
+        from servelab.evidence.sweeps import sweeps_in
 
         with open_store(db, create=False) as store:
             runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
@@ -230,7 +231,7 @@ def _emit_load_only(fmt: str, version: str, under_load: LoadSection, nothing: st
 @dataclass(frozen=True)
 class LoadSection:
     """The report's part under load: every stored concurrency sweep predicted with its model
-    left out (:mod:`servelab.forecast.sweeps`), per hardware and metric a summary, the
+    left out (:mod:`servelab.evidence.sweeps`), per hardware and metric a summary, the
     batched form's held-out error, and the sweeps that could not be predicted again."""
 
     rows: tuple[SweepRow, ...]
@@ -313,7 +314,7 @@ class LoadSection:
 
 def _load_section(runs: Sequence[RunRecord], table: PriorTable,
                   replanned: Mapping[str, Replanned]) -> LoadSection:
-    from servelab.forecast.sweeps import batched_error, held_out_sweeps
+    from servelab.evidence.sweeps import batched_error, held_out_sweeps
 
     rows, skipped = held_out_sweeps(runs, table, replanned=replanned)
     errors = [e for hw in sorted({r.hardware for r in rows})

@@ -22,11 +22,11 @@ from servelab.cli.output import (
     pick_format,
 )
 from servelab.errors import UsageError
+from servelab.units import GIB
 
 if TYPE_CHECKING:
     from servelab.choose.rank import Choice, Row, SloTarget, Speed
 
-GIB = 1 << 30
 COLUMNS = ("rank", "build", "engine", "scheme", "fits", "concurrency @ context", "KV pool",
            "decode tok/s", "prefill tok/s", "speculative", "kernel path", "MTP head",
            "GiB/token", "SLO", "verdict")
@@ -129,7 +129,7 @@ def choose(
     """
     from servelab.cli.plan_cmd import _hardware
     from servelab.pipeline.choose import ChooseRequest, choose_builds
-    from servelab.plan.specsource import parse_acceptance_option
+    from servelab.sizing.specsource import parse_acceptance_option
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     req = ChooseRequest(

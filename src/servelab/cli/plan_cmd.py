@@ -24,19 +24,18 @@ from servelab.cli.output import (
 )
 from servelab.defaults import ENGINE_VERSION, prompt_lens_text
 from servelab.errors import UsageError
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.parallel import LINKS, topology_for
+from servelab.hardware.topology import LINKS, topology_for
+from servelab.sizing.layout import ParallelLayout
+from servelab.units import GIB, parse_float_list, parse_int_list, parse_size
 from servelab.units import format_bytes as human_bytes
-from servelab.units import parse_float_list, parse_int_list, parse_size
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
-    from servelab.forecast.build import Plan
-    from servelab.forecast.load import BatchedError, LoadRequest, MeasuredCapacity
     from servelab.hardware.profiles import HardwareProfile
-    from servelab.plan.kvseam import KvArithmetic
+    from servelab.plan.build import Plan
+    from servelab.plan.load import BatchedError, LoadRequest, MeasuredCapacity
     from servelab.predict.levels import Fit
+    from servelab.sizing.kvseam import KvArithmetic
 
-GIB = 1 << 30
 
 
 def parse_bytes(text: str) -> int:
@@ -192,7 +191,7 @@ def _kv_table(plan: Plan) -> Table:
 
 def _render_speed(plan: Plan, console: Console) -> None:
     """Decode, prefill and speculative decode tables, then the plan's notes."""
-    from servelab.forecast.markdown import interval_text
+    from servelab.plan.markdown import interval_text
     from servelab.predict.spec import draft_line
 
     sp = plan.speed
@@ -515,8 +514,8 @@ def plan(
     from servelab.cli.load_view import parse_request
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
-    from servelab.plan.specsource import parse_acceptance_option
-    from servelab.plan.startup import StartupOptions
+    from servelab.sizing.specsource import parse_acceptance_option
+    from servelab.sizing.startup import StartupOptions
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     lens = [int(x) for x in parse_list(prompt_lens, int, "--prompt-lens")]
@@ -634,7 +633,7 @@ class LlamaCppFlags:
 def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe: Path | None,
                  db: str | None, no_store: bool, priors: Path | None) -> Plan:
     """A recipe planned as ``servelab run`` plans it: its model, engine and flags."""
-    from servelab.pipeline.planning import store_exists
+    from servelab.evidence.stored import store_exists
     from servelab.pipeline.run import plan_recipe
     from servelab.serve.recipe import load_recipe
     from servelab.store.db import open_store
@@ -652,7 +651,7 @@ def _evidence(plan: Plan, load: LoadRequest | None, db: str | None, use_store: b
               ) -> tuple[BatchedError | None, list[MeasuredCapacity], str | None]:
     """What the store says about ``plan`` under load (the batched form's held-out error,
     measured SLO capacities of its checkpoint), when a load prediction was asked for."""
-    from servelab.pipeline.planning import load_evidence, stored_runs
+    from servelab.evidence.stored import load_evidence, stored_runs
 
     if load is None or not load.wanted or not use_store:
         return None, [], None
@@ -664,8 +663,8 @@ def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = N
                     None, [], None)
                 ) -> None:
     from servelab.cli import load_view
-    from servelab.forecast.load import answer
-    from servelab.forecast.markdown import plan_markdown
+    from servelab.plan.load import answer
+    from servelab.plan.markdown import plan_markdown
 
     ans = answer(result, load, *evidence) if load is not None and load.wanted else None
     if fmt == JSON:
@@ -704,9 +703,9 @@ def explain(
 
     --json prints the explanation as one document, marked "predicted": true; --markdown as Markdown.
     """
-    from servelab.forecast.explain import explain as explain_builds
-    from servelab.forecast.markdown import explain_markdown
     from servelab.pipeline.planning import plan_checkpoint
+    from servelab.plan.explain import explain as explain_builds
+    from servelab.plan.markdown import explain_markdown
 
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     hw = _hardware(hardware, hardware_file or [], probe)

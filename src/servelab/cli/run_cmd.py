@@ -50,8 +50,8 @@ from servelab.cli.output import DbOpt, HardwareFileOpt, JsonOpt, MarkdownOpt, Ta
 from servelab.cli.progress import LineTicker
 
 if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
+    from servelab.evidence.acceptance import SpeculativeSummary
     from servelab.pipeline.run import RunEvent, RunOutcome
-    from servelab.pipeline.speculative import SpeculativeSummary
     from servelab.pipeline.summary import SummaryRow
     from servelab.store.db import Store
 
@@ -191,10 +191,10 @@ def rebuild_site(store: Store, outdir: Path) -> Path:
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     """The ``--json`` document (schema in the module docstring)."""
-    from servelab.pipeline.speculative import speculative_summary
-    from servelab.plan.check import KV_CACHE_SIZE, KV_TOKENS, kv_pool_checks
-    from servelab.plan.document import read_plan
-    from servelab.plan.startup import has_mamba_layers
+    from servelab.evidence.acceptance import speculative_summary
+    from servelab.sizing.check import KV_CACHE_SIZE, KV_TOKENS, kv_pool_checks
+    from servelab.sizing.document import read_plan
+    from servelab.sizing.startup import has_mamba_layers
 
     rec, plan, facts = outcome.record, outcome.plan, outcome.facts
     # the checks the recipe page shows, from the plan as the record stores it
@@ -359,7 +359,7 @@ def run(
         )
         kv_table = _kv_table(doc)
         graphs = graphs_table(doc)
-        from servelab.pipeline.speculative import speculative_summary
+        from servelab.evidence.acceptance import speculative_summary
 
         spec = speculative_summary(outcome.record, outcome.plan)
         emit(

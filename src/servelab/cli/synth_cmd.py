@@ -11,6 +11,7 @@ from servelab.cli.output import stdout_console
 from servelab.errors import UsageError
 from servelab.families import presets
 from servelab.outfile import check_new_checkpoint
+from servelab.units import GIB
 
 synth_app = typer.Typer(
     name="synth",
@@ -156,7 +157,7 @@ def replica(
         max_shard_bytes=max_shard_bytes,
     )
     _console.print(
-        f"wrote {out_dir}: {len(plan.tensors):,} tensors, {plan.total_bytes / (1 << 30):.2f} GiB "
+        f"wrote {out_dir}: {len(plan.tensors):,} tensors, {plan.total_bytes / GIB:.2f} GiB "
         "described (sparse)"
     )
 

@@ -22,7 +22,7 @@ What an engine provides:
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
 * KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
   :meth:`Engine.kv_arithmetic` (the engine's own KV arithmetic, which lives in its folder
-  and which the planner asks through :mod:`servelab.plan.kvseam`; ``None`` when servelab
+  and which the planner asks through :mod:`servelab.sizing.kvseam`; ``None`` when servelab
   does not reproduce this engine's KV pool);
 * metrics: :attr:`Engine.metrics_path` and :attr:`Engine.headline_metrics` (Prometheus).
 """
@@ -39,10 +39,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.engines.facts import EngineFacts, LineParser
-from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.specsource import SpecConfig
-from servelab.plan.startup import StartupOptions
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.specsource import SpecConfig
+from servelab.sizing.startup import StartupOptions
 
 if TYPE_CHECKING:
     import httpx

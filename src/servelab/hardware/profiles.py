@@ -19,10 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 from servelab.errors import HardwareProfileError
+from servelab.units import GB, GIB, TERA
 
-GB = 10**9
-GIB = 1 << 30
-TERA = 10**12
 PRECISIONS = ("fp32", "bf16", "fp8", "fp4")
 
 

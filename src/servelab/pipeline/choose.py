@@ -33,13 +33,14 @@ from servelab.engines import DEFAULT_ENGINE, get_engine
 from servelab.engines.llamacpp.build import BUILD_VERSION
 from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 from servelab.errors import ServelabError, UsageError
-from servelab.forecast.build import Plan
+from servelab.evidence.stored import store_exists, stored_runs
 from servelab.hardware.profiles import HardwareProfile
-from servelab.pipeline.planning import plan_source, store_exists, stored_runs
-from servelab.plan.parallel import topology_for
+from servelab.hardware.topology import topology_for
+from servelab.pipeline.planning import plan_source
+from servelab.plan.build import Plan
 from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
-from servelab.plan.specsource import AUTO, AcceptanceOption
 from servelab.points import PointKey
+from servelab.sizing.specsource import AUTO, AcceptanceOption
 from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 

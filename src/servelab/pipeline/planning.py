@@ -5,17 +5,14 @@
   (calibrated from the runs and the shipped priors; the host's CPU features when it is
   the host);
 - :func:`plan_checkpoint`: the same from a checkpoint path or Hub repo id (headers only);
-- :func:`stored_runs`: the successful runs (on a hardware profile), without ever creating
-  a database.
 
 Speculative decode is predicted at the acceptance length the caller gives, else the one
-stored runs of the same checkpoint measured (:mod:`servelab.pipeline.speculative`); runs
+stored runs of the same checkpoint measured (:mod:`servelab.evidence.acceptance`); runs
 that drafted are not calibration samples of plain decode.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,56 +22,24 @@ from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import ServelabError, UsageError
+from servelab.evidence.acceptance import resolve_acceptance, speculative_hint
+from servelab.evidence.runs import samples_from_runs
+from servelab.evidence.stored import stored_runs
 from servelab.families import family_for
-from servelab.forecast.build import Plan, build_plan
-from servelab.forecast.load import BatchedError, MeasuredCapacity
 from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
-from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
-from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.parallel import Topology
+from servelab.hardware.topology import Topology
+from servelab.plan.build import Plan, build_plan
 from servelab.plan.request import EngineKnobs, PlanRequest
-from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceSource
-from servelab.plan.weights import Weights, weights_from_report
+from servelab.predict.calibration import calibration_for, draft_for
 from servelab.predict.priors import load_priors
-from servelab.predict.runs import calibration_for, draft_for
-from servelab.store.db import Store
-from servelab.store.model import STATUS_OK, RunFilter, RunRecord
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.specsource import AUTO, DEFAULT_METHOD, AcceptanceSource
+from servelab.sizing.weights import Weights, weights_from_report
+from servelab.store.model import RunRecord
 
-__all__ = ["calibrated_plan", "load_evidence", "plan_checkpoint", "plan_source", "store_exists",
-           "stored_runs"]
-
-
-def store_exists(db: str | None) -> bool:
-    """Whether there is a results database to read: ``db`` or ``$SERVELAB_DB`` given, or
-    the data directory's ``results.db`` exists (planning never creates one)."""
-    from servelab.store.db import ENV_DB, data_dir
-
-    return db is not None or bool(os.environ.get(ENV_DB)) or (data_dir() / "results.db").exists()
-
-
-def stored_runs(db: str | None, hardware: str | None, *, sweeps: bool = False
-                ) -> list[RunRecord]:
-    """Successful runs on ``hardware`` (on any when None) from the results database (none
-    when ``db`` is unset and the default database does not exist: planning never creates
-    one); ``sweeps``: runs that swept concurrency come with their samples."""
-    from servelab.store.db import open_store
-
-    if not store_exists(db):
-        return []
-    with open_store(db) as store:
-        runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
-        if sweeps:
-            runs = with_sweeps(store, runs)
-        return runs
-
-
-def with_sweeps(store: Store, runs: Sequence[RunRecord]) -> list[RunRecord]:
-    """``runs`` with the samples of those that swept concurrency (their measurement)."""
-    from servelab.forecast.sweeps import sweeps_in
-
-    return [store.get_run(r.run_id) if r.run_id and sweeps_in(r) else r for r in runs]
+__all__ = ["calibrated_plan", "plan_checkpoint", "plan_source"]
 
 
 def calibrated_plan(
@@ -96,7 +61,7 @@ def calibrated_plan(
     draft_tokens: int = 0,
     draft_runs: Sequence[RunRecord] | None = None,
 ) -> Plan:
-    """:func:`~servelab.forecast.build.build_plan` calibrated from ``runs`` and the priors.
+    """:func:`~servelab.plan.build.build_plan` calibrated from ``runs`` and the priors.
 
     ``knobs`` are the engine's flags, ``kv_arithmetic`` its KV arithmetic for them;
     ``where`` names the checkpoint in the error when it has no config; ``engine`` (the
@@ -111,13 +76,13 @@ def calibrated_plan(
                          path=where)
     path = hardware.kernel_path(weights.scheme, moe=weights.moe)  # worked out once, here
     calibration = calibration_for(
-        runs, hardware, weights, engine=engine, family=_family(config),
+        samples_from_runs(runs), hardware, weights, engine=engine, family=_family(config),
         priors=load_priors(priors), path=path,
     )
     draft = None
     if speculative is not None and speculative.lengths:
         draft = draft_for(
-            list(runs if draft_runs is None else draft_runs), hardware, weights,
+            samples_from_runs(runs if draft_runs is None else draft_runs), hardware, weights,
             speculative.method, engine=engine, priors=load_priors(priors),
         )
     plan = build_plan(
@@ -171,28 +136,6 @@ def plan_source(source: CheckpointSource, request: PlanRequest,
         spec.acceptance == AUTO and spec.draft_tokens <= 0) else None
     plan = replace(plan, checkpoint_hash=source.header_sha256)
     return replace(plan, notes=(*plan.notes, hint)) if hint else plan
-
-
-def load_evidence(runs: Sequence[RunRecord], plan: Plan, priors: Path | None = None
-                  ) -> tuple[BatchedError | None, list[MeasuredCapacity], str | None]:
-    """What stored ``runs`` say about ``plan`` under load: the batched form's held-out error
-    on its hardware (:func:`servelab.forecast.sweeps.batched_error`, from every stored sweep
-    predicted with its model left out), the SLO capacities measured with its checkpoint
-    there, and a note naming the sweeps there that could not be predicted again (not in that
-    error; ``calibration report --replica`` can score them)."""
-    from servelab.forecast.sweeps import (
-        batched_error,
-        held_out_sweeps,
-        left_out_note,
-        stored_capacities,
-    )
-
-    if not runs:
-        return None, [], None
-    rows, skipped = held_out_sweeps(runs, load_priors(priors))
-    hw = plan.hardware.name
-    return (batched_error(rows, hw), stored_capacities(runs, plan.checkpoint_hash, hw),
-            left_out_note(skipped, hw))
 
 
 def _family(config: Mapping[str, Any]) -> str:

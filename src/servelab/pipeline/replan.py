@@ -1,7 +1,7 @@
 """Step costs for a stored run whose plan predates them, from a checkpoint of the same build.
 
 A concurrency sweep is re-predicted from the step costs its stored plan holds
-(:mod:`servelab.forecast.sweeps`); runs stored before plans carried them (the H200's
+(:mod:`servelab.evidence.sweeps`); runs stored before plans carried them (the H200's
 2026-12-02 sweep) have none, and their checkpoint may have lived on a machine that is gone.
 A header replica of the same build (``benchmarks/gpu/gen_checkpoint.py --sparse``) carries
 the same tensor names, dtypes and shapes and the same config, so it gives the same step costs,
@@ -27,12 +27,12 @@ from typing import Any
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.errors import InputError, UsageError
-from servelab.forecast.load import plan_step_costs
-from servelab.forecast.sweeps import Replanned
+from servelab.evidence.sweeps import Replanned
 from servelab.pipeline.planning import calibrated_plan
+from servelab.plan.load import plan_step_costs
 from servelab.plan.request import EngineKnobs
-from servelab.plan.weights import weights_from_report
 from servelab.redact import REDACTED
+from servelab.sizing.weights import weights_from_report
 from servelab.store.model import RunRecord
 
 #: The inspect report's figures that fix a build's tensors (everything but where it was read).
@@ -93,7 +93,7 @@ def replan_stored(run: RunRecord, checkpoint: str) -> Replanned:
 def _plan(run: RunRecord, config: Mapping[str, Any], report: Any, checkpoint: str) -> Any:
     """The replica planned on the run's hardware at the run's logged engine flags."""
     from servelab.engines import get_engine
-    from servelab.predict.runs import run_profile
+    from servelab.evidence.runs import run_profile
 
     args = (run.engine_facts or {}).get("non_default_args") or {}
     if run.engine_name not in (None, "vllm"):

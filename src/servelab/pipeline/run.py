@@ -28,19 +28,17 @@ from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines import get_engine
 from servelab.engines.facts import EngineFacts, Phase
 from servelab.errors import ServelabError, UsageError
+from servelab.evidence.acceptance import resolve_acceptance
 from servelab.families import DTYPE_BYTES, model_dims
-from servelab.forecast.build import Plan
 from servelab.hardware.host import host_cpu
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.topology import topology_for
 from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
-from servelab.pipeline.speculative import resolve_acceptance
 from servelab.pipeline.summary import SummaryRow, summarize
-from servelab.plan.parallel import topology_for
+from servelab.plan.build import Plan
 from servelab.plan.request import EngineKnobs
-from servelab.plan.specsource import AUTO
-from servelab.plan.weights import Weights, weights_from_report
 from servelab.redact import redact_args, redact_text
 from servelab.serve.launch import (
     LOG_NAME,
@@ -52,12 +50,13 @@ from servelab.serve.launch import (
 )
 from servelab.serve.process import EngineProcess
 from servelab.serve.recipe import CapacitySection, Recipe
+from servelab.sizing.specsource import AUTO
+from servelab.sizing.weights import Weights, weights_from_report
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
 from servelab.units import format_bytes
 
-GIB = 1024**3
 DEFAULT_HARDWARE = "host"
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
@@ -113,11 +112,11 @@ class RunOutcome:
 
 
 def load_prediction(recipe: Recipe, plan: Plan, store: Store | None = None) -> dict[str, Any]:
-    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.forecast.load`),
+    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.plan.load`),
     each point one batch of the requests the bench sends per point, as JSON; with a
     ``store``, the batched form's held-out error from its sweeps widens the intervals."""
-    from servelab.forecast.load import LoadRequest, answer
-    from servelab.pipeline.planning import load_evidence, with_sweeps
+    from servelab.evidence.stored import load_evidence, with_sweeps
+    from servelab.plan.load import LoadRequest, answer
 
     work = recipe.bench.workload()
     cap = recipe.capacity

@@ -15,11 +15,11 @@ from typing import Any
 
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.hardware.profiles import HardwareProfile
-from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.parallel import Topology
-from servelab.plan.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption
-from servelab.plan.startup import StartupOptions
+from servelab.hardware.topology import Topology
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption
+from servelab.sizing.startup import StartupOptions
 
 __all__ = ["EngineKnobs", "PlanRequest", "Speculation", "StoreChoice"]
 
@@ -38,7 +38,7 @@ class EngineKnobs:
     startup: StartupOptions = field(default_factory=StartupOptions)
 
     def build_args(self) -> dict[str, Any]:
-        """As :func:`servelab.forecast.build.build_plan`'s keywords of the same names."""
+        """As :func:`servelab.plan.build.build_plan`'s keywords of the same names."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 

@@ -34,16 +34,12 @@ from servelab.analysis.metrics import METRICS
 from servelab.check import Check
 from servelab.choose.rank import MEASURED, PREDICTED, Choice, Speed
 from servelab.errors import UsageError
-from servelab.plan.check import LoggedKv, kv_pool_checks
-from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
-from servelab.plan.layout import ParallelLayout, layout_from_argv
+from servelab.evidence.runs import ledger_for_runs
 from servelab.points import PointKey
 from servelab.predict.levels import too_wide
-from servelab.predict.runs import ledger_for_runs
 from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
 from servelab.site.fmt import (
-    GIB,
     engine_display_name,
     format_value,
     slugify,
@@ -75,7 +71,11 @@ from servelab.site.model import (
     SpecAcceptance,
     Verification,
 )
+from servelab.sizing.check import LoggedKv, kv_pool_checks
+from servelab.sizing.document import PlanDocument, PredictedSpeed, read_plan
+from servelab.sizing.layout import ParallelLayout, layout_from_argv
 from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
+from servelab.units import GIB
 
 LOG_EXCERPT_LINES = 40
 
@@ -285,7 +285,7 @@ def observation(run: RunRecord) -> EngineObservation:
 
 def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
     """The run's plan (``servelab.plan/1``) against what its engine reported: the KV pool
-    by the engine's own arithmetic (:func:`servelab.plan.check.kv_pool_checks`, the checks
+    by the engine's own arithmetic (:func:`servelab.sizing.check.kv_pool_checks`, the checks
     ``servelab run`` prints) and the resident weights."""
     plan = read_plan(run.prediction)
     if plan.kv_engine is None:

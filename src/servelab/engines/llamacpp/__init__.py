@@ -36,7 +36,7 @@ from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
-from servelab.plan.kvseam import KvArithmetic
+from servelab.sizing.kvseam import KvArithmetic
 from servelab.synth.gguf import ensure_gguf, gguf_path
 
 __all__ = ["LLAMACPP", "LlamaCppEngine", "flag_args"]

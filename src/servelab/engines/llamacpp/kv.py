@@ -1,6 +1,6 @@
 """llama.cpp's KV cache, computed as ``llama-server`` allocates it. Pure.
 
-:class:`LlamaCppKv` hands it to the planner (:mod:`servelab.plan.kvseam`).
+:class:`LlamaCppKv` hands it to the planner (:mod:`servelab.sizing.kvseam`).
 
 The rules are those of the llama.cpp source that servelab's ``llamacpp`` build compiles
 (the one vendored by ``llama-cpp-python`` 0.3.36):
@@ -532,7 +532,7 @@ def plan_llamacpp_kv(
 @dataclass(frozen=True)
 class LlamaCppKv:
     """llama.cpp's KV arithmetic behind the planner's seam
-    (:class:`~servelab.plan.kvseam.AllocatedKvArithmetic`), for one set of flags."""
+    (:class:`~servelab.sizing.kvseam.AllocatedKvArithmetic`), for one set of flags."""
 
     settings: LlamaCppKvSettings
     label: str = "llama.cpp"

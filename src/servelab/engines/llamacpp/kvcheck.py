@@ -6,7 +6,7 @@ from typing import Protocol
 
 from servelab.check import Check, Value
 from servelab.engines.llamacpp.kv import LlamaCppKvPlan, log_mib
-from servelab.plan.check import KvCheck
+from servelab.sizing.check import KvCheck
 
 __all__ = ["LoggedLlamaCppKv", "check_llamacpp_kv_against_log"]
 

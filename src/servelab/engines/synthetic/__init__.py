@@ -30,7 +30,7 @@ from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs
 from servelab.engines.builds import EngineBuild
 from servelab.engines.facts import EngineFacts, Phase
 from servelab.errors import CheckpointNotFoundError
-from servelab.plan.kvseam import KvArithmetic
+from servelab.sizing.kvseam import KvArithmetic
 
 __all__ = ["SYNTHETIC", "SyntheticEngine", "SyntheticFlags", "SyntheticSection"]
 

@@ -19,8 +19,8 @@ from servelab.engines.vllm.logfacts import LogParser
 from servelab.engines.vllm.recipe import VllmSection
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import CheckpointNotFoundError
-from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.specsource import spec_config_from_mapping
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.specsource import spec_config_from_mapping
 
 __all__ = ["VLLM", "VllmEngine"]
 

@@ -23,7 +23,7 @@ Mirrors vLLM v1 (``v1/core/kv_cache_utils.py``, ``v1/kv_cache_interface.py``,
    + speculative tokens for a state. ``max_concurrency = num_blocks / sum(blocks per
    group)`` (``get_max_concurrency_for_kv_cache_config``) and, depending on the version,
    ``tokens = int(max_concurrency x max_model_len)``.
-6. Parallel layouts (:class:`~servelab.plan.layout.ParallelLayout`): pages are one TP
+6. Parallel layouts (:class:`~servelab.sizing.layout.ParallelLayout`): pages are one TP
    rank's (its ``max(1, kv_heads // TP)`` KV heads, ``1/TP`` of a state; MLA's latent is
    never split); with PP the groups stay the whole model's, each stage's block holds its
    own layers' pages, and every stage takes the smallest stage's block count
@@ -73,8 +73,8 @@ from servelab.families import (
     model_dims,
 )
 from servelab.families.layers import ATTENTION_KINDS, STATE_KINDS
-from servelab.plan.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
-from servelab.plan.layout import ParallelLayout, split_layers
+from servelab.sizing.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
+from servelab.sizing.layout import ParallelLayout, split_layers
 
 #: model_types whose SSM cache vLLM keeps in float32 unless the config says otherwise.
 NEMOTRON_H_TYPES = frozenset({"nemotron_h"})

@@ -44,7 +44,7 @@ from servelab.families.layers import (
     SLIDING,
     AttentionLayer,
 )
-from servelab.plan.kvpool import cdiv
+from servelab.sizing.kvpool import cdiv
 
 FULL_SPEC = "FullAttentionSpec"
 SLIDING_SPEC = "SlidingWindowSpec"

@@ -18,15 +18,15 @@ from servelab.analysis.acceptance import (
     measured_configs,
     run_acceptance,
 )
-from servelab.forecast.build import Plan
-from servelab.plan.specsource import (
+from servelab.plan.build import Plan
+from servelab.predict.spec import MtpPoint
+from servelab.sizing.specsource import (
     NONE,
     AcceptanceOption,
     AcceptanceSource,
     given,
     unavailable,
 )
-from servelab.predict.spec import MtpPoint
 from servelab.store.model import RunRecord
 
 __all__ = ["SpeculativeSummary", "resolve_acceptance", "speculative_hint",

@@ -22,14 +22,15 @@ Pure: plan figures and flags in, frozen dataclasses out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from servelab.families.layers import STATE_KINDS
-from servelab.hardware.profiles import GIB, HardwareProfile
-from servelab.plan.kvpool import KvPoolPlan
-from servelab.plan.layout import ParallelLayout
+from servelab.hardware.graphs import OBSERVED_GRAPHS
+from servelab.hardware.profiles import HardwareProfile
+from servelab.sizing.kvpool import KvPoolPlan
+from servelab.sizing.layout import ParallelLayout
+from servelab.units import GIB
 
 # vLLM's defaults for the OpenAI API server (EngineArgs.get_batch_defaults).
 LARGE_GPU_BYTES = 70 * GIB
@@ -48,15 +49,6 @@ NO_FULL_MODES = ("NONE", "PIECEWISE")
 GRAPHS_FULL = "full"  # the user asked for a mode with FULL graphs
 GRAPHS_NONE = "no-full"  # --enforce-eager, -O0, or a mode without FULL graphs
 GRAPHS_ENGINE = "engine-default"  # vLLM picks by attention backend
-
-# Which decode graphs vLLM captured on a hardware profile when left to choose, and where
-# that was seen (the engine log's "Capturing CUDA graphs (...)" lines).
-OBSERVED_GRAPHS: Mapping[str, tuple[bool, str]] = {
-    "h200": (True, "vLLM 0.26.0 captures FULL decode CUDA graphs on the H200 and refused "
-                   "such a start there"),
-    "dgx-spark": (False, "the seed's vLLM 0.26.0 log on the DGX Spark shows only PIECEWISE "
-                         "capture, so it may start there"),
-}
 
 CHECK_MAMBA_BLOCKS = "mamba-blocks-vs-max-num-seqs"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile
+from servelab.units import GIB
 
-GIB = 1 << 30
 DEFAULT_OVERHEAD_BYTES = 2 * GIB
 
 

@@ -4,7 +4,7 @@ values (llama.cpp's every cache figure is paired in
 
 Two views, one arithmetic each:
 
-- :func:`kv_pool_checks`: the stored plan (:class:`~servelab.plan.document.PlanDocument`)
+- :func:`kv_pool_checks`: the stored plan (:class:`~servelab.sizing.document.PlanDocument`)
   against the engine's log — the checks ``servelab run`` prints after a run and the recipe
   pages show under "Planned vs reported" (vLLM: pool tokens and max concurrency; llama.cpp:
   cache tokens and MiB as its log prints them);
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from servelab.check import Check
-from servelab.plan.document import PlanDocument
-from servelab.plan.kvpool import KvPoolPlan
+from servelab.sizing.document import PlanDocument
+from servelab.sizing.kvpool import KvPoolPlan
 from servelab.units import f32_mib
 
 __all__ = [

@@ -5,11 +5,11 @@ Each engine keeps its own KV arithmetic in its folder (``servelab.engines.vllm.k
 protocols (``Engine.kv_arithmetic`` in :mod:`servelab.engines.base`):
 
 * :class:`PooledKvArithmetic`: the engine carves a block pool out of the memory its
-  weights leave (vLLM): memory in, :class:`~servelab.plan.kvpool.KvPoolPlan` out;
+  weights leave (vLLM): memory in, :class:`~servelab.sizing.kvpool.KvPoolPlan` out;
 * :class:`AllocatedKvArithmetic`: the engine allocates a cache from its own flags,
   whatever memory is left (llama.cpp): model in, a :class:`KvCache` out.
 
-The planner (:func:`servelab.forecast.build.build_plan`) never imports an engine: callers
+The planner (:func:`servelab.plan.build.build_plan`) never imports an engine: callers
 (the CLI, the pipeline) pass the engine's arithmetic in.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from servelab.families import ModelDims
-from servelab.plan.kvpool import KvOptions, KvPoolPlan
+from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 
 __all__ = ["AllocatedKvArithmetic", "KvArithmetic", "KvCache", "PooledKvArithmetic"]
 

@@ -1,6 +1,6 @@
 """A paged KV pool as the planner reads it: options in, groups and pool out. Data only.
 
-This is the vocabulary of the seam (:mod:`servelab.plan.kvseam`) between the planner and
+This is the vocabulary of the seam (:mod:`servelab.sizing.kvseam`) between the planner and
 an engine that carves a block pool out of the memory its weights leave (vLLM). The
 arithmetic that fills it in lives with that engine (``servelab.engines.vllm.kv``); the
 planner, the start-up checks, the log comparison and the pages only read it.
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
-from servelab.plan.layout import ParallelLayout
+from servelab.sizing.layout import ParallelLayout
 
 __all__ = ["KvGroup", "KvGroupKind", "KvOptions", "KvPoolPlan", "cdiv"]
 

@@ -14,7 +14,7 @@ f e_prefill`` with ``f`` the share of step time in steps with prompt chunks; a T
 narrower than ``e_prefill`` (a first token waits on a prefill step: on the H200's stored sweep
 the mixed width left 8 of 9 TTFTs outside). Where stored concurrency sweeps of two or more
 models on the hardware measured the batched form's own held-out error
-(:func:`servelab.forecast.sweeps.batched_error`), no interval is narrower than that; without
+(:func:`servelab.evidence.sweeps.batched_error`), no interval is narrower than that; without
 them each prediction says the batched form's error is not in it. An interval over the 4x rule
 (:data:`~servelab.predict.levels.MAX_RATIO`) makes the point "no prediction". A latency's
 interval is ``x (1 ± e)``; a rate's ``/ (1 ∓ e)``. SLO capacity comes with the capacities of
@@ -31,8 +31,7 @@ from typing import Any
 from servelab.bench.slo import Slo, parse_slo
 from servelab.bench.stats import percentile
 from servelab.errors import UsageError
-from servelab.forecast.build import Plan
-from servelab.plan.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
+from servelab.plan.build import Plan
 from servelab.predict.batched import StepCosts, StepModel, step_costs
 from servelab.predict.form import HOST_BOUND
 from servelab.predict.levels import MAX_RATIO, too_wide_text
@@ -46,6 +45,7 @@ from servelab.predict.schedule import (
     simulate,
     stats,
 )
+from servelab.sizing.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
 
 #: Requests simulated per closed-loop point when not given: servelab bench's default batch,
 #: ``max(3, 2 x concurrency)`` (two waves of its clients).
@@ -77,7 +77,7 @@ def _rate(x: float, e: float) -> Band:
 @dataclass(frozen=True)
 class BatchedError:
     """The batched form's own error on a hardware: how far stored concurrency sweeps, each
-    predicted with its model left out, missed (:func:`servelab.forecast.sweeps.batched_error`).
+    predicted with its model left out, missed (:func:`servelab.evidence.sweeps.batched_error`).
     ``rel_error`` bounds TPOT and the rates, ``ttft_rel_error`` TTFT."""
 
     hardware: str
@@ -232,7 +232,7 @@ def predict_load(
     """Predicted :class:`LoadPoint` for each of ``loads`` under ``plan`` (see module docs);
     ``batched``: the batched form's held-out error on this hardware, when stored sweeps of
     two or more models measured it; ``left_out``: what it says of the stored sweeps on this
-    hardware that could not be predicted again (:func:`servelab.forecast.sweeps.
+    hardware that could not be predicted again (:func:`servelab.evidence.sweeps.
     left_out_note`), a note."""
     model = step_model(plan)
     assert plan.max_num_seqs is not None

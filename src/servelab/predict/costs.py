@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from servelab.families import DTYPE_BYTES, LINEAR, MAMBA, MLA, ModelDims
 from servelab.families.layers import CHUNKED, FULL, SLIDING
-from servelab.plan.weights import Weights
+from servelab.sizing.weights import Weights
 
 SOFTMAX_KINDS = frozenset({FULL, SLIDING, CHUNKED})
 

@@ -1,4 +1,4 @@
-"""A stored plan (``servelab.plan/1``, :meth:`servelab.forecast.build.Plan.to_dict`), typed.
+"""A stored plan (``servelab.plan/1``, :meth:`servelab.plan.build.Plan.to_dict`), typed.
 
 Runs keep their plan as JSON (``RunRecord.prediction``). Everything that reads it — the run
 summary, the site, calibration — goes through :func:`read_plan` instead of indexing the

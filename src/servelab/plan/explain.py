@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.forecast.build import Plan
-
-GIB = 1 << 30
+from servelab.plan.build import Plan
+from servelab.units import GIB
 
 
 @dataclass(frozen=True)

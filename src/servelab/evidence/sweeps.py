@@ -4,7 +4,7 @@ For each stored run that measured closed-loop points at more than one stream, it
 re-predicted from the plan document stored with it (``step_costs``: what a step of its model
 reads and computes; the KV pool's blocks; ``max_num_seqs``), never from its checkpoint, which
 a run may not record. The single-stream fits are the ones its build gets with its model left
-out (:func:`servelab.predict.runs.held_out_calibration`); each point simulates the requests
+out (:func:`servelab.evidence.runs.held_out_calibration`); each point simulates the requests
 the bench sent (:mod:`servelab.predict.schedule`). Errors as everywhere in servelab: measured
 / predicted - 1 for a rate; for a latency the same on its reciprocal (predicted / measured -
 1), so a positive error is faster than predicted. A build whose held-out single-stream fit is
@@ -30,17 +30,7 @@ from typing import Any
 
 from servelab.bench.slo import parse_slo
 from servelab.errors import InputError, ServelabError
-from servelab.forecast.load import BatchedError, LoadPoint, MeasuredCapacity, simulate_points
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.startup import (
-    effective_max_num_batched_tokens,
-    effective_max_num_seqs,
-)
-from servelab.points import PointKey
-from servelab.predict.batched import CPU_STEP_FIXED, StepCosts, StepModel
-from servelab.predict.levels import MIN_BUILDS, conformal, error_bound, too_wide_text
-from servelab.predict.priors import PriorTable
-from servelab.predict.runs import (
+from servelab.evidence.runs import (
     checkpoint_names,
     held_out_calibration,
     run_graph_tokens,
@@ -48,7 +38,17 @@ from servelab.predict.runs import (
     run_profile,
     run_startup_options,
 )
+from servelab.plan.load import BatchedError, LoadPoint, MeasuredCapacity, simulate_points
+from servelab.points import PointKey
+from servelab.predict.batched import CPU_STEP_FIXED, StepCosts, StepModel
+from servelab.predict.levels import MIN_BUILDS, conformal, error_bound, too_wide_text
+from servelab.predict.priors import PriorTable
 from servelab.predict.schedule import Limits, Load, admitted
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.startup import (
+    effective_max_num_batched_tokens,
+    effective_max_num_seqs,
+)
 from servelab.store.model import STATUS_OK, RunRecord
 
 #: The figures compared per point: (key, whether it is a rate).

@@ -1,6 +1,6 @@
 """Assemble a :class:`Plan`: KV pool, memory budget, fit, and predicted speed.
 
-Pure: config mapping + :class:`~servelab.plan.weights.Weights` + hardware profile +
+Pure: config mapping + :class:`~servelab.sizing.weights.Weights` + hardware profile +
 options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dict`)::
 
     {"schema": "servelab.plan/1", "predicted": true, "checkpoint": str,
@@ -28,7 +28,7 @@ options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dic
                                max_num_seqs_source, mamba_blocks}]},
      "notes": [str]}
 
-``startup.findings`` are start-up refusals the plan foresees (:mod:`servelab.plan.startup`);
+``startup.findings`` are start-up refusals the plan foresees (:mod:`servelab.sizing.startup`);
 ``startup.graph_capture`` is the largest step (tokens) vLLM will capture a CUDA graph for
 (0: none), ``null`` for llama.cpp.
 
@@ -46,21 +46,19 @@ from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.families import FULL, LINEAR, ModelDims, model_dims
 from servelab.hardware.profiles import HardwareProfile, KernelPath
-from servelab.plan.document import PLAN_SCHEMA
-from servelab.plan.kvpool import KvOptions, KvPoolPlan
-from servelab.plan.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.memory import MemoryPlan, plan_memory
-from servelab.plan.parallel import (
-    GpuWeights,
-    ParallelDecode,
-    Topology,
-    parallel_decode,
-    topology_for,
-    weights_per_gpu,
-)
-from servelab.plan.specsource import AcceptanceSource
-from servelab.plan.startup import (
+from servelab.hardware.topology import Topology, topology_for
+from servelab.predict.batched import step_costs
+from servelab.predict.levels import Calibration
+from servelab.predict.specstep import DraftFit
+from servelab.predict.speed import SpeedPrediction, predict_speed
+from servelab.sizing.document import PLAN_SCHEMA
+from servelab.sizing.kvpool import KvOptions, KvPoolPlan
+from servelab.sizing.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.memory import MemoryPlan, plan_memory
+from servelab.sizing.parallel import GpuWeights, ParallelDecode, parallel_decode, weights_per_gpu
+from servelab.sizing.specsource import AcceptanceSource
+from servelab.sizing.startup import (
     GraphCapture,
     MaxNumSeqs,
     StartupFinding,
@@ -69,11 +67,8 @@ from servelab.plan.startup import (
     effective_max_num_seqs,
     planned_graph_capture,
 )
-from servelab.plan.weights import Weights
-from servelab.predict.batched import step_costs
-from servelab.predict.levels import Calibration
-from servelab.predict.specstep import DraftFit
-from servelab.predict.speed import SpeedPrediction, predict_speed
+from servelab.sizing.weights import Weights
+from servelab.units import GIB
 
 SCHEMA = PLAN_SCHEMA  # one name for writer (to_dict) and reader (plan.document)
 
@@ -259,7 +254,7 @@ def vllm_platform(hardware: HardwareProfile) -> tuple[str, str | None]:
 
 
 def _gib_text(n: float) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
+    return f"{n / GIB:.2f} GiB"
 
 
 def build_plan(
@@ -290,13 +285,13 @@ def build_plan(
     kernel_path: KernelPath | None = None,
 ) -> Plan:
     """Plan serving ``weights`` (with ``config``) on ``hardware``; the KV pool or cache is
-    what ``kv_arithmetic`` (the engine's own, :mod:`servelab.plan.kvseam`) says: a pool
+    what ``kv_arithmetic`` (the engine's own, :mod:`servelab.sizing.kvseam`) says: a pool
     carved from the memory left (vLLM's rules for ``engine_version``), or a cache the
     engine allocates from its flags (llama.cpp).
 
     ``layout`` spreads the model over several GPUs of ``hardware`` (each one a GPU of
     that profile); memory and fit are judged per GPU. ``startup`` (max_num_seqs, graph
-    flags) feeds the start-up checks (:mod:`servelab.plan.startup`).
+    flags) feeds the start-up checks (:mod:`servelab.sizing.startup`).
     """
     dims = model_dims(config)
     lay = layout or ParallelLayout()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from servelab.forecast.build import Plan
-from servelab.forecast.explain import Explanation
+from servelab.plan.build import Plan
+from servelab.plan.explain import Explanation
 from servelab.predict.spec import draft_line
-
-GIB = 1 << 30
+from servelab.units import GIB
 
 
 def _gib(n: float) -> str:
