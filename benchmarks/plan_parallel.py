@@ -25,6 +25,7 @@ from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.cli.plan_cmd import make_plan
 from servelab.engines.vllm.kv import VLLM_KV
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.hardware.profiles import BUILTIN
 from servelab.plan.build import build_plan
 from servelab.sizing.layout import ParallelLayout
@@ -72,7 +73,8 @@ def main() -> None:
         plan = None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            plan = build_plan(config, weights, hw, layout=layout, kv_arithmetic=VLLM_KV)
+            plan = build_plan(config, weights, hw, layout=layout, kv_arithmetic=VLLM_KV,
+                              startup_rules=VLLM_STARTUP)
             times.append(time.perf_counter() - t0)
         assert plan is not None
         med = statistics.median(times)

@@ -33,6 +33,7 @@ from typing import Any
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.hardware.lookup import get_profile
 from servelab.plan.build import Plan, build_plan
 from servelab.predict.calibration import calibration_for, draft_for
@@ -78,7 +79,7 @@ def _plan(config: dict[str, object], weights: Weights, hw: str, k: int,
     draft = draft_for([], hardware, weights, "mtp", model=leave_out)
     return build_plan(config, weights, hardware, calibration=cal, draft=draft,
                       draft_tokens=k, acceptance_lengths=acceptance, prompt_lens=prompt_lens,
-                      kv_arithmetic=VLLM_KV, spec_method="mtp", **kv)
+                      kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP, spec_method="mtp", **kv)
 
 
 def h200(root: Path) -> None:

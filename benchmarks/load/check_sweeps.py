@@ -121,20 +121,21 @@ def predicted_live(checkpoint: str, hardware: str, model: str, points: Sequence[
     from servelab.hardware.lookup import get_profile
     from servelab.hardware.topology import topology_for
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.load import predict_load, requests_for
-    from servelab.plan.request import EngineKnobs, PlanRequest, StoreChoice
+    from servelab.plan.load import batched_tokens, predict_load, requests_for
+    from servelab.plan.request import PlanRequest, StoreChoice
     from servelab.predict.schedule import Load
-    from servelab.sizing.startup import StartupOptions, effective_max_num_batched_tokens
+    from servelab.sizing.knobs import EngineKnobs
 
     hw = get_profile(hardware)
     arithmetic = get_engine("vllm").kv_arithmetic()
     assert arithmetic is not None
     plan = plan_checkpoint(PlanRequest(
-        checkpoint, hw, topology_for(hw.name), arithmetic, engine_version=engine_version,
+        checkpoint, hw, topology_for(hw.name), arithmetic,
+        startup_rules=get_engine("vllm").startup_rules, engine_version=engine_version,
         knobs=EngineKnobs(max_model_len=max_model_len,
                           kv_cache_memory_bytes=kv_cache_memory_bytes),
         store=StoreChoice(use=False, priors=priors_without(model))))
-    tokens = effective_max_num_batched_tokens(hw, plan.platform, plan.layout, StartupOptions())
+    tokens = batched_tokens(plan, None)
     loads = [Load(p, output_len, requests or requests_for(c), concurrency=c) for p, c in points]
     lp = predict_load(plan, loads, tokens)
     return {(pt.prompt_len, pt.concurrency or 0): _pred(asdict(pt)) for pt in lp.points}

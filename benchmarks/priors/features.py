@@ -18,6 +18,7 @@ from pathlib import Path
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.hardware.lookup import get_profile
 from servelab.plan.build import build_plan
 from servelab.sizing.weights import weights_from_report
@@ -50,7 +51,7 @@ def spark_features(name: str, layout: QuantLayout, root: Path) -> dict[str, obje
         max_model_len=262144,
         kv_cache_memory_bytes=6 * 2**30,
         engine_version="0.26.0",
-        prompt_lens=LENGTHS, kv_arithmetic=VLLM_KV,
+        prompt_lens=LENGTHS, kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP,
     )
     sp = plan.speed
     return {

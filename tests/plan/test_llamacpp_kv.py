@@ -22,7 +22,6 @@ from servelab.cli.app import app
 from servelab.engines.llamacpp import LLAMACPP, flag_args
 from servelab.engines.llamacpp.kv import (
     LlamaCppKv,
-    LlamaCppKvSettings,
     ggml_row_bytes,
     log_mib,
     plan_llamacpp_kv,
@@ -46,7 +45,7 @@ _PREFIX = re.compile(r"^\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] ")
 
 
 def _plan(config: dict[str, Any] | None = None, **settings: Any):  # type: ignore[no-untyped-def]
-    return plan_llamacpp_kv(model_dims(config or QWEN3_MOE), LlamaCppKvSettings(**settings))
+    return plan_llamacpp_kv(model_dims(config or QWEN3_MOE), LlamaCppFlags(**settings))
 
 
 def logged_kv_line(log: str) -> str:
@@ -85,7 +84,7 @@ def test_context_unset_is_the_training_context_per_stream() -> None:
     assert any("--fit" in n for n in plan.notes)
     with pytest.raises(UsageError, match="training context"):
         plan_llamacpp_kv(dataclasses.replace(model_dims(QWEN3_MOE), max_position_embeddings=None),
-                         LlamaCppKvSettings(parallel=2))
+                         LlamaCppFlags(parallel=2))
     with pytest.raises(ConfigError, match="max_position_embeddings"):
         model_dims({**QWEN3_MOE, "max_position_embeddings": None})
 
@@ -148,7 +147,7 @@ def tiny_moe(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_gguf_and_hf_config_of_one_model_plan_alike(tiny_moe: tuple[Path, Path]) -> None:
     hf, gguf = tiny_moe
-    settings = LlamaCppKvSettings(ctx_size=3000, parallel=2, cache_type_k="q8_0",
+    settings = LlamaCppFlags(ctx_size=3000, parallel=2, cache_type_k="q8_0",
                                   cache_type_v="q8_0")
     plans = [plan_llamacpp_kv(model_dims(load_checkpoint(str(p)).config or {}), settings)
              for p in (hf, gguf)]
@@ -193,7 +192,7 @@ def test_the_engine_hands_its_flags_to_the_planner() -> None:
     flags = LlamaCppFlags(ctx_size=4096, parallel=2, cache_type_v="q8_0", kv_unified=True)
     arithmetic = LLAMACPP.kv_arithmetic(LlamaCppSection(name="llamacpp", flags=flags))
     assert isinstance(arithmetic, LlamaCppKv)
-    assert arithmetic.settings == LlamaCppKvSettings(
+    assert arithmetic.flags == LlamaCppFlags(
         ctx_size=4096, parallel=2, kv_unified=True, cache_type_v="q8_0")
     assert "--kv-unified" in flag_args(flags)
     # KV-shaping flags hidden in extra would escape the plan: the recipe refuses them

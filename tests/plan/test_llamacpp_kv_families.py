@@ -23,7 +23,6 @@ from servelab.engines import get_engine
 from servelab.engines.llamacpp.kv import (
     LlamaCppKv,
     LlamaCppKvPlan,
-    LlamaCppKvSettings,
     plan_llamacpp_kv,
 )
 from servelab.engines.llamacpp.kvcheck import check_llamacpp_kv_against_log
@@ -83,10 +82,10 @@ def recipe(arch: str, flags: dict[str, Any]) -> Recipe:
     )
 
 
-def _settings(flags: dict[str, Any]) -> LlamaCppKvSettings:
+def _settings(flags: dict[str, Any]) -> LlamaCppFlags:
     arithmetic = get_engine("llamacpp").kv_arithmetic(recipe("llama", flags).engine)
     assert isinstance(arithmetic, LlamaCppKv)
-    return arithmetic.settings
+    return arithmetic.flags
 
 
 def _dims(arch: str, window: int | None = None) -> Any:
@@ -108,15 +107,15 @@ def test_recorded_logs_equal_the_plan(log: str, arch: str, flags: dict[str, Any]
 
 def test_the_swa_cache_is_the_window_times_slots_plus_a_ubatch_padded() -> None:
     dims = _dims("gemma3_text", window=1024)
-    unified = plan_llamacpp_kv(dims, LlamaCppKvSettings(ctx_size=131072))  # 4 slots, unified
+    unified = plan_llamacpp_kv(dims, LlamaCppFlags(ctx_size=131072))  # 4 slots, unified
     swa = unified.swa
     assert swa is not None
     assert (swa.cells, len(swa.layers), len(unified.main.layers)) == (4608, 5, 1)
-    per_slot = plan_llamacpp_kv(dims, LlamaCppKvSettings(ctx_size=131072, parallel=4))
+    per_slot = plan_llamacpp_kv(dims, LlamaCppFlags(ctx_size=131072, parallel=4))
     assert per_slot.swa is not None and per_slot.swa.cells == 1536  # 1024 + 512 per stream
-    short = plan_llamacpp_kv(dims, LlamaCppKvSettings(ctx_size=1000, parallel=1))
+    short = plan_llamacpp_kv(dims, LlamaCppFlags(ctx_size=1000, parallel=1))
     assert short.swa is not None and short.swa.cells == short.cells == 1024
-    full = plan_llamacpp_kv(dims, LlamaCppKvSettings(ctx_size=131072, swa_full=True))
+    full = plan_llamacpp_kv(dims, LlamaCppFlags(ctx_size=131072, swa_full=True))
     assert full.swa is not None and full.swa.cells == 131072
     # at 128k the sliding layers hold 4,608 cells each, not 131,072: 4.4x less KV in all
     assert full.total_bytes / unified.total_bytes == pytest.approx(
@@ -124,7 +123,7 @@ def test_the_swa_cache_is_the_window_times_slots_plus_a_ubatch_padded() -> None:
 
 
 def test_an_iswa_plan_prints_both_caches_and_counts_both_in_memory() -> None:
-    plan = plan_llamacpp_kv(_dims("gpt_oss"), LlamaCppKvSettings(ctx_size=4096, parallel=1))
+    plan = plan_llamacpp_kv(_dims("gpt_oss"), LlamaCppFlags(ctx_size=4096, parallel=1))
     assert [c.role for c in plan.caches] == ["non-SWA", "SWA"]
     assert plan.total_bytes == sum(c.total_bytes for c in plan.caches)
     assert plan.tokens == 4096 and plan.layers == (1,) and plan.caches[1].layers == (0,)
@@ -143,10 +142,10 @@ def test_families_llama_cpp_does_not_keep_apart_are_refused() -> None:
         model_dims(cfg)
     # Mistral's window: llama.cpp's llama architecture keeps no SWA cache; not guessed
     with pytest.raises(UsageError, match="not an architecture servelab models"):
-        plan_llamacpp_kv(_dims("mistral"), LlamaCppKvSettings(ctx_size=4096))
+        plan_llamacpp_kv(_dims("mistral"), LlamaCppFlags(ctx_size=4096))
     hybrid = make_config_dict("qwen3_next")  # Gated DeltaNet: a recurrent state cache
     with pytest.raises(UsageError, match="not an architecture servelab models"):
-        plan_llamacpp_kv(model_dims(hybrid), LlamaCppKvSettings(ctx_size=4096))
+        plan_llamacpp_kv(model_dims(hybrid), LlamaCppFlags(ctx_size=4096))
 
 
 def test_a_gguf_of_gemma3_reads_its_sliding_layers_as_llama_cpp_does(tmp_path: Path) -> None:
@@ -160,7 +159,7 @@ def test_a_gguf_of_gemma3_reads_its_sliding_layers_as_llama_cpp_does(tmp_path: P
     assert from_gguf.layer_types == from_hf.layer_types == ("sliding_attention",) * 5 + (
         "full_attention",)
     assert from_gguf.sliding_window == from_hf.sliding_window == 256
-    settings = LlamaCppKvSettings(ctx_size=4096, parallel=2)
+    settings = LlamaCppFlags(ctx_size=4096, parallel=2)
     assert (plan_llamacpp_kv(from_gguf, settings).log_lines
             == plan_llamacpp_kv(from_hf, settings).log_lines)
 

@@ -36,7 +36,7 @@ def _plan_for(recipe: Recipe, eng: RunningEngine) -> LlamaCppKvPlan:
     arithmetic = get_engine("llamacpp").kv_arithmetic(recipe.engine)
     assert isinstance(arithmetic, LlamaCppKv) and eng.model_dir is not None
     config = load_checkpoint(str(eng.model_dir)).config or {}
-    return plan_llamacpp_kv(model_dims(config), arithmetic.settings)
+    return plan_llamacpp_kv(model_dims(config), arithmetic.flags)
 
 
 def _assert_equal(plan: LlamaCppKvPlan, eng: RunningEngine) -> None:

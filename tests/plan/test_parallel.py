@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from servelab.cli.app import app
 from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
@@ -167,10 +168,11 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
     cpu = _cpu_box(tmp_path)
     w = _weights()
     pp2 = build_plan(config, w, cpu, max_model_len=4096, layout=ParallelLayout(pipeline=2),
-                     kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV)  # fmt: skip
+                     kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV,
+                     startup_rules=VLLM_STARTUP)  # fmt: skip
     assert any("Workers disagree" in n for n in pp2.notes)
     one = build_plan(config, w, cpu, max_model_len=4096, kv_cache_memory_bytes=268_435_456,
-                     kv_arithmetic=VLLM_KV)
+                     kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
     assert not any("Workers disagree" in n for n in one.notes)
 
 
@@ -185,7 +187,8 @@ def test_a_gdn_model_on_vllm_cpu_names_its_prefill_kernel(tmp_path: Path) -> Non
 
     def notes(config: dict[str, object], hw: HardwareProfile) -> list[str]:
         plan = build_plan(config, w, hw, max_model_len=4096,
-                          kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV)
+                          kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV,
+                          startup_rules=VLLM_STARTUP)
         return [n for n in plan.notes if "GDN" in n]
 
     [note] = notes(hybrid, cpu)
@@ -233,10 +236,11 @@ def test_fits_is_judged_per_gpu_and_decode_labels_its_communication() -> None:
     w = _weights(resident_bytes=200 * 2**30, routed_expert_bytes=150 * 2**30,
                  decode_bytes_per_token=20 * 2**30)  # fmt: skip
     h200 = BUILTIN["h200"]
-    one = build_plan(config, w, h200, max_model_len=16384, kv_arithmetic=VLLM_KV)
+    one = build_plan(config, w, h200, max_model_len=16384, kv_arithmetic=VLLM_KV,
+                     startup_rules=VLLM_STARTUP)
     assert not one.memory.fits
     tp2 = build_plan(config, w, h200, max_model_len=16384, layout=ParallelLayout(tensor=2),
-                     kv_arithmetic=VLLM_KV)
+                     kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
     assert tp2.memory.fits and tp2.memory.weights_bytes < h200.memory_bytes
     d = tp2.to_dict()["parallel"]
     assert d["gpus"] == 2 and d["weights_per_gpu"]["per_gpu"] == tp2.memory.weights_bytes
@@ -244,7 +248,8 @@ def test_fits_is_judged_per_gpu_and_decode_labels_its_communication() -> None:
     assert dec["predicted"] is True and dec["comm"][0]["kind"] == "TP all-reduce"
     assert dec["comm_s"] > 0 and dec["tok_s_per_gpu"] == pytest.approx(dec["tok_s"] / 2)
     with pytest.raises(UsageError, match="attention heads"):
-        build_plan(config, w, h200, layout=ParallelLayout(tensor=3), kv_arithmetic=VLLM_KV)
+        build_plan(config, w, h200, layout=ParallelLayout(tensor=3), kv_arithmetic=VLLM_KV,
+                   startup_rules=VLLM_STARTUP)
 
 
 @pytest.fixture(scope="module")

@@ -22,15 +22,12 @@ from servelab.cli.app import app
 from servelab.engines import get_engine
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.recipe import VllmFlags
+from servelab.engines.vllm.startup import check_mamba_blocks, effective_max_num_seqs
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
 from servelab.serve.recipe import parse_recipe
 from servelab.sizing.layout import ParallelLayout
-from servelab.sizing.startup import (
-    StartupOptions,
-    check_mamba_blocks,
-    effective_max_num_seqs,
-)
+from servelab.sizing.startup import StartupOptions
 from servelab.synth.replica import QWEN3_6_35B_A3B
 from servelab.units import GIB
 

@@ -106,7 +106,8 @@ def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Pat
     from servelab.hardware.lookup import get_profile
     from servelab.hardware.topology import topology_for
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
+    from servelab.plan.request import PlanRequest, Speculation, StoreChoice
+    from servelab.sizing.knobs import EngineKnobs
     from servelab.synth.replica import QWEN3_6_35B_A3B, TEXT_LINEARS, QuantLayout, write_replica
 
     path = tmp_path / "nvfp4-mtp"
@@ -115,7 +116,8 @@ def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Pat
     assert arithmetic is not None
     spark = get_profile("dgx-spark")
     plan = plan_checkpoint(PlanRequest(
-        str(path), spark, topology_for(spark.name), arithmetic, engine_version="0.26.0",
+        str(path), spark, topology_for(spark.name), arithmetic,
+        startup_rules=get_engine("vllm").startup_rules, engine_version="0.26.0",
         prompt_lens=(2048,), store=StoreChoice(use=False),
         knobs=EngineKnobs(max_model_len=262144, kv_cache_memory_bytes=6 * 2**30),
         speculation=Speculation(acceptance=(3.0, 4.0), method="mtp", draft_tokens=3)))

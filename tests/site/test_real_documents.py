@@ -17,6 +17,7 @@ from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.hardware.lookup import get_profile
 from servelab.plan.build import build_plan
 from servelab.site import prose
@@ -38,7 +39,7 @@ def record(tmp_path_factory: pytest.TempPathFactory) -> RunRecord:
     plan = build_plan(dict(source.config or {}), weights_from_report(report, name="tiny"),
                       get_profile("host"), max_model_len=4096,
                       kv_cache_memory_bytes=256 * 2**20, prompt_lens=(512, 2048),
-                      kv_arithmetic=VLLM_KV)
+                      kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
     return RunRecord(
         started_at=datetime(2026, 12, 2, 15, 40, tzinfo=UTC), run_id="20261202-154000-abcdef",
         recipe_name="tiny-cpu", model_id="tiny/qwen3_moe", host="ci", hardware="host",

@@ -305,7 +305,7 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
         prefill = _measured(c.prefill, "prefill")
     declared, tensors, usable = mtp_facts(plan)
     spec = _spec_speed(plan) if usable else None
-    conc = (plan.kv.max_concurrency if plan.kv is not None
+    conc = (plan.pool.max_concurrency if plan.pool is not None
             else plan.kv_tokens / context_len if context_len else None)
     fits = plan.fits
     fit = plan.fit_sentence().removeprefix("fits: ")

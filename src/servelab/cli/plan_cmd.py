@@ -122,7 +122,7 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         plan.weights.source
         + ("" if lay.is_single else f"; fullest GPU of {human_bytes(plan.weights.resident_bytes)}"),
     )
-    mt.add_row("KV cache" if plan.llamacpp_kv else "KV pool", _gib(mem.kv_pool_bytes),
+    mt.add_row("KV pool" if plan.pool else "KV cache", _gib(mem.kv_pool_bytes),
                mem.kv_pool_source)
     mt.add_row("overhead", _gib(mem.overhead_bytes), mem.overhead_source)
     mt.add_row(
@@ -151,16 +151,16 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
 def _kv_table(plan: Plan) -> Table:
     """The KV table: vLLM's pool or llama.cpp's cache, labelled by the engine."""
     kt = Table(
-        title=f"KV {'cache' if plan.llamacpp_kv else 'pool'} ({plan.kv_arithmetic} arithmetic)",
+        title=f"KV {'pool' if plan.pool else 'cache'} ({plan.kv_arithmetic} arithmetic)",
         title_justify="left", show_header=False,
     )
     kt.add_column(style="bold")
     kt.add_column()
-    if plan.llamacpp_kv is not None:
-        for label, value in plan.llamacpp_kv.rows():
+    kv, cache = plan.pool, plan.cache
+    if cache is not None:
+        for label, value in cache.rows():
             kt.add_row(label, value)
         return kt
-    kv = plan.kv
     assert kv is not None
     kt.add_row("engine log (predicted)", kv.log_line)
     kt.add_row(
@@ -264,7 +264,7 @@ def _render_speed(plan: Plan, console: Console) -> None:
 
 def _render_parallel(plan: Plan, console: Console) -> None:
     """Per-stage weights, KV heads per rank, and decode with its communication term."""
-    kv, lay = plan.kv, plan.layout
+    kv, lay = plan.pool, plan.layout
     assert kv is not None  # a parallel layout is a vLLM plan
     t = Table(title=f"Parallel layout {lay.label()}", title_justify="left", show_header=False)
     t.add_column(style="bold")
@@ -512,8 +512,10 @@ def plan(
     --json prints one document of schema servelab.plan/1; --markdown the plan as Markdown.
     """
     from servelab.cli.load_view import parse_request
+    from servelab.engines import get_engine
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
+    from servelab.plan.request import PlanRequest, Speculation, StoreChoice
+    from servelab.sizing.knobs import EngineKnobs
     from servelab.sizing.specsource import parse_acceptance_option
     from servelab.sizing.startup import StartupOptions
 
@@ -564,6 +566,7 @@ def plan(
         topology=topology_for(hw.name, intra_node=interconnect, inter_node=network,
                               gpus_per_node=gpus_per_node),
         kv_arithmetic=arithmetic,
+        startup_rules=get_engine(engine_name).startup_rules,
         engine=engine_name,
         engine_version=version,
         layout=layout,
@@ -612,22 +615,23 @@ class LlamaCppFlags:
         }
 
     def arithmetic(self, engine: str, version: str) -> tuple[KvArithmetic, str]:
-        """The KV arithmetic ``engine`` follows for these flags, and the version whose rules
-        apply (llama.cpp: the pinned build, unless a version was given)."""
+        """The KV arithmetic ``engine`` hands the planner for these flags, and the version
+        whose rules apply (llama.cpp: its pinned build, unless a version was given)."""
         from servelab.engines import get_engine
-        from servelab.engines.llamacpp.build import BUILD_VERSION
-        from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 
+        serving = get_engine(engine)
         if engine != "llamacpp":
-            vllm = get_engine("vllm").kv_arithmetic()
+            vllm = serving.kv_arithmetic()
             assert vllm is not None
             return vllm, version
-        settings = LlamaCppKvSettings(
-            ctx_size=self.ctx_size, parallel=self.parallel, kv_unified=self.kv_unified,
-            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v,
-            flash_attn=self.flash_attn,
-        )
-        return LlamaCppKv(settings), BUILD_VERSION if version == ENGINE_VERSION else version
+        table = serving.section_for({
+            "ctx_size": self.ctx_size, "parallel": self.parallel, "kv_unified": self.kv_unified,
+            "cache_type_k": self.cache_type_k, "cache_type_v": self.cache_type_v,
+            "flash_attn": self.flash_attn,
+        })
+        arithmetic = serving.kv_arithmetic(table)
+        assert arithmetic is not None
+        return arithmetic, serving.default_version if version == ENGINE_VERSION else version
 
 
 def _plan_recipe(path: Path, hardware: str | None, files: Sequence[Path], probe: Path | None,
@@ -710,14 +714,17 @@ def explain(
     fmt = pick_format(as_json, False, as_markdown, offered=(JSON, MARKDOWN))
     hw = _hardware(hardware, hardware_file or [], probe)
     from servelab.engines import get_engine
-    from servelab.plan.request import EngineKnobs, PlanRequest, StoreChoice
+    from servelab.plan.request import PlanRequest, StoreChoice
+    from servelab.sizing.knobs import EngineKnobs
 
-    arithmetic = get_engine("vllm").kv_arithmetic()
+    vllm = get_engine("vllm")
+    arithmetic = vllm.kv_arithmetic()
     assert arithmetic is not None
     plans = [
         plan_checkpoint(PlanRequest(
             checkpoint=x, hardware=hw, topology=topology_for(hw.name),
-            kv_arithmetic=arithmetic, engine_version=engine_version,
+            kv_arithmetic=arithmetic, startup_rules=vllm.startup_rules,
+            engine_version=engine_version,
             knobs=EngineKnobs(max_model_len=max(context_len, 1)), prompt_lens=(context_len,),
             store=StoreChoice(db, not no_store),
         ))

@@ -194,7 +194,7 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     from servelab.evidence.acceptance import speculative_summary
     from servelab.sizing.check import KV_CACHE_SIZE, KV_TOKENS, kv_pool_checks
     from servelab.sizing.document import read_plan
-    from servelab.sizing.startup import has_mamba_layers
+    from servelab.sizing.kvpool import has_mamba_layers
 
     rec, plan, facts = outcome.record, outcome.plan, outcome.facts
     # the checks the recipe page shows, from the plan as the record stores it
@@ -223,8 +223,8 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
             "engine": facts.cudagraph_capture_max if facts else None,
         },
         "mamba_cache_blocks": {
-            "predicted": plan.kv.num_blocks
-            if plan and plan.kv is not None and has_mamba_layers(plan.kv) else None,
+            "predicted": plan.pool.num_blocks
+            if plan and plan.pool is not None and has_mamba_layers(plan.pool) else None,
             "engine": facts.mamba_cache_blocks if facts else None,
         },
         "summary": [r.to_dict() for r in outcome.summary],

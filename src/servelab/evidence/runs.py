@@ -40,12 +40,7 @@ from servelab.predict.roofline import (
 from servelab.predict.spec import step_predictor
 from servelab.sizing.document import PlanDocument, read_plan
 from servelab.sizing.layout import ParallelLayout
-from servelab.sizing.startup import (
-    MaxNumSeqs,
-    StartupOptions,
-    effective_max_num_seqs,
-    planned_graph_capture,
-)
+from servelab.sizing.startup import MaxNumSeqs, StartupOptions, StartupRules
 from servelab.store.model import STATUS_OK, RunRecord
 
 
@@ -130,10 +125,10 @@ def run_platform(run: RunRecord) -> str:
 def run_graph_tokens(run: RunRecord) -> int | None:
     """The largest step (tokens) the run's engine captured a CUDA graph for: what its log said
     (engine facts ``cudagraph_capture_max``), else what a plan makes of the flags it was
-    started with (vLLM's ``non_default_args``: :func:`~servelab.sizing.startup.
-    planned_graph_capture` on :func:`~servelab.sizing.startup.effective_max_num_seqs`, as
-    ``servelab plan`` does). ``None`` for another engine, or when the flags leave
-    ``max_num_seqs`` to the default of a hardware profile servelab does not know."""
+    started with (vLLM's ``non_default_args``: its start-up rules' graph capture at its
+    ``max_num_seqs``, as ``servelab plan`` does). ``None`` for another engine, or when the
+    flags leave ``max_num_seqs`` to the default of a hardware profile servelab does not
+    know."""
     facts = _map(run.engine_facts) or {}
     if (logged := _whole(facts.get("cudagraph_capture_max"))) is not None:
         return logged
@@ -141,6 +136,7 @@ def run_graph_tokens(run: RunRecord) -> int | None:
         return None
     opts = _startup_options(_map(facts.get("non_default_args")) or {})
     platform = run_platform(run)
+    rules = vllm_startup_rules()
     if opts.max_num_seqs is not None:
         seqs = MaxNumSeqs(opts.max_num_seqs, "--max-num-seqs")
     else:
@@ -148,11 +144,21 @@ def run_graph_tokens(run: RunRecord) -> int | None:
             profile = get_profile(run.hardware)
         except ServelabError:
             return None
-        seqs = effective_max_num_seqs(profile, platform, ParallelLayout(), opts)
+        seqs = rules.max_num_seqs(profile, platform, ParallelLayout(), opts)
     spec = spec_config_of(run)
-    return planned_graph_capture(
+    return rules.graph_capture(
         seqs, platform, opts, spec_tokens=spec.draft_tokens if spec else 0
     ).max_tokens
+
+
+def vllm_startup_rules() -> StartupRules:
+    """vLLM's start-up rules, as its engine hands them over (a stored run's flags are read
+    with the rules of the engine that ran it)."""
+    from servelab.engines import get_engine
+
+    rules = get_engine("vllm").startup_rules
+    assert rules is not None  # vLLM's rules are servelab's own
+    return rules
 
 
 def _startup_options(args: Mapping[str, Any]) -> StartupOptions:

@@ -37,6 +37,7 @@ from servelab.evidence.runs import (
     run_platform,
     run_profile,
     run_startup_options,
+    vllm_startup_rules,
 )
 from servelab.plan.load import BatchedError, LoadPoint, MeasuredCapacity, simulate_points
 from servelab.points import PointKey
@@ -45,10 +46,6 @@ from servelab.predict.levels import MIN_BUILDS, conformal, error_bound, too_wide
 from servelab.predict.priors import PriorTable
 from servelab.predict.schedule import Limits, Load, admitted
 from servelab.sizing.layout import ParallelLayout
-from servelab.sizing.startup import (
-    effective_max_num_batched_tokens,
-    effective_max_num_seqs,
-)
 from servelab.store.model import STATUS_OK, RunRecord
 
 #: The figures compared per point: (key, whether it is a rate).
@@ -202,10 +199,11 @@ def _stored(run: RunRecord, replanned: Replanned | None = None) -> _Stored:
     hw = run_profile(run)
     opts = run_startup_options(run)
     platform = run_platform(run)
-    tokens = effective_max_num_batched_tokens(hw, platform, ParallelLayout(), opts).value
+    rules = vllm_startup_rules()  # a stored sweep with a pool is a vLLM run's
+    tokens = rules.max_num_batched_tokens(hw, platform, ParallelLayout(), opts).value
     seqs_doc = ((doc.get("startup") or {}).get("max_num_seqs") or {}).get("value")
     seqs = (seqs_doc if isinstance(seqs_doc, int)
-            else effective_max_num_seqs(hw, platform, ParallelLayout(), opts).value)
+            else rules.max_num_seqs(hw, platform, ParallelLayout(), opts).value)
     return _Stored(costs, tokens, seqs, blocks, tuple(groups))
 
 

@@ -30,16 +30,15 @@ from servelab.choose.rank import Candidate, Choice, Measurement, SloTarget, choo
 from servelab.choose.tree import TreeChild, model_tree
 from servelab.defaults import ENGINE_VERSION
 from servelab.engines import DEFAULT_ENGINE, get_engine
-from servelab.engines.llamacpp.build import BUILD_VERSION
-from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
 from servelab.errors import ServelabError, UsageError
 from servelab.evidence.stored import store_exists, stored_runs
 from servelab.hardware.profiles import HardwareProfile
 from servelab.hardware.topology import topology_for
 from servelab.pipeline.planning import plan_source
 from servelab.plan.build import Plan
-from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
+from servelab.plan.request import PlanRequest, Speculation, StoreChoice
 from servelab.points import PointKey
+from servelab.sizing.knobs import EngineKnobs
 from servelab.sizing.specsource import AUTO, AcceptanceOption
 from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
@@ -128,13 +127,16 @@ def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[Run
             raise
         return Candidate(name, location, None, refused=f"cannot be read: {exc}")
     gguf = Path(location).exists() and is_gguf(Path(location))
-    arithmetic = (LlamaCppKv(LlamaCppKvSettings(ctx_size=req.context_len, parallel=1)) if gguf
-                  else get_engine(DEFAULT_ENGINE).kv_arithmetic())
-    assert arithmetic is not None  # vLLM's arithmetic is servelab's own
+    serving = get_engine("llamacpp" if gguf else DEFAULT_ENGINE)
+    # llama.cpp: one slot of the whole context (-c context -np 1)
+    table = serving.section_for({"ctx_size": req.context_len, "parallel": 1}) if gguf else None
+    arithmetic = serving.kv_arithmetic(table)
+    assert arithmetic is not None  # both arithmetics are servelab's own
     request = PlanRequest(
         name, req.hardware, topology_for(req.hardware.name), arithmetic,
-        engine="llamacpp" if gguf else DEFAULT_ENGINE,
-        engine_version=BUILD_VERSION if gguf else ENGINE_VERSION,
+        startup_rules=serving.startup_rules,
+        engine=serving.name,
+        engine_version=serving.default_version if gguf else ENGINE_VERSION,
         knobs=EngineKnobs() if gguf else EngineKnobs(max_model_len=req.context_len),
         prompt_lens=(req.prompt_len,),
         speculation=Speculation(acceptance=req.acceptance, draft_tokens=req.draft_tokens),

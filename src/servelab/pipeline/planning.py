@@ -30,12 +30,14 @@ from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.hardware.topology import Topology
 from servelab.plan.build import Plan, build_plan
-from servelab.plan.request import EngineKnobs, PlanRequest
+from servelab.plan.request import PlanRequest
 from servelab.predict.calibration import calibration_for, draft_for
 from servelab.predict.priors import load_priors
+from servelab.sizing.knobs import EngineKnobs
 from servelab.sizing.kvseam import KvArithmetic
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.specsource import AUTO, DEFAULT_METHOD, AcceptanceSource
+from servelab.sizing.startup import StartupRules
 from servelab.sizing.weights import Weights, weights_from_report
 from servelab.store.model import RunRecord
 
@@ -49,6 +51,7 @@ def calibrated_plan(
     runs: Sequence[RunRecord],
     *,
     kv_arithmetic: KvArithmetic,
+    startup_rules: StartupRules | None = None,
     knobs: EngineKnobs,
     engine: str = "vllm",
     engine_version: str = ENGINE_VERSION,
@@ -87,7 +90,7 @@ def calibrated_plan(
         )
     plan = build_plan(
         dict(config), weights, hardware, calibration=calibration, engine_name=engine,
-        kv_arithmetic=kv_arithmetic,
+        kv_arithmetic=kv_arithmetic, startup_rules=startup_rules,
         cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
         engine_version=engine_version, prompt_lens=prompt_lens, layout=layout,
         topology=topology, draft_tokens=draft_tokens,
@@ -127,7 +130,8 @@ def plan_source(source: CheckpointSource, request: PlanRequest,
                                     header_hash=source.header_sha256, runs=every,
                                     use_store=store.use)
     plan = calibrated_plan(source.config or {}, weights, r.hardware, runs,
-                           kv_arithmetic=r.kv_arithmetic, knobs=r.knobs, engine=r.engine,
+                           kv_arithmetic=r.kv_arithmetic, startup_rules=r.startup_rules,
+                           knobs=r.knobs, engine=r.engine,
                            engine_version=r.engine_version, prompt_lens=r.prompt_lens,
                            layout=r.layout, topology=r.topology, priors=store.priors,
                            where=r.checkpoint, speculative=acceptance,

@@ -30,8 +30,8 @@ from servelab.errors import InputError, UsageError
 from servelab.evidence.sweeps import Replanned
 from servelab.pipeline.planning import calibrated_plan
 from servelab.plan.load import plan_step_costs
-from servelab.plan.request import EngineKnobs
 from servelab.redact import REDACTED
+from servelab.sizing.knobs import EngineKnobs
 from servelab.sizing.weights import weights_from_report
 from servelab.store.model import RunRecord
 
@@ -99,7 +99,8 @@ def _plan(run: RunRecord, config: Mapping[str, Any], report: Any, checkpoint: st
     if run.engine_name not in (None, "vllm"):
         raise UsageError(f"run {run.run_id} served {run.engine_name}: only vLLM plans carry "
                          "step costs", path=checkpoint)
-    arithmetic = get_engine("vllm").kv_arithmetic()
+    vllm = get_engine("vllm")
+    arithmetic = vllm.kv_arithmetic()
     if arithmetic is None:
         raise InputError("vLLM's KV arithmetic is unavailable")
     knobs = EngineKnobs(
@@ -109,7 +110,8 @@ def _plan(run: RunRecord, config: Mapping[str, Any], report: Any, checkpoint: st
         kv_cache_dtype=str(args.get("kv_cache_dtype", "auto")),
     )
     return calibrated_plan(config, weights_from_report(report, name=checkpoint),
-                           run_profile(run), [], kv_arithmetic=arithmetic, knobs=knobs,
+                           run_profile(run), [], kv_arithmetic=arithmetic,
+                           startup_rules=vllm.startup_rules, knobs=knobs,
                            engine_version=run.engine_version or "", where=checkpoint)
 
 

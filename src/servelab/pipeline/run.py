@@ -38,7 +38,6 @@ from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import calibrated_plan
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
-from servelab.plan.request import EngineKnobs
 from servelab.redact import redact_args, redact_text
 from servelab.serve.launch import (
     LOG_NAME,
@@ -217,9 +216,11 @@ def make_run_plan(
     """
     serving = get_engine(recipe.engine.name)
     flags = serving.plan_knobs(recipe.engine)
-    # The engine's own KV arithmetic; one servelab does not reproduce is planned with
-    # vLLM's, and the plan says so.
-    arithmetic = serving.kv_arithmetic(recipe.engine) or get_engine("vllm").kv_arithmetic()
+    # The engine's own KV arithmetic and start-up rules; one servelab does not reproduce is
+    # planned with vLLM's, and the plan says so.
+    own = serving.kv_arithmetic(recipe.engine)
+    planner = serving if own is not None else get_engine("vllm")
+    arithmetic = own or planner.kv_arithmetic()
     assert arithmetic is not None
     weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
     if config:
@@ -239,26 +240,20 @@ def make_run_plan(
         hardware,
         runs,
         engine=serving.name,
-        knobs=EngineKnobs(
-            max_model_len=flags.max_model_len,
-            kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
-            gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
-            kv_cache_dtype=flags.kv_cache_dtype or "auto",
-            enable_prefix_caching=flags.enable_prefix_caching is not False,
-            startup=flags.startup,
-        ),
+        knobs=flags,
         engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.workload().prompt_lens),
         layout=flags.layout,
         topology=topology_for(hardware.name),
         kv_arithmetic=arithmetic,
+        startup_rules=planner.startup_rules,
         speculative=speculative,
         draft_tokens=spec.draft_tokens if spec is not None else 0,
         draft_runs=every,
         priors=priors,
     )
     plan = replace(plan, checkpoint_hash=header_hash)
-    if serving.kv_arithmetic(recipe.engine) is not None:
+    if own is not None:
         return plan
     note = (
         f"servelab does not model {serving.name}'s own KV pool: the pool above follows "

@@ -39,7 +39,7 @@ pool's tokens and concurrency are one replica's, as that replica's engine logs t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
@@ -53,7 +53,13 @@ from servelab.predict.specstep import DraftFit
 from servelab.predict.speed import SpeedPrediction, predict_speed
 from servelab.sizing.document import PLAN_SCHEMA
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
-from servelab.sizing.kvseam import AllocatedKvArithmetic, KvArithmetic, KvCache, PooledKvArithmetic
+from servelab.sizing.kvseam import (
+    AllocatedKvArithmetic,
+    KvArithmetic,
+    KvCache,
+    PlannedKv,
+    PooledKvArithmetic,
+)
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.memory import MemoryPlan, plan_memory
 from servelab.sizing.parallel import GpuWeights, ParallelDecode, parallel_decode, weights_per_gpu
@@ -63,9 +69,7 @@ from servelab.sizing.startup import (
     MaxNumSeqs,
     StartupFinding,
     StartupOptions,
-    check_mamba_blocks,
-    effective_max_num_seqs,
-    planned_graph_capture,
+    StartupRules,
 )
 from servelab.sizing.weights import Weights
 from servelab.units import GIB
@@ -83,7 +87,10 @@ class Plan:
     platform: str
     dims: ModelDims
     weights: Weights
-    kv: KvPoolPlan | None  # vLLM's pool; None for a llama.cpp plan
+    kv: PlannedKv
+    """The engine's KV cache by its own arithmetic: a pool carved from the memory left
+    (:class:`~servelab.sizing.kvpool.KvPoolPlan`, vLLM's) or a cache allocated from its flags
+    (:class:`~servelab.sizing.kvseam.KvCache`, llama.cpp's)."""
     memory: MemoryPlan
     largest_context_c1: int
     speed: SpeedPrediction
@@ -93,15 +100,21 @@ class Plan:
     topology: Topology
     parallel_decode: tuple[ParallelDecode, ...]
     engine_name: str = "vllm"
-    llamacpp_kv: KvCache | None = None  # an allocated cache (llama.cpp's), not a pool
     kv_label: str = "vLLM"  # whose KV arithmetic the plan follows
+
+    @property
+    def pool(self) -> KvPoolPlan | None:
+        """The KV pool when the engine carves one from the memory left (vLLM), else None."""
+        return self.kv if isinstance(self.kv, KvPoolPlan) else None
+
+    @property
+    def cache(self) -> KvCache | None:
+        """The KV cache when the engine allocates one from its flags (llama.cpp), else None."""
+        return None if isinstance(self.kv, KvPoolPlan) else self.kv
 
     @property
     def kv_tokens(self) -> int:
         """Tokens the engine's KV cache holds, by that engine's own arithmetic."""
-        if self.llamacpp_kv is not None:
-            return self.llamacpp_kv.tokens
-        assert self.kv is not None
         return self.kv.tokens
 
     @property
@@ -112,14 +125,14 @@ class Plan:
     @property
     def rules_label(self) -> str:
         """Whose rules the plan follows: ``vLLM 0.32.0, cpu rules`` or ``llama.cpp b1-...``."""
-        if self.llamacpp_kv is not None:
+        if self.pool is None:
             return f"{self.kv_label} {self.engine_version}, {self.platform}"
         return f"vLLM {self.engine_version}, {self.platform} rules"
 
     @property
     def fits_one_request(self) -> bool:
         """The pool holds one full-length request (llama.cpp allocates each slot's)."""
-        return self.kv.fits_one_request if self.kv is not None else True
+        return self.pool.fits_one_request if self.pool is not None else True
 
     @property
     def fits(self) -> bool:
@@ -140,9 +153,8 @@ class Plan:
         elif not mem.fits:
             why = (f"weights + KV pool + overhead ({gib(mem.total_bytes)}) exceed "
                    f"{gib(mem.budget_bytes)}")
-        elif not self.fits_one_request:
-            assert self.kv is not None
-            why = (f"one request of {self.kv.max_model_len:,} tokens needs more KV than the "
+        elif self.pool is not None and not self.pool.fits_one_request:
+            why = (f"one request of {self.pool.max_model_len:,} tokens needs more KV than the "
                    f"{gib(mem.kv_pool_bytes)} pool holds; the largest context that fits is "
                    f"{self.largest_context_c1:,} tokens (lower --max-model-len or give a larger "
                    "pool)")
@@ -167,6 +179,9 @@ class Plan:
     """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
     checkpoint_hash: str | None = None
     """The checkpoint's header hash (stored runs of the same tensors are found by it)."""
+    startup_rules: StartupRules | None = field(default=None, repr=False, compare=False)
+    """The engine's start-up rules the plan followed (the load model asks them for the step
+    token budget at another ``max_num_batched_tokens``); None for a llama.cpp plan."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -232,16 +247,15 @@ class Plan:
     def _step_costs(self) -> dict[str, Any] | None:
         """What one engine step of this model costs (vLLM plans), for re-predicting a stored
         run's load sweep from its plan document."""
-        if self.kv is None:
+        if self.pool is None:
             return None
-        return step_costs(self.weights, self.dims, self.kv.kv_dtype_bytes,
-                          self.kv.mamba_ssm_dtype or "float32").to_dict()
+        return step_costs(self.weights, self.dims, self.pool.kv_dtype_bytes,
+                          self.pool.mamba_ssm_dtype or "float32").to_dict()
 
     def _kv_dict(self) -> dict[str, Any]:
-        if self.llamacpp_kv is not None:
-            return {**self.llamacpp_kv.to_dict(), "engine_version": self.engine_version}
-        assert self.kv is not None
-        return self.kv.to_dict()
+        if self.pool is None:
+            return {**self.kv.to_dict(), "engine_version": self.engine_version}
+        return self.pool.to_dict()
 
 
 def vllm_platform(hardware: HardwareProfile) -> tuple[str, str | None]:
@@ -263,6 +277,7 @@ def build_plan(
     hardware: HardwareProfile,
     *,
     kv_arithmetic: KvArithmetic,
+    startup_rules: StartupRules | None = None,
     max_model_len: int | None = None,
     kv_cache_memory_bytes: int | None = None,
     gpu_memory_utilization: float = 0.9,
@@ -291,7 +306,8 @@ def build_plan(
 
     ``layout`` spreads the model over several GPUs of ``hardware`` (each one a GPU of
     that profile); memory and fit are judged per GPU. ``startup`` (max_num_seqs, graph
-    flags) feeds the start-up checks (:mod:`servelab.sizing.startup`).
+    flags) feeds the engine's start-up rules ``startup_rules`` (:mod:`servelab.sizing.startup`;
+    required with a pooled KV arithmetic).
     """
     dims = model_dims(config)
     lay = layout or ParallelLayout()
@@ -315,6 +331,7 @@ def build_plan(
             kv_pool_source=lkv.source,
         )
         longest, kv_dtype_bytes, ssm_dtype = lkv.n_ctx_seq, lkv.kv_dtype_bytes, "float32"
+        planned: PlannedKv = lkv
     else:
         platform, pnote = vllm_platform(hardware)
         notes = [pnote] if pnote else []
@@ -339,11 +356,14 @@ def build_plan(
             overhead_bytes=overhead_bytes,
         )
         kv_dtype_bytes, ssm_dtype = kv.kv_dtype_bytes, kv.mamba_ssm_dtype or "float32"
+        planned = kv
+        if startup_rules is None:
+            raise UsageError(f"{kv_arithmetic.label}'s KV pool is planned with its engine's "
+                             "start-up rules; none were given")
         opts = startup or StartupOptions()
-        seqs = effective_max_num_seqs(hardware, platform, lay, opts)
-        graphs = planned_graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
-        if (finding := check_mamba_blocks(kv, seqs, opts, hardware)) is not None:
-            findings.append(finding)
+        seqs = startup_rules.max_num_seqs(hardware, platform, lay, opts)
+        graphs = startup_rules.graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
+        findings.extend(startup_rules.findings(kv, seqs, opts, hardware))
         if draft_tokens and spec_method == "mtp" and weights.mtp_tensors and dims.mtp_layers:
             notes.append(
                 f"{dims.mtp_layers} MTP draft attention layer(s) and "
@@ -413,7 +433,7 @@ def build_plan(
         platform=platform,
         dims=dims,
         weights=weights,
-        kv=kv,
+        kv=planned,
         memory=mem,
         largest_context_c1=longest,
         speed=speed,
@@ -423,11 +443,11 @@ def build_plan(
         topology=topo,
         parallel_decode=pdec,
         engine_name=engine_name,
-        llamacpp_kv=lkv,
         kv_label=kv_arithmetic.label,
         max_num_seqs=seqs,
         graph_capture=graphs,
         findings=tuple(findings),
+        startup_rules=startup_rules,
     )
 
 

@@ -45,7 +45,9 @@ from servelab.predict.schedule import (
     simulate,
     stats,
 )
-from servelab.sizing.startup import BatchedTokens, StartupOptions, effective_max_num_batched_tokens
+from servelab.sizing.startup import BatchedTokens, StartupOptions
+
+NO_SCHEDULER = "load prediction follows vLLM's scheduler; a llama.cpp plan has none"
 
 #: Requests simulated per closed-loop point when not given: servelab bench's default batch,
 #: ``max(3, 2 x concurrency)`` (two waves of its clients).
@@ -140,8 +142,8 @@ class LoadPrediction:
 def step_model(plan: Plan) -> StepModel:
     """The plan's :class:`StepModel`, or a UsageError saying why there is none."""
     sp = plan.speed
-    if plan.kv is None:
-        raise UsageError("load prediction follows vLLM's scheduler; a llama.cpp plan has none")
+    if plan.pool is None:
+        raise UsageError(NO_SCHEDULER)
     if plan.layout.gpus_per_replica > 1:
         raise UsageError("load prediction covers one GPU per replica so far (no -tp/-pp)")
     if sp.decode_fit is None or sp.decode_fit.is_roofline:
@@ -163,9 +165,9 @@ def step_model(plan: Plan) -> StepModel:
 
 def plan_step_costs(plan: Plan) -> StepCosts:
     """What a step of ``plan``'s model costs (its vLLM KV pool's dtypes)."""
-    assert plan.kv is not None
-    return step_costs(plan.weights, plan.dims, plan.kv.kv_dtype_bytes,
-                      plan.kv.mamba_ssm_dtype or "float32")
+    assert plan.pool is not None
+    return step_costs(plan.weights, plan.dims, plan.pool.kv_dtype_bytes,
+                      plan.pool.mamba_ssm_dtype or "float32")
 
 
 def _timed(model: StepModel, scale: float = 1.0) -> tuple[StepCost, list[float]]:
@@ -184,8 +186,19 @@ def _timed(model: StepModel, scale: float = 1.0) -> tuple[StepCost, list[float]]
 
 def limits_for(plan: Plan, tokens: BatchedTokens, request_tokens: int) -> Limits:
     """The scheduler's limits for requests of ``request_tokens`` tokens under ``plan``."""
-    assert plan.kv is not None and plan.max_num_seqs is not None
-    return Limits(tokens.value, plan.max_num_seqs.value, requests_admitted(plan.kv, request_tokens))
+    assert plan.pool is not None and plan.max_num_seqs is not None
+    return Limits(tokens.value, plan.max_num_seqs.value,
+                  requests_admitted(plan.pool, request_tokens))
+
+
+def batched_tokens(plan: Plan, max_num_batched_tokens: int | None) -> BatchedTokens:
+    """The step token budget ``plan``'s engine runs with at ``max_num_batched_tokens``
+    (``None``: its default there), by the engine's own start-up rules."""
+    if plan.startup_rules is None:
+        raise UsageError(NO_SCHEDULER)
+    opts = StartupOptions(max_num_batched_tokens=max_num_batched_tokens)
+    return plan.startup_rules.max_num_batched_tokens(plan.hardware, plan.platform, plan.layout,
+                                                     opts)
 
 
 def requests_for(concurrency: int | None) -> int:
@@ -475,8 +488,6 @@ def answer(plan: Plan, req: LoadRequest, batched: BatchedError | None = None,
     plan's hardware; ``measured``: stored capacities of the plan's checkpoint there;
     ``left_out``: the note on stored sweeps there that are not in ``batched``."""
     slo = parse_slo(req.slo) if req.slo else None  # bad syntax is the user's error: raise
-    opts = StartupOptions(max_num_batched_tokens=req.max_num_batched_tokens)
-    tokens = effective_max_num_batched_tokens(plan.hardware, plan.platform, plan.layout, opts)
     loads = [
         Load(p, req.output_len, req.requests or requests_for(c), concurrency=c)
         for p in req.prompt_lens for c in req.concurrency
@@ -484,7 +495,10 @@ def answer(plan: Plan, req: LoadRequest, batched: BatchedError | None = None,
         Load(p, req.output_len, req.requests or requests_for(None), rate=r)
         for p in req.prompt_lens for r in req.rates
     ]
+    if not loads and slo is None:
+        return LoadAnswer(None, (), None, tuple(measured))
     try:
+        tokens = batched_tokens(plan, req.max_num_batched_tokens)
         load = predict_load(plan, loads, tokens, batched, left_out) if loads else None
         caps = tuple(
             predict_capacity(plan, slo, tokens, prompt_len=p, output_len=req.output_len,

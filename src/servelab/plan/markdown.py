@@ -14,7 +14,7 @@ def _gib(n: float) -> str:
 
 def _parallel_markdown(plan: Plan) -> list[str]:
     """Layout, per-stage weights and decode with its communication term (multi-GPU only)."""
-    lay, kv = plan.layout, plan.kv
+    lay, kv = plan.layout, plan.pool
     if lay.is_single or kv is None:
         return []
     out = [
@@ -49,10 +49,10 @@ def _parallel_markdown(plan: Plan) -> list[str]:
 
 def _kv_markdown(plan: Plan) -> list[str]:
     """The KV section: vLLM's pool or llama.cpp's cache, by the plan's engine."""
-    if plan.llamacpp_kv is not None:
+    kv, cache = plan.pool, plan.cache
+    if cache is not None:
         lines = ["## KV cache (llama.cpp arithmetic, predicted)", ""]
-        return lines + [f"- {label}: {value}" for label, value in plan.llamacpp_kv.rows()]
-    kv = plan.kv
+        return lines + [f"- {label}: {value}" for label, value in cache.rows()]
     assert kv is not None
     return [
         "## KV pool (vLLM arithmetic)",

@@ -9,37 +9,19 @@ looks a hardware profile or a topology up by name again. Pure values, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.hardware.profiles import HardwareProfile
 from servelab.hardware.topology import Topology
+from servelab.sizing.knobs import EngineKnobs
 from servelab.sizing.kvseam import KvArithmetic
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.specsource import AUTO, DEFAULT_METHOD, AcceptanceOption
-from servelab.sizing.startup import StartupOptions
+from servelab.sizing.startup import StartupRules
 
-__all__ = ["EngineKnobs", "PlanRequest", "Speculation", "StoreChoice"]
-
-
-@dataclass(frozen=True)
-class EngineKnobs:
-    """The serving engine's flags a plan follows (vLLM's names; llama.cpp's own flags are
-    in its KV arithmetic). ``None``: the engine's default."""
-
-    max_model_len: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float = 0.9
-    kv_cache_dtype: str = "auto"
-    enable_prefix_caching: bool = True
-    overhead_bytes: int | None = None
-    startup: StartupOptions = field(default_factory=StartupOptions)
-
-    def build_args(self) -> dict[str, Any]:
-        """As :func:`servelab.plan.build.build_plan`'s keywords of the same names."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+__all__ = ["PlanRequest", "Speculation", "StoreChoice"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +53,8 @@ class PlanRequest:
     hardware: HardwareProfile
     topology: Topology
     kv_arithmetic: KvArithmetic
+    startup_rules: StartupRules | None = None
+    """The engine's start-up rules (required with a pooled KV arithmetic: vLLM's)."""
     engine: str = "vllm"
     engine_version: str = ENGINE_VERSION
     layout: ParallelLayout = field(default_factory=ParallelLayout)

