@@ -23,11 +23,14 @@ from pathlib import Path
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.cli.plan_cmd import make_plan
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.hardware.profiles import BUILTIN
+from servelab.hardware.topology import topology_for
+from servelab.pipeline.planning import plan_checkpoint
 from servelab.plan.build import build_plan
+from servelab.plan.checkpoint import Checkpoint
+from servelab.plan.request import PlanRequest, StoreChoice
+from servelab.predict.evidence import Evidence
+from servelab.sizing.knobs import EngineKnobs
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.weights import weights_from_report
 from servelab.synth.replica import QWEN3_6_35B_A3B, QuantLayout, write_replica
@@ -58,7 +61,9 @@ def main() -> None:
             runs = []
             for _ in range(3):
                 t0 = time.perf_counter()
-                make_plan(str(out), hardware=hw, layout=lay)
+                plan_checkpoint(PlanRequest.from_flags(
+                    str(out), hw, topology_for(hw.name), knobs=EngineKnobs(layout=lay),
+                    store=StoreChoice(use=False)))
                 runs.append(time.perf_counter() - t0)
             whole[label] = statistics.median(runs)
     print(
@@ -73,8 +78,9 @@ def main() -> None:
         plan = None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            plan = build_plan(config, weights, hw, layout=layout, kv_arithmetic=VLLM_KV,
-                              startup_rules=VLLM_STARTUP)
+            request = PlanRequest.from_flags("replica", hw, topology_for(hw.name),
+                                             knobs=EngineKnobs(layout=layout))
+            plan = build_plan(request, Checkpoint.of(config, weights), Evidence(calibrate=False))
             times.append(time.perf_counter() - t0)
         assert plan is not None
         med = statistics.median(times)

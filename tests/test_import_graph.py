@@ -38,9 +38,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the speed model: form, solver, calibration levels, priors, costs, ledger (values only:
     # stored runs reach it as samples, through servelab.evidence)
     ("predict",),
-    # a build's whole plan: sizing arithmetic + speed model put together, explained, under load
-    ("plan",),
     ("serve",),  # recipe, install, launch, process lifecycle, attach
+    # a build's whole plan: sizing arithmetic + speed model put together, explained, under
+    # load; its request is built from CLI flags, a recipe (serve's) or a build being chosen
+    ("plan",),
     ("store",),  # results database (likewise)
     ("analysis",),  # comparisons, history, acceptance over stored runs
     # stored runs as the speed model's values: samples, measured acceptance, held-out sweeps

@@ -8,13 +8,11 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.plan.inputs import plan_of
 
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.errors import InputError, UsageError
 from servelab.families import model_dims, presets
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import build_plan
 from servelab.plan.load import (
     BatchedError,
     LoadRequest,
@@ -220,9 +218,8 @@ def _plan():  # type: ignore[no-untyped-def]
     from servelab.synth.replica import QWEN3_6_35B_A3B as config
 
     cal = Calibration(Target("vllm", "bf16", "h200"), DECODE, PREFILL)
-    return build_plan(dict(config), _weights(), H200, max_model_len=40960,
-                      kv_cache_memory_bytes=16 * GIB, engine_version="0.26.0",
-                      kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP, calibration=cal)
+    return plan_of(dict(config), _weights(), H200, max_model_len=40960,
+                      kv_cache_memory_bytes=16 * GIB, engine_version="0.26.0", calibration=cal)
 
 
 def test_admission_follows_the_pools_own_concurrency() -> None:

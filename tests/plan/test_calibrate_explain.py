@@ -6,16 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.plan.inputs import planning_inputs
+from tests.plan.inputs import plan_of, planning_inputs
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.evidence.runs import samples_from_runs
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import Plan, build_plan
+from servelab.plan.build import Plan
 from servelab.plan.explain import explain
 from servelab.predict.calibration import calibration_for
 from servelab.predict.form import Sample
@@ -38,9 +36,9 @@ SEED_PREFILL = {2048: 5122.0, 8192: 6081.0}
 def _plan(path: Path, *, calibrated: bool = True) -> Plan:
     config, weights = planning_inputs(path)
     cal = calibration_for([], SPARK, weights) if calibrated else None
-    return build_plan(config, weights, SPARK, max_model_len=262_144,
+    return plan_of(config, weights, SPARK, max_model_len=262_144,
                       kv_cache_memory_bytes=6 * GIB, engine_version="0.26.0", prompt_lens=LENS,
-                      calibration=cal, kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
+                      calibration=cal)
 
 
 def test_seed_case_from_the_shipped_priors_alone(qwen36_fp8: Path) -> None:

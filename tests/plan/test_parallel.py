@@ -14,19 +14,18 @@ import shlex
 from pathlib import Path
 
 import pytest
+from tests.plan.inputs import plan_of
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engines.vllm.kv import VLLM_KV, plan_kv_pool
+from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.errors import RecipeError, UsageError
 from servelab.families import model_dims
 from servelab.hardware.host import host_cpu, host_has_avx512_bf16
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN, HardwareProfile
 from servelab.hardware.topology import topology_for
-from servelab.plan.build import build_plan
 from servelab.serve.launch import engine_argv
 from servelab.serve.recipe import load_recipe, parse_recipe
 from servelab.sizing.layout import ParallelLayout, layout_from_argv, split_layers
@@ -167,12 +166,10 @@ def test_hybrid_pp_stage_without_attention_is_flagged_on_cpu(tmp_path: Path) -> 
     config = json.loads((LOGS / "qwen3_next_tp2_256m_4096.config.json").read_text())
     cpu = _cpu_box(tmp_path)
     w = _weights()
-    pp2 = build_plan(config, w, cpu, max_model_len=4096, layout=ParallelLayout(pipeline=2),
-                     kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV,
-                     startup_rules=VLLM_STARTUP)  # fmt: skip
+    pp2 = plan_of(config, w, cpu, max_model_len=4096, layout=ParallelLayout(pipeline=2),
+                     kv_cache_memory_bytes=268_435_456)  # fmt: skip
     assert any("Workers disagree" in n for n in pp2.notes)
-    one = build_plan(config, w, cpu, max_model_len=4096, kv_cache_memory_bytes=268_435_456,
-                     kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
+    one = plan_of(config, w, cpu, max_model_len=4096, kv_cache_memory_bytes=268_435_456)
     assert not any("Workers disagree" in n for n in one.notes)
 
 
@@ -186,9 +183,8 @@ def test_a_gdn_model_on_vllm_cpu_names_its_prefill_kernel(tmp_path: Path) -> Non
     gdn = hybrid.get("text_config", hybrid)["layer_types"].count("linear_attention")
 
     def notes(config: dict[str, object], hw: HardwareProfile) -> list[str]:
-        plan = build_plan(config, w, hw, max_model_len=4096,
-                          kv_cache_memory_bytes=268_435_456, kv_arithmetic=VLLM_KV,
-                          startup_rules=VLLM_STARTUP)
+        plan = plan_of(config, w, hw, max_model_len=4096,
+                          kv_cache_memory_bytes=268_435_456)
         return [n for n in plan.notes if "GDN" in n]
 
     [note] = notes(hybrid, cpu)
@@ -236,11 +232,9 @@ def test_fits_is_judged_per_gpu_and_decode_labels_its_communication() -> None:
     w = _weights(resident_bytes=200 * 2**30, routed_expert_bytes=150 * 2**30,
                  decode_bytes_per_token=20 * 2**30)  # fmt: skip
     h200 = BUILTIN["h200"]
-    one = build_plan(config, w, h200, max_model_len=16384, kv_arithmetic=VLLM_KV,
-                     startup_rules=VLLM_STARTUP)
+    one = plan_of(config, w, h200, max_model_len=16384)
     assert not one.memory.fits
-    tp2 = build_plan(config, w, h200, max_model_len=16384, layout=ParallelLayout(tensor=2),
-                     kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
+    tp2 = plan_of(config, w, h200, max_model_len=16384, layout=ParallelLayout(tensor=2))
     assert tp2.memory.fits and tp2.memory.weights_bytes < h200.memory_bytes
     d = tp2.to_dict()["parallel"]
     assert d["gpus"] == 2 and d["weights_per_gpu"]["per_gpu"] == tp2.memory.weights_bytes
@@ -248,8 +242,7 @@ def test_fits_is_judged_per_gpu_and_decode_labels_its_communication() -> None:
     assert dec["predicted"] is True and dec["comm"][0]["kind"] == "TP all-reduce"
     assert dec["comm_s"] > 0 and dec["tok_s_per_gpu"] == pytest.approx(dec["tok_s"] / 2)
     with pytest.raises(UsageError, match="attention heads"):
-        build_plan(config, w, h200, layout=ParallelLayout(tensor=3), kv_arithmetic=VLLM_KV,
-                   startup_rules=VLLM_STARTUP)
+        plan_of(config, w, h200, layout=ParallelLayout(tensor=3))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from tests.cli_checks import assert_one_line_errors
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.cli.plan_cmd import parse_bytes
+from servelab.cli.plan_options import parse_bytes
 from servelab.errors import UsageError
 
 LOGS = Path(__file__).parent / "logs"

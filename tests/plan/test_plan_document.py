@@ -5,12 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.plan.inputs import planning_inputs
+from tests.plan.inputs import plan_of, planning_inputs
 
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import build_plan
 from servelab.sizing.document import read_plan
 
 GIB = 1 << 30
@@ -18,9 +15,8 @@ GIB = 1 << 30
 
 def test_a_real_plan_reads_back_after_a_json_round_trip(qwen36_fp8: Path) -> None:
     config, weights = planning_inputs(qwen36_fp8)
-    plan = build_plan(config, weights, BUILTIN["dgx-spark"], max_model_len=262_144,
-                      kv_cache_memory_bytes=6 * GIB, prompt_lens=(512, 2048, 8192),
-                      kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
+    plan = plan_of(config, weights, BUILTIN["dgx-spark"], max_model_len=262_144,
+                      kv_cache_memory_bytes=6 * GIB, prompt_lens=(512, 2048, 8192))
     doc = read_plan(json.loads(json.dumps(plan.to_dict())))  # as stored with a run
     assert [p.tokens for p in doc.decode] == [d.context_len for d in plan.speed.decode]
     assert [p.tokens for p in doc.prefill] == [p.prompt_len for p in plan.speed.prefill]

@@ -8,14 +8,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.plan.inputs import planning_inputs
+from tests.plan.inputs import plan_of, planning_inputs
 
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.errors import UsageError
 from servelab.families import model_dims
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.build import build_plan
 from servelab.predict.calibration import calibration_for
 from servelab.predict.roofline import roofline_decode_tok_s
 from servelab.predict.speed import predict_speed
@@ -103,10 +100,9 @@ def test_mtp_speedup_grows_with_acceptance_length() -> None:
 
 def test_fp8_build_plan_on_spark(qwen36_fp8: Path) -> None:
     config, weights = planning_inputs(qwen36_fp8)
-    plan = build_plan(
+    plan = plan_of(
         config, weights, SPARK, max_model_len=262_144,
-        kv_cache_memory_bytes=6 * GIB, engine_version="0.24.0", kv_arithmetic=VLLM_KV,
-        startup_rules=VLLM_STARTUP,
+        kv_cache_memory_bytes=6 * GIB, engine_version="0.24.0",
     )
     d = plan.to_dict()
     assert d["predicted"] is True and d["speed"]["predicted"] is True
@@ -121,12 +117,10 @@ def test_fp8_build_plan_on_spark(qwen36_fp8: Path) -> None:
 
 def test_a_35_gib_build_does_not_fit_a_32_gb_card(qwen36_fp8: Path) -> None:
     config, weights = planning_inputs(qwen36_fp8)
-    plan = build_plan(config, weights, BUILTIN["rtx-5090"], max_model_len=32768,
-                      kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
+    plan = plan_of(config, weights, BUILTIN["rtx-5090"], max_model_len=32768)
     assert plan.memory.kv_pool_bytes == 0 and not plan.memory.fits
     assert plan.memory.headroom_bytes < 0
     assert plan.largest_context_c1 == 0 and plan.kv.tokens == 0
     assert plan.to_dict()["fits"]["fits"] is False
-    roomy = build_plan(config, weights, BUILTIN["rtx-pro-6000"], max_model_len=262_144,
-                       kv_arithmetic=VLLM_KV, startup_rules=VLLM_STARTUP)
+    roomy = plan_of(config, weights, BUILTIN["rtx-pro-6000"], max_model_len=262_144)
     assert roomy.memory.fits and roomy.largest_context_c1 == 262_144

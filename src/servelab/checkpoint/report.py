@@ -163,6 +163,11 @@ class CheckpointReport:
     findings: tuple[Finding, ...] = ()
 
     schema: str = SCHEMA
+    dims: ModelDims | None = dataclasses.field(default=None, repr=False, compare=False)
+    """The config as its model family reads it (the one reading a plan uses; ``None`` when
+    there is no config or its family cannot read it). Not part of the JSON report."""
+    family: str = ""
+    """The model family of ``dims`` (:mod:`servelab.families`), "" without them."""
 
     # -- plain views -----------------------------------------------------------------
     @property
@@ -430,8 +435,10 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
     dims, unread = _family_dims(source.config, str(source.location))
     n_layers_cfg = dims.num_layers if dims else None
     hint = None
+    family = ""
     if dims is not None:
         fam = family_for(source.config or {})
+        family = fam.name
         hint = fam.role_hint(dims) if fam.role_hint else None
     classify = RoleClassifier(n_layers_cfg, hint)
     roles = [classify(t.name) for t in tensors]
@@ -568,6 +575,8 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
         text_config=_ro(text_cfg),
         model_type=str(cfg["model_type"]) if "model_type" in cfg else None,
         architectures=tuple(str(a) for a in archs) if isinstance(archs, list) else (),
+        dims=dims,
+        family=family,
     )
     findings = lint_checkpoint(
         LintContext(

@@ -28,16 +28,14 @@ from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines import get_engine
 from servelab.engines.facts import EngineFacts, Phase
 from servelab.errors import ServelabError, UsageError
-from servelab.evidence.acceptance import resolve_acceptance
-from servelab.families import DTYPE_BYTES, model_dims
 from servelab.hardware.host import host_cpu
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
-from servelab.hardware.topology import topology_for
 from servelab.pipeline.environment import engine_environment
-from servelab.pipeline.planning import calibrated_plan
+from servelab.pipeline.planning import plan_report
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
+from servelab.plan.request import PlanRequest
 from servelab.redact import redact_args, redact_text
 from servelab.serve.launch import (
     LOG_NAME,
@@ -49,8 +47,6 @@ from servelab.serve.launch import (
 )
 from servelab.serve.process import EngineProcess
 from servelab.serve.recipe import CapacitySection, Recipe
-from servelab.sizing.specsource import AUTO
-from servelab.sizing.weights import Weights, weights_from_report
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
@@ -165,38 +161,6 @@ def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*mine, *extra]))
 
 
-def apply_dtype_flag(
-    config: dict[str, Any], weights: Weights, dtype: str | None
-) -> tuple[dict[str, Any], Weights]:
-    """What ``--dtype`` does to an unquantized checkpoint: the engine casts the weights, and
-    the KV cache ("auto") follows the model dtype. Quantized weights keep their bytes."""
-    if dtype is None or dtype == "auto":
-        return config, weights
-    if dtype not in DTYPE_BYTES:
-        raise UsageError(f"engine.flags.dtype {dtype!r} is not a dtype servelab knows")
-    old = model_dims(config).dtype_bytes
-    config = {**config, "dtype": dtype}
-    inner = config.get("text_config")
-    if isinstance(inner, dict):
-        config["text_config"] = {**inner, "dtype": dtype}
-    new = DTYPE_BYTES[dtype]
-    if weights.scheme != "bf16" or new == old:
-        return config, weights
-
-    def scale(n: int) -> int:
-        return n * new // old
-
-    return config, replace(
-        weights,
-        resident_bytes=scale(weights.resident_bytes),
-        decode_bytes_per_token=scale(weights.decode_bytes_per_token),
-        routed_expert_bytes=scale(weights.routed_expert_bytes),
-        mtp_bytes=scale(weights.mtp_bytes),
-        vision_bytes=scale(weights.vision_bytes),
-        source=f"{weights.source}; cast to {dtype} by the engine's --dtype",
-    )
-
-
 def make_run_plan(
     recipe: Recipe,
     report: CheckpointReport,
@@ -208,58 +172,16 @@ def make_run_plan(
     header_hash: str | None = None,
     priors: Path | None = None,
 ) -> Plan:
-    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run).
-
-    A recipe that drafts (vLLM's ``speculative_config``) is also predicted with
-    speculative decode at the acceptance length stored runs of the same checkpoint
-    (``header_hash``), method and ``k`` measured; without one the plan says why.
+    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run):
+    :meth:`PlanRequest.from_recipe <servelab.plan.request.PlanRequest.from_recipe>`,
+    calibrated from ``store``'s successful runs (each engine its own calibration: samples
+    carry their run's engine_name); a recipe that drafts is predicted at the acceptance
+    length stored runs of the same checkpoint (``header_hash``), method and ``k`` measured.
     """
-    serving = get_engine(recipe.engine.name)
-    flags = serving.plan_knobs(recipe.engine)
-    # The engine's own KV arithmetic and start-up rules; one servelab does not reproduce is
-    # planned with vLLM's, and the plan says so.
-    own = serving.kv_arithmetic(recipe.engine)
-    planner = serving if own is not None else get_engine("vllm")
-    arithmetic = own or planner.kv_arithmetic()
-    assert arithmetic is not None
-    weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
-    if config:
-        config, weights = apply_dtype_flag(config, weights, flags.dtype)
+    request = PlanRequest.from_recipe(recipe, hardware, engine_version=engine_version,
+                                      store_used=store is not None, priors=priors)
     every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
-    # drafting runs calibrate the draft term, not plain decode (predict.spec)
-    runs = [r for r in every if r.hardware == hardware.name]
-    spec = flags.speculative
-    speculative = resolve_acceptance(
-        AUTO, method=spec.method, draft_tokens=spec.draft_tokens, header_hash=header_hash,
-        runs=every, use_store=store is not None,
-    ) if spec is not None else None
-    # Each engine its own calibration: samples carry their run's engine_name.
-    plan = calibrated_plan(
-        config,
-        weights,
-        hardware,
-        runs,
-        engine=serving.name,
-        knobs=flags,
-        engine_version=engine_version,
-        prompt_lens=tuple(recipe.bench.workload().prompt_lens),
-        layout=flags.layout,
-        topology=topology_for(hardware.name),
-        kv_arithmetic=arithmetic,
-        startup_rules=planner.startup_rules,
-        speculative=speculative,
-        draft_tokens=spec.draft_tokens if spec is not None else 0,
-        draft_runs=every,
-        priors=priors,
-    )
-    plan = replace(plan, checkpoint_hash=header_hash)
-    if own is not None:
-        return plan
-    note = (
-        f"servelab does not model {serving.name}'s own KV pool: the pool above follows "
-        f"vLLM {plan.engine_version}'s arithmetic"
-    )
-    return replace(plan, notes=(*plan.notes, note))
+    return plan_report(report, config, header_hash, request, every)
 
 
 @dataclass

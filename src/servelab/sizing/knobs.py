@@ -8,7 +8,6 @@ Pure values.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.specsource import SpecConfig
@@ -30,6 +29,8 @@ class EngineKnobs:
     enable_prefix_caching: bool = True
     overhead_bytes: int | None = None
     """Runtime overhead to budget (``None``: servelab's estimate for the platform)."""
+    block_size: int | None = None
+    """The KV cache block size (``None``: the engine's, aligned as it aligns it)."""
     dtype: str | None = None
     """The engine's ``--dtype`` (``None`` or ``auto``: the checkpoint's)."""
     layout: ParallelLayout = field(default_factory=ParallelLayout)
@@ -37,15 +38,3 @@ class EngineKnobs:
     """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
     startup: StartupOptions = field(default_factory=StartupOptions)
     """What the start-up rules read (max_num_seqs, CUDA graph flags)."""
-
-    def build_args(self) -> dict[str, Any]:
-        """As :func:`servelab.plan.build.build_plan`'s keywords of the same names."""
-        return {
-            "max_model_len": self.max_model_len,
-            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "overhead_bytes": self.overhead_bytes,
-            "startup": self.startup,
-        }
