@@ -74,7 +74,7 @@ def _hardware(name: str, files: Sequence[Path], probe: Path | None) -> HardwareP
             raise UsageError(f"probe file is not JSON: {exc}", path=probe) from exc
         pr = load_probe(data)
         hw = with_probe(hw, bandwidth=pr.copy_bandwidth.best,
-                        compute={k: v.best for k, v in pr.matmul.items()})
+                        compute={k: v.best for k, v in pr.matmul.items()}, cpu_isa=pr.cpu_isa)
     return hw
 
 
@@ -471,6 +471,11 @@ def plan(
     enforce_eager: bool = typer.Option(
         False, "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs."
     ),
+    attention_backend: str | None = typer.Option(
+        None, "--attention-backend",
+        help="vLLM --attention-backend (default: the one vLLM picks; on a CPU by its "
+        "features, e.g. AMX_MLA where it has AMX tiles, else CPU_MLA).",
+    ),
     concurrency: str | None = typer.Option(
         None, "--concurrency",
         help="Predict serving under load at these closed-loop concurrencies, e.g. 1,4,16,64: "
@@ -541,6 +546,7 @@ def plan(
         "-tp/-pp/-dp/--enable-expert-parallel": not layout.is_single or expert_parallel,
         "--max-num-seqs": max_num_seqs is not None,
         "--enforce-eager": enforce_eager,
+        "--attention-backend": attention_backend is not None,
     }
     llamacpp = LlamaCppFlags(ctx_size, parallel, cache_type_k, cache_type_v, flash_attn,
                              True if kv_unified_on else False if kv_unified_off else None)
@@ -578,6 +584,7 @@ def plan(
             overhead_bytes=parse_bytes(overhead) if overhead else None,
             startup=StartupOptions(max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
                                    max_num_batched_tokens=max_num_batched_tokens),
+            attention_backend=attention_backend,
         ),
         prompt_lens=tuple(lens),
         revision=revision,

@@ -30,7 +30,7 @@ What an engine provides:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -126,6 +126,9 @@ class PlanKnobs:
     """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
     startup: StartupOptions = field(default_factory=StartupOptions)
     """What the planner's start-up checks read (max_num_seqs, CUDA graph flags)."""
+    attention_backend: str | None = None
+    """The attention backend asked for (vLLM's ``--attention-backend``); ``None``: the
+    engine picks (on a CPU by the CPU's features, which the plan then follows)."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,13 @@ class Engine(Protocol):
         them and does not set them (``[engine.env]`` always wins); recorded with the run."""
         ...
 
+    @property
+    def use_check(self) -> Mapping[str, Any] | None:
+        """The ``[engine]`` table (less ``name``, ``python``, ``executable``) that starts
+        this engine quickly on servelab's tiny ``llama`` model for an install's check by
+        use (start, one token, stop); ``None``: nothing to check (it ships with servelab)."""
+        ...
+
 
 def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[str, ...]:
     """Validate a recipe's ``extra`` arguments: no NUL, none of the ``managed`` flags."""
@@ -280,6 +290,9 @@ class LogParsingEngine:
     def auto_env(self, section: EngineSectionBase) -> dict[str, str]:
         """None by default."""
         return {}
+
+    #: See :attr:`Engine.use_check`.
+    use_check: Mapping[str, Any] | None = None
 
 
 def models_ready(

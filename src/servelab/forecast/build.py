@@ -284,7 +284,7 @@ def build_plan(
     draft: DraftFit | None = None,
     layout: ParallelLayout | None = None,
     topology: Topology | None = None,
-    cpu_avx512_bf16: bool = True,
+    attention_backend: str | None = None,
     engine_name: str = "vllm",
     startup: StartupOptions | None = None,
     kernel_path: KernelPath | None = None,
@@ -336,7 +336,8 @@ def build_plan(
                 draft_attention_layers=dims.mtp_layers
                 if draft_tokens and spec_method == "mtp" and weights.mtp_tensors else 0,
                 layout=lay,
-                cpu_avx512_bf16=cpu_avx512_bf16,
+                cpu_isa=hardware.cpu_isa,
+                attention_backend=attention_backend,
                 device_memory_bytes=hardware.memory_bytes,
             ),
             kv_cache_memory_bytes=kv_cache_memory_bytes,

@@ -28,7 +28,6 @@ from servelab.errors import ServelabError, UsageError
 from servelab.families import family_for
 from servelab.forecast.build import Plan, build_plan
 from servelab.forecast.load import BatchedError, MeasuredCapacity
-from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.pipeline.speculative import resolve_acceptance, speculative_hint
 from servelab.plan.kvseam import KvArithmetic
@@ -123,7 +122,6 @@ def calibrated_plan(
     plan = build_plan(
         dict(config), weights, hardware, calibration=calibration, engine_name=engine,
         kv_arithmetic=kv_arithmetic,
-        cpu_avx512_bf16=host_has_avx512_bf16() if hardware.name == "host" else True,
         engine_version=engine_version, prompt_lens=prompt_lens, layout=layout,
         topology=topology, draft_tokens=draft_tokens,
         acceptance_lengths=speculative.lengths if speculative is not None else (),

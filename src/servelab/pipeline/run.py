@@ -247,6 +247,7 @@ def make_run_plan(
             kv_cache_dtype=flags.kv_cache_dtype or "auto",
             enable_prefix_caching=flags.enable_prefix_caching is not False,
             startup=flags.startup,
+            attention_backend=flags.attention_backend,
         ),
         engine_version=engine_version,
         prompt_lens=tuple(recipe.bench.workload().prompt_lens),

@@ -36,6 +36,7 @@ class EngineKnobs:
     enable_prefix_caching: bool = True
     overhead_bytes: int | None = None
     startup: StartupOptions = field(default_factory=StartupOptions)
+    attention_backend: str | None = None  # --attention-backend (None: the engine picks)
 
     def build_args(self) -> dict[str, Any]:
         """As :func:`servelab.forecast.build.build_plan`'s keywords of the same names."""
