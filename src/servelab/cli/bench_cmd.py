@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -40,91 +39,14 @@ from servelab.cli.bench_options import (
 from servelab.cli.failures import FIRST_BYTE_S, MAX_FAILED, STALL_S, TOTAL_S
 from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, stdout_console
 from servelab.cli.workload_options import workload_option
-from servelab.outfile import write_text
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
-    from servelab.bench.result import BenchResult
-    from servelab.bench.slo import Slo, SloResult
+    pass
 
 
 #: The options of ``bench`` that set the workload, one per schema field.
 _W = {name: workload_option(name) for name in FIELDS}
 _DEPTHS = workload_option("depths", "0")
-
-
-def _emit(text: str, out: Path | None) -> None:
-    if out is None:
-        sys.stdout.write(text)
-        return
-    write_text(out, text)
-
-
-_TABLE_KEYS = ("prompt_len", "depth", "output_len", "concurrency", "request_rate", "completed",
-               "failed",
-               "decode_tok_s_median", "decode_tok_s_ci95", "prefill_tok_s_median",
-               "ttft_ms_median", "tpot_ms_median", "output_throughput", "converged")
-_TABLE_TITLES = {"decode_tok_s_median": "decode tok/s", "prefill_tok_s_median": "prefill tok/s",
-                 "ttft_ms_median": "TTFT ms", "tpot_ms_median": "TPOT ms",
-                 "output_throughput": "out tok/s", "decode_tok_s_ci95": "±CI95"}
-
-
-def render_table(result: BenchResult, console: Console) -> None:
-    """Print the result as a Rich table plus its notes."""
-    from servelab.bench import report
-
-    table = Table(title=f"servelab bench · {escape(result.model)} · {escape(result.base_url)}",
-                  title_justify="left")
-    titles = dict(report.COLUMNS)
-    keys = [k for k in _TABLE_KEYS
-            if not (k == "request_rate"
-                    and all(p.point.request_rate is None for p in result.points))
-            and not (k == "depth" and not any(p.point.depth for p in result.points))]
-    for key in keys:
-        table.add_column(_TABLE_TITLES.get(key, titles[key]), justify="right")
-    for row in report.summary_rows(result):
-        table.add_row(*(report.fmt(row[k]) for k in keys))
-    console.print(table)
-    for note in result.notes:
-        console.print(f"• {escape(note)}")
-    for pr in result.points:
-        for note in pr.notes:
-            console.print(f"• {escape(pr.point.label)}: {escape(note)}")
-
-
-def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
-               console: Console) -> None:
-    """One row per point: each term's percentile with its 95% CI, verdict and goodput."""
-    from servelab.bench import report
-
-    table = Table(title=f"SLO {escape(slo.label)}", title_justify="left")
-    for title in ("point", *(t.label for t in slo.terms), "verdict", "goodput req/s",
-                  "good/measured"):
-        table.add_column(escape(title), justify="right")
-    for pr, r in zip(result.points, results, strict=True):
-        cells = [f"{report.fmt(t.value_ms)} [{report.fmt(t.ci_low_ms)}, "
-                 f"{report.fmt(t.ci_high_ms)}]" for t in r.terms]
-        table.add_row(escape(pr.point.label), *cells, r.verdict, report.fmt(r.goodput),
-                      f"{r.good}/{r.measured}")
-    console.print(table)
-
-
-def record_result(result: BenchResult, db: str | None, err: Console,
-                  api_key: str | None = None) -> None:
-    """Record ``result`` in the results database (a run id from its content: importing its
-    JSON later finds it stored), with the engine name and version the server states."""
-    from servelab.bench.diagnose import engine_identity
-    from servelab.store import display_url, import_runs, open_store, resolve_url
-    from servelab.store.exchange import run_from_bench
-
-    url = resolve_url(db)
-    name, version = engine_identity(result.base_url, api_key=api_key)
-    rec = run_from_bench(result, source=result.base_url, engine_name=name,
-                         engine_version=version)
-    with open_store(url) as store:
-        done = import_runs(store, [rec])
-    rid = (done.added or done.skipped)[0]
-    err.print(f"recorded as run {rid} in {escape(display_url(url))} (--no-record to skip)",
-              soft_wrap=True)
 
 
 def bench(

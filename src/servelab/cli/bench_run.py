@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from servelab.cli.bench_options import BenchArgs
 from servelab.cli.errors import INTERRUPTED
@@ -28,11 +29,11 @@ from servelab.units import parse_int_list
 if TYPE_CHECKING:
     from servelab.bench.result import BenchResult
     from servelab.bench.run import BenchConfig
-    from servelab.bench.slo import Slo
+    from servelab.bench.slo import Slo, SloResult
     from servelab.bench.spec import WorkloadSpec
     from servelab.bench.workload import ProgressEvent
 
-__all__ = ["run_bench_command"]
+__all__ = ["record_result", "render_slo", "render_table", "run_bench_command"]
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -50,6 +51,74 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
     if any(not v > 0 or v == float("inf") for v in values):
         raise UsageError(f"{what} values must be finite and > 0, got {text!r}")
     return values
+
+
+_TABLE_KEYS = ("prompt_len", "depth", "output_len", "concurrency", "request_rate", "completed",
+               "failed",
+               "decode_tok_s_median", "decode_tok_s_ci95", "prefill_tok_s_median",
+               "ttft_ms_median", "tpot_ms_median", "output_throughput", "converged")
+_TABLE_TITLES = {"decode_tok_s_median": "decode tok/s", "prefill_tok_s_median": "prefill tok/s",
+                 "ttft_ms_median": "TTFT ms", "tpot_ms_median": "TPOT ms",
+                 "output_throughput": "out tok/s", "decode_tok_s_ci95": "±CI95"}
+
+
+def render_table(result: BenchResult, console: Console) -> None:
+    """Print the result as a Rich table plus its notes."""
+    from servelab.bench import report
+
+    table = Table(title=f"servelab bench · {escape(result.model)} · {escape(result.base_url)}",
+                  title_justify="left")
+    titles = dict(report.COLUMNS)
+    keys = [k for k in _TABLE_KEYS
+            if not (k == "request_rate"
+                    and all(p.point.request_rate is None for p in result.points))
+            and not (k == "depth" and not any(p.point.depth for p in result.points))]
+    for key in keys:
+        table.add_column(_TABLE_TITLES.get(key, titles[key]), justify="right")
+    for row in report.summary_rows(result):
+        table.add_row(*(report.fmt(row[k]) for k in keys))
+    console.print(table)
+    for note in result.notes:
+        console.print(f"• {escape(note)}")
+    for pr in result.points:
+        for note in pr.notes:
+            console.print(f"• {escape(pr.point.label)}: {escape(note)}")
+
+
+def render_slo(result: BenchResult, slo: Slo, results: list[SloResult],
+               console: Console) -> None:
+    """One row per point: each term's percentile with its 95% CI, verdict and goodput."""
+    from servelab.bench import report
+
+    table = Table(title=f"SLO {escape(slo.label)}", title_justify="left")
+    for title in ("point", *(t.label for t in slo.terms), "verdict", "goodput req/s",
+                  "good/measured"):
+        table.add_column(escape(title), justify="right")
+    for pr, r in zip(result.points, results, strict=True):
+        cells = [f"{report.fmt(t.value_ms)} [{report.fmt(t.ci_low_ms)}, "
+                 f"{report.fmt(t.ci_high_ms)}]" for t in r.terms]
+        table.add_row(escape(pr.point.label), *cells, r.verdict, report.fmt(r.goodput),
+                      f"{r.good}/{r.measured}")
+    console.print(table)
+
+
+def record_result(result: BenchResult, db: str | None, err: Console,
+                  api_key: str | None = None) -> None:
+    """Record ``result`` in the results database (a run id from its content: importing its
+    JSON later finds it stored), with the engine name and version the server states."""
+    from servelab.bench.diagnose import engine_identity
+    from servelab.store import display_url, import_runs, open_store, resolve_url
+    from servelab.store.exchange import run_from_bench
+
+    url = resolve_url(db)
+    name, version = engine_identity(result.base_url, api_key=api_key)
+    rec = run_from_bench(result, source=result.base_url, engine_name=name,
+                         engine_version=version)
+    with open_store(url) as store:
+        done = import_runs(store, [rec])
+    rid = (done.added or done.skipped)[0]
+    err.print(f"recorded as run {rid} in {escape(display_url(url))} (--no-record to skip)",
+              soft_wrap=True)
 
 
 def run_bench_command(a: BenchArgs) -> None:
@@ -233,8 +302,6 @@ def _show(a: BenchArgs, result: BenchResult, interrupted: bool, slo_spec: Slo | 
           writer: _Writer, err: Console) -> None:
     """Write the result (``--out`` or stdout in the format asked for) and print its table."""
     from servelab.bench.slo import evaluate
-    from servelab.cli.bench_cmd import render_slo, render_table
-
     slo_results = ([evaluate(slo_spec, pr.samples) for pr in result.points]
                    if slo_spec is not None else None)
     if a.out is not None:
@@ -254,8 +321,6 @@ def _show(a: BenchArgs, result: BenchResult, interrupted: bool, slo_spec: Slo | 
 def _settle(a: BenchArgs, result: BenchResult, interrupted: bool, writer: _Writer,
             err: Console) -> None:
     """Record the run, then exit with the status its numbers deserve."""
-    from servelab.cli.bench_cmd import record_result
-
     record_error: ServelabError | None = None
     if not a.no_record and not interrupted:
         try:

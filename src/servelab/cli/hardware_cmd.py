@@ -76,8 +76,10 @@ def show(
     t.add_row("memory", f"{p.memory_bytes / GIB:,.1f} GiB{' unified' if p.unified else ''}")
     t.add_row("bandwidth", f"{p.bandwidth / 1e9:,.1f} GB/s")
     for k, v in p.compute.items():
-        t.add_row(f"dense {k}", f"{v / 1e12:,.1f} TFLOP/s")
+        t.add_row(f"dense {k}", f"{v / 1e12:,.3g} TFLOP/s")
     t.add_row("arch / platform", f"{p.arch} / {p.platform}")
+    if p.cpu_isa is not None:
+        t.add_row("CPU features", f"{p.cpu_isa.summary()} ({p.cpu_isa.source})")
     for figure, source in p.sources.items():
         t.add_row(f"source: {figure}", source)
     c.print(t)
@@ -147,6 +149,9 @@ def probe(
             str(len(v.samples)),
         )
     stdout_console().print(t)
+    if result.cpu_isa is not None:
+        stdout_console().print(f"CPU features: {result.cpu_isa.summary()} (the engines pick "
+                               "CPU kernels and KV block sizes by them)")
 
 
 def register(root: typer.Typer) -> None:

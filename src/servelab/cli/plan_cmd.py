@@ -27,6 +27,7 @@ from servelab.cli.output import (
 )
 from servelab.cli.plan_options import (
     PROMPT_LENS_DEFAULT,
+    AttentionBackendOpt,
     CacheTypeKOpt,
     CacheTypeVOpt,
     ConcurrencyOpt,
@@ -133,6 +134,7 @@ def plan(
     kv_unified_off: KvUnifiedOffOpt = False,
     max_num_seqs: MaxNumSeqsOpt = None,
     enforce_eager: EnforceEagerOpt = False,
+    attention_backend: AttentionBackendOpt = None,
     concurrency: ConcurrencyOpt = None,
     request_rate: RequestRateOpt = None,
     output_len: OutputLenOpt = 128,

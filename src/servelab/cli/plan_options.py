@@ -111,7 +111,7 @@ class HardwareOptions(_Group):
             raise UsageError(f"probe file is not JSON: {exc}", path=self.probe) from exc
         pr = load_probe(data)
         return with_probe(hw, bandwidth=pr.copy_bandwidth.best,
-                          compute={k: v.best for k, v in pr.matmul.items()})
+                          compute={k: v.best for k, v in pr.matmul.items()}, cpu_isa=pr.cpu_isa)
 
     def topology(self, hw: HardwareProfile) -> Topology:
         """The links between ``hw``'s GPUs: its default topology, any part overridden."""
@@ -154,6 +154,10 @@ MaxNumSeqsOpt = Annotated[int | None, typer.Option(
     "else 256; on CPU 128 per rank); checked against a hybrid's mamba blocks.")]
 EnforceEagerOpt = Annotated[bool, typer.Option(
     "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs.")]
+AttentionBackendOpt = Annotated[str | None, typer.Option(
+    "--attention-backend",
+    help="vLLM --attention-backend (default: the one vLLM picks; on a CPU by its features, "
+    "e.g. AMX_MLA where it has AMX tiles, else CPU_MLA).")]
 MaxNumBatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens",
     help="vLLM --max-num-batched-tokens, the step's token budget (default: vLLM's).")]
@@ -178,6 +182,7 @@ class VllmOptions(_Group):
     expert_parallel: bool = False
     max_num_seqs: int | None = None
     enforce_eager: bool = False
+    attention_backend: str | None = None
     max_num_batched_tokens: int | None = None
 
     def check(self) -> None:
@@ -202,6 +207,7 @@ class VllmOptions(_Group):
                 not self.layout().is_single or self.expert_parallel,
             "--max-num-seqs": self.max_num_seqs is not None,
             "--enforce-eager": self.enforce_eager,
+            "--attention-backend": self.attention_backend is not None,
         }
 
     def knobs(self) -> EngineKnobs:
@@ -221,6 +227,7 @@ class VllmOptions(_Group):
             startup=StartupOptions(max_num_seqs=self.max_num_seqs,
                                    enforce_eager=self.enforce_eager,
                                    max_num_batched_tokens=self.max_num_batched_tokens),
+            attention_backend=self.attention_backend,
         )
 
 

@@ -15,10 +15,8 @@ and, for ``--url``, the :meth:`ServerInfo.to_dict` object. Progress goes to stde
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -27,6 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.output import stdout_console
+from servelab.cli.signals import interrupt_on_sigterm
 from servelab.errors import UsageError
 from servelab.redact import redact_args
 
@@ -92,6 +91,10 @@ def facts_table(facts: EngineFacts, *, title: str = "What the engine's log says"
         table.add_row(label, escape(_fmt(value, unit)))
     if facts.marlin_fallback:
         table.add_row("kernel path", "[yellow]Marlin weight-only fallback[/]")
+    if facts.cpu_paths:  # llama.cpp's system_info: the CPU kernels it built and uses
+        table.add_row("CPU paths", escape(" ".join(facts.cpu_paths)))
+    if facts.weight_buffers:
+        table.add_row("weight buffers", escape(", ".join(facts.weight_buffers)))
     for notice in facts.warnings:
         table.add_row(f"[yellow]warning ({notice.kind})[/]", escape(notice.text))
     return table
@@ -124,10 +127,6 @@ def _parse_port(port: str | None) -> int | Literal["auto"] | None:
     if not 1 <= value <= 65535:
         raise UsageError(f"--port {value} is out of range 1-65535")
     return value
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def _ready_payload(engine: EngineProcess, run_dir: Path) -> dict[str, Any]:
@@ -196,37 +195,37 @@ def serve(
     rec = load_recipe(recipe)
     rdir = run_dir.absolute() if run_dir is not None else new_run_dir(rec)
     rdir.mkdir(parents=True, exist_ok=True)
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     engine: EngineProcess | None = None
-    try:
-        err.print(f"[bold]serving[/] {escape(rec.name)} — log: {escape(str(rdir / 'engine.log'))}")
-        with err.status("starting engine…", spinner="dots") as status:
-            last = [0.0]
+    with interrupt_on_sigterm():
+        try:
+            log = escape(str(rdir / "engine.log"))
+            err.print(f"[bold]serving[/] {escape(rec.name)} — log: {log}")
+            with err.status("starting engine…", spinner="dots") as status:
+                last = [0.0]
 
-            def on_phase(phase: Phase, elapsed: float) -> None:
-                if phase is not Phase.STARTING:
-                    err.print(f"  [green]✓[/] {phase.label} [dim](+{elapsed:.1f} s)[/]")
-                last[0] = elapsed
-                status.update(f"{phase.label}…")
+                def on_phase(phase: Phase, elapsed: float) -> None:
+                    if phase is not Phase.STARTING:
+                        err.print(f"  [green]✓[/] {phase.label} [dim](+{elapsed:.1f} s)[/]")
+                    last[0] = elapsed
+                    status.update(f"{phase.label}…")
 
-            engine = launch(rec, run_dir=rdir, port=parsed_port, on_phase=on_phase)
-        if json_out:
-            # One line, flushed: scripts read it while the engine keeps serving.
-            print(json.dumps(_ready_payload(engine, rdir), default=str), flush=True)
-        else:
-            out.print(facts_table(engine.facts))
-            out.print(
-                f"[bold green]ready[/] in {engine.ready_s:.1f} s: {escape(engine.base_url)}/v1 "
-                f"(model {escape(engine.served_model_name)!r}) — Ctrl-C to stop"
-            )
-        while True:
-            engine.check_alive()
-            time.sleep(0.5)
-    finally:
-        if engine is not None:
-            err.print("stopping engine…")
-            engine.stop()
-        signal.signal(signal.SIGTERM, old_term)
+                engine = launch(rec, run_dir=rdir, port=parsed_port, on_phase=on_phase)
+            if json_out:
+                # One line, flushed: scripts read it while the engine keeps serving.
+                print(json.dumps(_ready_payload(engine, rdir), default=str), flush=True)
+            else:
+                out.print(facts_table(engine.facts))
+                out.print(
+                    f"[bold green]ready[/] in {engine.ready_s:.1f} s: {escape(engine.base_url)}/v1 "
+                    f"(model {escape(engine.served_model_name)!r}) — Ctrl-C to stop"
+                )
+            while True:
+                engine.check_alive()
+                time.sleep(0.5)
+        finally:
+            if engine is not None:
+                err.print("stopping engine…")
+                engine.stop()
 
 
 def register(app: typer.Typer) -> None:

@@ -212,6 +212,13 @@ class Engine(Protocol):
         them and does not set them (``[engine.env]`` always wins); recorded with the run."""
         ...
 
+    @property
+    def use_check(self) -> Mapping[str, Any] | None:
+        """The ``[engine]`` table (less ``name``, ``python``, ``executable``) that starts
+        this engine quickly on servelab's tiny ``llama`` model for an install's check by
+        use (start, one token, stop); ``None``: nothing to check (it ships with servelab)."""
+        ...
+
 
 def check_extra_args(args: tuple[str, ...], managed: tuple[str, ...]) -> tuple[str, ...]:
     """Validate a recipe's ``extra`` arguments: no NUL, none of the ``managed`` flags."""
@@ -277,6 +284,9 @@ class LogParsingEngine:
     def auto_env(self, section: EngineSectionBase) -> dict[str, str]:
         """None by default."""
         return {}
+
+    #: See :attr:`Engine.use_check`.
+    use_check: Mapping[str, Any] | None = None
 
 
 def models_ready(

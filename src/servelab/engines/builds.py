@@ -8,6 +8,9 @@ through :func:`run_logged`.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,16 +73,38 @@ class EngineBuild:
 
 
 def run_logged(argv: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
-    """Run ``argv`` with its output appended to ``log``; :class:`EngineError` on failure."""
+    """Run ``argv`` with its output appended to ``log``; :class:`EngineError` on failure.
+
+    The command runs in a process group of its own; if servelab is interrupted while it
+    runs (Ctrl-C, or SIGTERM turned into an exception), the whole group — a compiler a
+    build tool started too — is stopped before the exception goes on, so nothing keeps
+    writing into a folder the caller is about to remove."""
     with log.open("a", encoding="utf-8") as fh:
         fh.write(f"\n$ {' '.join(argv)}\n")
         fh.flush()
         try:
-            rc = subprocess.run(
-                argv, stdout=fh, stderr=subprocess.STDOUT, check=False, cwd=cwd
-            ).returncode
+            proc = subprocess.Popen(
+                argv, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+            )
         except OSError as exc:
             raise EngineError(f"{what} failed: {exc}", path=log) from None
+        try:
+            rc = proc.wait()
+        except BaseException:
+            _stop_group(proc)
+            raise
     if rc != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         raise EngineError(f"{what} failed (exit {rc}); last lines: " + " | ".join(tail), path=log)
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM the process group of ``proc``, then SIGKILL what is left after ``grace_s``
+    (a compiler the build tool started is in that group too)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

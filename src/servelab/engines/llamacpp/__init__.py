@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from servelab.engines.base import EngineSectionBase, LogParsingEngine, ServeTarget
@@ -105,6 +106,12 @@ class LlamaCppEngine(LogParsingEngine):
     builds: Sequence[EngineBuild] = BUILDS
     default_version = BUILD_VERSION
     metrics_path: str | None = "/metrics"
+    #: A Q8_0 GGUF exercises the quantized matrix kernels a CPU build picks (the AMX path
+    #: crashed there at the first decode; :mod:`servelab.engines.llamacpp.build`).
+    use_check = MappingProxyType({
+        "gguf_type": "Q8_0", "startup_timeout_s": 120, "stop_grace_s": 5,
+        "flags": {"ctx_size": 512, "parallel": 1},
+    })
     headline_metrics: tuple[str, ...] = (
         "llamacpp:prompt_tokens_total",
         "llamacpp:tokens_predicted_total",

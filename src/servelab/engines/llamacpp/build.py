@@ -6,11 +6,26 @@ it, configure its vendored llama.cpp with CMake (CPU backend, ``-march=native``,
 libraries, no tests/examples/curl/OpenSSL), build only the ``llama-server`` target with
 as many jobs as there are cores, and install the one binary as
 ``<engine dir>/bin/llama-server``. The source and build trees are removed afterwards.
+
+**No AMX.** On an x86 CPU with AMX (Sapphire Rapids and newer Xeons) ``-march=native``
+turns on ggml's AMX backend, which moves Q4_0/Q4_1/Q8_0/K-quant weights into an "AMX"
+buffer. This llama.cpp's AMX matrix multiply crashes with SIGSEGV at the server's first
+decode (its warm-up) on such a host: ``ldtilecfg`` in ``ggml_backend_amx_mul_mat`` faults
+(si_code SI_KERNEL) on a 2-core Xeon VM, for every model type tried (tiny llama and
+qwen3_moe, Q8_0), while the same CPU runs AMX tile code of its own and the same binary
+serves with ``--no-repack`` (benchmarks/RESULTS.md, 2026-12-05; reported upstream as
+ggml-org/llama.cpp#20824, closed without a fix; ollama dropped its Sapphire Rapids build for
+the same crashes). So on x86 servelab compiles with ``-mno-amx-tile -mno-amx-int8
+-mno-amx-bf16`` after ``-march=native``: the build is native for every other extension
+(AVX-512, VNNI, BF16), keeps llama.cpp's CPU_REPACK path, and is the same on AMX,
+AVX-512-only and AVX2-only CPUs (on those the flags change nothing). The run records the
+CPU paths llama.cpp reports (``system_info``: no ``AMX_INT8``).
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 import tarfile
@@ -41,6 +56,18 @@ _CMAKE_OPTIONS = (
     "-DLLAMA_OPENSSL=OFF",
     f"-DLLAMA_BUILD_COMMIT=llama-cpp-python-{LLAMA_CPP_PYTHON}",
 )
+#: Compiler flags that keep ggml's AMX backend out of an x86 build (see the module docs).
+NO_AMX = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
+
+
+def cmake_options(machine: str) -> tuple[str, ...]:
+    """The configure options for a build on ``machine`` (``platform.machine()``): on x86,
+    the AMX extensions are switched off after ``-march=native`` (GCC and Clang apply an
+    explicit ``-mno-…`` whatever the order)."""
+    if machine.lower() not in ("x86_64", "amd64"):
+        return _CMAKE_OPTIONS
+    flags = " ".join(NO_AMX)
+    return (*_CMAKE_OPTIONS, f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}")
 
 
 class LlamaServerBuilder:
@@ -79,7 +106,8 @@ class LlamaServerBuilder:
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             step("configuring llama.cpp (cmake)")
             run_logged(
-                ["cmake", "-S", str(src), "-B", str(build), *generator, *_CMAKE_OPTIONS],
+                ["cmake", "-S", str(src), "-B", str(build), *generator,
+                 *cmake_options(platform.machine())],
                 log,
                 "cmake configure",
             )

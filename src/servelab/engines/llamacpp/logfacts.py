@@ -10,7 +10,11 @@ each line carries llama.cpp's prefix ``M.SS.mmm.uuu L`` (time since start, level
 * ``checkpoint_gib``: ``print_info: file size = 0.21 MiB (8.54 BPW)``;
 * ``weights_gib``: the sum of the ``... model buffer size = X MiB`` lines (all devices);
 * ``offloaded_layers`` / ``offload_total_layers``: ``offloaded 29/29 layers to GPU``;
-* ``threads``: ``system_info: n_threads = 2 (n_threads_batch = 2) / 2 | ...``;
+* ``threads``: ``system_info: n_threads = 2 (n_threads_batch = 2) / 2 | ...``, and the CPU
+  features of that line it reports as 1 (``CPU : AVX2 = 1 | ... | REPACK = 1``) as
+  ``cpu_paths``;
+* ``weight_buffers``: the buffer types of the ``... model buffer size`` lines (``CPU``,
+  ``CPU_REPACK``, ``AMX``, ``CUDA0``), in the order the log gives them;
 * ``kv_pool_tokens``, ``kv_cache_gib``, ``kv_cache_type``: ``llama_kv_cache: size = 1.00
   MiB (2048 cells, 2 layers, 2/2 seqs), K (f16): 0.50 MiB, V (f16): 0.50 MiB`` — cells
   per stream times streams (one stream per slot unless the cache is unified), so the
@@ -68,6 +72,21 @@ def _gib(value: str, unit: str) -> float:
     return float(value) * _UNITS[unit]
 
 
+def cpu_paths(system_info: str) -> tuple[str, ...]:
+    """The CPU features a ``system_info`` line reports as 1: ``... | CPU : SSE3 = 1 | AVX2 = 1
+    | AMX_INT8 = 1 | REPACK = 1 |`` -> ``("SSE3", "AVX2", "AMX_INT8", "REPACK")`` (other
+    backends' segments, such as ``CUDA : ARCHS = 900``, are not the CPU's)."""
+    out: list[str] = []
+    backend = ""
+    for part in system_info.split("|"):
+        name, eq, value = part.partition("=")
+        if " : " in name:  # "CPU : SSE3 " opens a backend's segment
+            backend, _, name = name.partition(" : ")
+        if eq and backend.strip() == "CPU" and value.strip() == "1":
+            out.append(name.strip())
+    return tuple(out)
+
+
 def parse_version(text: str) -> str | None:
     """``"b<build>-<commit>"`` from ``llama-server --version`` output or a log."""
     for line in text.splitlines():
@@ -86,6 +105,7 @@ class LogParser:
         self._weights_gib = 0.0
         self._errors: list[LogNotice] = []
         self._swa_next = False  # the next cache line is the SWA cache's
+        self._buffers: list[str] = []
 
     def feed(self, raw_line: str) -> Phase | None:
         """Take one line; return the new phase when startup moved forward."""
@@ -114,6 +134,7 @@ class LogParser:
             self._once("version", f"b{m.group(1)}-{m.group(2)}")
         elif m := _RE_SYSINFO.search(msg):
             self._once("threads", int(m.group(1)))
+            self._once("cpu_paths", cpu_paths(msg))
         elif m := _RE_ARCH.search(msg):
             self._once("architecture", m.group(1))
         elif m := _RE_FILE_SIZE.search(msg):
@@ -122,6 +143,8 @@ class LogParser:
             self._once("model", m.group(1))
         elif m := _RE_MODEL_BUF.search(msg):
             self._weights_gib += _gib(m.group(2), m.group(3))
+            if m.group(1) not in self._buffers:
+                self._buffers.append(m.group(1))
         elif m := _RE_OFFLOAD.search(msg):
             self._once("offloaded_layers", int(m.group(1)))
             self._once("offload_total_layers", int(m.group(2)))
@@ -178,6 +201,8 @@ class LogParser:
             kv_swa_layers=_int(f.get("kv_swa_layers")),
             kv_swa_mib=_float(f.get("kv_swa_mib")),
             threads=_int(f.get("threads")),
+            cpu_paths=_strs(f.get("cpu_paths")),
+            weight_buffers=tuple(self._buffers),
             offloaded_layers=_int(f.get("offloaded_layers")),
             offload_total_layers=_int(f.get("offload_total_layers")),
             parallel_slots=_int(f.get("parallel_slots")),
@@ -189,6 +214,10 @@ class LogParser:
 
 def _str(v: object) -> str | None:
     return v if isinstance(v, str) else None
+
+
+def _strs(v: object) -> tuple[str, ...]:
+    return tuple(x for x in v if isinstance(x, str)) if isinstance(v, tuple) else ()
 
 
 def _int(v: object) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
@@ -70,6 +71,13 @@ class VllmEngine(LogParsingEngine):
     builds: Sequence[EngineBuild] = BUILDS
     default_version = ENGINE_VERSION
     metrics_path: str | None = "/metrics"
+    #: Eager (no torch.compile warm-up) and a small fixed pool: a start in about a minute on
+    #: two cores.
+    use_check = MappingProxyType({
+        "startup_timeout_s": 600, "stop_grace_s": 10,
+        "flags": {"max_model_len": 512, "kv_cache_memory_bytes": 64 << 20,
+                  "enforce_eager": True},
+    })
     headline_metrics: tuple[str, ...] = (
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
@@ -124,6 +132,7 @@ class VllmEngine(LogParsingEngine):
             layout=f.layout(),
             speculative=spec_config_from_mapping(f.speculative_config),
             startup=f.startup(),
+            attention_backend=f.attention_backend(),
         )
 
     @property

@@ -102,6 +102,12 @@ class VllmFlags(_Strict):
             backend=self.distributed_executor_backend,
         )
 
+    def attention_backend(self) -> str | None:
+        """``--attention-backend`` from ``extra`` (vLLM's own spelling, e.g. ``CPU_MLA``),
+        which the plan follows instead of the backend the engine would pick."""
+        value = flag_value(self.extra, ("--attention-backend",))
+        return value or None
+
     def startup(self) -> StartupOptions:
         """What plan's start-up checks read: max_num_seqs, max_num_batched_tokens and the
         CUDA graph flags, from the named flags or ``extra`` (which comes later on the

