@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from servelab.pipeline.environment import cuda_of_torch, engine_environment
+from servelab.serve.environment import cuda_of_torch
 from servelab.serve.recipe import parse_recipe
+from servelab.serve.resolved import engine_environment
 
 
 def test_cuda_build_from_the_torch_version() -> None:

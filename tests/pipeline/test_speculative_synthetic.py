@@ -119,7 +119,7 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.cli.app import app
     from servelab.evidence.runs import samples_from_runs
     from servelab.hardware.lookup import get_profile
-    from servelab.serve.launch import ensure_synth_model
+    from servelab.serve.resolved import ensure_synth_model
     from servelab.sizing.weights import weights_from_report
 
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))

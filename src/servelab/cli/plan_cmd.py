@@ -234,14 +234,16 @@ def _plan_recipe(path: Path, hw_opts: HardwareOptions, store: StoreOptions) -> P
     from servelab.evidence.stored import store_exists
     from servelab.pipeline.run import plan_recipe
     from servelab.serve.recipe import load_recipe
+    from servelab.serve.resolved import DEFAULT_HARDWARE, resolve_recipe
     from servelab.store.db import open_store
 
     rec = load_recipe(path)
-    hw = hw_opts.profile(rec.hardware or "host")
+    hw = hw_opts.profile(rec.hardware or DEFAULT_HARDWARE)
+    resolved = resolve_recipe(rec, require_engine=False, hardware=hw)
     if store.no_store or not store_exists(store.db):
-        return plan_recipe(rec, hw, None, store.priors)
+        return plan_recipe(resolved, None, store.priors)
     with open_store(store.db) as db:
-        return plan_recipe(rec, hw, db, store.priors)
+        return plan_recipe(resolved, db, store.priors)
 
 
 def _evidence(plan: Plan, load: LoadRequest | None, store: StoreOptions

@@ -25,13 +25,10 @@ from servelab.bench.spec import WorkloadSpec
 from servelab.bench.workload import ProgressEvent
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engines import get_engine
 from servelab.engines.facts import EngineFacts, Phase
-from servelab.errors import ServelabError, UsageError
+from servelab.errors import ServelabError
 from servelab.hardware.host import host_cpu
-from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
-from servelab.pipeline.environment import engine_environment
 from servelab.pipeline.planning import plan_report
 from servelab.pipeline.summary import SummaryRow, summarize
 from servelab.plan.build import Plan
@@ -39,20 +36,16 @@ from servelab.plan.request import PlanRequest
 from servelab.redact import redact_args, redact_text
 from servelab.serve.launch import (
     LOG_NAME,
-    check_engine_version,
     launch,
     new_run_dir,
-    resolve_launcher,
-    resolve_model,
 )
 from servelab.serve.process import EngineProcess
 from servelab.serve.recipe import CapacitySection, Recipe
+from servelab.serve.resolved import ResolvedRecipe, resolve_recipe
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
 from servelab.units import format_bytes
-
-DEFAULT_HARDWARE = "host"
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -150,12 +143,6 @@ def measure_capacity(recipe: Recipe, section: CapacitySection, base_url: str, mo
             "output_len": work.output_len}
 
 
-def resolve_hardware(recipe: Recipe, options: RunOptions) -> HardwareProfile:
-    """The hardware profile named by the options, the recipe, or ``host``."""
-    name = options.hardware or recipe.hardware or DEFAULT_HARDWARE
-    return get_profile(name, files=options.hardware_files)
-
-
 def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
     mine = [f"{k}={v}" for k, v in sorted(recipe.labels.items())]
     return tuple(dict.fromkeys([*mine, *extra]))
@@ -195,37 +182,23 @@ class _RunState:
     log_tail: str | None = None
 
 
-def plan_recipe(recipe: Recipe, hardware: HardwareProfile, store: Store | None,
+def plan_recipe(recipe: Recipe | ResolvedRecipe, store: Store | None,
                 priors: Path | None = None) -> Plan:
     """``servelab plan RECIPE``: the plan ``servelab run`` would make (calibrated from
     ``store`` when given, and ``priors`` instead of the shipped table when given), without a
     run; the checkpoint is read, a ``synth`` model built and converted as the engine loads
-    it."""
-    model_arg, model_dir = resolve_model(recipe)
+    it. The engine need not be installed here: its version is then the one the recipe's
+    engine pins."""
+    resolved = (recipe if isinstance(recipe, ResolvedRecipe)
+                else resolve_recipe(recipe, require_engine=False))
+    rec = resolved.recipe
+    model_arg, model_dir = resolved.model
     source = load_checkpoint(
-        model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
+        model_dir if model_dir is not None else model_arg, revision=rec.model.revision
     )
-    try:
-        version = _engine_version_for_plan(recipe)
-    except ServelabError:  # not installed here: the version the recipe's engine pins
-        version = get_engine(recipe.engine.name).default_version
-    return make_run_plan(recipe, build_report(source), dict(source.config or {}), hardware,
-                         engine_version=version, store=store,
-                         header_hash=source.header_sha256, priors=priors)
-
-
-def _engine_version_for_plan(recipe: Recipe) -> str:
-    launcher, install = resolve_launcher(recipe)
-    version = check_engine_version(recipe, install, launcher)
-    if version:
-        return version.split("+")[0]
-    want = recipe.engine.version or ""
-    if want.startswith("=="):
-        return want[2:]
-    raise UsageError(
-        "cannot tell the engine's version (no install manifest, no '==' requirement in the "
-        "recipe); plan needs it to follow the right KV arithmetic"
-    )
+    return make_run_plan(rec, build_report(source), dict(source.config or {}),
+                         resolved.hardware, engine_version=resolved.plan_version_or_default(),
+                         store=store, header_hash=source.header_sha256, priors=priors)
 
 
 def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
@@ -290,8 +263,10 @@ def run_recipe(
     opts = options or RunOptions()
     emit = on_event or (lambda _e: None)
     # an engine that is not installed is a setup problem, not a run that failed: nothing
-    # is recorded (a failed run blaming the plan step, as before issue 33, misled)
-    resolve_launcher(recipe)
+    # is recorded (a failed run blaming the plan step, as before issue 33, misled). The
+    # recipe is resolved once: its launcher now, each other part at the step that reads it.
+    resolved = resolve_recipe(recipe, hardware_name=opts.hardware,
+                              hardware_files=opts.hardware_files)
     recipe_text = recipe.source.read_text(encoding="utf-8") if recipe.source else ""
     run_dir = new_run_dir(recipe, opts.runs_parent)
     state = _RunState(started=utcnow())
@@ -310,7 +285,7 @@ def run_recipe(
     capacity: dict[str, Any] | None = None
     try:
         emit(RunEvent("inspect", "start", "reading safetensors headers"))
-        model_arg, model_dir = resolve_model(recipe)
+        model_arg, model_dir = resolved.model
         source = load_checkpoint(
             model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
         )
@@ -330,14 +305,14 @@ def run_recipe(
 
         step = "plan"
         emit(RunEvent("plan", "start", "predicting memory, KV pool and speed"))
-        hardware = resolve_hardware(recipe, opts)
-        engine_version = _engine_version_for_plan(recipe)
+        hardware = resolved.hardware
+        engine_version = resolved.plan_version
         state.fields.update(
             hardware=hardware.name,
             hardware_profile=hardware.to_dict(),
             engine_version=engine_version,
         )
-        env = engine_environment(recipe)
+        env = resolved.environment
         state.fields.update(torch=env.torch, cuda=env.cuda, driver=env.driver)
         state.plan = make_run_plan(
             recipe,
@@ -363,7 +338,7 @@ def run_recipe(
         def on_phase(phase: Phase, elapsed: float) -> None:
             emit(RunEvent("start", "progress", f"{phase.name.lower()} ({elapsed:.0f} s)", phase))
 
-        engine = launch(recipe, run_dir=run_dir, port=opts.port, on_phase=on_phase)
+        engine = launch(resolved, run_dir=run_dir, port=opts.port, on_phase=on_phase)
         try:
             _fields_from_engine(state, engine)
             set_env = "".join(f"; {k}={v} (set by servelab)"

@@ -11,12 +11,6 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
-
-from servelab.errors import ServelabError
-from servelab.serve.install import launcher_versions
-from servelab.serve.launch import resolve_launcher
-from servelab.serve.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -53,16 +47,6 @@ def nvidia_driver(timeout_s: float = 10.0) -> str | None:
     return lines[0].strip() if proc.returncode == 0 and lines else None
 
 
-def engine_environment(recipe: Recipe) -> EngineEnvironment:
-    """What can be learnt about the recipe's engine without starting it."""
-    torch: str | None = None
-    try:
-        launcher, install = resolve_launcher(recipe)
-        if install is not None:
-            torch = install.versions.get("torch")
-        elif recipe.engine.executable is None:
-            versions = launcher_versions(Path(launcher[0]), build=recipe.engine.build)
-            torch = versions.get("torch")
-    except ServelabError:
-        torch = None
+def environment_of(torch: str | None) -> EngineEnvironment:
+    """The environment of an engine whose torch is ``torch`` (``None``: unknown)."""
     return EngineEnvironment(torch=torch, cuda=cuda_of_torch(torch), driver=nvidia_driver())
