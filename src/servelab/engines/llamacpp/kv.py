@@ -82,7 +82,7 @@ GGML_KV_TYPES: dict[str, tuple[int, int]] = {
 }
 
 # model_type (Hugging Face names; a GGUF's qwen3moe reads as qwen3_moe) → llama.cpp arch.
-# Each is checked against a real llama-server log (tests/plan/test_llamacpp_kv*.py).
+# Each is checked against a real llama-server log (tests/engine/llamacpp/test_kv*.py).
 LLAMACPP_KV_ARCHITECTURES: dict[str, str] = {
     "llama": "llama",
     "qwen3_moe": "qwen3moe",

@@ -34,7 +34,7 @@ from servelab.families import model_dims
 from servelab.synth.gguf import write_gguf
 from servelab.synth.tiny import make_tiny_model
 
-LOGS = Path(__file__).resolve().parents[1] / "engine" / "logs"
+LOGS = Path(__file__).resolve().parents[2] / "engine" / "logs"
 # The demo's llama.cpp model: tiny Qwen3-MoE, 2 layers, 2 KV heads of 32.
 QWEN3_MOE = {
     "model_type": "qwen3_moe", "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -205,7 +205,7 @@ def test_the_engine_hands_its_flags_to_the_planner() -> None:
 def test_plan_on_the_demo_recipe_predicts_the_line_its_engine_logged(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny-llamacpp-cpu.toml"
+    recipe = Path(__file__).resolve().parents[3] / "recipes" / "tiny-llamacpp-cpu.toml"
     res = CliRunner().invoke(app, ["plan", str(recipe), "--no-store", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.plan.test_llamacpp_kv import LOGS
+from tests.engine.llamacpp.test_kv import LOGS
 
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines import get_engine

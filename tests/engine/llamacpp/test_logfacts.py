@@ -15,7 +15,7 @@ from servelab.engines import get_engine
 from servelab.engines.facts import Phase
 from servelab.engines.llamacpp.logfacts import LogParser, parse_log, parse_version
 
-LOGS = Path(__file__).parent / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "logs"
 
 
 def test_facts_of_a_started_server() -> None:

@@ -19,7 +19,7 @@ from servelab.engines.llamacpp.logfacts import parse_log
 from servelab.serve.launch import launch
 from servelab.serve.process import group_alive, port_is_free
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.engines import tiny_llamacpp_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

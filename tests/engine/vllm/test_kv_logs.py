@@ -18,7 +18,7 @@ from servelab.engines.vllm.kv import plan_kv_pool
 from servelab.sizing.kvpool import KvPoolPlan
 from servelab.sizing.layout import layout_from_argv
 
-LOGS = Path(__file__).parent / "logs"
+LOGS = Path(__file__).resolve().parents[2] / "plan" / "logs"
 CASES = sorted(p.stem for p in LOGS.glob("*.log"))
 
 KV_LINE = re.compile(

@@ -1,6 +1,6 @@
 """vLLM's KV arithmetic for each layer kind: MLA, Mamba2, chunked local, sliding windows
 and attention sinks, on synthetic dimensions (engine logs check the same code in
-``test_kv_vllm_logs.py``; the expected figures here follow vLLM's formulas, worked by
+``test_kv_logs.py``; the expected figures here follow vLLM's formulas, worked by
 hand in the comments)."""
 
 from __future__ import annotations

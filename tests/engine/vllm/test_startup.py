@@ -31,7 +31,7 @@ from servelab.sizing.startup import StartupOptions
 from servelab.synth.replica import QWEN3_6_35B_A3B
 from servelab.units import GIB
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 H200_BUILD = REPO / "benchmarks/gpu/results/calibration-2026-12-03-pm/qwen3.6-35b-a3b-bf16-h200"
 H200_ARGS = ["--hardware", "h200", "--engine-version", "0.26.0", "--max-model-len", "40960",
              "--kv-cache-memory-bytes", "16GiB", "--no-store"]

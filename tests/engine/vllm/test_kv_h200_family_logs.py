@@ -33,7 +33,7 @@ from servelab.families import model_dims
 from servelab.hardware.lookup import get_profile
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 
-LOGS = Path(__file__).parent / "logs" / "h200"
+LOGS = Path(__file__).resolve().parents[2] / "plan" / "logs" / "h200"
 STARTS = sorted(p.stem for p in LOGS.glob("*.log"))
 
 VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")

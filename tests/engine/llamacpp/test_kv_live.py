@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.plan.test_llamacpp_kv import logged_kv_line
+from tests.engine.llamacpp.test_kv import logged_kv_line
 
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines import get_engine
@@ -28,7 +28,7 @@ from servelab.serve.recipe import Recipe, load_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-DEMO_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny-llamacpp-cpu.toml"
+DEMO_RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "tiny-llamacpp-cpu.toml"
 
 
 def _plan_for(recipe: Recipe, eng: RunningEngine) -> LlamaCppKvPlan:

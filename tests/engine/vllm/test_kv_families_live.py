@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.plan.test_kv_families_logs import CASES, FAMILIES, engine_argv, plan_for
+from tests.engine.vllm.test_kv_families_logs import CASES, FAMILIES, engine_argv, plan_for
 
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.engines.vllm.recipe import VllmFlags, VllmSection

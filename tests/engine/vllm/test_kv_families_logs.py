@@ -28,7 +28,7 @@ from servelab.hardware.profiles import HardwareProfile
 from servelab.plan.build import Plan
 from servelab.sizing.weights import Weights
 
-FAMILIES = Path(__file__).parent / "logs" / "families"
+FAMILIES = Path(__file__).resolve().parents[2] / "plan" / "logs" / "families"
 CASES = sorted(p.stem for p in FAMILIES.glob("*.log") if not p.name.endswith(".refused.log"))
 REFUSED = sorted(p.name.removesuffix(".refused.log") for p in FAMILIES.glob("*.refused.log"))
 

@@ -11,7 +11,7 @@ from servelab.engines.facts import EngineFacts, Phase
 from servelab.engines.vllm.logfacts import LogParser, parse_log
 from servelab.redact import REDACTED
 
-LOGS = Path(__file__).parent / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "logs"
 
 
 def _facts(name: str) -> EngineFacts:

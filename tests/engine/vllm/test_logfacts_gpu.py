@@ -15,8 +15,8 @@ from pathlib import Path
 from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.logfacts import parse_log
 
-LOGS = Path(__file__).parent / "logs"
-RESULTS = Path(__file__).parents[2] / "benchmarks" / "gpu" / "results"
+LOGS = Path(__file__).resolve().parents[1] / "logs"
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "results"
 
 
 def _facts(name: str) -> EngineFacts:
