@@ -39,8 +39,9 @@ from pathlib import Path
 from servelab.evidence.runs import samples_from_runs
 from servelab.predict.calibration import profile_lower, profile_roofline, reference_of
 from servelab.predict.holdout import HeldOutPoint, held_out
-from servelab.predict.levels import BY_FAMILY, BY_PATH, MAX_RATIO, conformal
+from servelab.predict.levels import BY_FAMILY, BY_PATH, MAX_RATIO
 from servelab.predict.priors import load_priors
+from servelab.predict.widths import conformal
 from servelab.store.exchange import run_from_dict
 
 

@@ -33,7 +33,8 @@ from servelab.predict.evidence import Evidence
 from servelab.sizing.knobs import EngineKnobs
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.weights import weights_from_report
-from servelab.synth.replica import QWEN3_6_35B_A3B, QuantLayout, write_replica
+from servelab.synth.replica import QuantLayout, write_replica
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 LAYOUTS: tuple[tuple[str, ParallelLayout], ...] = (
     ("1 GPU", ParallelLayout()),

@@ -46,11 +46,11 @@ from servelab.synth.replica import (
     EXPERTS_AND_ATTENTION,
     NVFP4_FAST_FP4,
     NVFP4_FAST_FP8,
-    QWEN3_6_35B_A3B,
     TEXT_LINEARS,
     QuantLayout,
     write_replica,
 )
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 H200_RUN = "qwen3.6-35b-a3b-bf16-random"
 #: calibration-2026-12-03-eve/runs-h200-calibration.json, qwen3.6-35b-a3b-bf16-mtp2-h200:

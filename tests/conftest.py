@@ -34,12 +34,8 @@ from servelab.serve.install import find_engine
 from servelab.serve.launch import launch
 from servelab.serve.process import RunningEngine
 from servelab.serve.recipe import Recipe
-from servelab.synth.replica import (
-    EXPERTS_AND_ATTENTION,
-    QWEN3_6_35B_A3B,
-    QuantLayout,
-    write_replica,
-)
+from servelab.synth.replica import EXPERTS_AND_ATTENTION, QuantLayout, write_replica
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 # Property tests draw the same examples on every run (a fresh clone passes every time, or fails
 # every time): a generator that finds a new case on one CI run and not the next is a flaky test.

@@ -207,6 +207,54 @@ def test_the_planner_and_families_stay_low(graph: dict[str, set[str]]) -> None:
     assert sorted(t for t in engines if unit(t) == "serve") == []
 
 
+#: The engine packages: one folder per engine under ``servelab.engines``.
+def engine_package(module: str) -> str | None:
+    """The engine package ``module`` belongs to (``servelab.engines.vllm``), else None."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[:2] == ["servelab", "engines"] and parts[2] not in (
+        "base", "builds", "facts"
+    ):
+        return ".".join(parts[:3])
+    return None
+
+
+#: The only modules outside an engine that may import one: the registry, and the CLI's
+#: engine commands (issue 42: the planner and everything else ask the registry).
+ENGINE_IMPORTERS = frozenset({"servelab.engines", "servelab.cli.engine_cmd"})
+
+
+def engine_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of an engine package from outside it, by a module not allowed to."""
+    return sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if (pkg := engine_package(t)) is not None and engine_package(m) != pkg
+        and m not in ENGINE_IMPORTERS
+    )
+
+
+def test_no_module_imports_an_engine_but_the_registry(graph: dict[str, set[str]]) -> None:
+    assert {engine_package(m) for m in graph} >= {
+        "servelab.engines.vllm", "servelab.engines.llamacpp", "servelab.engines.synthetic"}
+    assert engine_imports(graph) == []
+
+
+def test_the_engine_import_check_finds_one() -> None:
+    graph = {
+        "servelab.engines": {"servelab.engines.vllm"},
+        "servelab.engines.vllm": {"servelab.engines.vllm.kv", "servelab.engines.base"},
+        "servelab.engines.vllm.kv": set(),
+        "servelab.engines.llamacpp": {"servelab.engines.vllm.kv"},
+        "servelab.plan.build": {"servelab.engines", "servelab.engines.base"},
+        "servelab.cli.plan_cmd": {"servelab.engines.llamacpp"},
+    }
+    assert engine_imports(graph) == [
+        "servelab.cli.plan_cmd -> servelab.engines.llamacpp",
+        "servelab.engines.llamacpp -> servelab.engines.vllm.kv",
+    ]
+
+
 def test_the_checker_finds_what_it_forbids(tmp_path: Path) -> None:
     """On a small tree: a lazy import closing a circle, a relative upward import, a
     TYPE_CHECKING import, and an edge into a submodule named in ``from pkg import sub``."""

@@ -39,14 +39,14 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.synth.replica import (  # noqa: E402
-    QWEN3_6_35B_A3B,
     TEXT_LINEARS,
     QuantLayout,
-    TensorSpec,
     quantization_config,
     replica_tensors,
     write_replica,
 )
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B  # noqa: E402
+from servelab.synth.safetensors_set import TensorSpec  # noqa: E402
 
 #: Qwen/Qwen3-30B-A3B config.json (published dimensions).
 QWEN3_30B_A3B: Mapping[str, Any] = {

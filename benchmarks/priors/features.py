@@ -25,7 +25,8 @@ from servelab.plan.request import PlanRequest, StoreChoice
 from servelab.predict.evidence import Evidence
 from servelab.sizing.knobs import EngineKnobs
 from servelab.sizing.weights import weights_from_report
-from servelab.synth.replica import EXPERTS_AND_ATTENTION, QWEN3_6_35B_A3B, QuantLayout
+from servelab.synth.replica import EXPERTS_AND_ATTENTION, QuantLayout
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 #: name -> (layout, plan options): the seed's Spark builds of Qwen3.6-35B-A3B.
 SPARK_BUILDS = {

@@ -29,7 +29,7 @@ from servelab.predict.schedule import Limits, Load, requests_admitted, simulate,
 from servelab.predict.speed import predict_speed
 from servelab.sizing.startup import BatchedTokens
 from servelab.sizing.weights import Weights
-from servelab.synth.replica import QWEN3_6_35B_A3B
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 GIB = 1 << 30
 H200 = BUILTIN["h200"]
@@ -215,7 +215,7 @@ def test_capacity_search_finds_the_edge() -> None:
 
 
 def _plan():  # type: ignore[no-untyped-def]
-    from servelab.synth.replica import QWEN3_6_35B_A3B as config
+    from servelab.synth.replica_presets import QWEN3_6_35B_A3B as config
 
     cal = Calibration(Target("vllm", "bf16", "h200"), DECODE, PREFILL)
     return plan_of(dict(config), _weights(), H200, max_model_len=40960,

@@ -251,7 +251,8 @@ PUBLISHED_VLLM = {"rtx-pro-6000"}
 @pytest.fixture(scope="module")
 def presets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Full-dimension header replicas of the preset builds behind those rows."""
-    from servelab.synth.replica import preset_config, preset_layout, write_replica
+    from servelab.synth.replica import write_replica
+    from servelab.synth.replica_presets import preset_config, preset_layout
 
     root = tmp_path_factory.mktemp("presets")
     out = {}

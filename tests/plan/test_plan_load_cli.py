@@ -26,7 +26,8 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def qwen36_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A header replica of Qwen3.6-35B-A3B BF16: a family the H200's shipped priors hold."""
-    from servelab.synth.replica import QWEN3_6_35B_A3B, write_replica
+    from servelab.synth.replica import write_replica
+    from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
     out = tmp_path_factory.mktemp("replica") / "qwen3.6-bf16"
     write_replica(out, QWEN3_6_35B_A3B)

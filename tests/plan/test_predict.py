@@ -17,7 +17,7 @@ from servelab.predict.calibration import calibration_for
 from servelab.predict.roofline import roofline_decode_tok_s
 from servelab.predict.speed import predict_speed
 from servelab.sizing.weights import Weights
-from servelab.synth.replica import QWEN3_6_35B_A3B
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 GIB = 1 << 30
 SPARK = BUILTIN["dgx-spark"]

@@ -14,17 +14,9 @@ from servelab.errors import UsageError
 from servelab.predict.form import Coefficients, Row, Sample, features, host_bound, row_seconds
 from servelab.predict.keys import BuildKey
 from servelab.predict.ledger import ledger, summarize
-from servelab.predict.levels import (
-    MIN_REL_ERROR,
-    Target,
-    calibrate,
-    fit_levels,
-    interval,
-    levels_for,
-    path_family,
-    repeat_spread,
-)
+from servelab.predict.levels import Target, calibrate, fit_levels, interval, levels_for, path_family
 from servelab.predict.solver import nnls, solve
+from servelab.predict.widths import MIN_REL_ERROR, repeat_spread
 
 BW = 4.0e12  # bytes/s: the synthetic "true" effective bandwidth
 # s/byte, s/layer, s/expert slot, s/context token x layer (llama.cpp's only), s fixed (on a

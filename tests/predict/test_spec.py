@@ -13,7 +13,7 @@ from servelab.predict.levels import Fit
 from servelab.predict.spec import SpecStep, check_method, model_bytes, predict_step, spec_step
 from servelab.predict.specstep import DraftFit
 from servelab.sizing.weights import Weights
-from servelab.synth.replica import preset_config
+from servelab.synth.replica_presets import preset_config
 
 DIMS = model_dims(preset_config("qwen3.6-35b-a3b"))  # 40 layers, 256 experts top-8, 1 MTP layer
 # 256 experts x 3 x 2048 x 512 parameters in each of 40 layers
@@ -108,7 +108,8 @@ def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Pat
     from servelab.pipeline.planning import plan_checkpoint
     from servelab.plan.request import PlanRequest, Speculation, StoreChoice
     from servelab.sizing.knobs import EngineKnobs
-    from servelab.synth.replica import QWEN3_6_35B_A3B, TEXT_LINEARS, QuantLayout, write_replica
+    from servelab.synth.replica import TEXT_LINEARS, QuantLayout, write_replica
+    from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
     path = tmp_path / "nvfp4-mtp"
     write_replica(path, QWEN3_6_35B_A3B, QuantLayout("nvfp4", TEXT_LINEARS), mtp="fused")

@@ -239,7 +239,8 @@ def make_inputs(root: Path) -> None:
     from servelab.synth.gguf import write_gguf
     from servelab.synth.gguf_replica import LLAMA3_8B
     from servelab.synth.gguf_replica import write_replica as write_gguf_replica
-    from servelab.synth.replica import QWEN3_6_35B_A3B, write_replica
+    from servelab.synth.replica import write_replica
+    from servelab.synth.replica_presets import QWEN3_6_35B_A3B
     from servelab.synth.tiny import make_tiny_model
 
     builds = root / "builds"

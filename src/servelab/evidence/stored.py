@@ -25,7 +25,7 @@ __all__ = ["load_evidence", "store_exists", "stored_runs", "with_sweeps"]
 def store_exists(db: str | None) -> bool:
     """Whether there is a results database to read: ``db`` or ``$SERVELAB_DB`` given, or
     the data directory's ``results.db`` exists (planning never creates one)."""
-    from servelab.store.db import ENV_DB, data_dir
+    from servelab.store.connect import ENV_DB, data_dir
 
     return db is not None or bool(os.environ.get(ENV_DB)) or (data_dir() / "results.db").exists()
 

@@ -42,9 +42,10 @@ from servelab.evidence.runs import (
 from servelab.plan.load import BatchedError, LoadPoint, MeasuredCapacity, simulate_points
 from servelab.points import PointKey
 from servelab.predict.batched import CPU_STEP_FIXED, StepCosts, StepModel
-from servelab.predict.levels import MIN_BUILDS, conformal, error_bound, too_wide_text
+from servelab.predict.levels import MIN_BUILDS, too_wide_text
 from servelab.predict.priors import PriorTable
 from servelab.predict.schedule import Limits, Load, admitted
+from servelab.predict.widths import conformal, error_bound
 from servelab.sizing.layout import ParallelLayout
 from servelab.store.model import STATUS_OK, RunRecord
 

@@ -50,8 +50,8 @@ class PooledKvArithmetic(Protocol):
         kv_cache_memory_bytes: int,
         opts: KvOptions,
         *,
-        limit: int | None = None,
         stage_memory_bytes: Sequence[int] = (),
+        limit: int | None = None,
     ) -> int:
         """The largest max-model-len whose one request the engine accepts (0: none)."""
         ...

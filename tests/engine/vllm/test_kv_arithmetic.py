@@ -12,7 +12,7 @@ from servelab.engines.vllm.kv.rules import TOKENS_PER_GROUP_SHARE, engine_rules,
 from servelab.errors import ConfigError, UsageError
 from servelab.families import model_dims
 from servelab.sizing.kvpool import KvOptions
-from servelab.synth.replica import QWEN3_6_35B_A3B
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 GIB = 1 << 30
 LLAMA3_8B = {

@@ -28,7 +28,7 @@ from servelab.hardware.profiles import HardwareProfile
 from servelab.serve.recipe import parse_recipe
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.startup import StartupOptions
-from servelab.synth.replica import QWEN3_6_35B_A3B
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 from servelab.units import GIB
 
 REPO = Path(__file__).resolve().parents[3]
