@@ -735,8 +735,9 @@ def preset_layout(name: str, layout: str | None, targets: tuple[str, ...] | None
     """The layout a preset is written in: its native storage unless ``layout`` is given
     (a natively quantized preset takes no other layout); ``targets``: the modules a
     quantized layout quantizes (None: :data:`LINEARS`, what an export quantizes; ``()``:
-    none); ``fp8``: modules an ``nvfp4`` layout stores FP8 (:attr:`QuantLayout.fp8`). A layout or targets
-    the replica would not honour are refused, never written as something else."""
+    none); ``fp8``: modules an ``nvfp4`` layout stores FP8 (:attr:`QuantLayout.fp8`). A
+    layout or targets the replica would not honour are refused, never written as something
+    else."""
     quantize: tuple[str, ...]
     if name == "qwen3.6-35b-a3b":
         preset_storage, quantize = "fp8-channel", EXPERTS_AND_ATTENTION
