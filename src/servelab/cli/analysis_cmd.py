@@ -56,6 +56,11 @@ def _metric_names(metrics: list[str] | None) -> list[str] | None:
 # ---------------------------------------------------------------------------- compare
 
 
+def _pct(rel: float | None) -> float | None:
+    """A relative difference in percent, for a CSV cell (None: none, or not finite)."""
+    return None if rel is None or not math.isfinite(rel) else round(rel * 100, 2)
+
+
 def compare_tables(comp: Comparison) -> list[Table]:
     """The compare table: one row per metric and point, one value/Δ/verdict per group."""
     from servelab.analysis.compare import fmt_rel
@@ -64,7 +69,24 @@ def compare_tables(comp: Comparison) -> list[Table]:
     for g in comp.groups[1:]:
         cols += [g.name, f"Δ vs {comp.groups[0].name}", "verdict"]
     rows = []
+    # --csv: one value per cell (the shown cells join a value and its CI, a delta and its CI)
+    base = comp.groups[0].name
+    csv_cols = ["metric", "unit", "point", f"{base}", f"{base} ci95 low", f"{base} ci95 high"]
+    for g in comp.groups[1:]:
+        csv_cols += [g.name, f"{g.name} ci95 low", f"{g.name} ci95 high",
+                     f"{g.name} vs {base} (%)", f"{g.name} vs {base} ci95 low (%)",
+                     f"{g.name} vs {base} ci95 high (%)", f"{g.name} verdict",
+                     f"{g.name} p-value"]
+    csv_rows: list[list[object]] = []
     for r in comp.rows:
+        crow: list[object] = [r.label, r.unit, r.point]
+        for i, c in enumerate(r.cells):
+            crow += [c.value, c.ci_low, c.ci_high]
+            if i:
+                pct = [_pct(None if x is None else x - 1)
+                       for x in (c.ratio_ci_low, c.ratio_ci_high)]
+                crow += [_pct(c.rel_diff), *pct, c.verdict, c.p_value]
+        csv_rows.append(crow)
         row = [f"{r.label} ({r.unit})", r.point]
         for i, c in enumerate(r.cells):
             ci = ""
@@ -89,7 +111,7 @@ def compare_tables(comp: Comparison) -> list[Table]:
         f"{comp.alpha}; [95% bootstrap CI of "
         f"the ratio]. Runs: {runs}"
     )
-    return [Table("compare", tuple(cols), rows, caption)]
+    return [Table("compare", tuple(cols), rows, caption, csv=(tuple(csv_cols), csv_rows))]
 
 
 def compare_cmd(
