@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from servelab.cli.app import main
+from servelab.synth.replica import preset_config, preset_layout, write_replica
 
 
 def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -33,3 +38,30 @@ def test_runs_list_before_any_run_says_so(
     # a database named on purpose that is not there is a typo, not an empty store
     rc, _, err = _main(["runs", "list", "--db", str(tmp_path / "typo.db")], capsys)
     assert rc == 2 and "no results database here" in err
+
+
+@pytest.mark.timeout(120)
+def test_serve_says_in_a_sentence_when_the_log_gave_no_facts(tmp_path: Path) -> None:
+    write_replica(tmp_path / "oss20", preset_config("gpt-oss-20b"),
+                  preset_layout("gpt-oss-20b", None, None))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('name = "oss20-serve"\nhardware = "host"\n[model]\npath = "oss20"\n'
+                      '[engine]\nname = "synthetic"\n', encoding="utf-8")
+    env = {**os.environ, "SERVELAB_HOME": str(tmp_path / "home"), "COLUMNS": "80"}
+    lines = []
+    with subprocess.Popen(
+        [sys.executable, "-c", "from servelab.cli.app import main; main()", "serve",
+         str(recipe), "--port", "auto"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith("ready in"):
+                    break
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    out = "".join(lines)
+    assert "holds none of the facts servelab reads from a log" in out, out
+    assert "What the engine's log says" not in out  # an empty table's title, before
