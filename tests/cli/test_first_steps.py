@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.store.records import make_run
 
 from servelab.cli.app import main
+from servelab.store import open_store
 from servelab.synth.replica import preset_config, preset_layout, write_replica
 
 
@@ -65,3 +67,20 @@ def test_serve_says_in_a_sentence_when_the_log_gave_no_facts(tmp_path: Path) -> 
     out = "".join(lines)
     assert "holds none of the facts servelab reads from a log" in out, out
     assert "What the engine's log says" not in out  # an empty table's title, before
+
+
+def test_compare_with_no_common_point_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "r.db")
+    with open_store(db) as store:
+        store.add_run(make_run(run_id="short", point="p512-c1", seed=1))
+        store.add_run(make_run(run_id="long", point="p8192-c4", seed=2))
+        store.add_run(make_run(run_id="long2", point="p8192-c4", seed=3))
+    rc, out, err = _main(["compare", "short", "long", "--db", db], capsys)
+    assert rc == 1 and out == ""  # not an empty table
+    assert err.startswith("error: nothing to compare: the runs measured no point in common "
+                          "(short: p512-c1; long: p8192-c4)")
+    assert len(err.strip().splitlines()) == 1
+    rc, out, _ = _main(["compare", "long", "long2", "--db", db], capsys)
+    assert rc == 0 and "p8192-c4" in out

@@ -8,6 +8,7 @@ JSON schemas: ``servelab.compare/1`` (:mod:`servelab.analysis.compare`),
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,7 +24,7 @@ from servelab.cli.output import (
     num,
     pick_format,
 )
-from servelab.errors import RunNotFoundError, UsageError
+from servelab.errors import RunNotFoundError, ServelabError, UsageError
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy load only when a command runs (fast --help)
     from servelab.analysis import Group
@@ -135,6 +136,7 @@ def compare_cmd(
 ) -> None:
     """Compare runs, recipes or labelled groups side by side, tested against the noise."""
     from servelab.analysis import Group, compare_groups
+    from servelab.analysis.metrics import METRICS
     from servelab.pipeline.experiment import latest_runs
     from servelab.store import RunFilter, open_store
 
@@ -156,7 +158,30 @@ def compare_cmd(
     if len(groups) < 2:
         raise UsageError("give at least two runs, --recipe or --label values to compare")
     comp = compare_groups(groups, metrics=_metric_names(metric), alpha=alpha)
+    names = _metric_names(metric)
+    per_request = names is None or any(METRICS[n].per_sample is not None for n in names)
+    if not any(r.point for r in comp.rows):  # no per-request row: say why in one sentence
+        why = _nothing_in_common(groups) if per_request else None
+        if why is not None or not comp.rows:
+            raise ServelabError(why or "nothing to compare: no asked metric was measured "
+                                "in two of them")
     emit(fmt, doc=comp.to_json_dict(), tables=compare_tables(comp))
+
+
+def _nothing_in_common(groups: Sequence[Group]) -> str | None:
+    """Why a comparison has no per-request row: the groups measured no point (prompt length
+    and concurrency) in common (None: they did)."""
+    from servelab.analysis.metrics import all_points
+
+    measured = "; ".join(f"{g.name}: {', '.join(all_points(g.runs)) or 'no point'}"
+                         for g in groups)
+    shared = set(all_points(groups[0].runs))
+    for g in groups[1:]:
+        shared &= set(all_points(g.runs))
+    if shared:
+        return None
+    return (f"nothing to compare: the runs measured no point in common ({measured}); "
+            "compare runs benchmarked at the same prompt length and concurrency")
 
 
 # ---------------------------------------------------------------------------- history
