@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.cli_checks import assert_one_line_errors
 from tests.store.records import make_run
 
 from servelab.cli.app import main
 from servelab.store import open_store
+from servelab.synth.gguf_replica import QWEN25_CODER_7B
+from servelab.synth.gguf_replica import write_replica as write_gguf_replica
 from servelab.synth.replica import preset_config, preset_layout, write_replica
 
 
@@ -84,3 +87,30 @@ def test_compare_with_no_common_point_says_so(
     assert len(err.strip().splitlines()) == 1
     rc, out, _ = _main(["compare", "long", "long2", "--db", db], capsys)
     assert rc == 0 and "p8192-c4" in out
+
+
+def test_llamacpp_flags_on_a_vllm_plan_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_replica(tmp_path / "oss20", preset_config("gpt-oss-20b"),
+                  preset_layout("gpt-oss-20b", None, None))
+    assert_one_line_errors([
+        (["plan", str(tmp_path / "oss20"), "-H", "h100", "--ctx-size", "4096", "-np", "2"],
+         "-c, -np: llama.cpp's flags, and this is a vLLM plan"),
+        (["plan", str(tmp_path / "oss20"), "-H", "h100", "-ctv", "q8_0"], "-ctv: llama.cpp's"),
+    ], capsys)
+
+
+def test_a_folder_holding_one_gguf_is_planned_with_llamacpps_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "qwen-coder-q8"  # as a download of one quantization leaves it
+    folder.mkdir()
+    write_gguf_replica(QWEN25_CODER_7B, "Q8_0", folder / "qwen2.5-coder-7b-q8_0.gguf")
+    rc, out, err = _main(["plan", str(folder), "-H", "h100", "-c", "8192", "-np", "2"], capsys)
+    assert rc == 0, err
+    assert "llama_kv_cache" in out and "GPU KV cache size" not in out
+    rc, out, err = _main(["choose", str(folder), "-H", "h100", "--no-store", "--json"],
+                         capsys)
+    assert rc == 0, err
+    assert json.loads(out)["builds"][0]["engine"] == "llamacpp"
