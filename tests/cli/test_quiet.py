@@ -5,6 +5,7 @@ A fresh install without torch is tests/cli/test_fresh_install.py."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import warnings
@@ -62,3 +63,45 @@ def test_synth_tiny_draws_no_progress_bar(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert (tmp_path / "tiny" / "config.json").is_file()
+
+
+def _in_a_terminal(argv: list[str], cwd: Path, columns: int = 80) -> str:
+    """``servelab ARGV`` with stdout on a pseudo-terminal ``columns`` wide: what it wrote."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    with subprocess.Popen([sys.executable, "-c", "from servelab.cli.app import main; main()",
+                           *argv], stdout=follower, stderr=follower, cwd=cwd, env=env) as proc:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=120)
+    os.close(leader)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.timeout(300)
+def test_servelabs_own_warning_is_one_line_in_an_80_column_terminal(tmp_path: Path) -> None:
+    from servelab.synth.replica import preset_config, preset_layout, write_replica
+
+    write_replica(tmp_path / "nem", preset_config("nemotron-nano-9b-v2"),
+                  preset_layout("nemotron-nano-9b-v2", None, None))
+    out = _in_a_terminal(["plan", "nem", "-H", "dgx-spark", "--no-store",
+                          "--kv-cache-memory-bytes", "1GiB", "--fits"], tmp_path)
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out)
+    [line] = [ln for ln in plain.splitlines() if "warning:" in ln]
+    # one line for the terminal to wrap, not a paragraph cut at 80 columns: the fix ends it
+    assert line.startswith("warning: max_num_seqs") and "fix: pass --max-num-seqs" in line
