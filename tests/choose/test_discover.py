@@ -249,7 +249,8 @@ def test_an_unreachable_hub_fails_at_once_with_the_reason(
             main(["choose", BASE, "--discover", "--endpoint", url, "--no-store"])
         err = capsys.readouterr().err
         assert exc.value.code != 0 and len(err.strip().splitlines()) == 1, err
-        assert f"cannot reach {url} (Server disconnected" in err and "name the builds" in err
+        # the reason is the OS's or httpx's (a reset or a disconnect, as the race goes)
+        assert f"cannot reach {url} (" in err and "name the builds" in err
     finally:
         stop.set()
         thread.join(timeout=5)
