@@ -84,3 +84,12 @@ def test_runs_list_and_compare_csv_are_plain_values(
     assert header[:4] == ["metric", "unit", "point", header[3]]
     assert any(h.endswith("(%)") for h in header) and any("p-value" in h for h in header)
     assert {r["unit"] for r in rows} >= {"tok/s"}
+
+
+def test_calibration_report_csv_is_plain_values(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "calibration", "report", "--priors-only", "--hardware",
+                             "h200", "--csv")
+    assert code == 0, err
+    rows = _assert_plain(out)
+    assert {"measured", "predicted", "low", "high", "error_pct"} <= set(rows[0])
+    assert all(float(r["measured"]) > 0 for r in rows)

@@ -201,6 +201,12 @@ def report(
                 ("hardware", "build", "kind", "length", "measured", "predicted", "interval",
                  "error", "inside", "level"),
                 cells,
+                csv=(("hardware", "build", "kind", "length_tokens", "unit", "measured",
+                      "predicted", "low", "high", "error_pct", "inside", "level"),
+                     [[r.hardware, r.model, r.kind, r.length, r.unit, r.measured_tok_s,
+                       r.predicted_tok_s, r.low, r.high,
+                       None if r.error is None else round(r.error * 100, 2), r.inside,
+                       r.level] for r in rows]),
                 caption="predicted as if the build had never been run; error = measured / "
                 "predicted - 1"
                 + ("; spec step: verification steps/s (x the run's measured acceptance "
