@@ -738,12 +738,15 @@ def preset_layout(name: str, layout: str | None, targets: tuple[str, ...] | None
     none); ``fp8``: modules an ``nvfp4`` layout stores FP8 (:attr:`QuantLayout.fp8`). A
     layout or targets the replica would not honour are refused, never written as something
     else."""
-    quantize: tuple[str, ...]
-    if name == "qwen3.6-35b-a3b":
-        preset_storage, quantize = "fp8-channel", EXPERTS_AND_ATTENTION
-    else:
-        preset = presets()[name][1]
-        preset_storage, quantize = preset.layout, preset.quantize
+    if name == "qwen3.6-35b-a3b":  # any layout; FP8 per channel unless one is given
+        kind = layout or "fp8-channel"
+        if kind == "bf16" and (targets or fp8):
+            raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout "
+                             "fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4)")
+        return QuantLayout(kind, targets if targets is not None else LINEARS,
+                           scale_dtype=scale_dtype, fp8=fp8)
+    preset = presets()[name][1]
+    preset_storage, quantize = preset.layout, preset.quantize
     if preset_storage == "native":  # e.g. gpt-oss: MXFP4 experts, as the family writes them
         if layout is not None:
             raise UsageError(
@@ -763,7 +766,7 @@ def preset_layout(name: str, layout: str | None, targets: tuple[str, ...] | None
     if kind == "bf16" and (targets or fp8):
         raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout fp8-channel, "
                          "fp8-block, nvfp4 or modelopt-nvfp4)")
-    if layout is None and name != "qwen3.6-35b-a3b" and preset_storage != "bf16":
+    if layout is None and preset_storage != "bf16":
         if targets:
             raise UsageError(f"--targets: {name}'s replica is written in its published "
                              f"storage ({preset_storage}), quantized as it ships")
