@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # foundations: no servelab imports above errors (testing/ imports none at all)
-    ("servelab", "errors", "units", "defaults", "points", "redact", "outfile", "testing",
+    ("servelab", "errors", "quiet", "units", "defaults", "points", "redact", "outfile", "testing",
      "check"),
     ("families",),  # model families: config reading, layer kinds, dims
     ("hardware",),  # profiles (data) and probes; hardware.lookup resolves names
@@ -195,7 +195,8 @@ def test_the_planner_and_families_stay_low(graph: dict[str, set[str]]) -> None:
     plan = {t for m, ts in graph.items() if unit(m) == "plan" for t in ts}
     assert sorted(t for t in plan if unit(t) in ("engines", "serve")) == []
     families = {t for m, ts in graph.items() if unit(m) == "families" for t in ts}
-    assert sorted(t for t in families if unit(t) != "families") == ["servelab.errors"]
+    assert sorted(t for t in families if unit(t) != "families") == [
+        "servelab.errors", "servelab.quiet"]
     engines = {t for m, ts in graph.items() if unit(m) == "engines" for t in ts}
     assert sorted(t for t in engines if unit(t) == "serve") == []
 

@@ -138,7 +138,7 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         sentence = sentence.replace("fits:", "fits per GPU:", 1)
     console.print(escape(sentence), soft_wrap=True, style=None if fit else "bold")
     for finding in plan.findings:
-        console.print(f"[bold yellow]warning:[/] {escape(finding.line)}")
+        console.print(f"[bold yellow]warning:[/] {escape(finding.line)}", soft_wrap=True)
     if plan.graph_capture is not None:
         console.print(escape(plan.graph_capture.line), soft_wrap=True)
     if fits_only:
@@ -311,12 +311,12 @@ def _render_parallel(plan: Plan, console: Console) -> None:
 
 def _use_llamacpp(engine: str, checkpoint: str) -> bool:
     """Whether ``plan`` follows llama.cpp's KV arithmetic (``auto``: for a GGUF file)."""
-    from servelab.checkpoint.gguf_format import is_gguf
+    from servelab.checkpoint.sources import gguf_file
 
     if engine not in ("auto", "vllm", "llamacpp"):
         raise UsageError(f"--engine {engine!r}: choose auto, vllm or llamacpp")
-    if engine == "auto":
-        return is_gguf(Path(checkpoint))
+    if engine == "auto":  # a GGUF file, or a folder holding one and no safetensors
+        return gguf_file(Path(checkpoint)) is not None
     return engine == "llamacpp"
 
 
@@ -564,6 +564,11 @@ def plan(
     if engine_name == "llamacpp" and (given := [k for k, v in vllm_only.items() if v]):
         raise UsageError(f"{', '.join(given)}: vLLM's flags; a llama.cpp plan takes -c, -np, "
                          "-ctk, -ctv, -fa and --kv-unified")
+    if engine_name == "vllm" and (given := [k for k, v in llamacpp.given().items() if v]):
+        raise UsageError(f"{', '.join(given)}: llama.cpp's flags, and this is a vLLM plan (the "
+                         "checkpoint is not a GGUF file); vLLM takes --max-model-len, "
+                         "--max-num-seqs and --kv-cache-dtype, or give --engine llamacpp",
+                         path=checkpoint)
     arithmetic, version = llamacpp.arithmetic(engine_name, engine_version)
     request = PlanRequest(
         checkpoint=checkpoint,

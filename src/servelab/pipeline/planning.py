@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from servelab.checkpoint.kv_geometry import check_source
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.defaults import ENGINE_VERSION, PROMPT_LENS
@@ -152,6 +153,7 @@ def plan_source(source: CheckpointSource, request: PlanRequest,
     stored runs of this checkpoint with the same method and draft tokens measured.
     """
     r, spec, store = request, request.speculation, request.store
+    check_source(source)  # the config's KV-deciding keys against the tensor shapes
     weights = weights_from_report(build_report(source), name=r.checkpoint)
     # drafting runs calibrate the speculative step, not plain decode (predict.runs)
     runs = [run for run in every if run.hardware == r.hardware.name]

@@ -23,6 +23,7 @@ from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.spec import WorkloadSpec
 from servelab.bench.workload import ProgressEvent
+from servelab.checkpoint.kv_geometry import check_source
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines import get_engine
@@ -290,6 +291,7 @@ def plan_recipe(recipe: Recipe, hardware: HardwareProfile, store: Store | None,
     source = load_checkpoint(
         model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
     )
+    check_source(source)  # the config's KV-deciding keys against the tensor shapes
     try:
         version = _engine_version_for_plan(recipe)
     except ServelabError:  # not installed here: the version the recipe's engine pins

@@ -116,7 +116,14 @@ class QuantLayout:
 
 
 #: Everything quantized in the text model except routers, shared-expert gates, lm_head.
-TEXT_LINEARS = (r"\.(self_attn|linear_attn|mlp)\.",)
+TEXT_LINEARS = (r"\.(self_attn|linear_attn|mlp|block_sparse_moe)\.",)
+#: What an FP8 or NVFP4 export of a text model quantizes by default (llm-compressor's
+#: ``targets: Linear`` with routers, ``lm_head``, linear attention and vision ignored):
+#: attention (fused ``qkv_proj`` too), dense MLPs (fused ``gate_up_proj`` too), routed and
+#: shared experts (Mixtral's ``block_sparse_moe`` experts too). On Qwen3.6 it is
+#: :data:`EXPERTS_AND_ATTENTION`; on a dense model it also takes the MLP, which holds most of
+#: the weights (issue 41: experts-attention left a dense model's MLP in BF16).
+LINEARS = (r"\.(self_attn|mlp|block_sparse_moe)\.",)
 #: Routed + shared experts + full attention; linear attention, routers, lm_head, vision
 #: unquantized (llm-compressor's FP8_DYNAMIC example for Qwen3.5-MoE ignores
 #: ``re:.*linear_attn.*``, ``re:.*mlp.gate$``, ``re:.*shared_expert_gate$``, vision).
@@ -137,7 +144,10 @@ NVFP4_FAST_FP8 = (
     r"\.linear_attn\.(in_proj_qkv|in_proj_z|in_proj_qkvz|out_proj)$",
     r"^lm_head$",
 )
-_NEVER_ANY = re.compile(r"(\.mlp\.gate$|shared_expert_gate$|in_proj_(a|b|ba)$|^mtp\.)")
+_NEVER_ANY = re.compile(
+    r"(\.mlp\.gate$|\.mlp\.router$|\.block_sparse_moe\.gate$|shared_expert_gate$"
+    r"|in_proj_(a|b|ba)$|^mtp\.|(^|\.)(visual|vision_tower|vision_model)\.)"
+)
 _NEVER = re.compile(rf"({_NEVER_ANY.pattern}|lm_head$)")
 
 
@@ -720,20 +730,46 @@ def preset_names() -> tuple[str, ...]:
     return ("qwen3.6-35b-a3b", *presets())
 
 
-def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
+def preset_layout(name: str, layout: str | None, targets: tuple[str, ...] | None,
                   scale_dtype: str | None = None, *, fp8: tuple[str, ...] = ()) -> QuantLayout:
     """The layout a preset is written in: its native storage unless ``layout`` is given
-    (a natively quantized preset takes no other layout); ``fp8``: modules an ``nvfp4``
-    layout stores FP8 (:attr:`QuantLayout.fp8`)."""
-    if name == "qwen3.6-35b-a3b":
-        return QuantLayout(layout or "fp8-channel", targets, scale_dtype=scale_dtype, fp8=fp8)
+    (a natively quantized preset takes no other layout); ``targets``: the modules a
+    quantized layout quantizes (None: :data:`LINEARS`, what an export quantizes; ``()``:
+    none); ``fp8``: modules an ``nvfp4`` layout stores FP8 (:attr:`QuantLayout.fp8`). A
+    layout or targets the replica would not honour are refused, never written as something
+    else."""
+    if name == "qwen3.6-35b-a3b":  # any layout; FP8 per channel unless one is given
+        kind = layout or "fp8-channel"
+        if kind == "bf16" and (targets or fp8):
+            raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout "
+                             "fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4)")
+        return QuantLayout(kind, targets if targets is not None else LINEARS,
+                           scale_dtype=scale_dtype, fp8=fp8)
     preset = presets()[name][1]
-    native = "bf16" if preset.layout == "native" else preset.layout
-    if preset.layout != "bf16" and layout not in (None, native):
+    preset_storage, quantize = preset.layout, preset.quantize
+    if preset_storage == "native":  # e.g. gpt-oss: MXFP4 experts, as the family writes them
+        if layout is not None:
+            raise UsageError(
+                f"--layout {layout}: {name}'s replica is written in its published storage "
+                "(native) only: its family writes that format itself (gpt-oss: MXFP4 experts)"
+            )
+        if targets:
+            raise UsageError(f"--targets: {name}'s replica is written in its published "
+                             "storage only; nothing else is quantized")
+        return QuantLayout("bf16", (), scale_dtype=scale_dtype)
+    if preset_storage != "bf16" and layout not in (None, preset_storage):
         raise UsageError(
             f"--layout {layout}: {name}'s replica is written in its published storage "
-            f"({preset.layout}) only"
+            f"({preset_storage}) only"
         )
-    if layout is None or layout == native:
-        return QuantLayout(native, preset.quantize, scale_dtype=scale_dtype)
-    return QuantLayout(layout, targets, scale_dtype=scale_dtype, fp8=fp8)
+    kind = layout or preset_storage
+    if kind == "bf16" and (targets or fp8):
+        raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout fp8-channel, "
+                         "fp8-block, nvfp4 or modelopt-nvfp4)")
+    if layout is None and preset_storage != "bf16":
+        if targets:
+            raise UsageError(f"--targets: {name}'s replica is written in its published "
+                             f"storage ({preset_storage}), quantized as it ships")
+        return QuantLayout(kind, quantize, scale_dtype=scale_dtype)
+    return QuantLayout(kind, targets if targets is not None else LINEARS,
+                       scale_dtype=scale_dtype, fp8=fp8)
