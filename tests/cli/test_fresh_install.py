@@ -55,10 +55,13 @@ def _pip(venv: Path, *args: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def fresh_venv(pytestconfig: pytest.Config) -> Path:
+def fresh_venv(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     key = hashlib.sha256(repr((sys.version_info[:2], sorted(deps))).encode()).hexdigest()[:12]
-    venv = Path(pytestconfig.cache.mkdir("fresh-install")) / f"venv-{key}"
+    cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
+    parent = Path(cache.mkdir("fresh-install")) if cache is not None else (
+        tmp_path_factory.mktemp("fresh-install"))
+    venv = parent / f"venv-{key}"
     stamp = venv / ".deps-installed"
     if not stamp.exists():
         shutil.rmtree(venv, ignore_errors=True)
