@@ -19,7 +19,8 @@
 # chain of vllm._custom_ops, fused_moe, vllm_flash_attn, the mamba / FLA ops and the sampler,
 # found by importing them in a CPU venv here (2026-12-05): pyzmq, cbor2, msgspec, pybase64,
 # cachetools, openai (+ httpx2, httpcore2, jiter, sniffio, truststore), openai-harmony,
-# pydantic (+ pydantic-core, annotated-types, typing-inspection).
+# pydantic (+ pydantic-core, annotated-types, typing-inspection), and the versions of
+# typing-extensions, anyio, idna and h11 those require (newer than the image may hold).
 set -euo pipefail
 
 checkout="${1:?usage: prepare_carry.sh CHECKOUT [FOLDER_MIB]}"
@@ -70,7 +71,7 @@ if [[ ! -f "$dl/wheels.tar" ]]; then
     annotated-types==0.8.0 cachetools==8.0.2 cbor2==6.3.0 httpcore2==2.17.0 httpx2==2.17.0 \
     jiter==0.19.0 msgspec==0.23.0 openai==3.63.0 openai-harmony==0.0.8 pybase64==1.5.1 \
     pydantic==2.14.4 pydantic_core==2.50.5 pyzmq==27.3.0 sniffio==1.3.1 truststore==0.10.5 \
-    typing-inspection==0.4.5
+    typing-inspection==0.4.5 typing_extensions==4.16.0 anyio==4.16.0 idna==3.21 h11==0.16.0
   tar -C "$dl" -cf "$dl/wheels.tar" wheels
 fi
 
