@@ -115,10 +115,10 @@ def _text_tensors(tensors: tuple[TensorSpec, ...]) -> list[TensorSpec]:
 
 
 def _role(rest: str) -> str:
-    if ".shared_expert" in rest:
-        return "shared_expert"
     if _ROUTER.search(rest):
         return "router"
+    if ".shared_expert" in rest:
+        return "shared_expert"
     if rest.startswith("linear_attn."):
         return "linear_attention"
     if rest.startswith(("self_attn.", "attention.")):
@@ -219,10 +219,10 @@ def step_model(
             for nm, n, k, fmt in _fuse(per_layer.get(i, {}))
         )
         moe = None
-        e = experts.get(i)
-        if e and "inter" in e:
-            moe = Moe(len(e["ids"]), dims.experts_per_token, e["hidden"], e["inter"],
-                      e.get("fmt", "bf16"), gated=dims.family != "nemotron_h")
+        ex = experts.get(i)
+        if ex and "inter" in ex:
+            moe = Moe(len(ex["ids"]), dims.experts_per_token, ex["hidden"], ex["inter"],
+                      ex.get("fmt", "bf16"), gated=dims.family != "nemotron_h")
         layers.append(
             LayerOps(
                 index=i,
