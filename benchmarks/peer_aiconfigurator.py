@@ -22,15 +22,18 @@ Each build is rebuilt as an operator model from the config gen_checkpoint.py wro
   benchmarks/ops/aic_predict.py under ``--aic-python`` (the extra's venv). Where
   AIConfigurator refuses an architecture, the row says so.
 
-``--isolation-us``: subtract this per operator call (the timing overhead an operator measured
-alone carries; benchmarks/ops/compose_check.py measures it); default: the value recorded in
-benchmarks/ops/results/compose-h200.json when present, else 0.
+``ops-i`` takes off each operator call's isolated time t the part a graph of back-to-back
+kernels does not pay, min(fraction * t, cap), both fitted for each family on the OTHER
+families' profiled device-only decode steps (``--isolation F CAP_US`` fixes them instead);
+``ops-i+c`` adds the engine overhead above and floors a decode step at the host's floor the
+other families' 2-4-layer probes measured (benchmarks/gpu/results/*/probes-h200.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -53,7 +56,24 @@ from servelab.predict.priors import load_priors  # noqa: E402
 #: Output tokens of the stored single-stream runs (their recipes: 128): the decode step's
 #: context is the prompt plus half of them.
 HALF_OUTPUT = 64
-COMPOSE = HERE / "ops" / "results" / "compose-h200.json"
+#: The host-floor probes (2 to 4 of a model's layers: the GPU has almost nothing to do per
+#: token, so a step's time is the engine's host work; RESULTS.md "the host's floor measured").
+PROBES = sorted((HERE / "gpu" / "results").glob("*/probes-h200.json"))
+_PROBE_FAMILY = {"llama": "llama", "qwen3-30b": "qwen3_moe", "qwen3-next": "qwen3_hybrid"}
+
+
+def probe_floors() -> list[tuple[str, float]]:
+    """(family, median decode step ms over all points) of every stored probe run."""
+    out = []
+    for f in PROBES:
+        doc = json.loads(f.read_text())
+        for r in doc["runs"] if isinstance(doc, dict) else doc:
+            fam = next((v for k, v in _PROBE_FAMILY.items() if r["model_id"].startswith(k)),
+                       None)
+            tpots = [s["tpot_s"] for s in r.get("samples", []) if s.get("tpot_s")]
+            if fam and tpots:
+                out.append((fam, statistics.median(tpots) * 1e3))
+    return out
 
 
 @dataclass
@@ -66,6 +86,7 @@ class Point:
     device_only: bool
     eager: bool
     ops_ms: float = 0.0
+    adjusted_ms: float = 0.0
     corrected_ms: float = 0.0
     aic_ms: float | None = None
     aic_note: str = ""
@@ -95,36 +116,88 @@ def _family(sample: Any) -> str:
     return str(getattr(sample.build, "family", ""))
 
 
-def predict_ops(ps: Sequence[Point], isolation_ms: float) -> None:
+def _ops_ms(p: Point, model: Any, costs: Costs, iso: tuple[float, float]) -> float:
+    frac, cap = iso
+    if p.kind == "decode":
+        st = step_time(model, costs, StepShape.decode(1, p.length + HALF_OUTPUT),
+                       EngineSteps(isolation_frac=frac, isolation_cap_ms=cap))
+        return st.device_ms if p.device_only else st.total_ms
+    st = step_time(model, costs, StepShape.prefill(p.length),
+                   EngineSteps(cuda_graph_max=0, isolation_frac=frac, isolation_cap_ms=cap))
+    return st.total_ms
+
+
+def _fit_isolation(profiled: Sequence[tuple[Point, Any]], costs: Costs
+                   ) -> tuple[float, float]:
+    """(fraction, cap ms) minimizing the squared log error of the adjusted operator sum on
+    profiled device-only decode steps (a grid: fraction 0..0.6, cap 0..30 us)."""
+    steps = []
+    for p, model in profiled:
+        st = step_time(model, costs, StepShape.decode(1, p.length + HALF_OUTPUT))
+        steps.append((p.measured_ms, [(i.count, i.lookup.ms) for i in st.items]))
+    best = (float("inf"), 0.0, 0.0)
+    for fi in range(31):
+        frac = fi * 0.02
+        for ci in range(61):
+            cap = ci * 0.0005
+            err = 0.0
+            for meas, items in steps:
+                pred = sum(n * max(t - min(frac * t, cap), 0.1 * t) for n, t in items)
+                err += math.log(pred / meas) ** 2
+            if err < best[0]:
+                best = (err, frac, cap)
+    return best[1], best[2]
+
+
+def predict_ops(ps: Sequence[Point], isolation: tuple[float, float] | None
+                ) -> dict[str, dict[str, float]]:
+    """Fill ``ops_ms`` (isolated sums, no adjustment), ``adjusted_ms`` and ``corrected_ms``;
+    return the adjustments used per family.
+
+    With ``isolation`` None, the isolation adjustment (each operator's isolated time t less
+    min(fraction * t, cap)) is fitted for each family F on the profiled device-only decode
+    steps of the OTHER families; then the engine's per-step overhead per kind is the median of
+    (measured - adjusted sum) over the other families' points, and a decode step is never
+    shorter than the host floor the other families' probes measured. Nothing of F's own runs
+    enters F's prediction."""
     costs = Costs([shipped()["h200-vllm-0.26.0"]])
     models: dict[str, Any] = {}
     for p in ps:
         b = build(p.build)
         if b is None:
             raise SystemExit(f"no operator model for build {p.build}")
-        m = models.setdefault(p.build, b.model())
-        if p.kind == "decode":
-            st = step_time(m, costs, StepShape.decode(1, p.length + HALF_OUTPUT),
-                           EngineSteps(isolation_ms=isolation_ms))
-            p.ops_ms = st.device_ms if p.device_only else st.total_ms
-        else:
-            st = step_time(m, costs, StepShape.prefill(p.length),
-                           EngineSteps(cuda_graph_max=0, isolation_ms=isolation_ms))
-            p.ops_ms = st.total_ms
-
-
-def correct(ps: Sequence[Point]) -> dict[str, dict[str, float]]:
-    """Leave-family-out engine overhead per kind; returns the constant used per family."""
+        models.setdefault(p.build, b.model())
+        p.ops_ms = _ops_ms(p, models[p.build], costs, (0.0, 0.0))
+    floors = probe_floors()
     used: dict[str, dict[str, float]] = defaultdict(dict)
-    for p in ps:
-        if p.device_only:
-            p.corrected_ms = p.ops_ms
-            continue
-        others = [q.measured_ms - q.ops_ms for q in ps
-                  if q.kind == p.kind and q.family != p.family and not q.device_only]
-        c = statistics.median(others) if others else 0.0
-        used[p.family][p.kind] = c
-        p.corrected_ms = p.ops_ms + c
+    for fam in sorted({p.family for p in ps}):
+        other_floors = [ms for f, ms in floors if f != fam]
+        floor = statistics.median(other_floors) if other_floors else 0.0
+        used[fam]["floor_ms"] = floor
+        if isolation is None:
+            iso = _fit_isolation([(q, models[q.build]) for q in ps
+                                  if q.device_only and q.family != fam], costs)
+        else:
+            iso = isolation
+        adj = {id(q): _ops_ms(q, models[q.build], costs, iso) for q in ps}
+        used[fam]["isolation_frac"], used[fam]["isolation_cap_us"] = iso[0], iso[1] * 1e3
+        for kind in ("decode", "prefill"):
+            # decode: the residual over device-bound steps only (a step shorter than the
+            # host's floor waits for the host: the floor, not the gap, sets it)
+            others = [q.measured_ms - adj[id(q)] for q in ps
+                      if q.kind == kind and q.family != fam and not q.device_only and
+                      (kind == "prefill" or adj[id(q)] > floor)]
+            c = statistics.median(others) if others else 0.0
+            used[fam][kind] = c
+            for p in ps:
+                if p.family == fam and p.kind == kind:
+                    p.adjusted_ms = adj[id(p)]
+                    if p.device_only:
+                        p.corrected_ms = adj[id(p)]
+                    elif kind == "decode":
+                        p.corrected_ms = max(adj[id(p)] + c, floor)
+                    else:
+                        p.corrected_ms = adj[id(p)] + c
     return used
 
 
@@ -169,26 +242,30 @@ def _stats(errs: list[float]) -> str:
     return f"{statistics.median(a):.1%} / {max(a):.1%} (n={len(a)})"
 
 
-def report(ps: Sequence[Point], used: dict[str, dict[str, float]], isolation_ms: float,
-           aic_label: str, markdown: bool) -> None:
+def report(ps: Sequence[Point], used: dict[str, dict[str, float]], aic_label: str,
+           markdown: bool) -> None:
     print(f"operator tables: {shipped()['h200-vllm-0.26.0'].provenance.label()}; "
-          f"isolation adjustment {isolation_ms * 1e3:.1f} us per operator; {aic_label}\n")
-    print("| build | family | kind | tokens | measured ms | ops ms (err) | ops+c ms (err) | "
-          "AIC ms (err) |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"{aic_label}\n")
+    print("| build | family | kind | tokens | measured ms | ops ms (err) | ops-i ms (err) | "
+          "ops-i+c ms (err) | AIC ms (err) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for p in sorted(ps, key=lambda p: (p.family, p.build, p.kind, p.length, p.device_only)):
         kind = p.kind + (" (device)" if p.device_only else "")
         aic = (f"{p.aic_ms:.2f} ({_err(p.aic_ms, p.measured_ms):+.0%})"
                if p.aic_ms is not None else (p.aic_note or "—"))
         print(f"| {p.build} | {p.family} | {kind} | {p.length} | {p.measured_ms:.2f} | "
               f"{p.ops_ms:.2f} ({_err(p.ops_ms, p.measured_ms):+.0%}) | "
+              f"{p.adjusted_ms:.2f} ({_err(p.adjusted_ms, p.measured_ms):+.0%}) | "
               f"{p.corrected_ms:.2f} ({_err(p.corrected_ms, p.measured_ms):+.0%}) | {aic} |")
-    print("\nLeave-family-out engine overhead added (ms): " + "; ".join(
-        f"{f}: decode {c.get('decode', 0):+.2f}, prefill {c.get('prefill', 0):+.2f}"
+    print("\nLeave-family-out adjustments: " + "; ".join(
+        f"{f}: isolation min({c.get('isolation_frac', 0):.2f} t, "
+        f"{c.get('isolation_cap_us', 0):.1f} us) per operator, engine overhead "
+        f"decode {c.get('decode', 0):+.2f} ms (host floor {c.get('floor_ms', 0):.2f} ms), "
+        f"prefill {c.get('prefill', 0):+.2f} ms"
         for f, c in sorted(used.items())))
-    print("\n| family | kind | ops median/max abs err | ops+c | AIC (its points) | "
-          "servelab ops+c on AIC's points |")
-    print("|---|---|---|---|---|---|")
+    print("\n| family | kind | ops median/max abs err | ops-i | ops-i+c | AIC (its points) | "
+          "servelab ops-i+c on AIC's points |")
+    print("|---|---|---|---|---|---|---|")
     fams = sorted({p.family for p in ps})
     for kind in ("decode", "prefill"):
         for fam in [*fams, "all"]:
@@ -198,34 +275,33 @@ def report(ps: Sequence[Point], used: dict[str, dict[str, float]], isolation_ms:
                 continue
             both = [p for p in sel if p.aic_ms is not None]
             print(f"| {fam} | {kind} | {_stats([_err(p.ops_ms, p.measured_ms) for p in sel])} | "
+                  f"{_stats([_err(p.adjusted_ms, p.measured_ms) for p in sel])} | "
                   f"{_stats([_err(p.corrected_ms, p.measured_ms) for p in sel])} | "
                   f"{_stats([_err(p.aic_ms, p.measured_ms) for p in both if p.aic_ms])} | "
                   f"{_stats([_err(p.corrected_ms, p.measured_ms) for p in both])} |")
     dev = [p for p in ps if p.device_only]
     if dev:
         print("\nDevice-only decode (profiled GPU busy time per step) against the operator "
-              "sum: " + ", ".join(f"{p.build} {_err(p.ops_ms, p.measured_ms):+.0%}"
-                                  for p in dev))
+              "sum, isolated / adjusted (leave-family-out): " + ", ".join(
+                  f"{p.build} {_err(p.ops_ms, p.measured_ms):+.0%} / "
+                  f"{_err(p.adjusted_ms, p.measured_ms):+.0%}" for p in dev))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--aic-python", default="/tmp/aic-venv/bin/python")
-    ap.add_argument("--isolation-us", type=float, default=None)
+    ap.add_argument("--isolation", type=float, nargs=2, metavar=("FRACTION", "CAP_US"),
+                    help="a fixed isolation adjustment instead of the leave-family-out fit")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
-    if args.isolation_us is not None:
-        iso = args.isolation_us / 1e3
-    elif COMPOSE.is_file():
-        iso = float(json.loads(COMPOSE.read_text())["isolation_ms"])
-    else:
-        iso = 0.0
+    iso: tuple[float, float] | None = None  # fitted leave-family-out from profiled steps
+    if args.isolation is not None:
+        iso = (args.isolation[0], args.isolation[1] / 1e3)
     ps = points()
-    predict_ops(ps, iso)
-    used = correct(ps)
+    used = predict_ops(ps, iso)
     label = predict_aic(ps, args.aic_python)
-    report(ps, used, iso, label, args.markdown)
+    report(ps, used, label, args.markdown)
     return 0
 
 

@@ -427,7 +427,9 @@ def attn_setup(job: Mapping[str, Any], decode: bool
     from vllm.vllm_flash_attn import flash_attn_varlen_func, get_scheduler_metadata
 
     hq, hkv, d, w = int(job["hq"]), int(job["hkv"]), int(job["d"]), int(job["window"])
-    sinks = randn(hq, dtype=torch.float32) if job.get("sinks") else None
+    # vLLM's FA3 takes the learned sinks (s_aux) in BF16 ("We only support bf16 dtype for S
+    # aux", seen 2026-12-05); float32 sinks failed every gpt-oss point of the first sitting
+    sinks = randn(hq, dtype=BF16) if job.get("sinks") else None
     win = _window(w)
 
     def point(p: Any) -> Callable[[], Any]:
