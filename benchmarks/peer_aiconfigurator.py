@@ -2,31 +2,35 @@
 with AIConfigurator's prediction for the same points side by side (issue 39).
 
     .venv/bin/python benchmarks/peer_aiconfigurator.py [--aic-python /tmp/aic-venv/bin/python]
-        [--isolation-us X] [--markdown]
+        [--isolation FRACTION CAP_US]
 
 The points are the shipped priors' H200 vLLM 0.26.0 rows (servelab.predict.priors: servelab's
-own runs, benchmarks/gpu/results/): single-stream decode (1000 / TPOT) and prefill
-(prompt / TTFT) at 512, 2,048 and 8,192 tokens, and the profiled device-only decode steps.
-Each build is rebuilt as an operator model from the config gen_checkpoint.py wrote for it
-(benchmarks/ops/builds.py) and predicted from the shipped H200 operator tables
-(src/servelab/ops/data/h200-vllm-0.26.0):
+own runs, benchmarks/gpu/results/): single-stream decode (TPOT) and prefill (TTFT) at 512,
+2,048 and 8,192 tokens, and the profiled device-only decode steps. Each build is rebuilt as
+an operator model from the config gen_checkpoint.py wrote for it (benchmarks/ops/builds.py)
+and predicted from the shipped H200 operator tables (src/servelab/ops/data/h200-vllm-0.26.0).
+Columns:
 
-* ``ops``: the operator sum alone (decode: one step at the prompt plus half the output
-  as context; prefill: one step of the whole prompt, vLLM's 8,192-token budget holding it);
-* ``ops+c``: plus the engine's per-step overhead the operators do not contain, one constant
-  for decode and one for prefill, each the median of (measured - ops) over every OTHER
-  family's points (the build's whole family is left out of its own correction);
-* ``aic``: AIConfigurator 0.12.0's ``predict_decode_latency(1, L, 2)`` /
+* ``ops``: the sum of the operators as the tables measured them, each alone (decode: one
+  step at the prompt plus half the output as context; prefill: one step of the whole
+  prompt, vLLM's 8,192-token budget holding it);
+* ``ops-m``: each operator call's isolated time t less min(fraction * t, cap), the part a
+  graph of back-to-back kernels does not pay, as the tables MEASURED it
+  (benchmarks/ops/compose_check.py: decoder stacks in one graph against their operators
+  alone; meta.json ``isolation``). No run of any build enters this column;
+* ``+c``: plus the engine's per-step overhead the operators do not contain, one constant for
+  decode and one for prefill, each the median of (measured - adjusted sum) over every OTHER
+  family's points, and a decode step never shorter than the host's floor the other
+  families' 2-4-layer probes measured (benchmarks/gpu/results/*/probes-h200.json);
+* ``ops-p+c``: the same with the isolation adjustment FITTED instead, for each family on the
+  OTHER families' profiled device-only decode steps (``--isolation F CAP_US`` fixes it);
+* ``AIC``: AIConfigurator 0.12.0's ``predict_decode_latency(1, L, 2)`` /
   ``predict_prefill_latency(1, L)`` on h200_sxm with its vLLM tables (0.24.0), the same config
   written as a local model, FP8 builds as ``fp8_block`` GEMM and MoE; run through
   benchmarks/ops/aic_predict.py under ``--aic-python`` (the extra's venv). Where
   AIConfigurator refuses an architecture, the row says so.
 
-``ops-i`` takes off each operator call's isolated time t the part a graph of back-to-back
-kernels does not pay, min(fraction * t, cap), both fitted for each family on the OTHER
-families' profiled device-only decode steps (``--isolation F CAP_US`` fixes them instead);
-``ops-i+c`` adds the engine overhead above and floors a decode step at the host's floor the
-other families' 2-4-layer probes measured (benchmarks/gpu/results/*/probes-h200.json).
+A build's whole family is left out of every correction of its own prediction.
 """
 
 from __future__ import annotations
@@ -49,7 +53,12 @@ sys.path.insert(0, str(HERE / "ops"))
 from builds import build  # noqa: E402
 
 from servelab.ops.costs import Costs  # noqa: E402
-from servelab.ops.step import EngineSteps, StepShape, step_time  # noqa: E402
+from servelab.ops.step import (  # noqa: E402
+    EngineSteps,
+    StepShape,
+    measured_isolation,
+    step_time,
+)
 from servelab.ops.tables import shipped  # noqa: E402
 from servelab.predict.priors import load_priors  # noqa: E402
 
@@ -88,6 +97,8 @@ class Point:
     ops_ms: float = 0.0
     adjusted_ms: float = 0.0
     corrected_ms: float = 0.0
+    measured_adj_ms: float = 0.0  # with the isolation adjustment the tables measured
+    measured_corr_ms: float = 0.0
     aic_ms: float | None = None
     aic_note: str = ""
 
@@ -242,30 +253,34 @@ def _stats(errs: list[float]) -> str:
     return f"{statistics.median(a):.1%} / {max(a):.1%} (n={len(a)})"
 
 
-def report(ps: Sequence[Point], used: dict[str, dict[str, float]], aic_label: str,
-           markdown: bool) -> None:
+def report(ps: Sequence[Point], used: dict[str, dict[str, float]],
+           used_m: dict[str, dict[str, float]], iso_label: str, aic_label: str) -> None:
     print(f"operator tables: {shipped()['h200-vllm-0.26.0'].provenance.label()}; "
-          f"{aic_label}\n")
-    print("| build | family | kind | tokens | measured ms | ops ms (err) | ops-i ms (err) | "
-          "ops-i+c ms (err) | AIC ms (err) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"measured isolation adjustment: {iso_label}; {aic_label}\n")
+    print("| build | family | kind | tokens | measured ms | ops (err) | ops-m (err) | "
+          "ops-m+c (err) | ops-p+c (err) | AIC (err) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+
+    def cell(v: float, m: float) -> str:
+        return f"{v:.2f} ({_err(v, m):+.0%})"
+
     for p in sorted(ps, key=lambda p: (p.family, p.build, p.kind, p.length, p.device_only)):
         kind = p.kind + (" (device)" if p.device_only else "")
-        aic = (f"{p.aic_ms:.2f} ({_err(p.aic_ms, p.measured_ms):+.0%})"
-               if p.aic_ms is not None else (p.aic_note or "—"))
+        aic = cell(p.aic_ms, p.measured_ms) if p.aic_ms is not None else (p.aic_note or "—")
         print(f"| {p.build} | {p.family} | {kind} | {p.length} | {p.measured_ms:.2f} | "
-              f"{p.ops_ms:.2f} ({_err(p.ops_ms, p.measured_ms):+.0%}) | "
-              f"{p.adjusted_ms:.2f} ({_err(p.adjusted_ms, p.measured_ms):+.0%}) | "
-              f"{p.corrected_ms:.2f} ({_err(p.corrected_ms, p.measured_ms):+.0%}) | {aic} |")
-    print("\nLeave-family-out adjustments: " + "; ".join(
-        f"{f}: isolation min({c.get('isolation_frac', 0):.2f} t, "
-        f"{c.get('isolation_cap_us', 0):.1f} us) per operator, engine overhead "
-        f"decode {c.get('decode', 0):+.2f} ms (host floor {c.get('floor_ms', 0):.2f} ms), "
-        f"prefill {c.get('prefill', 0):+.2f} ms"
-        for f, c in sorted(used.items())))
-    print("\n| family | kind | ops median/max abs err | ops-i | ops-i+c | AIC (its points) | "
-          "servelab ops-i+c on AIC's points |")
-    print("|---|---|---|---|---|---|---|")
+              f"{cell(p.ops_ms, p.measured_ms)} | {cell(p.measured_adj_ms, p.measured_ms)} | "
+              f"{cell(p.measured_corr_ms, p.measured_ms)} | "
+              f"{cell(p.corrected_ms, p.measured_ms)} | {aic} |")
+    for title, u in (("measured isolation (m)", used_m), ("fitted isolation (p)", used)):
+        print(f"\nLeave-family-out adjustments, {title}: " + "; ".join(
+            f"{f}: isolation min({c.get('isolation_frac', 0):.2f} t, "
+            f"{c.get('isolation_cap_us', 0):.1f} us), engine overhead decode "
+            f"{c.get('decode', 0):+.2f} ms (host floor {c.get('floor_ms', 0):.2f} ms), "
+            f"prefill {c.get('prefill', 0):+.2f} ms" for f, c in sorted(u.items())))
+    print("\nmedian / max |error| (points):\n")
+    print("| family | kind | ops | ops-m | ops-m+c | ops-p+c | AIC (its points) | "
+          "ops-p+c on AIC's points |")
+    print("|---|---|---|---|---|---|---|---|")
     fams = sorted({p.family for p in ps})
     for kind in ("decode", "prefill"):
         for fam in [*fams, "all"]:
@@ -275,16 +290,18 @@ def report(ps: Sequence[Point], used: dict[str, dict[str, float]], aic_label: st
                 continue
             both = [p for p in sel if p.aic_ms is not None]
             print(f"| {fam} | {kind} | {_stats([_err(p.ops_ms, p.measured_ms) for p in sel])} | "
-                  f"{_stats([_err(p.adjusted_ms, p.measured_ms) for p in sel])} | "
+                  f"{_stats([_err(p.measured_adj_ms, p.measured_ms) for p in sel])} | "
+                  f"{_stats([_err(p.measured_corr_ms, p.measured_ms) for p in sel])} | "
                   f"{_stats([_err(p.corrected_ms, p.measured_ms) for p in sel])} | "
                   f"{_stats([_err(p.aic_ms, p.measured_ms) for p in both if p.aic_ms])} | "
                   f"{_stats([_err(p.corrected_ms, p.measured_ms) for p in both])} |")
     dev = [p for p in ps if p.device_only]
     if dev:
         print("\nDevice-only decode (profiled GPU busy time per step) against the operator "
-              "sum, isolated / adjusted (leave-family-out): " + ", ".join(
-                  f"{p.build} {_err(p.ops_ms, p.measured_ms):+.0%} / "
-                  f"{_err(p.adjusted_ms, p.measured_ms):+.0%}" for p in dev))
+              "sum: raw / measured isolation / fitted isolation (leave-family-out): " +
+              ", ".join(f"{p.build} {_err(p.ops_ms, p.measured_ms):+.0%} / "
+                        f"{_err(p.measured_adj_ms, p.measured_ms):+.0%} / "
+                        f"{_err(p.adjusted_ms, p.measured_ms):+.0%}" for p in dev))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,15 +310,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aic-python", default="/tmp/aic-venv/bin/python")
     ap.add_argument("--isolation", type=float, nargs=2, metavar=("FRACTION", "CAP_US"),
                     help="a fixed isolation adjustment instead of the leave-family-out fit")
-    ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     iso: tuple[float, float] | None = None  # fitted leave-family-out from profiled steps
     if args.isolation is not None:
         iso = (args.isolation[0], args.isolation[1] / 1e3)
     ps = points()
+    measured = measured_isolation(Costs([shipped()["h200-vllm-0.26.0"]]))
+    if measured is None:
+        raise SystemExit("the shipped H200 tables carry no measured isolation adjustment")
+    used_m = predict_ops(ps, measured[:2])
+    for p in ps:
+        p.measured_adj_ms, p.measured_corr_ms = p.adjusted_ms, p.corrected_ms
     used = predict_ops(ps, iso)
     label = predict_aic(ps, args.aic_python)
-    report(ps, used, label, args.markdown)
+    report(ps, used, used_m, f"min({measured[0]:.2f} t, {measured[1] * 1e3:.1f} us) from "
+           f"{measured[2]}", label)
     return 0
 
 

@@ -109,6 +109,26 @@ def attn_pairs(ours: TableSet, theirs: TableSet, table: str, a_col: str, b_col: 
     return out
 
 
+def gdn_pairs(ours: TableSet, theirs: TableSet) -> dict[str, list[tuple[float, float]]]:
+    """Gated DeltaNet per phase (AIConfigurator's kernels of a phase summed; its prefill core
+    is FlashInfer's chunk kernel, servelab's the FLA Triton one vLLM 0.26 runs without
+    FlashInfer)."""
+    def key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+        x = r["batch_size"] if r["phase"] == "generation" else r["num_tokens"]
+        return (r["phase"], r["num_k_heads"], r["head_k_dim"], r["num_v_heads"],
+                r["head_v_dim"], x)
+
+    idx = {key(r): r["latency"] for r in theirs.table("gdn").rows
+           if r["phase"] == "generation" or r["batch_size"] == 1}
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in ours.table("gdn").rows:
+        hit = idx.get(key(r))
+        if hit:
+            out[f"gdn {r['phase']} {r['num_k_heads']}/{r['num_v_heads']}x{r['head_k_dim']} "
+                f"state {r['state_dtype']}"].append((r["latency"], hit))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
          attn_pairs(ours, theirs, "generation_attention", "batch_size", "step")),
         ("prefill attention (FA3, no cached prefix)",
          attn_pairs(ours, theirs, "context_attention", "isl", "prefix")),
+        ("Gated DeltaNet (conv + core, per phase)", gdn_pairs(ours, theirs)),
     )
     for title, pairs in sections:
         print(f"### {title}\n")

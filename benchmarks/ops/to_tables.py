@@ -119,6 +119,29 @@ def table_row(job: Mapping[str, Any], r: Mapping[str, Any]) -> tuple[str, dict[s
                            "topk": job.get("topk")}
 
 
+def fit_isolation(doc: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """(fraction, cap) with which each operator's isolated time t, less min(fraction * t,
+    cap), sums to the measured time of whole decoder stacks captured as one graph
+    (compose_check.py): a grid search minimizing the squared log error over its stacks."""
+    import math
+
+    stacks = doc["stacks"]
+    best = (float("inf"), 0.0, 0.0)
+    for fi in range(51):
+        frac = fi * 0.02
+        for ci in range(81):
+            cap = ci * 0.0005
+            err = 0.0
+            for st in stacks:
+                pred = sum(max(t - min(frac * t, cap), 0.1 * t) for t in st["isolated_ms"])
+                err += math.log(pred / st["stack_ms"]) ** 2
+            if err < best[0]:
+                best = (err, frac, cap)
+    return {"frac": best[1], "cap_ms": best[2], "rms_log_error": (best[0] / len(stacks)) ** .5,
+            "stacks": len(stacks), "source": source, "gpu": doc.get("gpu"),
+            "floor_ms": doc.get("floor_ms"), "per_node_ms": doc.get("per_node_ms")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--command", default="")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--compose", type=Path,
+                    help="compose_check.py's output: fit the isolation adjustment on it")
     args = ap.parse_args(argv)
     jobs = {j["id"]: j for j in json.loads(args.jobs.read_text())["jobs"]}
     heads, rows = read_rows(args.results)
@@ -177,9 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         "command": args.command,
         "timing": "CUDA events around a CUDA-graph replay (eager where noted), L2 flushed "
                   "(256 MiB) before each repetition, median of 3-25 repetitions, ms",
+        "sessions": [{k: x.get(k) for k in ("date", "jobs", "priority", "commit", "gpu",
+                                            "driver", "vllm")} for x in heads],
         "rows": counts,
         "errors": dict(errors.most_common()),
     }
+    if args.compose:
+        meta["isolation"] = fit_isolation(json.loads(args.compose.read_text()),
+                                          str(args.compose.resolve().relative_to(HERE.parents[1])))
     (args.out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(json.dumps({"rows": counts, "errors": sum(errors.values())}, indent=1))
     return 0

@@ -62,3 +62,19 @@ def test_an_unmeasured_expert_format_is_refused_not_guessed(costs: Costs) -> Non
 
     with pytest.raises(UsageError, match="mxfp4"):
         step_time(_model("gpt-oss-20b"), costs, StepShape.decode(1, 512))
+
+
+def test_the_shipped_set_measured_its_isolation_adjustment(costs: Costs) -> None:
+    from servelab.ops.step import measured_isolation
+
+    iso = measured_isolation(costs)
+    assert iso is not None
+    frac, cap, source = iso
+    assert 0 < frac <= 1 and 0 < cap < 0.05 and source.endswith("compose.json")
+    m = _model("qwen2.5-7b")
+    raw = step_time(m, costs, StepShape.decode(1, 1024))
+    adj = step_time(m, costs, StepShape.decode(1, 1024),
+                    EngineSteps(isolation_frac=frac, isolation_cap_ms=cap))
+    n = sum(i.count for i in raw.items)
+    assert raw.device_ms - n * cap <= adj.device_ms < raw.device_ms
+    assert any("back-to-back" in note for note in adj.notes)

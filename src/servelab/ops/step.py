@@ -102,8 +102,10 @@ class EngineSteps:
     back-to-back kernels does not (events, graph launch, an idle GPU's ramp, kernels'
     prologues and tails that overlap in a graph): ``min(isolation_frac * t,
     isolation_cap_ms)`` is taken off each operator call's isolated time ``t``. Both 0: the
-    tables' isolated times as they are. They are a correction fitted to profiled steps
-    (benchmarks/peer_aiconfigurator.py), reported beside the uncorrected sum."""
+    tables' isolated times as they are. :func:`measured_isolation` reads the pair a table
+    set measured (decoder stacks in one graph against their operators alone); a pair fitted
+    to profiled engine steps is a correction (benchmarks/peer_aiconfigurator.py reports
+    both beside the uncorrected sum)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,17 @@ class StepTime:
         for i in self.items:
             out[i.op] = out.get(i.op, 0.0) + i.total_ms
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def measured_isolation(costs: Costs) -> tuple[float, float, str] | None:
+    """(fraction, cap ms, source) of the isolation adjustment the first table set measured
+    (its ``meta.json`` ``isolation``: benchmarks/ops/compose_check.py's decoder stacks timed
+    as one graph against their operators timed alone), or None."""
+    for s in costs.sets:
+        iso = s.provenance.details.get("isolation")
+        if isinstance(iso, dict) and "frac" in iso and "cap_ms" in iso:
+            return float(iso["frac"]), float(iso["cap_ms"]), str(iso.get("source", s.key))
+    return None
 
 
 def _norms_per_layer(model: StepModel) -> int:
@@ -293,7 +306,7 @@ def step_time(model: StepModel, costs: Costs, shape: StepShape,
     if engine.isolation_frac and engine.isolation_cap_ms:
         notes.append(f"each operator's isolated time t less min({engine.isolation_frac:.2f} t, "
                      f"{engine.isolation_cap_ms * 1e3:.1f} us): what a graph of back-to-back "
-                     "kernels does not pay (a correction fitted to profiled steps)")
+                     "kernels does not pay")
     notes.append(f"host: {'one CUDA-graph replay' if graph else 'eager launches'} of "
                  f"~{n_kernels} kernels ({items_host:.3f} ms); the engine's scheduling and "
                  "input preparation are not operators and are not included")
