@@ -23,7 +23,7 @@ def test_the_extra_is_read_or_refused_clearly() -> None:
 
 def test_a_system_it_lacks_is_refused_naming_what_it_has(tmp_path: Path) -> None:
     (tmp_path / "h200_sxm").mkdir()
-    with pytest.raises(UsageError, match="no tables for 'h999'.*h200_sxm"):
+    with pytest.raises(UsageError, match=r"no tables for 'h999'.*h200_sxm"):
         aic.load("h999", root=tmp_path)
     with pytest.raises(UsageError, match="no vllm tables"):
         aic.load("h200", root=tmp_path)
