@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hardware",),  # profiles (data) and probes; hardware.lookup resolves names
     ("checkpoint",),  # header readers: local, GGUF, Hub
     ("synth",),  # tiny real checkpoints, GGUF conversion, header replicas
+    ("ops",),  # operator cost tables (measured, AIConfigurator's) and step composition
     ("plan",),  # memory/KV arithmetic seam, bytes and FLOPs per point: values in, out
     ("engines",),  # the Engine seam, the shared log-facts record, one folder per engine
     # load generator and statistics (needs nothing above the foundations); below serve: a
