@@ -12,10 +12,10 @@ ensure_dev_venv() {
     log "creating $VENV"
     "$PY" -m venv "$VENV"
   fi
-  if ! "$VENV/bin/python" -c 'import servelab, pytest, transformers' 2>/dev/null \
+  if ! "$VENV/bin/python" -c 'import servelab, pytest, transformers, mkdocs, material' 2>/dev/null \
      || [ "$ROOT/pyproject.toml" -nt "$VENV/.servelab-installed" ]; then
-    log "installing servelab and its test dependencies into $VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e "$ROOT[dev,synth]" \
+    log "installing servelab and its test dependencies (and the docs' MkDocs) into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e "$ROOT[dev,synth,docs]" \
       'transformers==5.19.0' 'compressed-tensors==0.17.0'
     touch "$VENV/.servelab-installed"
   fi

@@ -22,12 +22,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # foundations: no servelab imports above errors (testing/ imports none at all)
-    ("servelab", "errors", "units", "defaults", "points", "redact", "outfile", "testing",
+    ("servelab", "errors", "quiet", "units", "defaults", "points", "redact", "outfile", "testing",
      "check"),
     ("families",),  # model families: config reading, layer kinds, dims
     ("hardware",),  # profiles (data) and probes; hardware.lookup resolves names
     ("checkpoint",),  # header readers: local, GGUF, Hub
     ("synth",),  # tiny real checkpoints, GGUF conversion, header replicas
+    ("ops",),  # operator cost tables (measured, AIConfigurator's) and step composition
     # sizing arithmetic: memory budget, the KV pool's vocabulary and the engine seam's types,
     # weights per GPU, start-up limits: values in, values out
     ("sizing",),
@@ -202,7 +203,8 @@ def test_the_planner_and_families_stay_low(graph: dict[str, set[str]]) -> None:
     sizing = {t for m, ts in graph.items() if unit(m) == "sizing" for t in ts}
     assert sorted(t for t in sizing if unit(t) in ("engines", "serve")) == []
     families = {t for m, ts in graph.items() if unit(m) == "families" for t in ts}
-    assert sorted(t for t in families if unit(t) != "families") == ["servelab.errors"]
+    assert sorted(t for t in families if unit(t) != "families") == [
+        "servelab.errors", "servelab.quiet"]
     engines = {t for m, ts in graph.items() if unit(m) == "engines" for t in ts}
     assert sorted(t for t in engines if unit(t) == "serve") == []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -217,3 +218,41 @@ def test_discovery_errors_are_one_line(
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     assert_one_line_errors([(["choose", "no-org/none", "--discover", "--endpoint", url,
                               "--no-store"], "RepositoryNotFound")], capsys)
+
+
+def test_an_unreachable_hub_fails_at_once_with_the_reason(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No network (here: a port that accepts and hangs up) is one attempt and one line, not
+    huggingface_hub's five retries with backoff (12 lines over 24 s, issue 41)."""
+    attempts = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            attempts.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main(["choose", BASE, "--discover", "--endpoint", url, "--no-store"])
+        err = capsys.readouterr().err
+        assert exc.value.code != 0 and len(err.strip().splitlines()) == 1, err
+        # the reason is the OS's or httpx's (a reset or a disconnect, as the race goes)
+        assert f"cannot reach {url} (" in err and "name the builds" in err
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+    assert len(attempts) == 1

@@ -65,3 +65,19 @@ def _shown_names(lines: list[str]) -> set[str]:
     """Every ``--name`` token on an options-panel row (primary and secondary columns)."""
     return {tok for line in lines if line.startswith("│ ")
             for tok in line.strip("│ ").split() if tok.startswith("--")}
+
+
+@pytest.mark.parametrize("path", list(_all_commands()), ids=" ".join)
+def test_help_shows_a_flag_as_a_flag(path: tuple[str, ...]) -> None:
+    # Typer's help gave every option a type column: "--fits <bool>" read as taking a value
+    res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert "<bool>" not in res.output, res.output
+
+
+def test_plan_help_shows_fits_as_a_flag() -> None:
+    res = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "80"})
+    [row] = [line for line in res.output.splitlines() if "--fits" in line]
+    assert re.match(r"│ --fits\s+Only say whether it fits", row), row
+    root = runner.invoke(app, ["--help"], env={"COLUMNS": "80"})
+    assert "<bool>" not in root.output and "--version" in root.output

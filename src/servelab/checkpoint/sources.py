@@ -166,6 +166,18 @@ def _side_configs(
     )
 
 
+def gguf_file(path: Path) -> Path | None:
+    """The GGUF file a local path names: the file itself, or the one ``.gguf`` file of a
+    folder that holds no safetensors (as a download of one quantization leaves it); None
+    otherwise. Whoever plans the checkpoint follows llama.cpp's rules for it then."""
+    if path.is_file():
+        return path if path.suffix == GGUF_SUFFIX or is_gguf(path) else None
+    if not path.is_dir() or any(path.glob("*.safetensors")):
+        return None
+    ggufs = [p for p in path.glob(f"*{GGUF_SUFFIX}") if p.is_file()]
+    return ggufs[0] if len(ggufs) == 1 else None
+
+
 def _load_file(path: Path, location: str) -> CheckpointSource:
     if path.suffix == GGUF_SUFFIX or is_gguf(path):
         return load_gguf(path, location)
@@ -222,8 +234,8 @@ def _load_dir(path: Path, location: str) -> CheckpointSource:
     else:
         names = sorted(p.name for p in path.glob("*.safetensors") if p.is_file())
         ggufs = sorted(p for p in path.glob(f"*{GGUF_SUFFIX}") if p.is_file())
-        if not names and len(ggufs) == 1:
-            return load_gguf(ggufs[0], location)
+        if (one := gguf_file(path)) is not None:
+            return load_gguf(one, location)
         if not names:
             if ggufs:
                 raise UsageError(

@@ -57,6 +57,26 @@ def _is_gguf(info: Any) -> bool:
     return getattr(info, "library_name", None) == "gguf" or "gguf" in tags
 
 
+#: Seconds the one reachability request may take before the tree is listed.
+PROBE_TIMEOUT_S = 10.0
+
+
+def _reachable(where: str, base: str) -> None:
+    """One request, no retries: the Hub answers, or a RemoteError says why at once.
+    huggingface_hub's listing retries a failed connection five times with backoff (about
+    25 s offline, and a line per retry), which is right for a blip but not for no network."""
+    import httpx2
+    from huggingface_hub import get_session
+
+    try:
+        get_session().head(where, timeout=PROBE_TIMEOUT_S)
+    except (httpx2.HTTPError, OSError) as exc:
+        raise RemoteError(
+            f"cannot reach {where} ({exc or type(exc).__name__}): finding the builds of a base "
+            "model needs the Hub; name the builds instead (repo ids, local directories, GGUF "
+            "files)", path=base) from None
+
+
 def model_tree(
     base: str,
     *,
@@ -75,6 +95,7 @@ def model_tree(
         raise RemoteError(
             "HF_HUB_OFFLINE is set: finding the builds of a base model needs the Hub; name "
             "the builds instead (repo ids, local directories, GGUF files)", path=base)
+    _reachable(where, base)
     api = HfApi(endpoint=endpoint, token=token)
     found: dict[str, TreeChild] = {base: TreeChild(base, "base", False)}
     for relation in RELATIONS:

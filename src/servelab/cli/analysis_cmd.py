@@ -8,13 +8,14 @@ JSON schemas: ``servelab.compare/1`` (:mod:`servelab.analysis.compare`),
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, Table, emit, num, pick_format
-from servelab.errors import RunNotFoundError, UsageError
+from servelab.errors import RunNotFoundError, ServelabError, UsageError
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy load only when a command runs (fast --help)
     from servelab.analysis import Group
@@ -47,6 +48,11 @@ def _metric_names(metrics: list[str] | None) -> list[str] | None:
 # ---------------------------------------------------------------------------- compare
 
 
+def _pct(rel: float | None) -> float | None:
+    """A relative difference in percent, for a CSV cell (None: none, or not finite)."""
+    return None if rel is None or not math.isfinite(rel) else round(rel * 100, 2)
+
+
 def compare_tables(comp: Comparison) -> list[Table]:
     """The compare table: one row per metric and point, one value/Δ/verdict per group."""
     from servelab.analysis.compare import fmt_rel
@@ -55,7 +61,24 @@ def compare_tables(comp: Comparison) -> list[Table]:
     for g in comp.groups[1:]:
         cols += [g.name, f"Δ vs {comp.groups[0].name}", "verdict"]
     rows = []
+    # --csv: one value per cell (the shown cells join a value and its CI, a delta and its CI)
+    base = comp.groups[0].name
+    csv_cols = ["metric", "unit", "point", f"{base}", f"{base} ci95 low", f"{base} ci95 high"]
+    for g in comp.groups[1:]:
+        csv_cols += [g.name, f"{g.name} ci95 low", f"{g.name} ci95 high",
+                     f"{g.name} vs {base} (%)", f"{g.name} vs {base} ci95 low (%)",
+                     f"{g.name} vs {base} ci95 high (%)", f"{g.name} verdict",
+                     f"{g.name} p-value"]
+    csv_rows: list[list[object]] = []
     for r in comp.rows:
+        crow: list[object] = [r.label, r.unit, r.point]
+        for i, c in enumerate(r.cells):
+            crow += [c.value, c.ci_low, c.ci_high]
+            if i:
+                pct = [_pct(None if x is None else x - 1)
+                       for x in (c.ratio_ci_low, c.ratio_ci_high)]
+                crow += [_pct(c.rel_diff), *pct, c.verdict, c.p_value]
+        csv_rows.append(crow)
         row = [f"{r.label} ({r.unit})", r.point]
         for i, c in enumerate(r.cells):
             ci = ""
@@ -80,7 +103,7 @@ def compare_tables(comp: Comparison) -> list[Table]:
         f"{comp.alpha}; [95% bootstrap CI of "
         f"the ratio]. Runs: {runs}"
     )
-    return [Table("compare", tuple(cols), rows, caption)]
+    return [Table("compare", tuple(cols), rows, caption, csv=(tuple(csv_cols), csv_rows))]
 
 
 def compare_cmd(
@@ -104,6 +127,7 @@ def compare_cmd(
 ) -> None:
     """Compare runs, recipes or labelled groups side by side, tested against the noise."""
     from servelab.analysis import Group, compare_groups
+    from servelab.analysis.metrics import METRICS
     from servelab.pipeline.experiment import latest_runs
     from servelab.store import RunFilter, open_store
 
@@ -125,7 +149,30 @@ def compare_cmd(
     if len(groups) < 2:
         raise UsageError("give at least two runs, --recipe or --label values to compare")
     comp = compare_groups(groups, metrics=_metric_names(metric), alpha=alpha)
+    names = _metric_names(metric)
+    per_request = names is None or any(METRICS[n].per_sample is not None for n in names)
+    if not any(r.point for r in comp.rows):  # no per-request row: say why in one sentence
+        why = _nothing_in_common(groups) if per_request else None
+        if why is not None or not comp.rows:
+            raise ServelabError(why or "nothing to compare: no asked metric was measured "
+                                "in two of them")
     emit(fmt, doc=comp.to_json_dict(), tables=compare_tables(comp))
+
+
+def _nothing_in_common(groups: Sequence[Group]) -> str | None:
+    """Why a comparison has no per-request row: the groups measured no point (prompt length
+    and concurrency) in common (None: they did)."""
+    from servelab.analysis.metrics import all_points
+
+    measured = "; ".join(f"{g.name}: {', '.join(all_points(g.runs)) or 'no point'}"
+                         for g in groups)
+    shared = set(all_points(groups[0].runs))
+    for g in groups[1:]:
+        shared &= set(all_points(g.runs))
+    if shared:
+        return None
+    return (f"nothing to compare: the runs measured no point in common ({measured}); "
+            "compare runs benchmarked at the same prompt length and concurrency")
 
 
 # ---------------------------------------------------------------------------- history

@@ -17,6 +17,7 @@ import typer
 from servelab import __version__
 from servelab.cli.errors import run_cli
 from servelab.cli.lazy import LazyCommand, LazyGroup
+from servelab.quiet import quiet_libraries
 
 # Root commands in the order ``--help`` lists them (Typer lists plain commands before groups,
 # each in registration order). The summary is the first paragraph of the command's own help;
@@ -96,5 +97,7 @@ def _root(
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point: run the app; errors become one-line messages (see :mod:`.errors`)."""
-    run_cli(lambda: app(args=argv, standalone_mode=False))
+    """Entry point: run the app; errors become one-line messages (see :mod:`.errors`), and
+    third-party libraries' warnings stay off the user's terminal (:mod:`servelab.quiet`)."""
+    with quiet_libraries():
+        run_cli(lambda: app(args=argv, standalone_mode=False))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import statistics
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, Table, emit, num, pick_format
-from servelab.errors import UsageError
+from servelab.errors import HardwareProfileError, UsageError
 
 if TYPE_CHECKING:
     from servelab.evidence.sweeps import Replanned, Skipped, SweepRow
@@ -82,7 +83,12 @@ def report(
     if replicas and (by != "model" or priors_only):
         raise UsageError("--replica re-predicts stored sweeps: only with --by model and a "
                          "results database")
+    from servelab.hardware.profiles import check_profile_name
+
     fmt = pick_format(as_json, as_csv, as_markdown)
+    if hardware is not None:  # an alias or another case: the profile's own name, as stored
+        with suppress(HardwareProfileError):
+            hardware = check_profile_name(hardware)
     table = load_priors(priors)
     if by != "model":
         _held_out(db, hardware, priors_only, by, table, fmt)
@@ -201,6 +207,12 @@ def _emit_ledger(fmt: str, table: PriorTable, rows: Sequence[LedgerRow],
                 ("hardware", "build", "kind", "length", "measured", "predicted", "interval",
                  "error", "inside", "level"),
                 cells,
+                csv=(("hardware", "build", "kind", "length_tokens", "unit", "measured",
+                      "predicted", "low", "high", "error_pct", "inside", "level"),
+                     [[r.hardware, r.model, r.kind, r.length, r.unit, r.measured_tok_s,
+                       r.predicted_tok_s, r.low, r.high,
+                       None if r.error is None else round(r.error * 100, 2), r.inside,
+                       r.level] for r in rows]),
                 caption="predicted as if the build had never been run; error = measured / "
                 "predicted - 1"
                 + ("; spec step: verification steps/s (x the run's measured acceptance "

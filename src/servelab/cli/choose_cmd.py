@@ -1,8 +1,9 @@
 """``servelab choose BUILD...``: which build to download, answered before the download.
 
 ``--json`` prints one document of schema ``servelab.choose/1`` (see
-:mod:`servelab.choose.rank`); ``--csv`` the ranked table; ``--markdown`` the table and the
-pick as Markdown.
+:mod:`servelab.choose.rank`); ``--csv`` the ranked table as plain values (:data:`CSV_COLUMNS`:
+units in the column names, an interval as its low and high); ``--markdown`` the table and
+the pick as Markdown.
 """
 
 from __future__ import annotations
@@ -98,6 +99,38 @@ def table_rows(choice: Choice) -> list[list[str]]:
     return rows
 
 
+#: The ``--csv`` columns: one value each, units in the names (the table's cells carry them).
+CSV_COLUMNS = (
+    "rank", "build", "engine", "scheme", "fits", "concurrency_at_context", "kv_pool_tokens",
+    "decode_tok_s", "decode_low_tok_s", "decode_high_tok_s", "decode_source",
+    "prefill_tok_s", "prefill_low_tok_s", "prefill_high_tok_s", "prefill_source",
+    "speculative_tok_s", "speculative_low_tok_s", "speculative_high_tok_s",
+    "speculative_source", "kernel_path", "kernel_fallback", "mtp_head_tensors",
+    "bytes_per_token_gib", "slo", "verdict",
+)
+
+
+def _speed_values(s: Speed | None) -> list[object]:
+    """value, low, high, source ("measured", "predicted", "bound" or "no prediction")."""
+    if s is None:
+        return [None, None, None, None]
+    source = s.source if s.tok_s is not None else (
+        "no prediction" if "no prediction" in s.basis else None)
+    return [None if v is None else round(v, 2) for v in (s.tok_s, s.low, s.high)] + [source]
+
+
+def csv_rows(choice: Choice) -> list[list[object]]:
+    """The ranked table as plain values (``--csv``)."""
+    return [[
+        r.rank, r.build, r.engine, r.scheme, r.fits,
+        None if r.max_concurrency is None else round(r.max_concurrency, 2), r.kv_pool_tokens,
+        *_speed_values(r.decode), *_speed_values(r.prefill), *_speed_values(r.speculative),
+        r.kernel_path, r.fallback, r.mtp_tensors if r.mtp_usable else 0,
+        None if r.bytes_per_token is None else round(r.bytes_per_token / GIB, 3),
+        r.slo, r.verdict,
+    ] for r in choice.rows]
+
+
 def _slo_targets(text: str | None) -> tuple[SloTarget, ...]:
     from servelab.bench.slo import parse_slo
     from servelab.choose.rank import SloTarget
@@ -154,7 +187,8 @@ def choose(
     pick = (f"Download {result.pick}: {result.reason}" if result.pick
             else f"No build to download: {result.reason}")
     emit(fmt, doc=result.to_dict(),
-         tables=[Table(title, COLUMNS, table_rows(result), no_wrap=("build",))],
+         tables=[Table(title, COLUMNS, table_rows(result), no_wrap=("build",),
+                       csv=(CSV_COLUMNS, csv_rows(result)))],
          notes=[pick])
 
 
@@ -163,4 +197,4 @@ def register(app: typer.Typer) -> None:
     app.command("choose")(choose)
 
 
-__all__ = ["COLUMNS", "choose", "register", "table_rows"]
+__all__ = ["COLUMNS", "CSV_COLUMNS", "choose", "csv_rows", "register", "table_rows"]

@@ -35,6 +35,21 @@ class LazyCommand:
     summary: str
 
 
+def flags_take_no_value(cmd: Command) -> Command:
+    """Show a flag in ``--help`` as a flag: Typer's help gives every option a type column,
+    so ``--fits`` read ``--fits <bool>``, as if it took a value. A flag (its ``--help``
+    included) gets an empty metavar; ``cmd`` and its subcommands, in place."""
+    help_option = getattr(cmd, "get_help_option", None)
+    if help_option is not None:
+        help_option(cmd.context_class(cmd))  # builds (and caches) its --help option
+    for param in [*cmd.params, getattr(cmd, "_help_option", None)]:
+        if param is not None and getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(cmd, "commands", {}).values():
+        flags_take_no_value(sub)
+    return cmd
+
+
 def load_module_commands(module_name: str) -> dict[str, Command]:
     """Import ``module_name`` and build the click commands it registers on a root app."""
     module = importlib.import_module(module_name)
@@ -43,7 +58,8 @@ def load_module_commands(module_name: str) -> dict[str, Command]:
         module.register(root)
     else:
         root.add_typer(module.app)
-    return dict(typer.main.get_group(root).commands)
+    return {name: flags_take_no_value(cmd)
+            for name, cmd in typer.main.get_group(root).commands.items()}
 
 
 class LazyCommands(MutableMapping[str, Command]):
@@ -89,6 +105,9 @@ class LazyGroup(TyperGroup):
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
+        for param in self.params:  # the root's own flags (--version); its --help: below
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
         self.commands = LazyCommands(self.lazy_commands, dict(self.commands))
         self._summaries = {c.name: c.summary for c in self.lazy_commands}
         self._listing = False
@@ -107,6 +126,12 @@ class LazyGroup(TyperGroup):
         if self._listing and cmd_name in self._summaries and not commands.is_loaded(cmd_name):
             return TyperCommand(name=cmd_name, help=self._summaries[cmd_name])
         return commands.get(cmd_name)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""  # a flag (see flags_take_no_value)
+        return option
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)  # names only: TyperGroup's reads items(), building each

@@ -3,7 +3,10 @@
 Every command that prints results takes the same three flags with the same meaning:
 
 * ``--json``: one JSON document on stdout (each command documents its schema);
-* ``--csv``: the command's main table as CSV (header row first);
+* ``--csv``: the command's main table as CSV (header row first): one value per cell, numbers
+  without units or thousands separators, the unit in the column's name (a table may carry
+  a machine form of its own, :attr:`Table.csv`; otherwise a cell that is a formatted number
+  such as ``5,752`` is written ``5752``);
 * ``--markdown``: every table as a GitHub-flavoured Markdown table.
 
 At most one may be given. Commands build :class:`Table` values and a JSON document, then call
@@ -15,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +67,9 @@ class Table:
     caption: str | None = None
     no_wrap: tuple[str, ...] = ()
     """Columns never folded (ids to copy); the others fold to fit the terminal."""
+    csv: tuple[tuple[str, ...], Sequence[Sequence[object]]] | None = None
+    """The ``--csv`` form, when the shown cells carry units or labels ("67,366 tokens",
+    "100.5 bound"): column names with their units and plain values (None: empty)."""
 
 
 def pick_format(
@@ -101,12 +108,29 @@ def to_markdown(tables: Sequence[Table]) -> str:
     return "\n".join(out)
 
 
+_FORMATTED_NUMBER = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")
+
+
+def csv_value(value: object) -> str:
+    """A CSV cell: empty for None, a number as Python writes it (no separators, no unit),
+    a formatted number's separators dropped."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    text = str(value)
+    return text.replace(",", "") if _FORMATTED_NUMBER.fullmatch(text) else text
+
+
 def to_csv(table: Table) -> str:
-    """One table as CSV text."""
+    """One table as CSV text (its machine form when it has one)."""
+    columns, rows = table.csv if table.csv is not None else (table.columns, table.rows)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(table.columns)
-    writer.writerows(table.rows)
+    writer.writerow(columns)
+    writer.writerows([csv_value(v) for v in row] for row in rows)
     return buf.getvalue()
 
 

@@ -198,6 +198,11 @@ def plan_request(checkpoint: str, engine: str, hw_opts: HardwareOptions, vllm: V
     if engine_name == "llamacpp" and (given := [k for k, v in vllm.given().items() if v]):
         raise UsageError(f"{', '.join(given)}: vLLM's flags; a llama.cpp plan takes -c, -np, "
                          "-ctk, -ctv, -fa and --kv-unified")
+    if engine_name == "vllm" and (given := [k for k, v in llama.given().items() if v]):
+        raise UsageError(f"{', '.join(given)}: llama.cpp's flags, and this is a vLLM plan (the "
+                         "checkpoint is not a GGUF file); vLLM takes --max-model-len, "
+                         "--max-num-seqs and --kv-cache-dtype, or give --engine llamacpp",
+                         path=checkpoint)
     topology = hw_opts.topology(hw)
     return PlanRequest.from_flags(
         checkpoint, hw, topology, engine=engine_name, engine_version=vllm.engine_version,
@@ -220,12 +225,12 @@ def _plan_flags(request: PlanRequest) -> Plan:
 
 def _use_llamacpp(engine: str, checkpoint: str) -> bool:
     """Whether ``plan`` follows llama.cpp's KV arithmetic (``auto``: for a GGUF file)."""
-    from servelab.checkpoint.gguf_format import is_gguf
+    from servelab.checkpoint.sources import gguf_file
 
     if engine not in ("auto", "vllm", "llamacpp"):
         raise UsageError(f"--engine {engine!r}: choose auto, vllm or llamacpp")
-    if engine == "auto":
-        return is_gguf(Path(checkpoint))
+    if engine == "auto":  # a GGUF file, or a folder holding one and no safetensors
+        return gguf_file(Path(checkpoint)) is not None
     return engine == "llamacpp"
 
 

@@ -79,7 +79,7 @@ def render_plan(plan: Plan, console: Console, *, fits_only: bool = False) -> Non
         sentence = sentence.replace("fits:", "fits per GPU:", 1)
     console.print(escape(sentence), soft_wrap=True, style=None if fit else "bold")
     for finding in plan.findings:
-        console.print(f"[bold yellow]warning:[/] {escape(finding.line)}")
+        console.print(f"[bold yellow]warning:[/] {escape(finding.line)}", soft_wrap=True)
     if plan.graph_capture is not None:
         console.print(escape(plan.graph_capture.line), soft_wrap=True)
     if fits_only:

@@ -9,6 +9,7 @@ object (samples included with ``--samples``). ``runs export`` writes the export 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -29,7 +30,7 @@ from servelab.cli.output import (
     pick_format,
     stdout_console,
 )
-from servelab.errors import UsageError
+from servelab.errors import InputError, UsageError
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.store import RunFilter, RunRecord
@@ -138,13 +139,24 @@ def list_cmd(
 ) -> None:
     """List stored runs, newest first."""
     from servelab.store import EXPORT_SCHEMA, open_store, run_to_dict
+    from servelab.store.connect import ENV_DB
 
     fmt = pick_format(as_json, as_csv, as_markdown)
-    with open_store(db, create=False) as store:
-        runs = store.list_runs(_filter(recipe, model, label, status, since, limit, True))
+    flt = _filter(recipe, model, label, status, since, limit, True)
+    try:
+        with open_store(db, create=False) as store:
+            runs = store.list_runs(flt)
+            stored = bool(runs) or bool(store.list_runs(_filter(None, None, None, None, None,
+                                                                1, True)))
+    except InputError:
+        if db is not None or os.environ.get(ENV_DB):
+            raise  # a database named on purpose and not there: a typo, not an empty store
+        runs, stored = [], False  # the default database is made by the first run
     doc = {"schema": EXPORT_SCHEMA, "runs": [run_to_dict(r, samples=False) for r in runs]}
     if not runs and fmt == "table":
-        stdout_console().print("no stored runs match")
+        stdout_console().print(
+            "no stored runs match" if stored else
+            "no runs stored yet: `servelab run RECIPE` or `servelab bench URL` records one")
         return
     emit(fmt, doc=doc, tables=[runs_table(runs, f"{len(runs)} runs")])
 

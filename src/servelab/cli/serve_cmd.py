@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
     from servelab.serve.attach import ServerInfo
     from servelab.serve.process import EngineProcess
 
-__all__ = ["facts_table", "register", "serve"]
+__all__ = ["facts_table", "facts_view", "register", "serve"]
 
 err = Console(stderr=True, highlight=False)
 out = stdout_console()
@@ -98,6 +98,17 @@ def facts_table(facts: EngineFacts, *, title: str = "What the engine's log says"
     for notice in facts.warnings:
         table.add_row(f"[yellow]warning ({notice.kind})[/]", escape(notice.text))
     return table
+
+
+def facts_view(facts: EngineFacts, log: Path) -> Table | str:
+    """The facts table, or, when the log gave none of them (an engine whose log servelab
+    reads nothing from, such as the synthetic one), a sentence saying so instead of an
+    empty table."""
+    table = facts_table(facts)
+    if table.row_count:
+        return table
+    return (f"The engine's log ({escape(str(log))}) holds none of the facts servelab reads "
+            "from a log (version, KV cache, concurrency, kernel path).")
 
 
 def _info_table(info: ServerInfo) -> Table:
@@ -204,7 +215,7 @@ def serve(
                 # One line, flushed: scripts read it while the engine keeps serving.
                 print(json.dumps(_ready_payload(engine, rdir), default=str), flush=True)
             else:
-                out.print(facts_table(engine.facts))
+                out.print(facts_view(engine.facts, rdir / "engine.log"), soft_wrap=True)
                 out.print(
                     f"[bold green]ready[/] in {engine.ready_s:.1f} s: {escape(engine.base_url)}/v1 "
                     f"(model {escape(engine.served_model_name)!r}) — Ctrl-C to stop"

@@ -23,7 +23,7 @@ synth_app = typer.Typer(
 _console = stdout_console()
 
 #: Which linear layers a replica quantizes (regex sets from servelab.synth.replica).
-_TARGETS = ("experts-attention", "experts", "all-text", "nvfp4-fast")
+_TARGETS = ("linears", "experts-attention", "experts", "all-text", "nvfp4-fast")
 
 
 @synth_app.command("tiny")
@@ -112,12 +112,14 @@ def replica(
         help="bf16, fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4 (default: the "
         "preset's published storage; fp8-channel for qwen3.6-35b-a3b).",
     ),
-    targets: str = typer.Option(
-        "experts-attention",
+    targets: str | None = typer.Option(
+        None,
         "--targets",
-        help="Quantized linears: experts-attention (routed+shared experts, full attention), "
-        "experts (routed only), all-text (also linear attention) or nvfp4-fast (Unsloth's "
-        "NVFP4-Fast: NVFP4 experts; FP8 attention, linear attention and lm_head).",
+        help="Quantized linears of a --layout: linears (the default: attention, MLPs, routed "
+        "and shared experts, as an export quantizes them), experts-attention (routed+shared "
+        "experts, full attention), experts (routed only), all-text (also linear attention) "
+        "or nvfp4-fast (Unsloth's NVFP4-Fast: NVFP4 experts; FP8 attention, linear attention "
+        "and lm_head).",
     ),
     scale_dtype: str | None = typer.Option(
         None, "--scale-dtype", help="FP8 scale dtype (default BF16 channel, F32 block)."
@@ -136,14 +138,15 @@ def replica(
         raise UsageError(
             f"unknown model preset {model!r}; choose one of {', '.join(presets.preset_names())}"
         )
-    if targets not in _TARGETS:
+    if targets is not None and targets not in _TARGETS:
         raise UsageError(f"unknown targets {targets!r}; choose one of {', '.join(_TARGETS)}")
     fp8: tuple[str, ...] = ()
     if targets == "nvfp4-fast":
         if layout not in (None, "nvfp4"):
             raise UsageError(f"--targets nvfp4-fast is an nvfp4 layout, not {layout}")
         layout, fp8 = "nvfp4", rp.NVFP4_FAST_FP8
-    pats = {
+    pats = None if targets is None else {
+        "linears": rp.LINEARS,
         "experts-attention": rp.EXPERTS_AND_ATTENTION,
         "experts": rp.ROUTED_EXPERTS_ONLY,
         "all-text": rp.TEXT_LINEARS,

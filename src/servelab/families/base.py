@@ -30,6 +30,7 @@ from servelab.families.layers import (
     Mamba2Dims,
     MlaDims,
 )
+from servelab.quiet import logging_enabled
 
 #: Keys of a config.json that are bookkeeping, not model dimensions.
 _NOT_KWARGS = frozenset({"model_type", "transformers_version", "auto_map", "_name_or_path"})
@@ -112,7 +113,7 @@ def _quiet_transformers(notes: list[str]) -> Iterator[None]:
     logger.handlers = [_Collect(logging.WARNING)]
     logger.propagate = False
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with logging_enabled(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             yield
         notes.extend(str(w.message) for w in caught)

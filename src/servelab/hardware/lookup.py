@@ -11,21 +11,20 @@ import functools
 from collections.abc import Iterable
 from pathlib import Path
 
-from servelab.errors import HardwareProfileError
 from servelab.hardware.host import host_profile
 from servelab.hardware.profiles import (
     BUILTIN,
-    HOST,
     HardwareProfile,
     load_profiles_toml,
-    profile_names,
+    resolve_profile_name,
 )
 
 __all__ = ["get_profile", "this_host"]
 
 
 def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfile:
-    """A profile by name: user files first (later files win), then built-ins.
+    """A profile by name or alias, case aside: user files first (later files win), then
+    built-ins (:func:`~servelab.hardware.profiles.resolve_profile_name`).
 
     ``host`` is this machine, measured by a short probe the first time it is asked for in
     a process (:func:`this_host`).
@@ -33,14 +32,12 @@ def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfi
     user: dict[str, HardwareProfile] = {}
     for f in files:
         user.update(load_profiles_toml(f))
+    name = resolve_profile_name(name, user)  # an alias or another case: the profile's name
     if name in user:
         return user[name]
     if name in BUILTIN:
         return BUILTIN[name]
-    if name == HOST:
-        return this_host()
-    known = ", ".join([*user, *profile_names()])
-    raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
+    return this_host()
 
 
 @functools.cache

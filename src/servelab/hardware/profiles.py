@@ -10,6 +10,7 @@ user's profile file (see :func:`load_profiles_toml`), each figure with its sourc
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,9 @@ class HardwareProfile:
     cpu_isa: CpuIsa | None = None
     """A CPU's instruction-set features (engines pick CPU kernels and block sizes by them);
     ``None`` where unknown (every GPU profile: its host CPU runs no attention)."""
+    aliases: tuple[str, ...] = ()
+    """Other names a user types for it (``spark``, ``4090``); matched as names are, case and
+    spaces aside (:func:`resolve_profile_name`)."""
 
     def compute_rate(self, precision: str) -> float | None:
         """Dense FLOP/s at ``precision``, measured when probed, else published/derived."""
@@ -189,6 +193,7 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
     unknown = set(table) - {
         "base", "description", "memory_gib", "unified", "bandwidth_gbs", "compute_tflops",
         "arch", "platform", "kernel_paths", "sources", "cpu_flags",
+        "aliases",
     }
     if unknown:
         raise HardwareProfileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -217,6 +222,9 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
             raise HardwareProfileError(f"{where}.cpu_flags must be a list of /proc/cpuinfo "
                                        "flag names")
         cpu_isa = CpuIsa.of(arch, flags, f"{where}.cpu_flags ({origin})")
+    aliases = table.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+        raise HardwareProfileError(f"{where}.aliases must be a list of names")
     return HardwareProfile(
         name=name,
         description=str(table.get("description", base.description if base else name)),
@@ -230,6 +238,7 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
         sources=sources,
         origin=origin,
         cpu_isa=cpu_isa,
+        aliases=tuple(aliases),
     )
 
 
@@ -282,16 +291,44 @@ def load_profiles_toml(path: str | Path) -> dict[str, HardwareProfile]:
     return out
 
 
+def _folded(name: str) -> str:
+    """A name as typed, compared without case, spaces, hyphens or underscores (``DGX Spark``,
+    ``dgx_spark``, ``RTX4090`` and ``DGX-Spark`` are ``dgx-spark`` and ``rtx-4090``)."""
+    return "".join(c for c in name.lower() if c not in " _-\t")
+
+
+def resolve_profile_name(name: str, user: Mapping[str, HardwareProfile] | None = None) -> str:
+    """The profile ``name`` means: a user profile's or built-in's name or alias, ``host``,
+    case, spaces and underscores aside (user profiles first). HardwareProfileError otherwise,
+    with the closest names ("did you mean") and the known ones."""
+    user = user or {}
+    if name in user or name in BUILTIN or name == HOST:
+        return name
+    names: dict[str, str] = {}  # folded name or alias -> profile name; user profiles win
+    for prof in (*BUILTIN.values(), *user.values()):
+        for n in (prof.name, *prof.aliases):
+            names[_folded(n)] = prof.name
+    names.setdefault(HOST, HOST)
+    folded = _folded(name)
+    if folded in names:
+        return names[folded]
+    known = ", ".join(dict.fromkeys([*user, *profile_names()]))
+    close = difflib.get_close_matches(folded, list(names), n=3, cutoff=0.6)
+    guess = list(dict.fromkeys(names[c] for c in close))
+    hint = ""
+    if guess:
+        hint = f"; did you mean {', '.join(guess[:-1])} or {guess[-1]}?" if len(guess) > 1 \
+            else f"; did you mean {guess[0]}?"
+    raise HardwareProfileError(f"unknown hardware profile {name!r}{hint} (known: {known})")
+
+
 def check_profile_name(name: str, *, files: Iterable[str | Path] = ()) -> str:
-    """``name`` if it names a profile (built-in, ``host`` or in ``files``), without probing
-    the host; HardwareProfileError listing the known names otherwise."""
+    """The profile name ``name`` means (:func:`resolve_profile_name`: built-in, ``host`` or
+    in ``files``, aliases and case aside), without probing the host."""
     user: dict[str, HardwareProfile] = {}
     for f in files:
         user.update(load_profiles_toml(f))
-    if name in user or name in BUILTIN or name == HOST:
-        return name
-    known = ", ".join([*user, *profile_names()])
-    raise HardwareProfileError(f"unknown hardware profile {name!r}; known: {known}")
+    return resolve_profile_name(name, user)
 
 
 def cpu_rates(fp32: float) -> dict[str, float]:

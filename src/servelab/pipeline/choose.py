@@ -24,8 +24,7 @@ from pathlib import Path
 
 from servelab.analysis.metrics import METRICS
 from servelab.analysis.stats import mean_ci
-from servelab.checkpoint.gguf_format import is_gguf
-from servelab.checkpoint.sources import load_checkpoint
+from servelab.checkpoint.sources import gguf_file, load_checkpoint
 from servelab.choose.rank import Candidate, Choice, Measurement, SloTarget, choose
 from servelab.choose.tree import TreeChild, model_tree
 from servelab.engines import DEFAULT_ENGINE
@@ -120,7 +119,7 @@ def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[Run
         if named:
             raise
         return Candidate(name, location, None, refused=f"cannot be read: {exc}")
-    gguf = Path(location).exists() and is_gguf(Path(location))
+    gguf = gguf_file(Path(location)) is not None  # a GGUF file, or a folder of one
     request = PlanRequest.for_build(
         name, req.hardware, engine="llamacpp" if gguf else DEFAULT_ENGINE,
         context_len=req.context_len, prompt_len=req.prompt_len,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from servelab.checkpoint.kv_geometry import check_read_source
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
 from servelab.evidence.gather import evidence_for
@@ -43,8 +44,9 @@ def plan_source(source: CheckpointSource, request: PlanRequest,
     """Plan a checkpoint already loaded (headers read) as ``request`` says, calibrated from
     the successful runs ``every`` (those on the request's hardware calibrate plain decode;
     all of them may hold this checkpoint's measured acceptance and drafting steps)."""
-    return plan_report(build_report(source), source.config, source.header_sha256, request,
-                       every)
+    report = build_report(source)
+    check_read_source(source, report.dims)  # the config's KV-deciding keys against the tensors
+    return plan_report(report, source.config, source.header_sha256, request, every)
 
 
 def plan_report(report: CheckpointReport, config: Mapping[str, Any] | None,

@@ -23,6 +23,7 @@ from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.spec import WorkloadSpec
 from servelab.bench.workload import ProgressEvent
+from servelab.checkpoint.kv_geometry import check_read_source
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.facts import EngineFacts, Phase
@@ -196,7 +197,9 @@ def plan_recipe(recipe: Recipe | ResolvedRecipe, store: Store | None,
     source = load_checkpoint(
         model_dir if model_dir is not None else model_arg, revision=rec.model.revision
     )
-    return make_run_plan(rec, build_report(source), dict(source.config or {}),
+    report = build_report(source)
+    check_read_source(source, report.dims)  # the config's KV-deciding keys against the tensors
+    return make_run_plan(rec, report, dict(source.config or {}),
                          resolved.hardware, engine_version=resolved.plan_version_or_default(),
                          store=store, header_hash=source.header_sha256, priors=priors)
 

@@ -392,7 +392,10 @@ def run_from_bench(result: BenchResult, *, source: str = "input",
     workload = result.workload.to_json()
     samples: list[Sample] = []
     metrics: list[Metric] = []
-    headline: tuple[int, float | None, float | None] | None = None
+    # the single-stream headline of each rate: the point nearest 2,048 prompt tokens that has
+    # a figure of it (a point where no request could be timed per token, or whose rate's CI
+    # reached zero, has none: the nearest point that has one is the headline)
+    best: dict[str, tuple[int, float]] = {}
     for pr in result.points:
         pt = pr.point
         name = point_name(pt.prompt_len, pt.concurrency, source, pt.depth, pt.request_rate,
@@ -403,12 +406,10 @@ def run_from_bench(result: BenchResult, *, source: str = "input",
         means = {m.name: m.value for m in mine}
         if pt.concurrency == 1 and not pt.depth and pt.request_rate is None:
             dist = abs(pt.prompt_len - 2048)
-            # a point where no request could be timed per token (whole answer in one
-            # chunk) has no decode figure: the nearest point that has one is the headline
-            if means.get("decode_tok_s") is not None and (
-                headline is None or dist < headline[0]
-            ):
-                headline = (dist, means.get("decode_tok_s"), means.get("prefill_tok_s"))
+            for key in ("decode_tok_s", "prefill_tok_s"):
+                value = means.get(key)
+                if value is not None and (key not in best or dist < best[key][0]):
+                    best[key] = (dist, value)
     completed = sum(s.ok for s in samples)
     started = _parse_dt(result.started_at)
     finished = _parse_dt(result.finished_at) if result.finished_at else None
@@ -421,8 +422,8 @@ def run_from_bench(result: BenchResult, *, source: str = "input",
         "status": STATUS_OK if completed else STATUS_FAILED,
         "status_reason": None if completed else "no request completed",
         "model_id": result.model or None,
-        "decode_tok_s": headline[1] if headline else None,
-        "prefill_tok_s": headline[2] if headline else None,
+        "decode_tok_s": best["decode_tok_s"][1] if "decode_tok_s" in best else None,
+        "prefill_tok_s": best["prefill_tok_s"][1] if "prefill_tok_s" in best else None,
         "workload": workload,
         "extra": {
             "bench": {k: v for k, v in doc.items() if k not in ("points", "workload")},

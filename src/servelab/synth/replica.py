@@ -94,7 +94,14 @@ class QuantLayout:
 
 
 #: Everything quantized in the text model except routers, shared-expert gates, lm_head.
-TEXT_LINEARS = (r"\.(self_attn|linear_attn|mlp)\.",)
+TEXT_LINEARS = (r"\.(self_attn|linear_attn|mlp|block_sparse_moe)\.",)
+#: What an FP8 or NVFP4 export of a text model quantizes by default (llm-compressor's
+#: ``targets: Linear`` with routers, ``lm_head``, linear attention and vision ignored):
+#: attention (fused ``qkv_proj`` too), dense MLPs (fused ``gate_up_proj`` too), routed and
+#: shared experts (Mixtral's ``block_sparse_moe`` experts too). On Qwen3.6 it is
+#: :data:`EXPERTS_AND_ATTENTION`; on a dense model it also takes the MLP, which holds most of
+#: the weights (issue 41: experts-attention left a dense model's MLP in BF16).
+LINEARS = (r"\.(self_attn|mlp|block_sparse_moe)\.",)
 #: Routed + shared experts + full attention; linear attention, routers, lm_head, vision
 #: unquantized (llm-compressor's FP8_DYNAMIC example for Qwen3.5-MoE ignores
 #: ``re:.*linear_attn.*``, ``re:.*mlp.gate$``, ``re:.*shared_expert_gate$``, vision).
@@ -115,7 +122,10 @@ NVFP4_FAST_FP8 = (
     r"\.linear_attn\.(in_proj_qkv|in_proj_z|in_proj_qkvz|out_proj)$",
     r"^lm_head$",
 )
-_NEVER_ANY = re.compile(r"(\.mlp\.gate$|shared_expert_gate$|in_proj_(a|b|ba)$|^mtp\.)")
+_NEVER_ANY = re.compile(
+    r"(\.mlp\.gate$|\.mlp\.router$|\.block_sparse_moe\.gate$|shared_expert_gate$"
+    r"|in_proj_(a|b|ba)$|^mtp\.|(^|\.)(visual|vision_tower|vision_model)\.)"
+)
 _NEVER = re.compile(rf"({_NEVER_ANY.pattern}|lm_head$)")
 
 

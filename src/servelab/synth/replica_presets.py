@@ -10,7 +10,7 @@ from typing import Any
 
 from servelab.errors import UsageError
 from servelab.families import presets
-from servelab.synth.replica import QuantLayout
+from servelab.synth.replica import LINEARS, QuantLayout
 
 __all__ = ["QWEN3_6_35B_A3B", "preset_config", "preset_layout", "preset_names"]
 
@@ -94,20 +94,46 @@ def preset_names() -> tuple[str, ...]:
     return ("qwen3.6-35b-a3b", *presets())
 
 
-def preset_layout(name: str, layout: str | None, targets: tuple[str, ...],
+def preset_layout(name: str, layout: str | None, targets: tuple[str, ...] | None,
                   scale_dtype: str | None = None, *, fp8: tuple[str, ...] = ()) -> QuantLayout:
     """The layout a preset is written in: its native storage unless ``layout`` is given
-    (a natively quantized preset takes no other layout); ``fp8``: modules an ``nvfp4``
-    layout stores FP8 (:attr:`QuantLayout.fp8`)."""
-    if name == "qwen3.6-35b-a3b":
-        return QuantLayout(layout or "fp8-channel", targets, scale_dtype=scale_dtype, fp8=fp8)
+    (a natively quantized preset takes no other layout); ``targets``: the modules a
+    quantized layout quantizes (None: :data:`LINEARS`, what an export quantizes; ``()``:
+    none); ``fp8``: modules an ``nvfp4`` layout stores FP8 (:attr:`QuantLayout.fp8`). A
+    layout or targets the replica would not honour are refused, never written as something
+    else."""
+    if name == "qwen3.6-35b-a3b":  # any layout; FP8 per channel unless one is given
+        kind = layout or "fp8-channel"
+        if kind == "bf16" and (targets or fp8):
+            raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout "
+                             "fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4)")
+        return QuantLayout(kind, targets if targets is not None else LINEARS,
+                           scale_dtype=scale_dtype, fp8=fp8)
     preset = presets()[name][1]
-    native = "bf16" if preset.layout == "native" else preset.layout
-    if preset.layout != "bf16" and layout not in (None, native):
+    preset_storage, quantize = preset.layout, preset.quantize
+    if preset_storage == "native":  # e.g. gpt-oss: MXFP4 experts, as the family writes them
+        if layout is not None:
+            raise UsageError(
+                f"--layout {layout}: {name}'s replica is written in its published storage "
+                "(native) only: its family writes that format itself (gpt-oss: MXFP4 experts)"
+            )
+        if targets:
+            raise UsageError(f"--targets: {name}'s replica is written in its published "
+                             "storage only; nothing else is quantized")
+        return QuantLayout("bf16", (), scale_dtype=scale_dtype)
+    if preset_storage != "bf16" and layout not in (None, preset_storage):
         raise UsageError(
             f"--layout {layout}: {name}'s replica is written in its published storage "
-            f"({preset.layout}) only"
+            f"({preset_storage}) only"
         )
-    if layout is None or layout == native:
-        return QuantLayout(native, preset.quantize, scale_dtype=scale_dtype)
-    return QuantLayout(layout, targets, scale_dtype=scale_dtype, fp8=fp8)
+    kind = layout or preset_storage
+    if kind == "bf16" and (targets or fp8):
+        raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout fp8-channel, "
+                         "fp8-block, nvfp4 or modelopt-nvfp4)")
+    if layout is None and preset_storage != "bf16":
+        if targets:
+            raise UsageError(f"--targets: {name}'s replica is written in its published "
+                             f"storage ({preset_storage}), quantized as it ships")
+        return QuantLayout(kind, quantize, scale_dtype=scale_dtype)
+    return QuantLayout(kind, targets if targets is not None else LINEARS,
+                       scale_dtype=scale_dtype, fp8=fp8)

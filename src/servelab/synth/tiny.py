@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import InputError, UsageError
+from servelab.quiet import no_progress_bars
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -348,6 +349,7 @@ def make_tiny_model(
             "building a tiny model needs the 'synth' extra: pip install 'servelab[synth]'"
         ) from exc
 
+    no_progress_bars()  # save_pretrained's "Writing model shards" bar, for one tiny shard
     cfg_dict = make_config_dict(arch, overrides)
     model_type = cfg_dict.pop("model_type")
     torch_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
