@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from tests.plan.test_plan_cli import _cpu_profile
+from tests.cli.test_plan_cmd import _cpu_profile
 from typer.testing import CliRunner
 
 from servelab.cli.app import app

@@ -34,7 +34,7 @@ from servelab.sizing.layout import ParallelLayout, layout_from_argv, split_layer
 from servelab.sizing.parallel import comm_per_token, weights_per_gpu
 from servelab.sizing.weights import Weights
 
-LOGS = Path(__file__).parent / "logs"
+LOGS = Path(__file__).parents[1] / "plan" / "logs"
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
