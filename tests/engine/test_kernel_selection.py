@@ -241,3 +241,23 @@ def test_kernel_path_cites_the_engine_source() -> None:
     assert path is not None and (path.name, path.compute) == ("MARLIN W4A16", "bf16")
     assert "fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend" in path.note
     assert "marlin_moe.py" in path.note
+
+
+def test_an_explicit_moe_backend_is_taken_or_refused_as_vllm_does() -> None:
+    w4a4 = detect_quant(_replica_config(QuantLayout("nvfp4", EXPERTS_AND_ATTENTION)))
+    spark = BUILTIN["dgx-spark"].arch
+    # NVIDIA's DGX Spark playbook serves its NVFP4 Qwen3.6 with --moe-backend marlin
+    marlin = select_kernel(w4a4, arch=spark, version="0.26.0",
+                           env=KernelEnv(moe_backend="marlin"))
+    assert (marlin.path_name, marlin.compute) == ("MARLIN W4A16", "bf16")
+    # FLASHINFER_B12X is never chosen by auto, only when asked for, and only on sm_12x
+    assert "FLASHINFER_B12X" not in dict(select_kernel(w4a4, arch=spark, version="0.26.0").refused)
+    b12x = select_kernel(w4a4, arch=spark, version="0.34.0",
+                         env=KernelEnv(moe_backend="flashinfer_b12x"))
+    assert b12x.backend == "FLASHINFER_B12X"
+    refused = select_kernel(w4a4, arch="sm_90", version="0.34.0",
+                            env=KernelEnv(moe_backend="flashinfer_b12x"))
+    assert not refused.known and "refuses to start" in refused.reason
+    bf16 = detect_quant({})
+    odd = select_kernel(bf16, arch=spark, version="0.26.0", env=KernelEnv(moe_backend="triton"))
+    assert not odd.known and "not reproduced" in odd.reason

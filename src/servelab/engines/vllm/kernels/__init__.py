@@ -154,24 +154,32 @@ def select_kernel(
                         lay.label, lay.tag)
     ctx = Ctx(device, lay, env, version_tuple(read))
     oracle = build(ctx)
+    asked = env.moe_backend not in (None, "auto")
+    if layer == MOE and asked and not oracle.forced_by.startswith("--moe-backend"):
+        return _unknown(layer, arch, read, env,
+                        f"--moe-backend {env.moe_backend} with the {oracle.name} oracle: not "
+                        "reproduced (servelab reads explicit backends for NvFp4 and Fp8 only)",
+                        lay.label, lay.tag)
     return _walk(ctx, layer, oracle, lay, read)
 
 
 def _walk(ctx: Ctx, layer: str, oracle: Oracle, lay: Layout, version: str) -> KernelChoice:
     arch, env = ctx.device.arch, ctx.env
     if oracle.forced is not None:
-        forced = [b for b in oracle.order if b.name == oracle.forced]
+        forced = [b for b in (*oracle.order, *oracle.requestable) if b.name == oracle.forced]
         if not forced:
-            return _unknown(layer, arch, version, env, f"{oracle.forced} forced, not reproduced")
+            return _unknown(layer, arch, version, env,
+                            f"{oracle.forced_by}: vLLM refuses to start or takes a backend "
+                            f"servelab does not reproduce ({oracle.forced})", lay.label, lay.tag)
         why = forced[0].test(ctx)
         if why is not None:
             return _unknown(layer, arch, version, env,
-                            f"the environment forces {oracle.forced} and vLLM refuses to start: "
-                            f"{why}", lay.label, lay.tag)
+                            f"{oracle.forced_by} asks for {oracle.forced} and vLLM refuses to "
+                            f"start: {why}", lay.label, lay.tag)
         b = forced[0]
         return KernelChoice(layer, True, b.name, oracle.name, b.compute, lay.label, _tag(b, lay),
                             arch, version, env.describe(), f"{oracle.source}; {b.source}",
-                            f"{b.name} forced by VLLM_USE_DEEP_GEMM=1")
+                            f"{b.name} asked for by {oracle.forced_by}")
     if not oracle.order:
         return _unknown(layer, arch, version, env,
                         f"{oracle.source}: this step of the selection is not reproduced",

@@ -89,6 +89,9 @@ class KernelEnv:
     text_model_type: str | None = None
     """The text config's ``model_type`` (``qwen3_5_moe_text``): vLLM turns DeepGEMM off on
     Blackwell for some (``should_auto_disable_deep_gemm``)."""
+    moe_backend: str | None = None
+    """``--moe-backend`` as given (``marlin``, ``flashinfer_cutlass``, ``flashinfer_b12x``);
+    None is vLLM's ``auto``. vLLM then takes that backend or refuses to start."""
 
     @classmethod
     def from_environ(cls, env: dict[str, str], **kw: object) -> KernelEnv:
@@ -107,4 +110,6 @@ class KernelEnv:
             parts.append("no humming-kernels")
         if self.deep_gemm_env_set:
             parts.append(f"VLLM_USE_DEEP_GEMM={int(self.use_deep_gemm)}")
+        if self.moe_backend:
+            parts.append(f"--moe-backend {self.moe_backend}")
         return ", ".join(parts) or "a plain pip install of vLLM, no kernel flags"

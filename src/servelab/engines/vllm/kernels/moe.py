@@ -73,7 +73,21 @@ class Oracle:
     name: str  # as the engine's log line names it: "Fp8", "NvFp4", "Mxfp4", "Unquantized", ...
     order: tuple[Backend, ...]
     source: str
-    forced: str | None = None  # a backend the environment forces (VLLM_USE_DEEP_GEMM=1)
+    forced: str | None = None  # a backend the flags or environment force
+    forced_by: str = ""  # "--moe-backend marlin", "VLLM_USE_DEEP_GEMM=1"
+    requestable: tuple[Backend, ...] = ()  # backends only an explicit --moe-backend selects
+
+
+def _requested(c: Ctx, mapping: dict[str, str], oracle: Oracle) -> Oracle:
+    """``--moe-backend NAME`` (``map_nvfp4_backend`` / ``map_fp8_backend``): vLLM takes that
+    backend or refuses; a name this oracle does not map is refused too (forced to a name no
+    candidate has, which the walk reports as not reproduced)."""
+    name = c.env.moe_backend
+    if not name or name == "auto":
+        return oracle
+    forced = mapping.get(name, f"--moe-backend {name} (no {oracle.name} backend of that name)")
+    return Oracle(oracle.name, oracle.order, oracle.source, forced, f"--moe-backend {name}",
+                  oracle.requestable)
 
 
 def _fp4_capable(c: Ctx) -> bool:
@@ -188,7 +202,26 @@ def nvfp4_oracle(c: Ctx) -> Oracle:
                          f"{e}nvfp4_emulation_moe.py"))
     if c.version >= (0, 32, 0) and c.device.capability == 90:
         order = _humming_first(order)
-    return Oracle("NvFp4", tuple(order), f"{FUSED}oracle/nvfp4.py select_nvfp4_moe_backend")
+    b12x = Backend("FLASHINFER_B12X", None, _flashinfer_b12x,
+                   f"{e}flashinfer_b12x_moe.py FlashInferB12xExperts._supports_current_device")
+    mapping = {"cutlass": "VLLM_CUTLASS", "flashinfer_trtllm": "FLASHINFER_TRTLLM",
+               "flashinfer_cutlass": "FLASHINFER_CUTLASS", "flashinfer_cutedsl":
+               "FLASHINFER_CUTEDSL", "flashinfer_b12x": "FLASHINFER_B12X", "marlin": "MARLIN",
+               "emulation": "EMULATION"}
+    if c.version >= (0, 25, 0):
+        mapping["humming"] = "HUMMING"
+    return _requested(c, mapping, Oracle(
+        "NvFp4", tuple(order), f"{FUSED}oracle/nvfp4.py select_nvfp4_moe_backend",
+        requestable=(b12x,)))
+
+
+def _flashinfer_b12x(c: Ctx) -> str | None:
+    """``experts/flashinfer_b12x_moe.py`` FlashInferB12xExperts (0.24.0-0.34.0): sm_12x,
+    FlashInfer's b12x MoE, NVFP4 weights with NVFP4 or no activations; never chosen by
+    ``auto`` ("until the upstream CUTLASS SM121 MMA op guard is resolved")."""
+    if c.device.family != 12:
+        return "FlashInfer b12x MoE runs on sm_12x only"
+    return None if c.env.flashinfer else "flashinfer is not installed"
 
 
 def _humming_first(order: list[Backend]) -> list[Backend]:
@@ -307,7 +340,17 @@ def fp8_oracle(c: Ctx) -> Oracle:
         order = [b for b in order if b.name != "VLLM_CUTLASS"]
     if c.version >= (0, 32, 0) and d.capability == 90:
         order = _humming_first(order)
-    return Oracle("Fp8", tuple(order), f"{FUSED}oracle/fp8.py select_fp8_moe_backend", forced)
+    oracle = Oracle("Fp8", tuple(order), f"{FUSED}oracle/fp8.py select_fp8_moe_backend",
+                    forced, "VLLM_USE_DEEP_GEMM=1" if forced else "")
+    mapping = {"triton": "TRITON", "deep_gemm": "DEEPGEMM", "flashinfer_trtllm":
+               "FLASHINFER_TRTLLM", "flashinfer_cutlass": "FLASHINFER_CUTLASS",
+               "marlin": "MARLIN", "aiter": "AITER"}
+    if lay.allow_vllm_cutlass:  # requested without it, vLLM raises "disabled"
+        mapping["cutlass"] = "VLLM_CUTLASS"
+    if c.version >= (0, 25, 0):
+        mapping["humming"] = "HUMMING"
+    # the explicit --moe-backend is handled before the DeepGEMM environment variable
+    return _requested(c, mapping, oracle)
 
 
 # -- Unquantized ----------------------------------------------------------------------------
