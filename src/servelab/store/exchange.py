@@ -451,7 +451,10 @@ def run_from_bench(result: BenchResult, *, source: str = "input",
         pt = pr.point
         name = point_name(pt.prompt_len, pt.concurrency, source, pt.depth, pt.request_rate,
                           workload)
-        samples.extend(sample_of(r, name) for r in pr.samples if not r.warmup)
+        # in request order, as the store gives them back: requests of an open-loop point
+        # finish out of order, and a record must equal its stored copy
+        samples.extend(sample_of(r, name) for r in sorted(pr.samples, key=lambda r: r.index)
+                       if not r.warmup)
         mine = _summary_metrics(pr.metrics, name)
         metrics.extend(mine)
         means = {m.name: m.value for m in mine}
