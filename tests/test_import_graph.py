@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("families",),  # model families: config reading, layer kinds, dims
     ("hardware",),  # profiles (data) and probes; hardware.lookup resolves names
     ("checkpoint",),  # header readers: local, GGUF, Hub
+    ("published",),  # published measurements shipped as sourced data (runs, acceptance)
     ("synth",),  # tiny real checkpoints, GGUF conversion, header replicas
     ("ops",),  # operator cost tables (measured, AIConfigurator's) and step composition
     # sizing arithmetic: memory budget, the KV pool's vocabulary and the engine seam's types,

@@ -3,7 +3,8 @@
 ``runs list --json`` prints ``{"schema": "servelab.runs/1", "runs": [run, ...]}`` with the
 same run objects as ``runs export`` (without samples); ``runs show ID --json`` prints one run
 object (samples included with ``--samples``). ``runs export`` writes the export format of
-:mod:`servelab.store.exchange`; ``runs import`` reads it, or ``vllm bench serve`` result files.
+:mod:`servelab.store.exchange`; ``runs import`` reads it, ``vllm bench serve`` result files, or
+published runs (``servelab/published/runs.toml``'s schema, JSON or TOML: labelled ``published``).
 """
 
 from __future__ import annotations
@@ -320,7 +321,8 @@ def export_cmd(
 def import_cmd(
     files: Annotated[
         list[Path],
-        typer.Argument(help="servelab export files, or `vllm bench serve` result JSON files."),
+        typer.Argument(help="servelab export files, `vllm bench serve` result JSON files, or "
+                       "published runs (schema servelab.published/1, JSON or TOML)."),
     ],
     label: Annotated[
         list[str] | None,
