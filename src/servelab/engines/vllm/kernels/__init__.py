@@ -15,7 +15,7 @@ The rules were read in the wheels of vLLM 0.24.0 to 0.34.0 (:data:`READ_VERSIONS
 layout, the version, the platform or a step of the selection is one servelab has not read,
 the answer says so (``known`` is False, ``reason`` says what is missing): never a guess.
 The engine's own log line (``Using 'MARLIN' NvFp4 MoE backend out of potential backends``)
-beats this answer when there is one; ``tests/engine/test_kernel_selection.py`` checks this
+beats this answer when there is one; ``tests/engine/vllm/test_kernels.py`` checks this
 module against every such line the project holds.
 """
 

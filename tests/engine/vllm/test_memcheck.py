@@ -29,7 +29,7 @@ from servelab.errors import HardwareProfileError
 from servelab.hardware.profiles import BUILTIN, GIB, EngineMemory, load_profiles_toml
 from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
-SEED_LOG = Path(__file__).parent / "logs" / "vllm-gpu-fp8-spark.log"
+SEED_LOG = Path(__file__).parents[1] / "logs" / "vllm-gpu-fp8-spark.log"
 SPARK = BUILTIN["dgx-spark"]
 OVERHEAD = 2 * GIB  # the plan's overhead estimate (CUDA context + activation peak + graphs)
 

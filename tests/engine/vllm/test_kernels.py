@@ -44,7 +44,7 @@ from servelab.synth.replica import (
 )
 from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOG_DIRS = (ROOT / "tests/engine/logs", ROOT / "tests/plan/logs", ROOT / "tests/store/data",
             ROOT / "benchmarks/gpu/results")
 # a whole-session transcript: every start in it is also its own log in the same folder
