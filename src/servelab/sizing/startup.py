@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from servelab.families import ModelDims
 from servelab.hardware.profiles import HardwareProfile
 from servelab.sizing.kvpool import KvPoolPlan
 from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.weights import Weights
 
 __all__ = ["BatchedTokens", "GraphCapture", "MaxNumSeqs", "StartupFinding", "StartupOptions",
            "StartupRules"]
@@ -119,7 +121,13 @@ class StartupFinding:
 
 class StartupRules(Protocol):
     """An engine's start-up rules, as the planner asks them (vLLM's:
-    :mod:`servelab.engines.vllm.startup`)."""
+    :mod:`servelab.engines.vllm.startup`): the platform whose rules apply, its defaults,
+    graph capture, the refusals it foresees and what it says of a plan."""
+
+    def platform(self, hardware: HardwareProfile) -> tuple[str, str | None]:
+        """The engine's platform whose rules apply on ``hardware``, and a note when it
+        stands in for one the engine lacks."""
+        ...
 
     def max_num_seqs(self, hardware: HardwareProfile, platform: str, layout: ParallelLayout,
                      opts: StartupOptions) -> MaxNumSeqs:
@@ -139,4 +147,10 @@ class StartupRules(Protocol):
     def findings(self, kv: KvPoolPlan, seqs: MaxNumSeqs, opts: StartupOptions,
                  hardware: HardwareProfile) -> tuple[StartupFinding, ...]:
         """The start-up refusals a plan of this pool foresees (none when it will start)."""
+        ...
+
+    def plan_notes(self, dims: ModelDims, weights: Weights, layout: ParallelLayout,
+                   kv: KvPoolPlan, platform: str) -> tuple[str, ...]:
+        """What the engine's rules say of a plan of this pool: flags without effect, start-ups
+        it refused, costs the speed model does not carry (none when nothing applies)."""
         ...

