@@ -23,6 +23,10 @@ from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 HASH = "c" * 64
 
+#: servelab hardware probe on the reference box before its llama.cpp calibration.
+REFERENCE_PROBE = (Path(__file__).parents[2] / "benchmarks" / "cpu" / "results"
+                   / "probe-llamacpp-cpu.json")
+
 
 @pytest.fixture(scope="module")
 def eagle_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[RunRecord], list[str]]:
@@ -123,6 +127,9 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.sizing.weights import weights_from_report
 
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
+    # the host at the reference box's committed probe, in the plan and the report alike:
+    # whether the decode fit alone spans 4x (±60 %) moved with a live probe's reading
+    monkeypatch.setenv("SERVELAB_HOST_PROBE", str(REFERENCE_PROBE))
     ckpt = ensure_synth_model(
         "qwen3_next",
         {"head_dim": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128},
