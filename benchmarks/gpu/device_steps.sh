@@ -289,7 +289,7 @@ phase_cal_fg() {
     ckpt="$(sed -n 's/^path = "\(.*\)"$/\1/p' "$r" | head -1)"
     say "cal $name ($ckpt)"
     servelab inspect "$ckpt" --json >"$WORK/cal/$name/inspect.json"
-    servelab plan "$ckpt" -H h200 --probe "$WORK/probe.json" --engine-version 0.26.0 \
+    servelab plan "$ckpt" -H "${CAL_HW:-h200}" --probe "$WORK/probe.json" --engine-version 0.26.0 \
       --max-model-len 40960 --kv-cache-memory-bytes 16GiB --json >"$WORK/cal/$name/plan.json"
     "$py" -m servelab run "$r" --runs-dir "$WORK/cal/$name/runs" --label device=lent-h200
     echo "run $name exit $?"
