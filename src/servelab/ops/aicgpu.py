@@ -112,7 +112,8 @@ _SM100 = KernelChoice(
         "mxfp4": ("w4a16_mxfp4", (
             "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",)),
     },
-    attention=("vllm_flashinfer_trtllmdecode", "vllm_flashinfer_trtllmprefill"),
+    # the prefill kernel where the table has it (context), else the decode one
+    attention=("vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode"),
     strict=True,
     source="vLLM 0.24.0 on Blackwell (sm_100) as AIConfigurator 0.12.0 timed it",
 )
@@ -135,6 +136,8 @@ _SM120 = KernelChoice(
         "mxfp4": ("w4a16_mxfp4", ("vllm_gptossmxfp4moe_marlin_marlinexperts",)),
     },
     attention=("vllm_flash_attn_fa2",),
+    # FlashAttention 2 has no sinks: vLLM runs gpt-oss's attention with Triton there
+    attention_sinks=("vllm_triton_attn",),
     strict=True,
     source="vLLM 0.24.0 on Blackwell workstation/server (sm_120) as AIConfigurator 0.12.0 timed it",
 )
@@ -151,6 +154,7 @@ _SM89 = KernelChoice(
         "mxfp4": ("w4a16_mxfp4", ("vllm_gptossmxfp4moe_marlin_marlinexperts",)),
     },
     attention=("vllm_flash_attn_fa2",),
+    attention_sinks=("vllm_triton_attn",),
     strict=True,
     source="vLLM 0.24.0 on Ada (sm_89) as AIConfigurator 0.12.0 timed it",
 )

@@ -54,14 +54,19 @@ class KernelChoice:
     ``kernel_source`` in order (empty: whichever the table has first). ``strict``: refuse a
     GEMM or MoE read below the smallest token count its series measured (a table whose
     small-m rows were dropped as unusable must not be held at its first kept row), a GEMM
-    shape the measured grid does not bracket, and a MoE expert shape not measured (no
-    scaling from a neighbour). ``source``: where the order comes from."""
+    shape the measured grid does not bracket, a MoE expert shape not measured (no scaling
+    from a neighbour), and an attention head dimension not measured (head counts are
+    scaled: decode by KV heads, prefill by query heads). ``source``: where the order comes
+    from."""
 
     gemm: Mapping[str, tuple[str, tuple[str, ...]]] = field(
         default_factory=lambda: dict(GEMM_KERNELS))
     moe: Mapping[str, tuple[str, tuple[str, ...]]] = field(
         default_factory=lambda: {k: (v, ()) for k, v in MOE_DTYPES.items()})
     attention: tuple[str, ...] = ()
+    attention_sinks: tuple[str, ...] = ()
+    """The attention kernels for a model with attention sinks (gpt-oss), where the engine
+    picks another backend for them; empty: ``attention``."""
     strict: bool = False
     source: str = "vLLM 0.26.0 on Hopper (servelab.ops.costs)"
 
@@ -359,7 +364,8 @@ class Costs:
             self._cache[ck] = built
         keyed: dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]] = \
             self._cache[ck]
-        prefer = self.kernels.attention
+        prefer = (self.kernels.attention_sinks or self.kernels.attention) if sinks else \
+            self.kernels.attention
         if prefer:
             chosen = next((kern for kern in prefer if any(kk[6] == kern for kk in keyed)),
                           None)
@@ -382,8 +388,12 @@ class Costs:
             cands = [(kk, v) for kk, v in keyed.items() if kk[5] == "bfloat16" and
                      bool(kk[4]) == sinks and (kk[3] > 0) == (window > 0)] or \
                 [(kk, v) for kk, v in keyed.items() if kk[5] == "bfloat16"]
+            if self.kernels.strict:
+                cands = [c for c in cands if c[0][2] == d]
             if not cands:
-                raise UsageError(f"no {table} measurement in {self.label}")
+                raise UsageError(f"no {table} measurement"
+                                 f"{f' at head dim {d}' if self.kernels.strict else ''} "
+                                 f"in {self.label}")
             kk, (src, grid) = min(cands, key=lambda c: (math.log(
                 int(c[0][0] or 1) * int(c[0][2] or 1) / (hq * d))) ** 2 + (math.log(
                     int(c[0][1] or 1) * int(c[0][2] or 1) / (hkv * d))) ** 2)
