@@ -5,7 +5,8 @@ builds on these GPUs is looked up. AIConfigurator's own predictions for the same
 written beside (both tools' numbers fixed before the comparison).
 
     .venv/bin/python benchmarks/prereg/ops_aic_gpus.py predict OUT.json
-    .venv/bin/python benchmarks/prereg/ops_aic_gpus.py read OUT.json BUILD GPU KIND X [N P O]
+    .venv/bin/python benchmarks/prereg/ops_aic_gpus.py read OUT.json BUILD GPU KIND X
+    .venv/bin/python benchmarks/prereg/ops_aic_gpus.py at BUILD GPU KIND X [X ...]
 
 ``predict`` writes, per (build, GPU) with one GPU holding the weights (TP = 1):
 
@@ -22,8 +23,10 @@ written beside (both tools' numbers fixed before the comparison).
 * ``refused``: what the tables lack (named), where servelab gives no prediction.
 
 A published point between grid values is read from the committed file by ``read``
-(log-log interpolation between the two bracketing grid points, said as such); the exact
-value at any length is also reproducible from the commit recorded in the file.
+(log-log interpolation between the two bracketing grid points, said as such), or computed
+exactly by ``at`` run in a worktree of the pre-registration commit (the same code and
+interval widths; the serving model at a published prompt / output / concurrency).
+The serving interval: TPOT and throughput take the decode width, TTFT the prefill width.
 """
 
 from __future__ import annotations
@@ -299,10 +302,55 @@ def read(path: Path, build: str, gpu: str, kind: str, x: float) -> dict[str, Any
     return out
 
 
+def at(build: str, gpu: str, kind: str, xs: list[float]) -> dict[str, Any]:
+    """The pre-registered model at a point off the grid, computed by the code of the
+    checkout it runs in (run it in a worktree of the pre-registration commit):
+    ``decode C``, ``prefill P``, ``batch B C`` or ``serving N P O``."""
+    [b] = [b for b in BUILDS if b.name == build]
+    costs = costs_for(gpu)
+    tr = transfer()
+    model = b.model()
+    try:
+        if kind == "decode":
+            p = predict(model, gpu, StepShape.decode(1, int(xs[0])), costs, tr)
+            return {"ms": p.ms, "low_ms": p.low_ms, "high_ms": p.high_ms}
+        if kind == "batch":
+            p = predict(model, gpu, StepShape.decode(int(xs[0]), int(xs[1])), costs, tr)
+            return {"ms": p.ms, "low_ms": p.low_ms, "high_ms": p.high_ms}
+        if kind == "prefill":
+            n = int(xs[0])
+            parts = chunks(n, BUDGET)
+            ms = sum(predict(model, gpu, StepShape.prefill(t, prefix), costs, tr).ms
+                     for t, prefix in parts) - (len(parts) - 1) * tr.overhead_ms["prefill"]
+            w = tr.half_width_log["prefill"]
+            return {"ms": ms, "low_ms": ms * math.exp(-w), "high_ms": ms * math.exp(w)}
+        if kind == "serving":
+            def step_ms(shape: StepShape) -> float:
+                return predict(model, gpu, shape, costs, tr, overhead="decode").ms
+
+            sv = closed_loop(step_ms, int(xs[0]), int(xs[1]), int(xs[2]),
+                             request_ms=tr.overhead_ms["prefill"])
+            wd, wp = tr.half_width_log["decode"], tr.half_width_log["prefill"]
+            return {"tpot_ms": sv.tpot_ms, "ttft_ms": sv.ttft_ms,
+                    "output_tok_s": sv.output_tok_s, "latency_ms": sv.latency_ms,
+                    "tpot_low_ms": sv.tpot_ms * math.exp(-wd),
+                    "tpot_high_ms": sv.tpot_ms * math.exp(wd),
+                    "ttft_low_ms": sv.ttft_ms * math.exp(-wp),
+                    "ttft_high_ms": sv.ttft_ms * math.exp(wp),
+                    "output_tok_s_low": sv.output_tok_s * math.exp(-wd),
+                    "output_tok_s_high": sv.output_tok_s * math.exp(wd)}
+    except (ServelabError, NotImplementedError) as e:
+        return {"refused": str(e).split(" in aiconfigurator")[0]}
+    raise SystemExit(f"unknown kind {kind!r}")
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if len(a) == 2 and a[0] == "predict":
         sys.exit(predict_all(Path(a[1])))
+    if len(a) >= 5 and a[0] == "at":
+        print(json.dumps(at(a[1], a[2], a[3], [float(x) for x in a[4:]])))
+        sys.exit(0)
     if len(a) == 6 and a[0] == "read":
         print(json.dumps(read(Path(a[1]), a[2], a[3], a[4], float(a[5])), indent=1))
         sys.exit(0)
