@@ -82,6 +82,7 @@ _SM90 = KernelChoice(
     },
     attention=("vllm_flash_attn_fa3",),
     strict=True,
+    moe_balanced=True,
     source="vLLM 0.24.0 on Hopper (sm_90) as AIConfigurator 0.12.0 timed it",
 )
 _SM100 = KernelChoice(
@@ -115,6 +116,7 @@ _SM100 = KernelChoice(
     # the prefill kernel where the table has it (context), else the decode one
     attention=("vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode"),
     strict=True,
+    moe_balanced=True,
     source="vLLM 0.24.0 on Blackwell (sm_100) as AIConfigurator 0.12.0 timed it",
 )
 _SM120 = KernelChoice(
@@ -139,6 +141,7 @@ _SM120 = KernelChoice(
     # FlashAttention 2 has no sinks: vLLM runs gpt-oss's attention with Triton there
     attention_sinks=("vllm_triton_attn",),
     strict=True,
+    moe_balanced=True,
     source="vLLM 0.24.0 on Blackwell workstation/server (sm_120) as AIConfigurator 0.12.0 timed it",
 )
 _SM89 = KernelChoice(
@@ -156,6 +159,7 @@ _SM89 = KernelChoice(
     attention=("vllm_flash_attn_fa2",),
     attention_sinks=("vllm_triton_attn",),
     strict=True,
+    moe_balanced=True,
     source="vLLM 0.24.0 on Ada (sm_89) as AIConfigurator 0.12.0 timed it",
 )
 #: servelab hardware name -> the kernels read from AIConfigurator's tables.

@@ -64,6 +64,13 @@ class KernelChoice:
     moe: Mapping[str, tuple[str, tuple[str, ...]]] = field(
         default_factory=lambda: {k: (v, ()) for k, v in MOE_DTYPES.items()})
     attention: tuple[str, ...] = ()
+    moe_balanced: bool = False
+    """The MoE table's rows spread each step's tokens evenly over the experts
+    (AIConfigurator's ``balanced``: every expert touched as soon as tokens x top-k reach the
+    expert count), where servelab assumes uniform random routing (fewer distinct experts:
+    ``expected_experts``): a row is then read at the token count whose even spread touches
+    as many experts as the step's tokens do at random (the weights read are the same; the
+    compute, small at those counts, is that of fewer tokens)."""
     attention_sinks: tuple[str, ...] = ()
     """The attention kernels for a model with attention sinks (gpt-oss), where the engine
     picks another backend for them; empty: ``attention``."""
@@ -323,8 +330,17 @@ class Costs:
         if exact:
             kk, (src, pts) = exact[0]
             xs, ys = series(pts)
-            r = self._read(xs, ys, tokens, f"{dtype} fused MoE ({kk[5]})")
-            return Lookup(r.ms, f"{src}/moe", str(kk[5]), _how(r, tokens in pts), r.note)
+            read_at: float = tokens
+            note = ""
+            if self.kernels.moe_balanced and tokens * topk < 4 * experts:
+                # the evenly spread rows at the token count touching as many experts
+                read_at = max(1.0, expected_experts(experts, topk, tokens) / topk)
+                note = (f"balanced-routing rows read at {read_at:.1f} tokens (as many experts "
+                        f"touched as {tokens} tokens at random)")
+            r = self._read(xs, ys, read_at, f"{dtype} fused MoE ({kk[5]})")
+            return Lookup(r.ms, f"{src}/moe", str(kk[5]),
+                          _how(r, read_at in pts) if not note else "interpolated",
+                          "; ".join(x for x in (r.note, note) if x))
         if self.kernels.strict:
             raise UsageError(f"no {dtype} fused-MoE measurement of E={experts} top-{topk} "
                              f"{hidden}x{inter} in {self.label}; a neighbouring expert shape "
@@ -402,7 +418,20 @@ class Costs:
             scale = (hkv * d) / (nkv * hd) if table == "generation_attention" else \
                 (hq * d) / (nq * hd)
             note = f"scaled from the measured {kk[0]}/{kk[1]} heads x {kk[2]}"
-        rd = interp2(grid, a, b)
+        prefixes = {bj for _, bj in grid}
+        if table == "context_attention" and b > 0 and prefixes == {0.0}:
+            # a chunk of a new tokens over b cached, from a table that timed prefills with no
+            # prefix: causal attention over b + a tokens less that over the first b (the same
+            # query-key pairs: a b + a^2 / 2), never less than the chunk alone
+            whole, first = interp2(grid, a + b, 0.0), interp2(grid, b, 0.0)
+            alone = interp2(grid, a, 0.0)
+            rd = Read(max(whole.ms - first.ms, alone.ms),
+                      whole.extrapolated or first.extrapolated,
+                      "; ".join(x for x in (f"{a:g} tokens over {b:g} cached: the prefill of "
+                                            f"{a + b:g} less that of {b:g}", whole.note)
+                                if x))
+        else:
+            rd = interp2(grid, a, b)
         exact_pt = (float(a), float(b)) in grid
         how = "extrapolated" if rd.extrapolated else (
             "scaled" if note else ("measured" if exact_pt else "interpolated"))
