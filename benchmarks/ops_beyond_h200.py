@@ -1,8 +1,12 @@
 """The operator model beyond the H200's measured tables, scored side by side with servelab's
 shipped priors model in one run (issue 39).
 
-    .venv/bin/python benchmarks/ops_beyond_h200.py [--no-plan] [--jobs 2]
+    .venv/bin/python benchmarks/ops_beyond_h200.py [--no-plan] [--jobs 2] [--write]
         [--prereg benchmarks/prereg/2026-12-05-ops-aic-before.json]
+
+``--write`` also writes the efficiencies fitted to every point (with each point's held-out
+error and source) to src/servelab/ops/data/efficiency.json, the fit servelab ships
+(servelab.ops.fitted).
 
 **Hardware without operator tables** (DGX Spark, RTX 4090 / 5090, RTX PRO 6000, Apple M1
 Ultra / M2 Max; llama.cpp on the H200): every end-to-end point the project keeps there
@@ -31,8 +35,10 @@ prediction and the shipped model's answer (none: it has no vLLM prior on these G
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import tomllib
@@ -55,11 +61,15 @@ from servelab.ops.efficiency import (  # noqa: E402
     HeldOut,
     Interval,
     PointWork,
+    fit,
     held_out,
     interval,
     unit_of,
 )
+from servelab.ops.fitted import fit_doc  # noqa: E402
 from servelab.synth.replica import QWEN3_6_35B_A3B, write_replica  # noqa: E402
+
+EFF = ROOT / "src" / "servelab" / "ops" / "data" / "efficiency.json"
 
 
 @dataclass
@@ -137,6 +147,7 @@ def score_no_tables(args: argparse.Namespace) -> None:
     ws, refused = works(pubs)
     by_ident = {p.ident: p for p in pubs}
     rows: list[Row] = []
+    fits = []
     for engine in ("llamacpp", "vllm"):
         pw = [w for w in ws if w.engine == engine]
         errs = held_out(pw)
@@ -145,6 +156,19 @@ def score_no_tables(args: argparse.Namespace) -> None:
             iv = interval(h.predicted_ms, errs, h.point.hardware, engine, h.point.kind,
                           exclude=drop)
             rows.append(Row(by_ident[h.point.ident], h.point, h, iv, unit))
+        fits.append(fit_doc(fit(pw), errs, pw, {
+            "source": f"fitted to {len(pw)} {engine} end-to-end points on "
+                      f"{len({w.hardware for w in pw})} hardware (benchmarks/ops/published.py)"}))
+    if args.write:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        doc = {"schema": "servelab.ops.efficiency/1",
+               "date": dt.date.today().isoformat(), "servelab_commit": commit,
+               "command": " ".join([".venv/bin/python", "benchmarks/ops_beyond_h200.py",
+                                    *sys.argv[1:]]),
+               "fits": fits}
+        EFF.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {EFF.relative_to(ROOT)}\n")
     doc = tomllib.loads(PRIORS.read_text(encoding="utf-8"))
     if not args.no_plan:
         with tempfile.TemporaryDirectory() as tmp:
@@ -296,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-plan", action="store_true",
                     help="skip the shipped model (servelab plan) columns")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--write", action="store_true",
+                    help="write the fits fitted to every point to "
+                         "src/servelab/ops/data/efficiency.json")
     ap.add_argument("--prereg", type=Path, default=None)
     args = ap.parse_args(argv)
     score_no_tables(args)

@@ -284,36 +284,34 @@ def fit(points: Sequence[PointWork], lam: float = LAMBDA, iters: int = 200) -> F
     start[-3:] = (math.log(0.7), math.log(0.5), math.log(3e-3))
     sq = math.sqrt(lam)
 
-    def unpack(th: np.ndarray) -> tuple[Callable[[PointWork], tuple[float, np.ndarray]], None]:
-        def one(p: PointWork) -> tuple[float, np.ndarray]:
-            h = ia[p.hardware]
-            a, b, t = th[h], th[nh + h], th[2 * nh + h]
-            grad = np.zeros(n_par)
-            total = 0.0
-            for tm in p.terms:
-                c = ic[tm.key]
-                d, g = th[3 * nh + c], th[3 * nh + nc + c]
-                mem = tm.count * tm.mem_ms * math.exp(-a - d)
-                comp = tm.count * tm.comp_ms * math.exp(-b - g)
-                if mem >= comp:
-                    total += mem
-                    grad[h] -= mem
-                    grad[3 * nh + c] -= mem
-                else:
-                    total += comp
-                    grad[nh + h] -= comp
-                    grad[3 * nh + nc + c] -= comp
-            tau = p.kernels * math.exp(t)
-            total += tau
-            grad[2 * nh + h] += tau
-            return total, grad / total
-        return one, None
+    def one(th: np.ndarray, p: PointWork) -> tuple[float, np.ndarray]:
+        """The point's predicted time and d log(time) / d theta."""
+        h = ia[p.hardware]
+        a, b, t = th[h], th[nh + h], th[2 * nh + h]
+        grad = np.zeros(n_par)
+        total = 0.0
+        for tm in p.terms:
+            c = ic[tm.key]
+            d, g = th[3 * nh + c], th[3 * nh + nc + c]
+            mem = tm.count * tm.mem_ms * math.exp(-a - d)
+            comp = tm.count * tm.comp_ms * math.exp(-b - g)
+            if mem >= comp:
+                total += mem
+                grad[h] -= mem
+                grad[3 * nh + c] -= mem
+            else:
+                total += comp
+                grad[nh + h] -= comp
+                grad[3 * nh + nc + c] -= comp
+        tau = p.kernels * math.exp(t)
+        total += tau
+        grad[2 * nh + h] += tau
+        return total, grad / total
 
     def residuals(th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        one, _ = unpack(th)
         rows, jac = [], []
         for p in points:
-            tot, g = one(p)
+            tot, g = one(th, p)
             rows.append(math.log(tot / p.measured_ms))
             jac.append(g)
         for h in range(nh):
@@ -364,6 +362,20 @@ def fit(points: Sequence[PointWork], lam: float = LAMBDA, iters: int = 200) -> F
 
 
 @dataclass(frozen=True)
+class ErrorRecord:
+    """One held-out error, as an interval reads it (and as a shipped fit stores it)."""
+
+    ident: str
+    hardware: str
+    engine: str
+    kind: str
+    family: str
+    build: str
+    log_error: float  # log(predicted / measured) of the step time
+    unit: str = "point"
+
+
+@dataclass(frozen=True)
 class HeldOut:
     """A point predicted by a fit without its unit (family, build or the point)."""
 
@@ -377,8 +389,14 @@ class HeldOut:
         """log(predicted / measured) of the step time."""
         return math.log(self.predicted_ms / self.point.measured_ms)
 
+    def record(self) -> ErrorRecord:
+        p = self.point
+        return ErrorRecord(p.ident, p.hardware, p.engine, p.kind, p.family, p.build,
+                           self.log_error, self.unit)
 
-def unit_of(p: PointWork, points: Sequence[PointWork]) -> tuple[str, Callable[[PointWork], bool]]:
+
+def unit_of(p: PointWork, points: Sequence[PointWork]
+            ) -> tuple[str, Callable[[PointWork | ErrorRecord], bool]]:
     """What is left out with ``p``: its family when its hardware (and engine) holds points
     of several families, else its build when it holds several builds, else the point."""
     same = [q for q in points if q.hardware == p.hardware and q.engine == p.engine]
@@ -423,15 +441,17 @@ class Interval:
         return self.low_ms is not None
 
 
-def interval(pred_ms: float, errors: Sequence[HeldOut], hardware: str, engine: str,
-             kind: str, exclude: Callable[[PointWork], bool] | None = None) -> Interval:
+def interval(pred_ms: float, errors: Sequence[HeldOut | ErrorRecord], hardware: str,
+             engine: str, kind: str,
+             exclude: Callable[[PointWork | ErrorRecord], bool] | None = None) -> Interval:
     """``pred_ms`` widened by the largest held-out |log error| of the hardware's own points
     of that engine and kind (at least :data:`MIN_OWN` of them), else of the engine's points
     of that kind on every hardware; ``exclude``: points whose errors may not be used (the
     point being scored and its unit). Wider than :data:`MAX_WIDTH`: no prediction."""
-    pool = [e for e in errors if e.point.engine == engine and e.point.kind == kind and
-            not (exclude and exclude(e.point))]
-    own = [e for e in pool if e.point.hardware == hardware]
+    recs = [e.record() if isinstance(e, HeldOut) else e for e in errors]
+    pool = [e for e in recs if e.engine == engine and e.kind == kind and
+            not (exclude and exclude(e))]
+    own = [e for e in pool if e.hardware == hardware]
     use, basis = (own, f"{len(own)} held-out {engine} {kind} points on {hardware}") \
         if len(own) >= MIN_OWN else \
         (pool, f"{len(pool)} held-out {engine} {kind} points on every hardware "
