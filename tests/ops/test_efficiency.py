@@ -97,28 +97,3 @@ def test_a_roofline_step_names_its_work_and_its_efficiency() -> None:
     assert predict_ms(pw, half) == pytest.approx(2 * bare, rel=1e-6)
     lk = RooflineCosts(prof, half).gemm(1, 4096, 1024, "bf16")
     assert lk.how == "roofline" and "roofline x efficiency" in RooflineCosts(prof, half).label
-
-
-def test_a_fit_is_shipped_as_data_and_predicts_a_step_with_its_interval() -> None:
-    from servelab.ops.fitted import fit_doc, load_fit, predict
-
-    prof = get_profile("rtx-4090")
-    model = step_model(LLAMA)
-    truth = Efficiency("rtx-4090", "eng", 0.7, 0.5, 2.0)
-    pts = []
-    for i, (kind, n) in enumerate((("decode", 128), ("decode", 2048), ("prefill", 512),
-                                   ("prefill", 4096))):
-        shape = StepShape.decode(1, n) if kind == "decode" else StepShape.prefill(n)
-        pw = point_work(f"p{i}", model, shape, prof, engine="eng", kind=kind,
-                        build=f"b{i}", family="llama", measured_ms=1.0)
-        pts.append(PointWork(pw.ident, pw.hardware, "eng", kind, pw.build, "llama",
-                             predict_ms(pw, truth), pw.terms, pw.kernels))
-    f = fit(pts, lam=1e-3)
-    errs = held_out(pts)
-    doc = fit_doc(f, errs, pts, {"source": "test"})
-    f2, recs = load_fit(doc)
-    assert len(recs) == 4 and f2.hardware["rtx-4090"].mem == pytest.approx(f.hardware[
-        "rtx-4090"].mem)
-    p = predict(model, StepShape.decode(1, 128), prof, "eng", (f2, recs))
-    assert p.ms == pytest.approx(pts[0].measured_ms, rel=0.02)
-    assert p.kind == "decode" and p.interval.n >= 1
