@@ -258,6 +258,8 @@ def report_no_tables(rows: list[Row], refused: dict[str, str]) -> None:
 
         def cell(d: dict[str, Any], meas: float = r.pub.tok_s) -> str:
             v = d.get("predicted_tok_s")
+            if not d:
+                return "not run"
             if v is None:
                 return "no prediction" if "error" not in d else "refused"
             return f"{v:,.1f} ({v / meas - 1:+.0%})"
