@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{st(every['tpot_err_fit'])} |")
     if every["refused"]:
         print(f"\nrefused points: {len(every['refused'])}")
-    print(f"\nwrote {args.out.relative_to(ROOT)}; the shipped priors model gives no vLLM "
+    print(f"\nwrote {args.out.resolve().relative_to(ROOT)}; the shipped priors model gives no vLLM "
           "prediction on these GPUs (no vLLM prior for them: roofline bound only)")
     return 0
 
