@@ -32,7 +32,8 @@ from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.engines.vllm.logfacts import parse_log
 from servelab.families import model_dims
-from servelab.synth.replica import preset_layout, write_replica
+from servelab.synth.replica import write_replica
+from servelab.synth.replica_presets import preset_layout
 
 GIB = 1 << 30
 # The replica preset whose published storage each H200 start's config was served in.

@@ -29,10 +29,11 @@ from loo_family import _score
 from servelab.hardware.lookup import this_host
 from servelab.hardware.probe import load_probe
 from servelab.hardware.profiles import with_probe
+from servelab.predict.calibration import reference_of
 from servelab.predict.holdout import MIN_FAMILIES, HeldOutPoint, held_out
-from servelab.predict.levels import BY_FAMILY, conformal
+from servelab.predict.levels import BY_FAMILY
 from servelab.predict.priors import load_priors
-from servelab.predict.runs import reference_of
+from servelab.predict.widths import conformal
 
 PROBE = Path(__file__).resolve().parent / "cpu" / "results" / "probe-llamacpp-cpu.json"
 

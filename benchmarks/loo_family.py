@@ -9,7 +9,7 @@ interval covers.
         benchmarks/cpu/results/runs-vllm-cpu-calibration-2026-12-03.json
 
 The builds are the shipped priors (src/servelab/predict/priors.toml) plus the stored runs of
-the exports that the priors do not restate (servelab.predict.runs.reference_of). For each
+the exports that the priors do not restate (servelab.predict.calibration.reference_of). For each
 hardware with two families or more, every family in turn is left out of that hardware's
 calibration set and its builds predicted (servelab.predict.holdout.held_out). Two intervals
 are scored on each held-out point:
@@ -36,15 +36,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from servelab.evidence.runs import samples_from_runs
+from servelab.predict.calibration import profile_lower, profile_roofline, reference_of
 from servelab.predict.holdout import HeldOutPoint, held_out
-from servelab.predict.levels import BY_FAMILY, BY_PATH, MAX_RATIO, conformal
+from servelab.predict.levels import BY_FAMILY, BY_PATH, MAX_RATIO
 from servelab.predict.priors import load_priors
-from servelab.predict.runs import (
-    profile_lower,
-    profile_roofline,
-    reference_of,
-    samples_from_runs,
-)
+from servelab.predict.widths import conformal
 from servelab.store.exchange import run_from_dict
 
 

@@ -23,10 +23,10 @@ import argparse
 import statistics
 from collections.abc import Sequence
 
+from servelab.predict.calibration import profile_lower, profile_roofline
 from servelab.predict.form import Sample
 from servelab.predict.levels import Level, Target, fit_levels, levels_for
 from servelab.predict.priors import load_priors
-from servelab.predict.runs import profile_lower, profile_roofline
 
 
 def _replaced(levels: Sequence[Level], stored: Sequence[Sample]) -> list[Level]:

@@ -6,7 +6,7 @@ Usage::
 
 The model is a full-dimension header replica of Qwen3.6-35B-A3B in BF16 (40 layers, 256
 experts, hybrid attention; headers only, so no weight bytes hit the disk), inspected once.
-Each layout is then planned with :func:`servelab.forecast.build.build_plan` on the ``h200``
+Each layout is then planned with :func:`servelab.plan.build.build_plan` on the ``h200``
 profile at the model's full 262,144-token context: per-GPU weights, each rank's KV pool
 (with the largest-context search), memory budget, the single-GPU speed prediction and the
 parallel decode with its communication terms. The figure is the median wall time of
@@ -23,13 +23,18 @@ from pathlib import Path
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.cli.plan_cmd import make_plan
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import build_plan
 from servelab.hardware.profiles import BUILTIN
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.weights import weights_from_report
-from servelab.synth.replica import QWEN3_6_35B_A3B, QuantLayout, write_replica
+from servelab.hardware.topology import topology_for
+from servelab.pipeline.planning import plan_checkpoint
+from servelab.plan.build import build_plan
+from servelab.plan.checkpoint import Checkpoint
+from servelab.plan.request import PlanRequest, StoreChoice
+from servelab.predict.evidence import Evidence
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.weights import weights_from_report
+from servelab.synth.replica import QuantLayout, write_replica
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 LAYOUTS: tuple[tuple[str, ParallelLayout], ...] = (
     ("1 GPU", ParallelLayout()),
@@ -57,7 +62,9 @@ def main() -> None:
             runs = []
             for _ in range(3):
                 t0 = time.perf_counter()
-                make_plan(str(out), hardware=hw, layout=lay)
+                plan_checkpoint(PlanRequest.from_flags(
+                    str(out), hw, topology_for(hw.name), knobs=EngineKnobs(layout=lay),
+                    store=StoreChoice(use=False)))
                 runs.append(time.perf_counter() - t0)
             whole[label] = statistics.median(runs)
     print(
@@ -72,7 +79,9 @@ def main() -> None:
         plan = None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            plan = build_plan(config, weights, hw, layout=layout, kv_arithmetic=VLLM_KV)
+            request = PlanRequest.from_flags("replica", hw, topology_for(hw.name),
+                                             knobs=EngineKnobs(layout=layout))
+            plan = build_plan(request, Checkpoint.of(config, weights), Evidence(calibrate=False))
             times.append(time.perf_counter() - t0)
         assert plan is not None
         med = statistics.median(times)

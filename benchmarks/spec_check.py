@@ -32,20 +32,25 @@ from typing import Any
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import Plan, build_plan
+from servelab.defaults import ENGINE_VERSION
 from servelab.hardware.lookup import get_profile
-from servelab.plan.weights import Weights, weights_from_report
-from servelab.predict.runs import calibration_for, draft_for
+from servelab.hardware.topology import topology_for
+from servelab.plan.build import Plan, build_plan
+from servelab.plan.checkpoint import Checkpoint
+from servelab.plan.request import PlanRequest, Speculation, StoreChoice
+from servelab.predict.evidence import Evidence
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.specsource import given
+from servelab.sizing.weights import Weights, weights_from_report
 from servelab.synth.replica import (
     EXPERTS_AND_ATTENTION,
     NVFP4_FAST_FP4,
     NVFP4_FAST_FP8,
-    QWEN3_6_35B_A3B,
     TEXT_LINEARS,
     QuantLayout,
     write_replica,
 )
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 H200_RUN = "qwen3.6-35b-a3b-bf16-random"
 #: calibration-2026-12-03-eve/runs-h200-calibration.json, qwen3.6-35b-a3b-bf16-mtp2-h200:
@@ -74,11 +79,17 @@ def _plan(config: dict[str, object], weights: Weights, hw: str, k: int,
           acceptance: tuple[float, ...], prompt_lens: tuple[int, ...], kv: dict[str, Any], *,
           leave_out: str = "") -> Plan:
     hardware = get_profile(hw)
-    cal = calibration_for([], hardware, weights, model=leave_out)
-    draft = draft_for([], hardware, weights, "mtp", model=leave_out)
-    return build_plan(config, weights, hardware, calibration=cal, draft=draft,
-                      draft_tokens=k, acceptance_lengths=acceptance, prompt_lens=prompt_lens,
-                      kv_arithmetic=VLLM_KV, spec_method="mtp", **kv)
+    knobs = {key: v for key, v in kv.items() if key != "engine_version"}
+    request = PlanRequest.from_flags(
+        "replica", hardware, topology_for(hardware.name),
+        engine_version=kv.get("engine_version", ENGINE_VERSION), knobs=EngineKnobs(**knobs),
+        prompt_lens=prompt_lens, speculation=Speculation(draft_tokens=k),
+        store=StoreChoice(use=False))
+    # the model family left unnamed, as the held-out check was made
+    checkpoint = dataclasses.replace(Checkpoint.of(config, weights), family="")
+    evidence = Evidence(leave_out=leave_out,
+                        acceptance=given(acceptance, method="mtp", draft_tokens=k))
+    return build_plan(request, checkpoint, evidence)
 
 
 def h200(root: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +34,8 @@ from servelab.serve.install import find_engine
 from servelab.serve.launch import launch
 from servelab.serve.process import RunningEngine
 from servelab.serve.recipe import Recipe
+from servelab.synth.replica import EXPERTS_AND_ATTENTION, QuantLayout, write_replica
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 # Property tests draw the same examples on every run (a fresh clone passes every time, or fails
 # every time): a generator that finds a new case on one CI run and not the next is a flaky test.
@@ -113,3 +116,33 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFact
 def llamacpp_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
     """Factory ``llamacpp_engine(gguf_type="Q8_0", **flags) -> RunningEngine``."""
     yield from _session_engines(tmp_path_factory, "llamacpp", tiny_llamacpp_recipe, "Q8_0")
+
+
+# Full-dimension header replicas of Qwen3.6-35B-A3B builds (plan and vLLM KV tests).
+
+
+@pytest.fixture(scope="session")
+def qwen36_fp8(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3.6-35B-A3B FP8 (channel-wise W8A8 experts + attention), headers only."""
+    out = tmp_path_factory.mktemp("qwen36-fp8")
+    write_replica(out, QWEN3_6_35B_A3B, QuantLayout("fp8-channel", EXPERTS_AND_ATTENTION))
+    return out
+
+
+@pytest.fixture(scope="session")
+def qwen36_nvfp4a16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3.6-35B-A3B NVFP4A16 (weight-only FP4 experts + attention), headers only."""
+    out = tmp_path_factory.mktemp("qwen36-nvfp4a16")
+    write_replica(
+        out, QWEN3_6_35B_A3B, QuantLayout("nvfp4", EXPERTS_AND_ATTENTION, fp4_activations=False)
+    )
+    return out
+
+
+
+@pytest.fixture(scope="session")
+def qwen36_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3.6-35B-A3B BF16 (the unquantized export), headers only."""
+    out = tmp_path_factory.mktemp("qwen36-bf16")
+    write_replica(out, QWEN3_6_35B_A3B, QuantLayout("bf16"))
+    return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from servelab.check import Check
-from servelab.plan.check import KV_CACHE_SIZE, KV_CONCURRENCY, LoggedKv, kv_pool_checks
-from servelab.plan.document import read_plan
+from servelab.sizing.check import KV_CACHE_SIZE, KV_CONCURRENCY, LoggedKv, kv_pool_checks
+from servelab.sizing.document import read_plan
 
 
 def test_interval_check_error_and_verdict() -> None:

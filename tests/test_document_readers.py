@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from servelab.errors import InputError
-from servelab.plan.document import load_plan
 from servelab.predict.ledger import LedgerDocument, LedgerRow, LedgerSummary, read_ledger
+from servelab.sizing.document import load_plan
 
 
 def _row(measured: float, predicted: float | None) -> LedgerRow:

@@ -27,19 +27,27 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("families",),  # model families: config reading, layer kinds, dims
     ("hardware",),  # profiles (data) and probes; hardware.lookup resolves names
     ("checkpoint",),  # header readers: local, GGUF, Hub
+    ("published",),  # published measurements shipped as sourced data (runs, acceptance)
     ("synth",),  # tiny real checkpoints, GGUF conversion, header replicas
     ("ops",),  # operator cost tables (measured, AIConfigurator's) and step composition
-    ("plan",),  # memory/KV arithmetic seam, bytes and FLOPs per point: values in, out
+    # sizing arithmetic: memory budget, the KV pool's vocabulary and the engine seam's types,
+    # weights per GPU, start-up limits: values in, values out
+    ("sizing",),
     ("engines",),  # the Engine seam, the shared log-facts record, one folder per engine
     # load generator and statistics (needs nothing above the foundations); below serve: a
     # recipe's [bench] table is the bench's own workload schema (bench.spec)
     ("bench",),
+    # the speed model: form, solver, calibration levels, priors, costs, ledger (values only:
+    # stored runs reach it as samples, through servelab.evidence)
+    ("predict",),
     ("serve",),  # recipe, install, launch, process lifecycle, attach
+    # a build's whole plan: sizing arithmetic + speed model put together, explained, under
+    # load; its request is built from CLI flags, a recipe (serve's) or a build being chosen
+    ("plan",),
     ("store",),  # results database (likewise)
     ("analysis",),  # comparisons, history, acceptance over stored runs
-    ("predict",),  # the speed model: form, solver, calibration levels, priors, ledger
-    # a build's whole plan: plan arithmetic + speed model put together, explained, under load
-    ("forecast",),
+    # stored runs as the speed model's values: samples, measured acceptance, held-out sweeps
+    ("evidence",),
     ("choose",),  # which build to download: ranking over plans (pure), the Hub model tree
     ("site",),  # pages from stored records (publishing never orchestrates)
     ("pipeline",),  # `servelab run` / `demo`: composes everything below
@@ -193,13 +201,61 @@ def test_the_allowed_upward_edges_still_exist(graph: dict[str, set[str]]) -> Non
 
 
 def test_the_planner_and_families_stay_low(graph: dict[str, set[str]]) -> None:
-    plan = {t for m, ts in graph.items() if unit(m) == "plan" for t in ts}
-    assert sorted(t for t in plan if unit(t) in ("engines", "serve")) == []
+    sizing = {t for m, ts in graph.items() if unit(m) == "sizing" for t in ts}
+    assert sorted(t for t in sizing if unit(t) in ("engines", "serve")) == []
     families = {t for m, ts in graph.items() if unit(m) == "families" for t in ts}
     assert sorted(t for t in families if unit(t) != "families") == [
         "servelab.errors", "servelab.quiet"]
     engines = {t for m, ts in graph.items() if unit(m) == "engines" for t in ts}
     assert sorted(t for t in engines if unit(t) == "serve") == []
+
+
+#: The engine packages: one folder per engine under ``servelab.engines``.
+def engine_package(module: str) -> str | None:
+    """The engine package ``module`` belongs to (``servelab.engines.vllm``), else None."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[:2] == ["servelab", "engines"] and parts[2] not in (
+        "base", "builds", "facts"
+    ):
+        return ".".join(parts[:3])
+    return None
+
+
+#: The only modules outside an engine that may import one: the registry, and the CLI's
+#: engine commands (issue 42: the planner and everything else ask the registry).
+ENGINE_IMPORTERS = frozenset({"servelab.engines", "servelab.cli.engine_cmd"})
+
+
+def engine_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of an engine package from outside it, by a module not allowed to."""
+    return sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if (pkg := engine_package(t)) is not None and engine_package(m) != pkg
+        and m not in ENGINE_IMPORTERS
+    )
+
+
+def test_no_module_imports_an_engine_but_the_registry(graph: dict[str, set[str]]) -> None:
+    assert {engine_package(m) for m in graph} >= {
+        "servelab.engines.vllm", "servelab.engines.llamacpp", "servelab.engines.synthetic"}
+    assert engine_imports(graph) == []
+
+
+def test_the_engine_import_check_finds_one() -> None:
+    graph = {
+        "servelab.engines": {"servelab.engines.vllm"},
+        "servelab.engines.vllm": {"servelab.engines.vllm.kv", "servelab.engines.base"},
+        "servelab.engines.vllm.kv": set(),
+        "servelab.engines.llamacpp": {"servelab.engines.vllm.kv"},
+        "servelab.plan.build": {"servelab.engines", "servelab.engines.base"},
+        "servelab.cli.plan_cmd": {"servelab.engines.llamacpp"},
+    }
+    assert engine_imports(graph) == [
+        "servelab.cli.plan_cmd -> servelab.engines.llamacpp",
+        "servelab.engines.llamacpp -> servelab.engines.vllm.kv",
+    ]
 
 
 def test_the_checker_finds_what_it_forbids(tmp_path: Path) -> None:
@@ -209,10 +265,10 @@ def test_the_checker_finds_what_it_forbids(tmp_path: Path) -> None:
     for rel, text in {
         "__init__.py": "",
         "errors.py": "",
-        "plan/__init__.py": "",
-        "plan/a.py": "def f():\n    from servelab.plan import b\n",
-        "plan/b.py": "from servelab.plan.a import f\n",
-        "plan/c.py": "from ..engines import base\n",
+        "sizing/__init__.py": "",
+        "sizing/a.py": "def f():\n    from servelab.sizing import b\n",
+        "sizing/b.py": "from servelab.sizing.a import f\n",
+        "sizing/c.py": "from ..engines import base\n",
         "engines/__init__.py": "",
         "engines/base.py": (
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
@@ -224,13 +280,13 @@ def test_the_checker_finds_what_it_forbids(tmp_path: Path) -> None:
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     g = import_graph(tmp_path)
-    assert g["servelab.plan.c"] == {"servelab.engines.base"}
+    assert g["servelab.sizing.c"] == {"servelab.engines.base"}
     assert g["servelab.serve.recipe"] == {"servelab.errors", "servelab.engines.base"}
     assert sorted(cycles(g)) == [
         ["servelab.engines.base", "servelab.serve.recipe"],  # the TYPE_CHECKING import
-        ["servelab.plan.a", "servelab.plan.b"],  # the lazy one
+        ["servelab.sizing.a", "servelab.sizing.b"],  # the lazy one
     ]
     assert upward_edges(g) == [
         "servelab.engines.base -> servelab.serve.recipe (engines is below serve)",
-        "servelab.plan.c -> servelab.engines.base (plan is below engines)",
+        "servelab.sizing.c -> servelab.engines.base (sizing is below engines)",
     ]

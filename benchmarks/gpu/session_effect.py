@@ -16,7 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from servelab.predict.runs import checkpoint_names, ledger_for_runs, samples_from_run
+from servelab.evidence.runs import checkpoint_names, ledger_for_runs, samples_from_run
 from servelab.store.exchange import run_from_dict
 from servelab.store.model import RunRecord
 

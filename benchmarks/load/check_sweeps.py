@@ -5,7 +5,7 @@ Two sources of predictions:
 - a committed ``servelab plan --json`` document with a ``load`` key (the pre-registered
   ones, benchmarks/prereg/load-*), read as it was committed;
 - a live leave-one-model-out plan: the shipped priors without the measured model's rows,
-  through ``servelab.forecast.load`` (a stored sweep checked after the fact: not pre-registered).
+  through ``servelab.plan.load`` (a stored sweep checked after the fact: not pre-registered).
 
 Measured points come from a ``servelab bench --json`` result or a ``servelab runs export``
 document (per-request samples). Per point: TPOT (mean of the requests'), TTFT (mean), tok/s
@@ -114,27 +114,28 @@ def predicted_live(checkpoint: str, hardware: str, model: str, points: Sequence[
                    output_len: int, requests: int | None, *, max_model_len: int,
                    kv_cache_memory_bytes: int, engine_version: str
                    ) -> dict[tuple[int, int], dict[str, Any]]:
-    """Leave-one-model-out predictions through servelab.forecast.load (see module docs)."""
+    """Leave-one-model-out predictions through servelab.plan.load (see module docs)."""
     from dataclasses import asdict
 
     from servelab.engines import get_engine
-    from servelab.forecast.load import predict_load, requests_for
     from servelab.hardware.lookup import get_profile
+    from servelab.hardware.topology import topology_for
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.parallel import topology_for
-    from servelab.plan.request import EngineKnobs, PlanRequest, StoreChoice
-    from servelab.plan.startup import StartupOptions, effective_max_num_batched_tokens
+    from servelab.plan.load import batched_tokens, predict_load, requests_for
+    from servelab.plan.request import PlanRequest, StoreChoice
     from servelab.predict.schedule import Load
+    from servelab.sizing.knobs import EngineKnobs
 
     hw = get_profile(hardware)
     arithmetic = get_engine("vllm").kv_arithmetic()
     assert arithmetic is not None
     plan = plan_checkpoint(PlanRequest(
-        checkpoint, hw, topology_for(hw.name), arithmetic, engine_version=engine_version,
+        checkpoint, hw, topology_for(hw.name), arithmetic,
+        startup_rules=get_engine("vllm").startup_rules, engine_version=engine_version,
         knobs=EngineKnobs(max_model_len=max_model_len,
                           kv_cache_memory_bytes=kv_cache_memory_bytes),
         store=StoreChoice(use=False, priors=priors_without(model))))
-    tokens = effective_max_num_batched_tokens(hw, plan.platform, plan.layout, StartupOptions())
+    tokens = batched_tokens(plan, None)
     loads = [Load(p, output_len, requests or requests_for(c), concurrency=c) for p, c in points]
     lp = predict_load(plan, loads, tokens)
     return {(pt.prompt_len, pt.concurrency or 0): _pred(asdict(pt)) for pt in lp.points}

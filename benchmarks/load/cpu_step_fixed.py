@@ -3,7 +3,7 @@
 The pre-registered form charged every such step the single-stream prefill fit's fixed term
 (a request's HTTP, scheduling and first token); the alternative charges the decode fit's
 per-step fixed term instead. Each stored sweep in RUNS_EXPORT (``servelab runs export``) is
-predicted with its model left out (:func:`servelab.forecast.sweeps.held_out_sweeps`), once
+predicted with its model left out (:func:`servelab.evidence.sweeps.held_out_sweeps`), once
 per form, and the per-point errors printed side by side with their medians.
 
     python benchmarks/load/cpu_step_fixed.py RUNS_EXPORT_JSON
@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from servelab.forecast.sweeps import SweepRow, held_out_sweeps
+from servelab.evidence.sweeps import SweepRow, held_out_sweeps
 from servelab.store.exchange import read_import_file
 
 KEYS = ("tpot_s", "ttft_s", "stream_tok_s", "output_tok_s_per_gpu")

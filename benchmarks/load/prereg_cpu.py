@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from servelab.serve.launch import resolve_model
 from servelab.serve.recipe import load_recipe
+from servelab.serve.resolved import resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIORS = ROOT / "src/servelab/predict/priors.toml"

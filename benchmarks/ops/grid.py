@@ -25,12 +25,8 @@ sys.path.insert(0, str(HERE.parent / "gpu"))
 from gen_checkpoint import ARCHS  # noqa: E402
 
 from servelab.ops.model import StepModel, step_model  # noqa: E402
-from servelab.synth.replica import (  # noqa: E402
-    TEXT_LINEARS,
-    QuantLayout,
-    preset_config,
-    preset_names,
-)
+from servelab.synth.replica import TEXT_LINEARS, QuantLayout  # noqa: E402
+from servelab.synth.replica_presets import preset_config, preset_names  # noqa: E402
 
 #: GEMM token counts (M): decode batches, chunked-prefill chunks, whole prompts.
 GEMM_M = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,

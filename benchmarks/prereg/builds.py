@@ -234,7 +234,8 @@ def replica(build: str, root: Path) -> Path:
         if not path.exists():
             write_replica(BUILDS[model][0], ftype, path)
         return path
-    from servelab.synth.replica import preset_config, preset_layout, write_replica
+    from servelab.synth.replica import write_replica
+    from servelab.synth.replica_presets import preset_config, preset_layout
 
     write_replica(out, preset_config(build), preset_layout(build, None, ()))
     return out

@@ -93,8 +93,8 @@ def _replica(rec: Any, tmp: Path) -> str:
 def plan(set_name: str, recipe: str, priors: str | None, probe: str | None,
          tmp: Path) -> list[dict[str, Any]]:
     """The recipe's predicted decode and prefill points (``servelab plan GGUF --json``)."""
-    from servelab.serve.launch import resolve_model
     from servelab.serve.recipe import load_recipe
+    from servelab.serve.resolved import resolve_model
 
     # the recipe's GGUF with its flags and bench lengths (a recipe planned as a recipe
     # takes the shipped priors only: --priors would not reach it)

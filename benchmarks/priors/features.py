@@ -17,11 +17,16 @@ from pathlib import Path
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import build_plan
 from servelab.hardware.lookup import get_profile
-from servelab.plan.weights import weights_from_report
-from servelab.synth.replica import EXPERTS_AND_ATTENTION, QWEN3_6_35B_A3B, QuantLayout
+from servelab.hardware.topology import topology_for
+from servelab.plan.build import build_plan
+from servelab.plan.checkpoint import Checkpoint
+from servelab.plan.request import PlanRequest, StoreChoice
+from servelab.predict.evidence import Evidence
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.weights import weights_from_report
+from servelab.synth.replica import EXPERTS_AND_ATTENTION, QuantLayout
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 #: name -> (layout, plan options): the seed's Spark builds of Qwen3.6-35B-A3B.
 SPARK_BUILDS = {
@@ -43,15 +48,12 @@ def spark_features(name: str, layout: QuantLayout, root: Path) -> dict[str, obje
     source = load_checkpoint(out)
     assert source.config is not None
     weights = weights_from_report(build_report(source), name=name)
-    plan = build_plan(
-        source.config,
-        weights,
-        get_profile("dgx-spark"),
-        max_model_len=262144,
-        kv_cache_memory_bytes=6 * 2**30,
-        engine_version="0.26.0",
-        prompt_lens=LENGTHS, kv_arithmetic=VLLM_KV,
-    )
+    spark = get_profile("dgx-spark")
+    request = PlanRequest.from_flags(
+        name, spark, topology_for(spark.name), engine_version="0.26.0",
+        knobs=EngineKnobs(max_model_len=262144, kv_cache_memory_bytes=6 * 2**30),
+        prompt_lens=LENGTHS, store=StoreChoice(use=False))
+    plan = build_plan(request, Checkpoint.of(source.config, weights), Evidence(calibrate=False))
     sp = plan.speed
     return {
         "kernel_path": sp.kernel_path.name,

@@ -4,7 +4,7 @@
         --source "servelab's own H200 runs (benchmarks/gpu/results, 2026-12-02/03)"
 
 Prints one ``[[sample]]`` TOML row per measured single-stream point (the same samples
-``servelab calibration report`` uses: servelab.predict.runs.samples_from_run), with the
+``servelab calibration report`` uses: servelab.evidence.runs.samples_from_run), with the
 build, kernel path, layer count, bytes and FLOPs servelab planned for it. Paste them into
 src/servelab/predict/priors.toml and bump its version.
 """
@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from servelab.evidence.runs import samples_from_runs
 from servelab.predict.keys import BuildKey
-from servelab.predict.runs import samples_from_runs
 from servelab.store.exchange import run_from_dict
 
 

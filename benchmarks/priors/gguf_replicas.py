@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.synth.gguf_replica import BUILDS, GIB, SIZES, write_replica
+from servelab.synth.gguf_replica import BUILDS, SIZES, write_replica
+from servelab.units import GIB
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 Every place servelab sets a prediction beside a measurement or an engine's log uses this one
 value: the run summary (``servelab run``), the recipe pages' "planned vs reported" table,
-the KV pool against an engine's log (:mod:`servelab.plan.check`) and the error ledger. It
+the KV pool against an engine's log (:mod:`servelab.sizing.check`) and the error ledger. It
 holds the two values, their label, unit and the basis of the prediction, and it answers the
 comparison in one way:
 

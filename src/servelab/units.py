@@ -5,6 +5,9 @@ One parser for every place servelab reads a size (recipe ``kv_cache_memory_bytes
 ``"512 MiB"``, ``"1.5GB"``. Decimal units (``k``, ``M``, ``G``, ``T``, with or without ``B``)
 are powers of 1000, binary ones (``KiB`` ... ``TiB``) powers of 1024; case does not matter.
 
+The unit constants every module uses (:data:`GIB`, :data:`MIB`, :data:`GB`, ...) are defined here
+and nowhere else.
+
 One parser for comma-separated lists (``--prompt-lens 512,2048,8192``), and one formatter
 that picks the unit that shows a byte count (``498.75 KiB`` rather than ``0.00 GiB``).
 """
@@ -14,14 +17,22 @@ from __future__ import annotations
 import re
 import struct
 
-__all__ = ["f32_mib", "format_bytes", "parse_float_list", "parse_int_list", "parse_size"]
+__all__ = ["GB", "GIB", "KIB", "MIB", "TERA", "TIB", "f32_mib", "format_bytes",
+           "parse_float_list", "parse_int_list", "parse_size"]
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+TIB = 1 << 40
+GB = 10**9  # decimal gigabytes (bandwidths: GB/s)
+TERA = 10**12  # FLOP/s per TFLOP/s
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS = {
     "": 1, "b": 1,
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6,
     "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB,
 }  # fmt: skip
 _EXAMPLE = 'bytes or e.g. "6GiB", "6G", "512MiB"'
 
@@ -62,7 +73,7 @@ def parse_float_list(text: str, what: str) -> list[float]:
 
 def format_bytes(n: float, digits: int = 2) -> str:
     """A byte count in the binary unit that shows it: ``1.50 KiB``, ``35.28 GiB``, ``0 B``."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if abs(n) >= size:
             return f"{n / size:,.{digits}f} {unit}"
     return f"{n:,.0f} B"

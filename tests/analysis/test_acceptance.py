@@ -15,8 +15,8 @@ from servelab.analysis.acceptance import (
     run_acceptance,
     spec_config_of,
 )
-from servelab.pipeline.speculative import resolve_acceptance
-from servelab.plan.specsource import SpecConfig, parse_acceptance_option
+from servelab.evidence.acceptance import resolve_acceptance
+from servelab.sizing.specsource import SpecConfig, parse_acceptance_option
 from servelab.store.model import STATUS_FAILED, RunRecord
 
 HASH = "a" * 64

@@ -15,13 +15,8 @@ from servelab.checkpoint.kv_geometry import check_kv_geometry
 from servelab.cli.app import main
 from servelab.errors import ConfigError
 from servelab.families import model_dims
-from servelab.synth.replica import (
-    preset_config,
-    preset_layout,
-    preset_names,
-    replica_tensors,
-    write_replica,
-)
+from servelab.synth.replica import replica_tensors, write_replica
+from servelab.synth.replica_presets import preset_config, preset_layout, preset_names
 
 
 def _tensors(name: str) -> list[tuple[str, tuple[int, ...]]]:

@@ -13,17 +13,17 @@ import pytest
 from servelab.checkpoint.report import inspect_checkpoint
 from servelab.checkpoint.sources import load_checkpoint
 from servelab.errors import UsageError
-from servelab.plan.weights import weights_from_report
+from servelab.sizing.weights import weights_from_report
 from servelab.synth.replica import (
     EXPERTS_AND_ATTENTION,
     NVFP4_FAST_FP4,
     NVFP4_FAST_FP8,
-    QWEN3_6_35B_A3B,
     TEXT_LINEARS,
     QuantLayout,
     replica_tensors,
     write_replica,
 )
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 GIB = 1 << 30
 Variant = Callable[[str], Path]

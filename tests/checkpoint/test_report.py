@@ -80,7 +80,8 @@ def test_sharded_equals_single_file(tiny_checkpoint: Callable[..., Path]) -> Non
 
 
 def test_fused_experts_layout(tmp_path: Path, tiny_checkpoint: Callable[..., Path]) -> None:
-    from servelab.synth.replica import replica_tensors, write_safetensors_set
+    from servelab.synth.replica import replica_tensors
+    from servelab.synth.safetensors_set import write_safetensors_set
 
     cfg = json.loads((tiny_checkpoint("qwen3_5_moe_text") / "config.json").read_text())
     plan = replica_tensors(cfg, fused_experts=True)

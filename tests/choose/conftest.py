@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.synth.replica import (
-    EXPERTS_AND_ATTENTION,
-    QWEN3_6_35B_A3B,
-    QuantLayout,
-    write_replica,
-)
+from servelab.synth.replica import EXPERTS_AND_ATTENTION, QuantLayout, write_replica
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 SEED_BUILDS = {
     "bf16": (QuantLayout("bf16"), "none"),

@@ -14,7 +14,8 @@ from tests.store.records import make_run
 from tests.store.test_cli_runs import run_cli
 
 from servelab.store import open_store
-from servelab.synth.replica import preset_config, preset_layout, write_replica
+from servelab.synth.replica import write_replica
+from servelab.synth.replica_presets import preset_config, preset_layout
 
 # a number with something after it (a unit, a label, an interval), or with separators
 UNIT_IN_VALUE = re.compile(r"[+-]?\d[\d,]*(\.\d+)?(%|x| ?(tokens?|bound|predicted|measured|"

@@ -17,7 +17,8 @@ from servelab.cli.app import main
 from servelab.store import open_store
 from servelab.synth.gguf_replica import QWEN25_CODER_7B
 from servelab.synth.gguf_replica import write_replica as write_gguf_replica
-from servelab.synth.replica import preset_config, preset_layout, write_replica
+from servelab.synth.replica import write_replica
+from servelab.synth.replica_presets import preset_config, preset_layout
 
 
 def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -95,7 +95,8 @@ def _in_a_terminal(argv: list[str], cwd: Path, columns: int = 80) -> str:
 
 @pytest.mark.timeout(300)
 def test_servelabs_own_warning_is_one_line_in_an_80_column_terminal(tmp_path: Path) -> None:
-    from servelab.synth.replica import preset_config, preset_layout, write_replica
+    from servelab.synth.replica import write_replica
+    from servelab.synth.replica_presets import preset_config, preset_layout
 
     write_replica(tmp_path / "nem", preset_config("nemotron-nano-9b-v2"),
                   preset_layout("nemotron-nano-9b-v2", None, None))

@@ -23,7 +23,7 @@ HEAVY = ("sqlalchemy", "numpy", "matplotlib", "jinja2", "httpx", "orjson",
          "servelab.bench", "servelab.checkpoint")
 # what the root's --help and --version need neither (a subcommand's --help builds its options,
 # and typer loads pydantic to coerce them; the engines registry is pydantic models)
-ROOT_HEAVY = (*HEAVY, "pydantic", "servelab.engines", "servelab.serve", "servelab.plan",
+ROOT_HEAVY = (*HEAVY, "pydantic", "servelab.engines", "servelab.serve", "servelab.sizing",
               "servelab.hardware")
 
 _CODE = """

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servelab.cli.plan_cmd import parse_bytes
+from servelab.cli.plan_options import parse_bytes
 from servelab.cli.recipe_cmd import STARTER_RECIPE
 from servelab.engines import get_engine
 from servelab.engines.llamacpp.recipe import LlamaCppSection
@@ -151,8 +151,8 @@ def test_llamacpp_recipe_exact_argv(tmp_path: Path) -> None:
     ]  # fmt: skip
     # The planner gets llama-server's own KV flags: 16,384 cells over 4 slots.
     arithmetic = engine.kv_arithmetic(rec.engine)
-    settings = getattr(arithmetic, "settings", None)
-    assert settings is not None and (settings.ctx_size, settings.parallel) == (16384, 4)
+    flags = getattr(arithmetic, "flags", None)
+    assert flags is not None and (flags.ctx_size, flags.parallel) == (16384, 4)
     base = 'name = "r"\n[model]\nsynth = "llama"\n[engine]\nname = "llamacpp"\n'
     assert "not a Python engine" in _err(base + 'python = "/venv/bin/python"\n', tmp_path)
     msg = _err(base + '[engine.flags]\nextra = ["--alias", "x"]\n', tmp_path)

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.serve.launch import ensure_synth_model, synth_model_dir
 from servelab.serve.recipe import ModelSection
+from servelab.serve.resolved import ensure_synth_model, synth_model_dir
 
 OVERRIDES: dict[str, object] = {"head_dim": 32}
 

@@ -184,7 +184,7 @@ def test_deepseek_v2_lite_without_q_lora() -> None:
 
 def test_a_quantization_servelab_cannot_size_is_refused_naming_the_key() -> None:
     from servelab.checkpoint.quant import detect_quant
-    from servelab.plan.weights import weight_scheme
+    from servelab.sizing.weights import weight_scheme
 
     with pytest.raises(ConfigError, match=r"quantization_config: quant_method 'hqq'"):
         weight_scheme(detect_quant({"quantization_config": {"quant_method": "hqq"}}))

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from servelab.checkpoint.report import CheckpointReport, inspect_checkpoint
 from servelab.cli.app import app
 from servelab.families import presets
-from servelab.synth.replica import preset_config, preset_layout, write_replica
+from servelab.synth.replica import write_replica
+from servelab.synth.replica_presets import preset_config, preset_layout
 
 BF16 = 2
 Replica = Callable[[str], CheckpointReport]

@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 from tests.cli_checks import assert_one_line_errors
 
-from servelab.synth.replica import (
-    LINEARS,
-    QuantLayout,
-    preset_config,
-    preset_layout,
-    replica_tensors,
-)
+from servelab.synth.replica import LINEARS, QuantLayout, replica_tensors
+from servelab.synth.replica_presets import preset_config, preset_layout
 
 
 def _plan(name: str, layout: str | None, targets: tuple[str, ...] | None = None):  # type: ignore[no-untyped-def]

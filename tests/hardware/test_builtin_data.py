@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.hardware.profiles import BUILTIN, GB, GIB, SOURCED, TERA
+from servelab.hardware.profiles import BUILTIN, SOURCED
+from servelab.units import GB, GIB, TERA
 
 runner = CliRunner()
 

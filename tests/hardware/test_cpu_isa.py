@@ -93,3 +93,26 @@ def test_profile_files_name_the_flags(tmp_path: Path) -> None:
     assert "cpu_flags" in prof.cpu_isa.source
     with pytest.raises(HardwareProfileError, match="cpu_flags must be a list"):
         load_profiles_toml(_write(tmp_path, 'platform = "cpu"\ncpu_flags = "avx2"\n'))
+
+
+def test_the_host_can_be_pinned_to_a_probe_file(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """$SERVELAB_HOST_PROBE: this machine at a saved probe's figures (no live probe), for
+    commands that take no --probe (a calibration report); a bad file is one clear error."""
+    from servelab.hardware.lookup import HOST_PROBE_VAR, get_profile
+
+    probe = probe_host(copy_bytes=1 << 20, copy_reps=1, matmul_n=16, matmul_reps=1).to_dict()
+    probe["copy_bandwidth_bytes_per_s"]["samples"] = [1.25e10]
+    probe["matmul_flops_per_s"]["fp32"]["samples"] = [3e11]
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe))
+    monkeypatch.setenv(HOST_PROBE_VAR, str(path))
+    host = get_profile("host")
+    assert (host.bandwidth, host.compute["bf16"]) == (1.25e10, 3e11)
+    assert "probe file probe.json" in host.sources["bandwidth"]
+    assert host.cpu_isa is not None and host.cpu_isa.flags == this_cpu().flags  # the probe's
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    monkeypatch.setenv(HOST_PROBE_VAR, str(bad))
+    with pytest.raises(HardwareProfileError, match="not a readable probe file"):
+        get_profile("host")

@@ -21,7 +21,8 @@ from servelab.hardware.probe import (
     measure_matmul,
     probe_command,
 )
-from servelab.hardware.profiles import BUILTIN, GIB, load_profiles_toml, with_probe
+from servelab.hardware.profiles import BUILTIN, load_profiles_toml, with_probe
+from servelab.units import GIB
 
 runner = CliRunner()
 EXPECTED = {

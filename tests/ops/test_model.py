@@ -6,7 +6,8 @@ import json
 
 from servelab.families import FULL, LINEAR
 from servelab.ops.model import step_model
-from servelab.synth.replica import QWEN3_6_35B_A3B, TEXT_LINEARS, QuantLayout, preset_config
+from servelab.synth.replica import TEXT_LINEARS, QuantLayout
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B, preset_config
 
 
 def _cfg(name: str) -> dict:

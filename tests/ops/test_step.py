@@ -10,7 +10,7 @@ from servelab.ops.costs import Costs
 from servelab.ops.model import step_model
 from servelab.ops.step import EngineSteps, SeqGroup, StepShape, step_time
 from servelab.ops.tables import shipped
-from servelab.synth.replica import QWEN3_6_35B_A3B, preset_config
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B, preset_config
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from servelab.hardware.lookup import get_profile
-from servelab.plan.weights import Weights
-from servelab.predict.ledger import LedgerRow
-from servelab.predict.priors import PriorTable, load_priors
-from servelab.predict.runs import (
-    calibration_for,
+from servelab.evidence.runs import (
     checkpoint_names,
     ledger_for_runs,
     run_graph_tokens,
     samples_from_run,
     samples_from_runs,
 )
+from servelab.hardware.lookup import get_profile
+from servelab.predict.calibration import calibration_for
+from servelab.predict.ledger import LedgerRow
+from servelab.predict.priors import PriorTable, load_priors
+from servelab.sizing.weights import Weights
 from servelab.store import open_store
 from servelab.store.exchange import run_from_dict
 from servelab.store.model import Metric, RunRecord
@@ -65,7 +65,7 @@ def test_stored_runs_calibrate_the_next_prediction(tmp_path: Path) -> None:
     assert {(s.name, s.kind) for s in stored} == {
         ("a [2,861.0 MiB/token]", "decode"), ("a [2,861.0 MiB/token]", "prefill"),
         ("b [1,525.9 MiB/token]", "decode"), ("b [1,525.9 MiB/token]", "prefill")}
-    cal = calibration_for(runs, get_profile("h200"), _weights())
+    cal = calibration_for(samples_from_runs(runs), get_profile("h200"), _weights())
     # two stored builds against the shipped priors' eight on the path: one level of both
     # (a level with less evidence never replaces one with more)
     assert cal.decode.level == "stored runs with prior"
@@ -79,7 +79,7 @@ def test_one_stored_build_joins_the_priors_below_it(tmp_path: Path) -> None:
     # One stored build on h200 cannot be left out against itself, nor outweigh the shipped
     # H200 priors of its path: it joins them, and the interval is their leave-one-model-out.
     runs = [_run("a", 240.0, 3 * GB, 48)]
-    cal = calibration_for(runs, get_profile("h200"), _weights())
+    cal = calibration_for(samples_from_runs(runs), get_profile("h200"), _weights())
     assert cal.decode.level == "stored runs with prior" and cal.decode.rel_error is not None
     assert "a" in cal.decode.models and "leave-one-model-out" in cal.decode.error_basis
     assert any("shipped priors table" in n for n in cal.notes)
@@ -87,7 +87,7 @@ def test_one_stored_build_joins_the_priors_below_it(tmp_path: Path) -> None:
 
 def test_no_run_on_this_hardware_falls_back_to_the_shipped_priors() -> None:
     runs = [_run("a", 240.0, 3 * GB, 48)]
-    cal = calibration_for(runs, get_profile("dgx-spark"), _weights())
+    cal = calibration_for(samples_from_runs(runs), get_profile("dgx-spark"), _weights())
     assert cal.decode.level.startswith("prior")
     assert any("shipped priors table" in n for n in cal.notes)
 

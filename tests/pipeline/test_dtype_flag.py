@@ -6,14 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.plan.inputs import plan_of
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import build_plan
 from servelab.hardware.lookup import get_profile
-from servelab.pipeline.run import apply_dtype_flag
-from servelab.plan.weights import weights_from_report
+from servelab.plan.checkpoint import planned_checkpoint
 from servelab.synth.tiny import make_tiny_model
 
 
@@ -25,12 +23,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _plan(tiny: Path, dtype: str | None) -> tuple[int, int]:
     source = load_checkpoint(tiny)
-    weights = weights_from_report(build_report(source))
-    config, weights = apply_dtype_flag(dict(source.config or {}), weights, dtype)
-    plan = build_plan(config, weights, get_profile("h200"), max_model_len=4096,
-                      kv_cache_memory_bytes=256 * 2**20, engine_version="0.32.0",
-                      kv_arithmetic=VLLM_KV)
-    return plan.kv.tokens, weights.resident_bytes
+    checkpoint = planned_checkpoint(build_report(source), source.config, name="tiny",
+                                    header_hash=None, dtype=dtype)
+    plan = plan_of(checkpoint.config, checkpoint.weights, get_profile("h200"), max_model_len=4096,
+                   kv_cache_memory_bytes=256 * 2**20, engine_version="0.32.0")
+    return plan.kv.tokens, checkpoint.weights.resident_bytes
 
 
 def test_float32_doubles_weights_and_halves_the_kv_pool(tiny: Path) -> None:
@@ -46,6 +43,6 @@ def test_unknown_dtype_is_a_usage_error(tiny: Path) -> None:
     from servelab.errors import UsageError
 
     source = load_checkpoint(tiny)
-    weights = weights_from_report(build_report(source))
     with pytest.raises(UsageError, match="float13"):
-        apply_dtype_flag(dict(source.config or {}), weights, "float13")
+        planned_checkpoint(build_report(source), source.config, name="tiny", header_hash=None,
+                           dtype="float13")

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.plan.inputs import plan_of
 
 from servelab.analysis.acceptance import measured_acceptance
 from servelab.bench.run import BenchConfig, run_bench
@@ -21,6 +22,10 @@ from servelab.store.model import RunRecord, utcnow
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 
 HASH = "c" * 64
+
+#: servelab hardware probe on the reference box before its llama.cpp calibration.
+REFERENCE_PROBE = (Path(__file__).parents[2] / "benchmarks" / "cpu" / "results"
+                   / "probe-llamacpp-cpu.json")
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +121,15 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     from servelab.checkpoint.report import build_report
     from servelab.checkpoint.sources import load_checkpoint
     from servelab.cli.app import app
-    from servelab.engines.vllm.kv import VLLM_KV
-    from servelab.forecast.build import build_plan
+    from servelab.evidence.runs import samples_from_runs
     from servelab.hardware.lookup import get_profile
-    from servelab.plan.weights import weights_from_report
-    from servelab.predict.runs import samples_from_runs
-    from servelab.serve.launch import ensure_synth_model
+    from servelab.serve.resolved import ensure_synth_model
+    from servelab.sizing.weights import weights_from_report
 
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
+    # the host at the reference box's committed probe, in the plan and the report alike:
+    # whether the decode fit alone spans 4x (±60 %) moved with a live probe's reading
+    monkeypatch.setenv("SERVELAB_HOST_PROBE", str(REFERENCE_PROBE))
     ckpt = ensure_synth_model(
         "qwen3_next",
         {"head_dim": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128},
@@ -132,9 +138,9 @@ def test_an_mtp_run_calibrates_the_speculative_step_in_the_ledger(
     source = load_checkpoint(ckpt)
     assert source.config is not None
     weights = weights_from_report(build_report(source), name="tiny-qwen3-next")
-    plan = build_plan(source.config, weights, get_profile("host"), max_model_len=4096,
+    plan = plan_of(source.config, weights, get_profile("host"), max_model_len=4096,
                       kv_cache_memory_bytes=256 * 2**20, engine_version="0.32.0",
-                      prompt_lens=(16,), draft_tokens=2, kv_arithmetic=VLLM_KV)
+                      prompt_lens=(16,), draft_tokens=2)
     (step,) = plan.speed.spec_steps
     assert step.draft_tokens == 2 and step.step_bytes > plan.speed.decode[0].bytes_per_token
     spec = json.dumps({"method": "qwen3_next_mtp", "num_speculative_tokens": 2})

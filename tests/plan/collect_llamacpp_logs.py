@@ -1,6 +1,6 @@
 """Regenerate the llama.cpp family log fixtures in ``tests/engine/logs/`` (not a test).
 
-For each case of ``tests/plan/test_llamacpp_kv_families.py``: build the tiny model, convert
+For each case of ``tests/engine/llamacpp/test_kv_families.py``: build the tiny model, convert
 it to GGUF, start the real ``llama-server`` with the case's flags (servelab's own launch),
 stop it once it serves, and keep its whole log.
 
@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.plan.test_llamacpp_kv_families import CASES, LOGS, recipe
+from tests.engine.llamacpp.test_kv_families import CASES, LOGS, recipe
 
 from servelab.serve.launch import launch
 

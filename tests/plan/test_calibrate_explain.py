@@ -6,20 +6,20 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.plan.inputs import planning_inputs
+from tests.plan.inputs import plan_of, planning_inputs
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
-from servelab.engines.vllm.kv import VLLM_KV
-from servelab.forecast.build import Plan, build_plan
-from servelab.forecast.explain import explain
+from servelab.evidence.runs import samples_from_runs
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import BUILTIN
+from servelab.plan.build import Plan
+from servelab.plan.explain import explain
+from servelab.predict.calibration import calibration_for
 from servelab.predict.form import Sample
 from servelab.predict.ledger import ledger
 from servelab.predict.priors import shipped_priors
 from servelab.predict.roofline import roofline_coefficients
-from servelab.predict.runs import calibration_for, samples_from_runs
 from servelab.predict.speed import model_expert_slots
 from servelab.store.exchange import run_from_dict
 
@@ -36,9 +36,9 @@ SEED_PREFILL = {2048: 5122.0, 8192: 6081.0}
 def _plan(path: Path, *, calibrated: bool = True) -> Plan:
     config, weights = planning_inputs(path)
     cal = calibration_for([], SPARK, weights) if calibrated else None
-    return build_plan(config, weights, SPARK, max_model_len=262_144,
+    return plan_of(config, weights, SPARK, max_model_len=262_144,
                       kv_cache_memory_bytes=6 * GIB, engine_version="0.26.0", prompt_lens=LENS,
-                      calibration=cal, kv_arithmetic=VLLM_KV)
+                      calibration=cal)
 
 
 def test_seed_case_from_the_shipped_priors_alone(qwen36_fp8: Path) -> None:
@@ -251,7 +251,8 @@ PUBLISHED_VLLM = {"rtx-pro-6000"}
 @pytest.fixture(scope="module")
 def presets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Full-dimension header replicas of the preset builds behind those rows."""
-    from servelab.synth.replica import preset_config, preset_layout, write_replica
+    from servelab.synth.replica import write_replica
+    from servelab.synth.replica_presets import preset_config, preset_layout
 
     root = tmp_path_factory.mktemp("presets")
     out = {}

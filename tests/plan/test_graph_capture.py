@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from tests.plan.test_plan_cli import _cpu_profile
+from tests.cli.test_plan_cmd import _cpu_profile
 from typer.testing import CliRunner
 
 from servelab.cli.app import app
@@ -24,16 +24,18 @@ from servelab.cli.serve_cmd import facts_table
 from servelab.engines import get_engine
 from servelab.engines.facts import EngineFacts
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.forecast.build import Plan
+from servelab.engines.vllm.startup import effective_max_num_seqs, planned_graph_capture
 from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.topology import topology_for
 from servelab.pipeline.planning import plan_checkpoint
 from servelab.pipeline.run import RunOutcome
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.parallel import topology_for
-from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
-from servelab.plan.startup import StartupOptions, effective_max_num_seqs, planned_graph_capture
+from servelab.plan.build import Plan
+from servelab.plan.request import PlanRequest, Speculation, StoreChoice
 from servelab.serve.recipe import parse_recipe
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.startup import StartupOptions
 from servelab.store.model import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,6 +160,7 @@ def _request(checkpoint: str, hardware: HardwareProfile, **fields: Any) -> PlanR
     arithmetic = get_engine("vllm").kv_arithmetic()
     assert arithmetic is not None
     return PlanRequest(checkpoint, hardware, topology_for(hardware.name), arithmetic,
+                       startup_rules=get_engine("vllm").startup_rules,
                        store=StoreChoice(use=False), **fields)
 
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from servelab.hardware.lookup import get_profile
-from servelab.serve.launch import resolve_model
 from servelab.serve.recipe import load_recipe
+from servelab.serve.resolved import resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "benchmarks" / "cpu" / "llamacpp-llama-q4-k-m.toml"

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from servelab.cli.app import app
 from servelab.predict.form import Sample
 from servelab.predict.priors import shipped_priors
-from servelab.serve.launch import resolve_model
 from servelab.serve.recipe import load_recipe
+from servelab.serve.resolved import resolve_model
 
 runner = CliRunner()
 CPU = Path(__file__).resolve().parents[2] / "benchmarks" / "cpu"

@@ -20,12 +20,12 @@ from servelab.predict.levels import Target, calibrate
 from servelab.predict.priors import shipped_priors
 from servelab.synth.gguf_replica import (
     BUILDS,
-    GIB,
     GPT_OSS_20B,
     QWEN25_CODER_7B,
     SIZES,
     write_replica,
 )
+from servelab.units import GIB
 
 runner = CliRunner()
 

@@ -19,11 +19,11 @@ from servelab.predict.levels import (
     Fit,
     Level,
     Target,
-    conformal,
     fit_levels,
     interval,
     levels_for,
 )
+from servelab.predict.widths import conformal
 
 TRUE = Coefficients.of("decode", s_per_byte=1 / 4.0e12, s_per_layer=40e-6,
                        s_per_expert_slot=0.18e-6)

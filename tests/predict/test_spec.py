@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from servelab.families import model_dims
-from servelab.plan.weights import Weights
 from servelab.predict.form import Coefficients
 from servelab.predict.levels import Fit
 from servelab.predict.spec import SpecStep, check_method, model_bytes, predict_step, spec_step
 from servelab.predict.specstep import DraftFit
-from servelab.synth.replica import preset_config
+from servelab.sizing.weights import Weights
+from servelab.synth.replica_presets import preset_config
 
 DIMS = model_dims(preset_config("qwen3.6-35b-a3b"))  # 40 layers, 256 experts top-8, 1 MTP layer
 # 256 experts x 3 x 2048 x 512 parameters in each of 40 layers
@@ -104,10 +104,12 @@ def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Pat
     term is the H200's measured one, labelled as a fallback from another machine."""
     from servelab.engines import get_engine
     from servelab.hardware.lookup import get_profile
+    from servelab.hardware.topology import topology_for
     from servelab.pipeline.planning import plan_checkpoint
-    from servelab.plan.parallel import topology_for
-    from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
-    from servelab.synth.replica import QWEN3_6_35B_A3B, TEXT_LINEARS, QuantLayout, write_replica
+    from servelab.plan.request import PlanRequest, Speculation, StoreChoice
+    from servelab.sizing.knobs import EngineKnobs
+    from servelab.synth.replica import TEXT_LINEARS, QuantLayout, write_replica
+    from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
     path = tmp_path / "nvfp4-mtp"
     write_replica(path, QWEN3_6_35B_A3B, QuantLayout("nvfp4", TEXT_LINEARS), mtp="fused")
@@ -115,7 +117,8 @@ def test_plan_of_an_mtp_build_on_a_machine_without_a_measured_step(tmp_path: Pat
     assert arithmetic is not None
     spark = get_profile("dgx-spark")
     plan = plan_checkpoint(PlanRequest(
-        str(path), spark, topology_for(spark.name), arithmetic, engine_version="0.26.0",
+        str(path), spark, topology_for(spark.name), arithmetic,
+        startup_rules=get_engine("vllm").startup_rules, engine_version="0.26.0",
         prompt_lens=(2048,), store=StoreChoice(use=False),
         knobs=EngineKnobs(max_model_len=262144, kv_cache_memory_bytes=6 * 2**30),
         speculation=Speculation(acceptance=(3.0, 4.0), method="mtp", draft_tokens=3)))

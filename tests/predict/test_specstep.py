@@ -10,7 +10,7 @@ import math
 import pytest
 
 from servelab.errors import UsageError
-from servelab.plan.costs import distinct_expert_fraction as expected_distinct_fraction
+from servelab.predict.costs import distinct_expert_fraction as expected_distinct_fraction
 from servelab.predict.specstep import (
     ONE_BUILD_DRAFT_ERROR,
     ModelBytes,

@@ -83,13 +83,20 @@ def test_the_checker_catches_what_it_forbids(tmp_path: Path) -> None:
 
 
 def test_the_planner_imports_no_engine_code() -> None:
-    """plan/ is pure arithmetic: engines pass values in (issue 14)."""
+    """sizing/ is pure arithmetic: engines pass values in (issue 14); plan/ asks engines
+    through the registry only, never an engine's own package (issue 42)."""
     found = []
-    for path in sorted((SRC / "plan").rglob("*.py")):
+    for path in sorted((SRC / "sizing").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
                 ("servelab.serve", "servelab.engines")
             ):
-                found.append(f"{path.name}:{node.lineno}: {node.module}")
+                found.append(f"sizing/{path.name}:{node.lineno}: {node.module}")
+    for path in sorted((SRC / "plan").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            if module.startswith("servelab.engines.") and module != "servelab.engines.base":
+                found.append(f"plan/{path.name}:{node.lineno}: {module}")
     assert found == []

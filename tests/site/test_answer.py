@@ -89,7 +89,7 @@ def test_a_rate_whose_interval_reaches_zero_is_not_a_measurement(store_url: str)
 
 
 def test_an_interval_over_an_order_of_magnitude_is_no_prediction() -> None:
-    from servelab.plan.document import read_plan
+    from servelab.sizing.document import read_plan
 
     doc = {"decode": [{"context_len": 512, "bytes_per_token": 1, "roofline_tok_s": 9e6,
                        "predicted_tok_s": 1000.0, "predicted_low": 788.8,

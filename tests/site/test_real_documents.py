@@ -12,17 +12,16 @@ from pathlib import Path
 
 import pytest
 from site_records import samples
+from tests.plan.inputs import plan_of
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import parse_log
-from servelab.forecast.build import build_plan
 from servelab.hardware.lookup import get_profile
-from servelab.plan.weights import weights_from_report
 from servelab.site import prose
 from servelab.site.collect import collect_site, site_from_records
 from servelab.site.render import render_site
+from servelab.sizing.weights import weights_from_report
 from servelab.store import RunRecord, open_store
 from servelab.synth.tiny import make_tiny_model
 
@@ -35,10 +34,9 @@ def record(tmp_path_factory: pytest.TempPathFactory) -> RunRecord:
     source = load_checkpoint(model)
     report = build_report(source)
     facts = parse_log(LOG.read_text(encoding="utf-8"))
-    plan = build_plan(dict(source.config or {}), weights_from_report(report, name="tiny"),
+    plan = plan_of(dict(source.config or {}), weights_from_report(report, name="tiny"),
                       get_profile("host"), max_model_len=4096,
-                      kv_cache_memory_bytes=256 * 2**20, prompt_lens=(512, 2048),
-                      kv_arithmetic=VLLM_KV)
+                      kv_cache_memory_bytes=256 * 2**20, prompt_lens=(512, 2048))
     return RunRecord(
         started_at=datetime(2026, 12, 2, 15, 40, tzinfo=UTC), run_id="20261202-154000-abcdef",
         recipe_name="tiny-cpu", model_id="tiny/qwen3_moe", host="ci", hardware="host",

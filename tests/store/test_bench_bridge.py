@@ -99,6 +99,23 @@ def test_headline_skips_a_point_without_a_decode_figure() -> None:
     assert rec.metric("decode_tok_s", "p2048-c1") is None
 
 
+def test_headline_prefill_skips_a_point_whose_prefill_was_withheld() -> None:
+    # The 2,048-token point's prefill rate was withheld (its CI reached zero: a loaded box),
+    # the 64-token point's was not: each rate's headline is the nearest point that has one.
+    doc = _bench(0.010)
+    (point,) = doc["points"]
+    withheld = json.loads(json.dumps(point))
+    withheld["prompt_len"] = 2048
+    withheld["metrics"].pop("prefill_tok_s")
+    doc["points"] = [point, withheld]
+    rec = run_from_bench_json(doc)
+    assert rec.prefill_tok_s is not None and rec.prefill_tok_s > 0
+    assert rec.prefill_tok_s == pytest.approx(
+        rec.metric("prefill_tok_s", "p64-c1").value)  # type: ignore[union-attr]
+    assert rec.decode_tok_s == pytest.approx(
+        rec.metric("decode_tok_s", "p2048-c1").value)  # type: ignore[union-attr]
+
+
 def test_the_record_of_a_result_equals_the_record_of_its_file(tmp_path: Path) -> None:
     # the run pipeline hands the result object over; an import reads the file it wrote:
     # both must give the same run (same id, samples, metrics)

@@ -16,7 +16,7 @@ from servelab.analysis import Group, compare_groups
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.spec import WorkloadSpec
 from servelab.points import PointKey, arrival_tag
-from servelab.site.collect import concurrent_rows, point_values
+from servelab.site.measured import concurrent_rows, point_values
 from servelab.store import export_doc, open_store, read_import_file, run_from_bench_json
 from servelab.testing.synthetic_server import SyntheticConfig, SyntheticServer
 

@@ -12,7 +12,8 @@ from tests.store.records import make_run
 
 from servelab.errors import StoreError, StoreSchemaError
 from servelab.store import RunRecord, open_store
-from servelab.store.db import Store, _make_engine, resolve_url
+from servelab.store.connect import make_engine, resolve_url
+from servelab.store.db import Store
 from servelab.store.schema import LATEST_VERSION
 
 
@@ -42,7 +43,7 @@ def test_empty_database_migrates_to_latest(db_url: str) -> None:
 
 def test_v1_database_with_runs_migrates_to_v2(db_url: str) -> None:
     # Build a real v1 database: only step 1 applied, and a run written by the v1 shape.
-    store = Store(_make_engine(resolve_url(db_url)), resolve_url(db_url))
+    store = Store(make_engine(resolve_url(db_url)), resolve_url(db_url))
     assert store.migrate(target=1) == 1
     assert "experiments" not in _tables(store)
     cols = {c["name"] for c in sa.inspect(store.engine).get_columns("runs")}
@@ -64,7 +65,7 @@ def test_v1_database_with_runs_migrates_to_v2(db_url: str) -> None:
 
 
 def test_opening_without_migrate_refuses_old_schema(db_url: str) -> None:
-    store = Store(_make_engine(resolve_url(db_url)), resolve_url(db_url))
+    store = Store(make_engine(resolve_url(db_url)), resolve_url(db_url))
     store.migrate(target=1)
     store.close()
     with pytest.raises(StoreSchemaError, match="needs migrating to 2"):

@@ -26,7 +26,7 @@ from typing import Any
 
 from servelab.bench.specdecode import CounterDelta
 from servelab.engines.base import flag_value
-from servelab.plan.specsource import SpecConfig, normalize_method, spec_config_from_mapping
+from servelab.sizing.specsource import SpecConfig, normalize_method, spec_config_from_mapping
 from servelab.store.model import STATUS_OK, RunRecord
 
 __all__ = [

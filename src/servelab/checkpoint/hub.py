@@ -30,15 +30,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from servelab import __version__
-from servelab.checkpoint.configs import (
-    CONFIG_FILE,
-    GENERATION_CONFIG_FILE,
-    INDEX_FILE,
-    MAX_JSON_FILE_BYTES,
-    QUANT_CONFIG_FILE,
-    SINGLE_FILE,
-    parse_json_object,
-)
+from servelab.checkpoint import configs
 from servelab.checkpoint.safetensors_format import (
     HEADER_LEN_BYTES,
     MAX_HEADER_REMOTE,
@@ -228,7 +220,7 @@ class HubReader:
         *,
         start: int | None = None,
         length: int | None = None,
-        limit: int = MAX_JSON_FILE_BYTES,
+        limit: int = configs.MAX_JSON_FILE_BYTES,
         optional: bool = False,
     ) -> _Fetched | None:
         """GET a file, or the byte range ``[start, start+length)``; ``None`` if optional
@@ -336,20 +328,20 @@ class HubReader:
         got = self.get(file, optional=optional)
         if got is None:
             return None
-        return parse_json_object(got.data, file=self.display(file))
+        return configs.parse_json_object(got.data, file=self.display(file))
 
     def load(self) -> CheckpointSource:
         warnings: list[SourceWarning] = []
-        index = self.json(INDEX_FILE, optional=True)
+        index = self.json(configs.INDEX_FILE, optional=True)
         weight_map: dict[str, str] | None = None
         index_metadata: Mapping[str, Any] | None = None
         if index is not None:
-            weight_map, index_metadata = parse_index(index, file=self.display(INDEX_FILE))
+            weight_map, index_metadata = parse_index(index, file=self.display(configs.INDEX_FILE))
             names = shard_names(weight_map)
             shards = self._headers(names)
         else:
             first = self.get(
-                SINGLE_FILE,
+                configs.SINGLE_FILE,
                 start=0,
                 length=FIRST_RANGE_BYTES,
                 limit=FIRST_RANGE_BYTES,
@@ -357,30 +349,21 @@ class HubReader:
             )
             if first is None:
                 raise CheckpointNotFoundError(
-                    f"neither {INDEX_FILE} nor {SINGLE_FILE} found",
+                    f"neither {configs.INDEX_FILE} nor {configs.SINGLE_FILE} found",
                     path=f"{self.repo_id}@{self.pinned}",
                 )
-            shards = (self._header_from(SINGLE_FILE, first),)
+            shards = (self._header_from(configs.SINGLE_FILE, first),)
         if weight_map is not None:
-            warnings.extend(
-                check_index(weight_map, index_metadata, shards, file=self.display(INDEX_FILE))
-            )
-        config = self.json(CONFIG_FILE, optional=True)
-        quant = self.json(QUANT_CONFIG_FILE, optional=True)
-        gen = self.json(GENERATION_CONFIG_FILE, optional=True)
+            where = self.display(configs.INDEX_FILE)
+            warnings.extend(check_index(weight_map, index_metadata, shards, file=where))
+        config = self.json(configs.CONFIG_FILE, optional=True)
+        quant = self.json(configs.QUANT_CONFIG_FILE, optional=True)
+        gen = self.json(configs.GENERATION_CONFIG_FILE, optional=True)
         return CheckpointSource(
-            location=self.repo_id,
-            kind="hub",
-            revision=self.revision or "main",
-            shards=shards,
-            config=config,
-            quant_config=quant,
-            generation_config=gen,
-            index_metadata=index_metadata,
-            header_sha256=identity_sha256(shards),
-            bytes_fetched=self.received,
-            commit=self.commit,
-            warnings=tuple(warnings),
+            location=self.repo_id, kind="hub", revision=self.revision or "main", shards=shards,
+            config=config, quant_config=quant, generation_config=gen,
+            index_metadata=index_metadata, header_sha256=identity_sha256(shards),
+            bytes_fetched=self.received, commit=self.commit, warnings=tuple(warnings),
         )
 
     def _headers(self, names: list[str]) -> tuple[ShardHeader, ...]:

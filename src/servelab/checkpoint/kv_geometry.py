@@ -118,12 +118,20 @@ def check_source(source: CheckpointSource) -> None:
     config no family reads is left to the planner's own refusal."""
     if not source.config:
         return
-    where = f"{source.location}/config.json"
     try:
-        dims = model_dims(source.config, where)
+        dims = model_dims(source.config, f"{source.location}/config.json")
     except ConfigError:
         return  # the planner refuses it with its own reason
+    check_read_source(source, dims)
+
+
+def check_read_source(source: CheckpointSource, dims: ModelDims | None) -> None:
+    """:func:`check_source` with the config already read into ``dims`` (inspect's report's
+    reading: a plan reads its config once); ``None``: no family reads it."""
+    if not source.config or dims is None:
+        return
+    where = f"{source.location}/config.json"
     check_kv_geometry(dims, source.config, ((t.name, t.shape) for t in source.tensors), where)
 
 
-__all__ = ["KV_KEYS", "check_kv_geometry", "check_source"]
+__all__ = ["KV_KEYS", "check_kv_geometry", "check_read_source", "check_source"]

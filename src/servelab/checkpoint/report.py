@@ -63,17 +63,15 @@ from typing import Any
 from servelab.checkpoint.configs import text_config as _text_config
 from servelab.checkpoint.lint import WARNING, Finding, LintContext, lint_checkpoint
 from servelab.checkpoint.quant import QuantArgs, QuantScheme, detect_quant
-from servelab.checkpoint.roles import ROLE_ORDER, Role, RoleClassifier, TensorRole
-from servelab.checkpoint.safetensors_format import TensorEntry
+from servelab.checkpoint.roles import ROLE_ORDER, Role, RoleClassifier
 from servelab.checkpoint.sources import CheckpointSource, load_checkpoint
+from servelab.checkpoint.structure import NOT_DECODED, experts_from_tensors, tensor_layer_types
 from servelab.errors import ConfigError
 from servelab.families import ModelDims, family_for, model_dims
-from servelab.units import format_bytes
+from servelab.units import GIB, format_bytes
 
 SCHEMA = "servelab.inspect/1"
-GIB = 1 << 30
 
-_NOT_DECODED = frozenset({Role.VISION, Role.MTP})
 
 
 def _ro(d: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -164,6 +162,11 @@ class CheckpointReport:
     findings: tuple[Finding, ...] = ()
 
     schema: str = SCHEMA
+    dims: ModelDims | None = dataclasses.field(default=None, repr=False, compare=False)
+    """The config as its model family reads it (the one reading a plan uses; ``None`` when
+    there is no config or its family cannot read it). Not part of the JSON report."""
+    family: str = ""
+    """The model family of ``dims`` (:mod:`servelab.families`), "" without them."""
 
     # -- plain views -----------------------------------------------------------------
     @property
@@ -381,49 +384,6 @@ def _family_dims(
         )
 
 
-def _tensor_layer_types(
-    tensors: Sequence[TensorEntry], roles: Sequence[TensorRole]
-) -> tuple[tuple[str, ...], int | None]:
-    kinds: dict[int, set[Role]] = defaultdict(set)
-    for r in roles:
-        if r.layer is not None and r.base not in _NOT_DECODED:
-            kinds[r.layer].add(r.base)
-    if not kinds:
-        return (), None
-    n = max(kinds) + 1
-    out = []
-    for i in range(n):
-        k = kinds.get(i, set())
-        if Role.LINEAR_ATTENTION in k:
-            out.append("linear_attention")
-        elif Role.ATTENTION in k:
-            out.append("full_attention")
-        else:
-            out.append("none")
-    return tuple(out), n
-
-
-def _experts_from_tensors(
-    tensors: Sequence[TensorEntry], roles: Sequence[TensorRole]
-) -> tuple[int | None, str | None]:
-    per_expert: set[int] = set()
-    fused = 0
-    for t, r in zip(tensors, roles, strict=True):
-        if r.base is not Role.ROUTED_EXPERT or r.is_scale:
-            continue
-        if r.expert is not None:
-            per_expert.add(r.expert)
-        elif len(t.shape) >= 3:  # [E, 2I, H]; gpt-oss blocks [E, out, in/32, 16]
-            fused = max(fused, t.shape[0])
-    if per_expert and fused:
-        return max(len(per_expert), fused), "mixed"
-    if per_expert:
-        return max(per_expert) + 1, "per-expert"
-    if fused:
-        return fused, "fused"
-    return None, None
-
-
 def build_report(source: CheckpointSource) -> CheckpointReport:
     """Analyse a loaded checkpoint (headers + configs); pure, no I/O."""
     tensors = source.tensors
@@ -431,8 +391,10 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
     dims, unread = _family_dims(source.config, str(source.location))
     n_layers_cfg = dims.num_layers if dims else None
     hint = None
+    family = ""
     if dims is not None:
         fam = family_for(source.config or {})
+        family = fam.name
         hint = fam.role_hint(dims) if fam.role_hint else None
     classify = RoleClassifier(n_layers_cfg, hint)
     roles = [classify(t.name) for t in tensors]
@@ -478,7 +440,7 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
     tie = dims.tie_word_embeddings if dims else False
     n_exp_cfg = (dims.num_experts or None) if dims else None
     topk = (dims.experts_per_token or None) if dims else None
-    n_exp_t, layout = _experts_from_tensors(tensors, roles)
+    n_exp_t, layout = experts_from_tensors(tensors, roles)
     num_experts = n_exp_cfg if n_exp_cfg is not None else n_exp_t
     routed_fraction: float | None = None
     if r_bs[Role.ROUTED_EXPERT]:
@@ -492,7 +454,7 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
         if role is Role.QUANT_SCALE:
             continue
         b, p = r_bs[role], r_p[role]
-        if role in _NOT_DECODED:
+        if role in NOT_DECODED:
             db, ap = 0, 0
         elif role is Role.ROUTED_EXPERT:
             frac = routed_fraction or 0.0
@@ -522,7 +484,7 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
     routed = next(s for s in role_stats if s.role == Role.ROUTED_EXPERT.value)
 
     cfg_types = dims.layer_types if dims else ()
-    t_types, n_layers_t = _tensor_layer_types(tensors, roles)
+    t_types, n_layers_t = tensor_layer_types(tensors, roles)
     num_layers = n_layers_cfg if n_layers_cfg is not None else n_layers_t
     layer_types = cfg_types or t_types
     total_bytes = sum(d_b.values())
@@ -569,6 +531,8 @@ def build_report(source: CheckpointSource) -> CheckpointReport:
         text_config=_ro(text_cfg),
         model_type=str(cfg["model_type"]) if "model_type" in cfg else None,
         architectures=tuple(str(a) for a in archs) if isinstance(archs, list) else (),
+        dims=dims,
+        family=family,
     )
     findings = lint_checkpoint(
         LintContext(

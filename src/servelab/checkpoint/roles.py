@@ -221,14 +221,22 @@ def _split_module(module: str) -> tuple[str, int | None, int | None]:
     prev = ""
     for i, part in enumerate(parts):
         if part.isdigit():
-            if prev == "experts":
-                if expert is None:
-                    expert = int(part)
-            elif prev in _LAYER_WORDS and layer is None:
-                layer = int(part)
+            layer, expert = _indices(part, prev, layer, expert)
             parts[i] = "#"
         prev = part
     return ".".join(parts), layer, expert
+
+
+def _indices(number: str, prev: str, layer: int | None,
+             expert: int | None) -> tuple[int | None, int | None]:
+    """(layer, expert) once path component ``number`` (after ``prev``) is read: the first
+    number after ``experts`` is the expert, the first after a layer word the layer."""
+    if prev == "experts":
+        if expert is None:
+            expert = int(number)
+    elif prev in _LAYER_WORDS and layer is None:
+        layer = int(number)
+    return layer, expert
 
 
 class RoleClassifier:
@@ -262,11 +270,7 @@ class RoleClassifier:
         else:
             p_template, layer, expert, prev = "", None, None, ""
         if part.isdigit():
-            if prev == "experts":
-                if expert is None:
-                    expert = int(part)
-            elif prev in _LAYER_WORDS and layer is None:
-                layer = int(part)
+            layer, expert = _indices(part, prev, layer, expert)
             comp = "#"
         else:
             comp = part

@@ -1,6 +1,6 @@
 """Rank builds of one model on one hardware profile, with a verdict per build (pure).
 
-Plans (:class:`~servelab.forecast.build.Plan`, made by the public planning functions) and the
+Plans (:class:`~servelab.plan.build.Plan`, made by the public planning functions) and the
 measurements the results store holds come in; a :class:`Choice` comes out. JSON schema
 ``servelab.choose/1`` (:meth:`Choice.to_dict`; fields are only ever added within a version)::
 
@@ -43,13 +43,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.forecast.build import Plan
-from servelab.forecast.explain import Explanation, better_kernel, explain
+from servelab.plan.build import Plan
+from servelab.plan.explain import Explanation, better_kernel, explain
 from servelab.predict.levels import MAX_RATIO, too_wide
 from servelab.units import format_bytes
 
 SCHEMA = "servelab.choose/1"
-GIB = 1 << 30
 
 MEASURED, PREDICTED, BOUND, NONE = "measured", "predicted", "bound", "none"
 
@@ -306,7 +305,7 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
         prefill = _measured(c.prefill, "prefill")
     declared, tensors, usable = mtp_facts(plan)
     spec = _spec_speed(plan) if usable else None
-    conc = (plan.kv.max_concurrency if plan.kv is not None
+    conc = (plan.pool.max_concurrency if plan.pool is not None
             else plan.kv_tokens / context_len if context_len else None)
     fits = plan.fits
     fit = plan.fit_sentence().removeprefix("fits: ")

@@ -14,16 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from servelab.cli.output import (
-    CsvOpt,
-    DbOpt,
-    JsonOpt,
-    MarkdownOpt,
-    Table,
-    emit,
-    num,
-    pick_format,
-)
+from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, Table, emit, num, pick_format
 from servelab.errors import RunNotFoundError, ServelabError, UsageError
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy load only when a command runs (fast --help)
@@ -129,7 +120,7 @@ def compare_cmd(
     ] = None,
     metric: MetricOpt = None,
     alpha: AlphaOpt = 0.05,
-    db: DbOpt = None,
+    db: DbOpt = None,  # the runs compared are read from it
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
@@ -275,7 +266,7 @@ def history_cmd(
             "--fail-on-regression", help="Exit with status 3 when a regression is detected."
         ),
     ] = False,
-    db: DbOpt = None,
+    db: DbOpt = None,  # the dated runs are read from it
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
@@ -337,49 +328,34 @@ def experiment_tables(res: ExperimentResult) -> tuple[list[Table], list[str]]:
     return [deltas, clauses], [f"verdict: {res.verdict.upper()} ({res.criteria})"]
 
 
+BaselineArg = Annotated[str, typer.Argument(
+    help="Baseline: a run id, or a recipe name/file or model id (its latest runs).")]
+VariantArg = Annotated[str, typer.Argument(
+    help="Variant: a run id, or a recipe name/file or model id (its latest runs).")]
+CriteriaOpt = Annotated[str | None, typer.Option(
+    "--criteria", help=f"Adoption criteria, e.g. '{DEFAULT_CRITERIA}' (the default).")]
+CriteriaFileOpt = Annotated[Path | None, typer.Option(
+    "--criteria-file", help="TOML file with a [criteria] table instead of --criteria.")]
+LastOpt = Annotated[int, typer.Option(
+    "--last", min=1, help="For a recipe/model, pool its latest N runs.")]
+RunsOpt = Annotated[bool, typer.Option(
+    "--runs", help="Run both recipe files now (as `servelab run` does), then compare.")]
+SaveOpt = Annotated[bool, typer.Option(
+    "--save/--no-save", help="Store the experiment, linked to the baseline recipe.")]
+TitleOpt = Annotated[str | None, typer.Option("--title", help="Title of the experiment.")]
+
+
 def experiment_cmd(
-    baseline: Annotated[
-        str,
-        typer.Argument(
-            help="Baseline: a run id, or a recipe name/file or model id (its latest runs)."
-        ),
-    ],
-    variant: Annotated[
-        str,
-        typer.Argument(
-            help="Variant: a run id, or a recipe name/file or model id (its latest runs)."
-        ),
-    ],
-    criteria: Annotated[
-        str | None,
-        typer.Option(
-            "--criteria", help=f"Adoption criteria, e.g. '{DEFAULT_CRITERIA}' (the default)."
-        ),
-    ] = None,
-    criteria_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--criteria-file", help="TOML file with a [criteria] table instead of --criteria."
-        ),
-    ] = None,
-    last: Annotated[
-        int, typer.Option("--last", min=1, help="For a recipe/model, pool its latest N runs.")
-    ] = 1,
-    runs: Annotated[
-        bool,
-        typer.Option(
-            "--runs", help="Run both recipe files now (as `servelab run` does), then compare."
-        ),
-    ] = False,
-    save: Annotated[
-        bool,
-        typer.Option(
-            "--save/--no-save", help="Store the experiment, linked to the baseline recipe."
-        ),
-    ] = True,
-    title: Annotated[str | None, typer.Option("--title", help="Title of the experiment.")] = None,
+    baseline: BaselineArg,
+    variant: VariantArg,
+    criteria: CriteriaOpt = None,
+    criteria_file: CriteriaFileOpt = None,
+    last: LastOpt = 1,
+    runs: RunsOpt = False,
+    save: SaveOpt = True,
+    title: TitleOpt = None,
     alpha: AlphaOpt = 0.05,
-    db: DbOpt = None,
+    db: DbOpt = None,  # both sides' runs are read from it; the experiment is stored in it
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,

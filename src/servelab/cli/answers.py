@@ -6,7 +6,8 @@ knows and each recipe page with its finding (composition of :mod:`servelab.site`
 from __future__ import annotations
 
 from servelab.pipeline.choose import recipe_choices
-from servelab.site.collect import answer_lengths, model_runs, site_from_records, with_answers
+from servelab.site.answers import answer_lengths, model_runs, with_answers
+from servelab.site.collect import site_from_records
 from servelab.site.model import Site
 from servelab.store import Store
 

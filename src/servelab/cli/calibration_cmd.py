@@ -21,22 +21,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from servelab.cli.output import (
-    CsvOpt,
-    DbOpt,
-    JsonOpt,
-    MarkdownOpt,
-    Table,
-    emit,
-    num,
-    pick_format,
-)
+from servelab.cli.output import CsvOpt, DbOpt, JsonOpt, MarkdownOpt, Table, emit, num, pick_format
 from servelab.errors import HardwareProfileError, UsageError
 
 if TYPE_CHECKING:
-    from servelab.forecast.load import BatchedError
-    from servelab.forecast.sweeps import Replanned, Skipped, SweepRow
+    from servelab.evidence.sweeps import Replanned, Skipped, SweepRow
+    from servelab.plan.load import BatchedError
+    from servelab.predict.form import Sample
     from servelab.predict.holdout import Reference
+    from servelab.predict.ledger import LedgerRow
     from servelab.predict.priors import PriorTable
     from servelab.store.model import RunRecord
 
@@ -51,141 +44,154 @@ def _pct(v: float | None) -> str:
     return f"{v:+.1%}" if v is not None else ""
 
 
+ReportHardwareOpt = Annotated[str | None, typer.Option(
+    "--hardware", "-H", help="Only runs on this hardware profile.")]
+ReportPriorsOpt = Annotated[Path | None, typer.Option(
+    "--priors", help="A priors table (TOML) instead of the shipped one.")]
+PriorsOnlyOpt = Annotated[bool, typer.Option(
+    "--priors-only", help="Ledger over the priors table itself (leave one published build out).")]
+ByOpt = Annotated[str, typer.Option(
+    "--by",
+    help="What to leave out: 'model' (each build, the ledger), 'family' (every build of a "
+    "model family at once) or 'kernel-path'.")]
+ReplicaOpt = Annotated[list[str] | None, typer.Option(
+    "--replica",
+    help="RUN_ID=CHECKPOINT: re-plan the step costs of a stored sweep whose plan predates them "
+    "from a header replica of its build (checked against the run's stored inspect report and "
+    "plan; refused when it differs). Repeatable.")]
+
+
 @app.command("report")
 def report(
     db: DbOpt = None,
-    hardware: Annotated[
-        str | None, typer.Option("--hardware", "-H", help="Only runs on this hardware profile.")
-    ] = None,
-    priors: Annotated[
-        Path | None,
-        typer.Option("--priors", help="A priors table (TOML) instead of the shipped one."),
-    ] = None,
-    priors_only: Annotated[
-        bool,
-        typer.Option(
-            "--priors-only",
-            help="Ledger over the priors table itself (leave one published build out).",
-        ),
-    ] = False,
-    by: Annotated[
-        str,
-        typer.Option(
-            "--by",
-            help="What to leave out: 'model' (each build, the ledger), 'family' (every build "
-            "of a model family at once) or 'kernel-path'.",
-        ),
-    ] = "model",
-    replica: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--replica",
-            help="RUN_ID=CHECKPOINT: re-plan the step costs of a stored sweep whose plan "
-            "predates them from a header replica of its build (checked against the run's "
-            "stored inspect report and plan; refused when it differs). Repeatable.",
-        ),
-    ] = None,
+    hardware: ReportHardwareOpt = None,
+    priors: ReportPriorsOpt = None,
+    priors_only: PriorsOnlyOpt = False,
+    by: ByOpt = "model",
+    replica: ReplicaOpt = None,
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Leave-one-model-out: measured vs predicted for every stored build (``--by family``:
     leave-one-family-out, ``--by kernel-path``: leave-one-kernel-path-out)."""
+    from servelab.predict.priors import load_priors
+
     if by not in ("model", "family", "kernel-path"):
         raise UsageError(f"--by must be model, family or kernel-path, got {by!r}")
     replicas = _replica_args(replica or [])
     if replicas and (by != "model" or priors_only):
         raise UsageError("--replica re-predicts stored sweeps: only with --by model and a "
                          "results database")
-    from servelab.hardware.lookup import get_profile
     from servelab.hardware.profiles import check_profile_name
-    from servelab.predict.form import Sample
-    from servelab.predict.ledger import LedgerDocument, ledger, summarize
-    from servelab.predict.priors import load_priors
-    from servelab.predict.roofline import lower_bounds, roofline_coefficients
-    from servelab.predict.runs import Ceilings, ledger_for_runs, reference_of, samples_from_runs
-    from servelab.predict.spec import step_predictor
-    from servelab.store.db import open_store
-    from servelab.store.model import STATUS_OK, RunFilter
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     if hardware is not None:  # an alias or another case: the profile's own name, as stored
         with suppress(HardwareProfileError):
             hardware = check_profile_name(hardware)
     table = load_priors(priors)
-    under_load: LoadSection = LoadSection((), (), ())
     if by != "model":
-        stored_runs = []
-        if not priors_only:
-            with open_store(db, create=False) as store:
-                stored_runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
-        _held_out_view(reference_of(samples_from_runs(stored_runs), table),
-                       by.replace("-", " "), hardware, table.version, fmt)
-        return
-    if priors_only:
-        stored = [s for s in table.samples if hardware is None or s.hardware == hardware]
-        if not stored:
-            raise UsageError(f"the priors table has no measurement on {hardware}")
-
-        @functools.cache
-        def coefficients(hw: str, compute: str) -> tuple[Ceilings, Ceilings]:
-            profile = get_profile(hw)
-            return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
-
-        def roof(kind: str, s: Sample) -> Sequence[float]:
-            return coefficients(s.hardware, s.compute)[0][kind]
-
-        def floor(kind: str, s: Sample) -> Sequence[float]:
-            return coefficients(s.hardware, s.compute)[1][kind]
-
-        rows = ledger(stored, [], roof, origin="shipped priors", lower=floor,
-                      steps=step_predictor(stored, [], roof, floor),
-                      reference=reference_of([], table))
+        _held_out(db, hardware, priors_only, by, table, fmt)
+    elif priors_only:
+        rows, stored = _priors_ledger(table, hardware)
+        _emit_ledger(fmt, table, rows, stored, LoadSection((), (), ()))
     else:
-        from servelab.forecast.sweeps import sweeps_in
+        _store_ledger(db, hardware, table, replicas, fmt)
 
+
+def _held_out(db: str | None, hardware: str | None, priors_only: bool, by: str,
+              table: PriorTable, fmt: str) -> None:
+    """``--by family`` / ``--by kernel-path``: every build of a family (kernel path) held out
+    at once, over the priors and the stored runs."""
+    from servelab.evidence.runs import samples_from_runs
+    from servelab.predict.calibration import reference_of
+    from servelab.store.db import open_store
+    from servelab.store.model import STATUS_OK, RunFilter
+
+    stored_runs = []
+    if not priors_only:
         with open_store(db, create=False) as store:
-            runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
-            # a sweep's samples are its measurement (a listing leaves them out)
-            runs = [store.get_run(r.run_id) if r.run_id and sweeps_in(r) else r for r in runs]
-        rows = ledger_for_runs(runs, table)
-        under_load = _load_section(runs, table, _replanned(runs, replicas))
-        stored = samples_from_runs(runs)
-        if not rows:
-            nothing = ("no measured single-stream points to check"
-                       + (f" on {hardware}" if hardware else ""))
-            if not under_load.rows and not under_load.skipped:
-                raise UsageError(f"{nothing} and no stored sweep (run `servelab run RECIPE` "
-                                 "first, or use --priors-only)")
-            # a store of sweeps alone: its load section, the single-stream part one line
-            _emit_load_only(fmt, table.version, under_load, f"single stream: {nothing}")
-            return
+            stored_runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+    _held_out_view(reference_of(samples_from_runs(stored_runs), table),
+                   by.replace("-", " "), hardware, table.version, fmt)
+
+
+def _priors_ledger(table: PriorTable, hardware: str | None
+                   ) -> tuple[list[LedgerRow], list[Sample]]:
+    """``--priors-only``: the ledger over the priors table itself, each sample at its
+    hardware profile's ceilings."""
+    from servelab.hardware.lookup import get_profile
+    from servelab.predict.calibration import Ceilings, reference_of
+    from servelab.predict.ledger import ledger
+    from servelab.predict.roofline import lower_bounds, roofline_coefficients
+    from servelab.predict.spec import step_predictor
+
+    stored = [s for s in table.samples if hardware is None or s.hardware == hardware]
+    if not stored:
+        raise UsageError(f"the priors table has no measurement on {hardware}")
+
+    @functools.cache
+    def coefficients(hw: str, compute: str) -> tuple[Ceilings, Ceilings]:
+        profile = get_profile(hw)
+        return roofline_coefficients(profile, compute), lower_bounds(profile, compute)
+
+    def roof(kind: str, s: Sample) -> Sequence[float]:
+        return coefficients(s.hardware, s.compute)[0][kind]
+
+    def floor(kind: str, s: Sample) -> Sequence[float]:
+        return coefficients(s.hardware, s.compute)[1][kind]
+
+    rows = ledger(stored, [], roof, origin="shipped priors", lower=floor,
+                  steps=step_predictor(stored, [], roof, floor),
+                  reference=reference_of([], table))
+    return list(rows), stored
+
+
+def _store_ledger(db: str | None, hardware: str | None, table: PriorTable,
+                  replicas: Mapping[str, str], fmt: str) -> None:
+    """The ledger of the results database's runs, with its stored sweeps under load."""
+    from servelab.evidence.runs import ledger_for_runs, samples_from_runs
+    from servelab.evidence.sweeps import sweeps_in
+    from servelab.store.db import open_store
+    from servelab.store.model import STATUS_OK, RunFilter
+
+    with open_store(db, create=False) as store:
+        runs = store.list_runs(RunFilter(hardware=hardware, status=STATUS_OK))
+        # a sweep's samples are its measurement (a listing leaves them out)
+        runs = [store.get_run(r.run_id) if r.run_id and sweeps_in(r) else r for r in runs]
+    rows = ledger_for_runs(runs, table)
+    under_load = _load_section(runs, table, _replanned(runs, replicas))
+    if not rows:
+        nothing = ("no measured single-stream points to check"
+                   + (f" on {hardware}" if hardware else ""))
+        if not under_load.rows and not under_load.skipped:
+            raise UsageError(f"{nothing} and no stored sweep (run `servelab run RECIPE` "
+                             "first, or use --priors-only)")
+        # a store of sweeps alone: its load section, the single-stream part one line
+        _emit_load_only(fmt, table.version, under_load, f"single stream: {nothing}")
+        return
+    _emit_ledger(fmt, table, list(rows), samples_from_runs(runs), under_load)
+
+
+def _emit_ledger(fmt: str, table: PriorTable, rows: Sequence[LedgerRow],
+                 stored: Sequence[Sample], under_load: LoadSection) -> None:
+    """The ledger's rows, its summary per hardware and kind, and the sweeps under load."""
+    from servelab.predict.ledger import LedgerDocument, summarize
+
     summary = summarize(rows, stored)
     cells = [
-        [
-            r.hardware,
-            r.model,
-            r.kind,
-            f"{r.length:,}",
-            num(r.measured_tok_s, 1),
-            num(r.predicted_tok_s, 1) or "-",
-            f"{num(r.low, 1)}–{num(r.high, 1)}" if r.low is not None else "",
-            _pct(r.error),
-            {True: "yes", False: "NO", None: ""}[r.inside],
-            r.level,
-        ]
+        [r.hardware, r.model, r.kind, f"{r.length:,}", num(r.measured_tok_s, 1),
+         num(r.predicted_tok_s, 1) or "-",
+         f"{num(r.low, 1)}–{num(r.high, 1)}" if r.low is not None else "", _pct(r.error),
+         {True: "yes", False: "NO", None: ""}[r.inside], r.level]
         for r in rows
     ]
     sums = [
-        [
-            s.hardware,
-            s.kind,
-            f"{s.predicted_points}/{s.points}",
-            f"{s.median_abs_error:.1%}" if s.median_abs_error is not None else "",
-            f"{s.max_abs_error:.1%}" if s.max_abs_error is not None else "",
-            f"{s.inside}/{s.predicted_points}",
-            f"±{s.rerun_spread:.1%}" if s.rerun_spread is not None else "",
-        ]
+        [s.hardware, s.kind, f"{s.predicted_points}/{s.points}",
+         f"{s.median_abs_error:.1%}" if s.median_abs_error is not None else "",
+         f"{s.max_abs_error:.1%}" if s.max_abs_error is not None else "",
+         f"{s.inside}/{s.predicted_points}",
+         f"±{s.rerun_spread:.1%}" if s.rerun_spread is not None else ""]
         for s in summary
     ]
     sources = sorted({f"{r.level}: {r.source}" for r in rows})
@@ -241,7 +247,7 @@ def _emit_load_only(fmt: str, version: str, under_load: LoadSection, nothing: st
 @dataclass(frozen=True)
 class LoadSection:
     """The report's part under load: every stored concurrency sweep predicted with its model
-    left out (:mod:`servelab.forecast.sweeps`), per hardware and metric a summary, the
+    left out (:mod:`servelab.evidence.sweeps`), per hardware and metric a summary, the
     batched form's held-out error, and the sweeps that could not be predicted again."""
 
     rows: tuple[SweepRow, ...]
@@ -324,7 +330,7 @@ class LoadSection:
 
 def _load_section(runs: Sequence[RunRecord], table: PriorTable,
                   replanned: Mapping[str, Replanned]) -> LoadSection:
-    from servelab.forecast.sweeps import batched_error, held_out_sweeps
+    from servelab.evidence.sweeps import batched_error, held_out_sweeps
 
     rows, skipped = held_out_sweeps(runs, table, replanned=replanned)
     errors = [e for hw in sorted({r.hardware for r in rows})

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -28,7 +29,9 @@ from servelab.errors import OutputPathError, UsageError
 from servelab.outfile import check_output_file, write_json
 
 if TYPE_CHECKING:  # loaded only when the command runs (fast --help)
-    from servelab.bench.capacity import CapacityResult, Probe
+    from servelab.bench.capacity import CapacityResult, Probe, SearchSpec
+    from servelab.bench.run import BenchConfig
+    from servelab.bench.slo import Slo
 
 
 def _unit(res: CapacityResult) -> str:
@@ -91,62 +94,82 @@ def render(res: CapacityResult, console: Console) -> None:
 _W = {name: workload_option(name) for name in ("output_len", "burstiness", "seed")}
 
 
+UrlArg = Annotated[str, typer.Argument(
+    help="Base URL of the server, e.g. http://127.0.0.1:8000")]
+SloOpt = Annotated[str, typer.Option(
+    "--slo",
+    help="SLO terms, e.g. ttft_p99=500,tpot_p50=40 (ms; all must hold; a failed request counts "
+    "as too slow).")]
+VariableOpt = Annotated[str, typer.Option(
+    "--variable",
+    help="What to search: rate (open loop, req/s) or concurrency (closed loop).")]
+LowOpt = Annotated[float | None, typer.Option(
+    "--low",
+    help="Lowest value searched (default 0.25 req/s for rate, 1 stream for concurrency).")]
+HighOpt = Annotated[float, typer.Option("--high", help="Highest value searched.")]
+StartOpt = Annotated[float | None, typer.Option("--start", help="First value probed.")]
+ToleranceOpt = Annotated[float, typer.Option(
+    "--tolerance", help="Rates: stop when the bracket is within ± this fraction.")]
+ConfirmOpt = Annotated[int, typer.Option("--confirm", help="Reruns confirming the answer.")]
+MaxRoundsOpt = Annotated[int, typer.Option(
+    "--max-rounds", help="Batches per probe while the CI cannot decide the verdict.")]
+PromptLensOpt = Annotated[str, typer.Option(
+    FIELDS["prompt_lens"].flag, "--prompt-len",
+    help="Prompt tokens per request; a comma list searches each length (one capacity per "
+    "length).")]
+RequestsOpt = Annotated[int | None, typer.Option(
+    FIELDS["requests"].flag,
+    help="Measured requests per batch (default max(3, 2 × concurrency); rates: 20).")]
+WarmupOpt = Annotated[int | None, typer.Option(
+    FIELDS["warmup_requests"].flag,
+    help="Warm-up requests per probe (default: the concurrency; rates: 4).")]
+ProfileOpt = Annotated[str, typer.Option(
+    FIELDS["profile"].flag,
+    help="Arrivals when searching a rate: constant, poisson, gamma (ramp and trace have no "
+    "single rate to search).")]
+MaxConcurrencyOpt = Annotated[int, typer.Option(
+    "--max-concurrency", help="Rates: cap on requests in flight.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Served model name.")]
+EndpointOpt = Annotated[str, typer.Option("--endpoint", help="completions or chat.")]
+ApiKeyOpt = Annotated[str | None, typer.Option(
+    "--api-key", envvar="OPENAI_API_KEY", help="Bearer token (never written to results).")]
+MaxFailedOpt = Annotated[float, typer.Option(
+    "--max-failed",
+    help="Exit non-zero when more than this fraction of all probes' requests failed (a failing "
+    "server is not a slow one).")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")]
+PROFILE_DEFAULT = default("profile")
+
+
 def capacity(
-    url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
-    slo: str = typer.Option(..., "--slo", help="SLO terms, e.g. ttft_p99=500,tpot_p50=40 "
-                            "(ms; all must hold; a failed request counts as too slow)."),
-    variable: str = typer.Option("rate", "--variable", help="What to search: rate (open loop, "
-                                 "req/s) or concurrency (closed loop)."),
-    low: float | None = typer.Option(None, "--low", help="Lowest value searched (default "
-                                     "0.25 req/s for rate, 1 stream for concurrency)."),
-    high: float = typer.Option(256.0, "--high", help="Highest value searched."),
-    start: float | None = typer.Option(None, "--start", help="First value probed."),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Rates: stop when the bracket "
-                                    "is within ± this fraction."),
-    confirm: int = typer.Option(2, "--confirm", help="Reruns confirming the answer."),
-    max_rounds: int = typer.Option(3, "--max-rounds", help="Batches per probe while the CI "
-                                   "cannot decide the verdict."),
-    prompt_lens: str = typer.Option(
-        "512", FIELDS["prompt_lens"].flag, "--prompt-len", help="Prompt tokens per request; a "
-        "comma list searches each length (one capacity per length)."),
+    url: UrlArg,
+    slo: SloOpt,
+    variable: VariableOpt = "rate",
+    low: LowOpt = None,
+    high: HighOpt = 256.0,
+    start: StartOpt = None,
+    tolerance: ToleranceOpt = 0.05,
+    confirm: ConfirmOpt = 2,
+    max_rounds: MaxRoundsOpt = 3,
+    prompt_lens: PromptLensOpt = "512",
     output_len: int = _W["output_len"],
-    requests: int | None = typer.Option(
-        None, FIELDS["requests"].flag, help="Measured requests per batch (default max(3, 2 × "
-        "concurrency); rates: 20)."),
-    warmup: int | None = typer.Option(
-        None, FIELDS["warmup_requests"].flag, help="Warm-up requests per probe (default: the "
-        "concurrency; rates: 4)."),
-    profile: str = typer.Option(
-        default("profile"), FIELDS["profile"].flag, help="Arrivals when searching a rate: "
-        "constant, poisson, gamma (ramp and trace have no single rate to search)."),
+    requests: RequestsOpt = None,
+    warmup: WarmupOpt = None,
+    profile: ProfileOpt = PROFILE_DEFAULT,
     burstiness: float = _W["burstiness"],
-    max_concurrency: int = typer.Option(4096, "--max-concurrency", help="Rates: cap on "
-                                        "requests in flight."),
-    model: str | None = typer.Option(None, "--model", help="Served model name."),
-    endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat."),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY",
-                                       help="Bearer token (never written to results)."),
+    max_concurrency: MaxConcurrencyOpt = 4096,
+    model: ModelOpt = None,
+    endpoint: EndpointOpt = "completions",
+    api_key: ApiKeyOpt = None,
     seed: int = _W["seed"],
-    max_failed: float = typer.Option(
-        MAX_FAILED, "--max-failed", help="Exit non-zero when more than this fraction of all "
-        "probes' requests failed (a failing server is not a slow one)."),
+    max_failed: MaxFailedOpt = MAX_FAILED,
     as_json: JsonOpt = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
+    out: OutOpt = None,
 ) -> None:
     """Find the highest request rate or concurrency that meets an SLO (bisection, CIs, reruns)."""
-    from servelab.bench.capacity import (
-        SearchSpec,
-        capacities_json,
-        partial_capacity_json,
-        run_capacities,
-        unsearchable,
-    )
+    from servelab.bench.capacity import SearchSpec, capacities_json, unsearchable
     from servelab.bench.profiles import PROFILES
-    from servelab.bench.run import BenchConfig
     from servelab.bench.slo import parse_slo
-    from servelab.bench.spec import WorkloadSpec
-    from servelab.bench.transport import Timeouts
-    from servelab.units import parse_int_list
 
     if variable not in ("rate", "concurrency"):
         raise UsageError(f"--variable must be rate or concurrency, not {variable!r}")
@@ -157,28 +180,58 @@ def capacity(
         raise UsageError(f"--profile {profile}: {why}")
     if profile not in PROFILES:
         raise UsageError(f"--profile must be constant, poisson or gamma, not {profile!r}")
-    try:
-        lens = tuple(parse_int_list(prompt_lens, "--prompt-lens"))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    lens = _lens(prompt_lens)
     slo_spec = parse_slo(slo)
     if out is not None:
         check_output_file(out)  # before any probe runs
-    if low is None:
-        low = 0.25 if variable == "rate" else 1.0
-    spec = SearchSpec(variable="rate" if variable == "rate" else "concurrency", low=low,
+    rate = variable == "rate"
+    spec = SearchSpec(variable="rate" if rate else "concurrency",
+                      low=low if low is not None else 0.25 if rate else 1.0,
                       high=high, start=start, tolerance=tolerance, confirm=confirm)
-    n_req = requests if requests is not None else (20 if variable == "rate" else None)
+    cfg = _bench_config(url, lens, output_len, rate, max_concurrency, requests, warmup, seed,
+                        profile, burstiness, model, endpoint, api_key)
+    results = _search(cfg, slo_spec, spec, max_rounds, lens, out)
+    data = results[0].to_json() if len(results) == 1 else capacities_json(results)
+    _show(results, data, out, as_json, max_failed)
+
+
+def _lens(text: str) -> tuple[int, ...]:
+    from servelab.units import parse_int_list
+
+    try:
+        return tuple(parse_int_list(text, "--prompt-lens"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _bench_config(url: str, lens: tuple[int, ...], output_len: int, rate: bool,
+                  max_concurrency: int, requests: int | None, warmup: int | None, seed: int,
+                  profile: str, burstiness: float, model: str | None, endpoint: str,
+                  api_key: str | None) -> BenchConfig:
+    """The client configuration every probe of the search runs with."""
+    from servelab.bench.run import BenchConfig
+    from servelab.bench.spec import WorkloadSpec
+    from servelab.bench.transport import Timeouts
+
+    n_req = requests if requests is not None else (20 if rate else None)
     work = WorkloadSpec(prompt_lens=lens, output_len=output_len,
-                        concurrency=(max_concurrency,) if variable == "rate" else (1,),
-                        request_rate=1.0 if variable == "rate" else None, requests=n_req,
+                        concurrency=(max_concurrency,) if rate else (1,),
+                        request_rate=1.0 if rate else None, requests=n_req,
                         warmup_requests=warmup, seed=seed, profile=profile,  # type: ignore[arg-type]
                         burstiness=burstiness)
-    cfg = BenchConfig(base_url=url, workload=work, model=model,
-                      endpoint="chat" if endpoint == "chat" else "completions",
-                      timeouts=Timeouts(first_byte_s=FIRST_BYTE_S, stall_s=STALL_S,
-                                        total_s=TOTAL_S),
-                      api_key=api_key, scrape_metrics=False)
+    return BenchConfig(base_url=url, workload=work, model=model,
+                       endpoint="chat" if endpoint == "chat" else "completions",
+                       timeouts=Timeouts(first_byte_s=FIRST_BYTE_S, stall_s=STALL_S,
+                                         total_s=TOTAL_S),
+                       api_key=api_key, scrape_metrics=False)
+
+
+def _search(cfg: BenchConfig, slo_spec: Slo, spec: SearchSpec, max_rounds: int,
+            lens: tuple[int, ...], out: Path | None) -> tuple[CapacityResult, ...]:
+    """Run the search, what it found so far kept in ``out`` (marked partial) as it goes; an
+    interruption shows the finished searches and exits with the interrupted status."""
+    from servelab.bench.capacity import partial_capacity_json, run_capacities
+
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # paths stay whole
     done: list[CapacityResult] = []
     probes: list[Probe] = []
@@ -206,8 +259,8 @@ def capacity(
         keep("running")
 
     try:
-        results = run_capacities(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe,
-                                 on_result=on_result)
+        return run_capacities(cfg, slo_spec, spec, max_rounds=max_rounds, on_probe=on_probe,
+                              on_result=on_result)
     except KeyboardInterrupt:  # handled here: Typer would turn it into a bare exit 130
         keep("interrupted (Ctrl-C)")
         console = stdout_console()
@@ -217,7 +270,11 @@ def capacity(
         err.print(f"[bold red]interrupted:[/] {len(done)} search(es) finished, "
                   f"{len(probes)} probe(s) of the next kept{escape(where)}")
         raise typer.Exit(INTERRUPTED) from None
-    data = results[0].to_json() if len(results) == 1 else capacities_json(results)
+
+
+def _show(results: tuple[CapacityResult, ...], data: Mapping[str, Any], out: Path | None,
+          as_json: bool, max_failed: float) -> None:
+    """Write ``--out``, print the JSON or the tables, and exit with the probes' verdict."""
     failure: OutputPathError | None = None
     if out is not None:
         try:

@@ -22,12 +22,38 @@ from servelab.cli.output import (
     emit,
     pick_format,
 )
+from servelab.cli.plan_options import (
+    ChooseDraftTokensOpt,
+    ChooseMtpAcceptanceOpt,
+    ChooseNoStoreOpt,
+    HardwareOptions,
+    SpeculationOptions,
+    StoreOptions,
+)
 from servelab.errors import UsageError
+from servelab.units import GIB
 
 if TYPE_CHECKING:
     from servelab.choose.rank import Choice, Row, SloTarget, Speed
 
-GIB = 1 << 30
+BuildsArg = Annotated[list[str], typer.Argument(
+    help="Builds: Hub repo ids, local checkpoint directories or GGUF files; with --discover, "
+    "one base model's repo id.")]
+ChooseHardwareOpt = Annotated[str, typer.Option(
+    "--hardware", "-H", help="Hardware profile name (servelab hardware list).")]
+ContextOpt = Annotated[int, typer.Option(
+    "--context", "-c", help="Context length each request must reach (tokens).")]
+PromptLenOpt = Annotated[int, typer.Option(
+    "--prompt-len", help="Prompt length decode and prefill are compared at.")]
+ChooseSloOpt = Annotated[str | None, typer.Option(
+    "--slo", help="Single-stream latency target, e.g. tpot_p50=40,ttft_p99=2000 (ms).")]
+DiscoverOpt = Annotated[bool, typer.Option(
+    "--discover",
+    help="Read BUILD as a base model and add its Hub model tree (quantized, fine-tuned, "
+    "adapter and merge children; GGUF repos listed).")]
+HubEndpointOpt = Annotated[str | None, typer.Option(
+    "--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT or huggingface.co).")]
+
 COLUMNS = ("rank", "build", "engine", "scheme", "fits", "concurrency @ context", "KV pool",
            "decode tok/s", "prefill tok/s", "speculative", "kernel path", "MTP head",
            "GiB/token", "SLO", "verdict")
@@ -121,33 +147,19 @@ def _slo_targets(text: str | None) -> tuple[SloTarget, ...]:
 
 
 def choose(
-    builds: Annotated[list[str], typer.Argument(
-        help="Builds: Hub repo ids, local checkpoint directories or GGUF files; with "
-        "--discover, one base model's repo id.")],
-    hardware: str = typer.Option("dgx-spark", "--hardware", "-H",
-                                 help="Hardware profile name (servelab hardware list)."),
+    ctx: typer.Context,
+    builds: BuildsArg,
+    hardware: ChooseHardwareOpt = "dgx-spark",
     hardware_file: HardwareFileOpt = None,
-    context: int = typer.Option(32768, "--context", "-c",
-                                help="Context length each request must reach (tokens)."),
-    prompt_len: int = typer.Option(2048, "--prompt-len",
-                                   help="Prompt length decode and prefill are compared at."),
-    slo: str | None = typer.Option(
-        None, "--slo", help="Single-stream latency target, e.g. tpot_p50=40,ttft_p99=2000 (ms)."),
-    discover: bool = typer.Option(
-        False, "--discover",
-        help="Read BUILD as a base model and add its Hub model tree (quantized, fine-tuned, "
-        "adapter and merge children; GGUF repos listed)."),
-    endpoint: str | None = typer.Option(
-        None, "--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT or huggingface.co)."),
-    draft_tokens: int = typer.Option(
-        0, "--draft-tokens", help="MTP draft tokens per step for builds with a usable head."),
-    mtp_acceptance: str = typer.Option(
-        "auto", "--mtp-acceptance",
-        help="Acceptance length for speculative decode (needs --draft-tokens): auto = measured "
-        "by stored runs of the build, or a length, e.g. 2.5."),
+    context: ContextOpt = 32768,
+    prompt_len: PromptLenOpt = 2048,
+    slo: ChooseSloOpt = None,
+    discover: DiscoverOpt = False,
+    endpoint: HubEndpointOpt = None,
+    draft_tokens: ChooseDraftTokensOpt = 0,
+    mtp_acceptance: ChooseMtpAcceptanceOpt = "auto",
     db: DbOpt = None,
-    no_store: bool = typer.Option(False, "--no-store",
-                                  help="Ignore stored runs: priors only, nothing measured."),
+    no_store: ChooseNoStoreOpt = False,
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
@@ -160,16 +172,14 @@ def choose(
     measured. The verdict's reason is explain's: bytes against kernels, a kernel fallback,
     a missing draft head, memory as the binding constraint.
     """
-    from servelab.cli.plan_cmd import _hardware
     from servelab.pipeline.choose import ChooseRequest, choose_builds
-    from servelab.plan.specsource import parse_acceptance_option
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     req = ChooseRequest(
-        builds=tuple(builds), hardware=_hardware(hardware, hardware_file or [], None),
+        builds=tuple(builds), hardware=HardwareOptions.of(ctx.params).profile(hardware),
         context_len=context, prompt_len=prompt_len, slo=_slo_targets(slo), discover=discover,
-        endpoint=endpoint, db=db, use_store=not no_store,
-        acceptance=parse_acceptance_option(mtp_acceptance), draft_tokens=draft_tokens,
+        endpoint=endpoint, store=StoreOptions.of(ctx.params).choice(),
+        speculation=SpeculationOptions.of(ctx.params).speculation(),
     )
     result = choose_builds(req)
     title = (f"Builds on {result.hardware} at a {result.context_len:,}-token context "

@@ -13,8 +13,9 @@ from rich.table import Table
 from servelab.cli.output import HardwareFileOpt, stdout_console
 from servelab.errors import UsageError
 from servelab.hardware.lookup import get_profile
-from servelab.hardware.profiles import BUILTIN, GIB, HardwareProfile, load_profiles_toml
+from servelab.hardware.profiles import BUILTIN, HardwareProfile, load_profiles_toml
 from servelab.outfile import check_output_file, write_text
+from servelab.units import GIB
 
 app = typer.Typer(
     help="Hardware profiles (published figures with sources) and probes.", no_args_is_help=True

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.errors import UsageError
-from servelab.forecast.load import LoadAnswer, LoadRequest
+from servelab.plan.load import LoadAnswer, LoadRequest
 
 if TYPE_CHECKING:
     pass

@@ -118,8 +118,9 @@ def check(
     """Validate a recipe and print the exact engine command line it would run."""
     from servelab.hardware.profiles import check_profile_name
     from servelab.serve.command import display_command
-    from servelab.serve.launch import display_launcher, engine_argv, resolve_model
+    from servelab.serve.launch import engine_argv
     from servelab.serve.recipe import load_recipe
+    from servelab.serve.resolved import display_launcher, resolve_model
 
     rec = load_recipe(file)
     if rec.hardware is not None:

@@ -50,8 +50,8 @@ from servelab.cli.output import DbOpt, HardwareFileOpt, JsonOpt, MarkdownOpt, Ta
 from servelab.cli.progress import LineTicker
 
 if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
+    from servelab.evidence.acceptance import SpeculativeSummary
     from servelab.pipeline.run import RunEvent, RunOutcome
-    from servelab.pipeline.speculative import SpeculativeSummary
     from servelab.pipeline.summary import SummaryRow
     from servelab.store.db import Store
 
@@ -191,10 +191,10 @@ def rebuild_site(store: Store, outdir: Path) -> Path:
 
 def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
     """The ``--json`` document (schema in the module docstring)."""
-    from servelab.pipeline.speculative import speculative_summary
-    from servelab.plan.check import KV_CACHE_SIZE, KV_TOKENS, kv_pool_checks
-    from servelab.plan.document import read_plan
-    from servelab.plan.startup import has_mamba_layers
+    from servelab.evidence.acceptance import speculative_summary
+    from servelab.sizing.check import KV_CACHE_SIZE, KV_TOKENS, kv_pool_checks
+    from servelab.sizing.document import read_plan
+    from servelab.sizing.kvpool import has_mamba_layers
 
     rec, plan, facts = outcome.record, outcome.plan, outcome.facts
     # the checks the recipe page shows, from the plan as the record stores it
@@ -223,8 +223,8 @@ def outcome_doc(outcome: RunOutcome, site: Path | None) -> dict[str, object]:
             "engine": facts.cudagraph_capture_max if facts else None,
         },
         "mamba_cache_blocks": {
-            "predicted": plan.kv.num_blocks
-            if plan and plan.kv is not None and has_mamba_layers(plan.kv) else None,
+            "predicted": plan.pool.num_blocks
+            if plan and plan.pool is not None and has_mamba_layers(plan.pool) else None,
             "engine": facts.mamba_cache_blocks if facts else None,
         },
         "summary": [r.to_dict() for r in outcome.summary],
@@ -280,42 +280,33 @@ def graphs_table(doc: dict[str, object]) -> Table | None:
                  caption="longer prefills run without graphs")
 
 
+RecipeArg = Annotated[Path, typer.Argument(help="Recipe file (TOML).", show_default=False)]
+SiteOpt = Annotated[Path | None, typer.Option(
+    "--site", help="Rebuild the static site into this directory after recording.")]
+PortOpt = Annotated[str, typer.Option(
+    "--port",
+    help="Engine port: 'auto' picks a free one, 'recipe' keeps the recipe's, or a number.")]
+RunsDirOpt = Annotated[Path | None, typer.Option(
+    "--runs-dir", help="Parent of the run directory (engine log, facts).")]
+RunHardwareOpt = Annotated[str | None, typer.Option(
+    "--hardware", help="Hardware profile for the prediction (default: the recipe's).")]
+LabelOpt = Annotated[list[str] | None, typer.Option(
+    "--label", help="Free-form label stored with the run (repeatable).")]
+NoCalibrateOpt = Annotated[bool, typer.Option(
+    "--no-calibrate",
+    help="Ignore stored runs: predict from the shipped priors (or the roofline bound).")]
+
+
 def run(
-    recipe: Annotated[Path, typer.Argument(help="Recipe file (TOML).", show_default=False)],
+    recipe: RecipeArg,
     db: DbOpt = None,
-    site: Annotated[
-        Path | None,
-        typer.Option("--site", help="Rebuild the static site into this directory after recording."),
-    ] = None,
-    port: Annotated[
-        str,
-        typer.Option(
-            "--port",
-            help="Engine port: 'auto' picks a free one, 'recipe' keeps the recipe's, or a number.",
-        ),
-    ] = "auto",
-    runs_dir: Annotated[
-        Path | None,
-        typer.Option("--runs-dir", help="Parent of the run directory (engine log, facts)."),
-    ] = None,
-    hardware: Annotated[
-        str | None,
-        typer.Option(
-            "--hardware", help="Hardware profile for the prediction (default: the recipe's)."
-        ),
-    ] = None,
+    site: SiteOpt = None,
+    port: PortOpt = "auto",
+    runs_dir: RunsDirOpt = None,
+    hardware: RunHardwareOpt = None,
     hardware_file: HardwareFileOpt = None,
-    label: Annotated[
-        list[str] | None,
-        typer.Option("--label", help="Free-form label stored with the run (repeatable)."),
-    ] = None,
-    no_calibrate: Annotated[
-        bool,
-        typer.Option(
-            "--no-calibrate",
-            help="Ignore stored runs: predict from the shipped priors (or the roofline bound).",
-        ),
-    ] = False,
+    label: LabelOpt = None,
+    no_calibrate: NoCalibrateOpt = False,
     as_json: JsonOpt = False,
     as_markdown: MarkdownOpt = False,
 ) -> None:
@@ -325,18 +316,8 @@ def run(
     from servelab.store import open_store
 
     rec = load_recipe(recipe)
-    chosen_port: int | str | None
-    if port == "auto":
-        chosen_port = "auto"
-    elif port == "recipe":
-        chosen_port = None
-    else:
-        try:
-            chosen_port = int(port)
-        except ValueError:
-            raise typer.BadParameter("--port takes 'auto', 'recipe' or a number") from None
     options = RunOptions(
-        port=chosen_port,  # type: ignore[arg-type]
+        port=_port(port),  # type: ignore[arg-type]
         runs_parent=runs_dir,
         hardware=hardware,
         hardware_files=tuple(hardware_file or ()),
@@ -350,30 +331,47 @@ def run(
         if site is not None:
             with err.status("rebuilding the site…", spinner="dots"):
                 index = rebuild_site(store, site)
+    _show(outcome, index, as_json, as_markdown)
+    if not outcome.ok:
+        raise typer.Exit(1)
+
+
+def _port(port: str) -> int | str | None:
+    """``--port``: ``auto``, ``recipe`` (the recipe's: None) or a number."""
+    if port == "auto":
+        return "auto"
+    if port == "recipe":
+        return None
+    try:
+        return int(port)
+    except ValueError:
+        raise typer.BadParameter("--port takes 'auto', 'recipe' or a number") from None
+
+
+def _show(outcome: RunOutcome, index: Path | None, as_json: bool, as_markdown: bool) -> None:
+    """The run's document as JSON, or its tables and one line saying how it went."""
     doc = outcome_doc(outcome, index)
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
-    else:
-        head = f"run {outcome.run_id}: {outcome.record.status}" + (
-            f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
-        )
-        kv_table = _kv_table(doc)
-        graphs = graphs_table(doc)
-        from servelab.pipeline.speculative import speculative_summary
+        return
+    head = f"run {outcome.run_id}: {outcome.record.status}" + (
+        f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
+    )
+    kv_table = _kv_table(doc)
+    graphs = graphs_table(doc)
+    from servelab.evidence.acceptance import speculative_summary
 
-        spec = speculative_summary(outcome.record, outcome.plan)
-        emit(
-            "markdown" if as_markdown else "table",
-            doc=doc,
-            tables=[*summary_tables(outcome.summary), kv_table,
-                    *([graphs] if graphs is not None else []),
-                    *([speculative_table(spec)] if spec is not None else [])],
-        )
-        err.print(escape(head), soft_wrap=True)
-        if index is not None:
-            err.print(f"site: {escape(str(index))}")
-    if not outcome.ok:
-        raise typer.Exit(1)
+    spec = speculative_summary(outcome.record, outcome.plan)
+    emit(
+        "markdown" if as_markdown else "table",
+        doc=doc,
+        tables=[*summary_tables(outcome.summary), kv_table,
+                *([graphs] if graphs is not None else []),
+                *([speculative_table(spec)] if spec is not None else [])],
+    )
+    err.print(escape(head), soft_wrap=True)
+    if index is not None:
+        err.print(f"site: {escape(str(index))}")
 
 
 def register(app: typer.Typer) -> None:

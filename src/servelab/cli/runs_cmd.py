@@ -3,7 +3,8 @@
 ``runs list --json`` prints ``{"schema": "servelab.runs/1", "runs": [run, ...]}`` with the
 same run objects as ``runs export`` (without samples); ``runs show ID --json`` prints one run
 object (samples included with ``--samples``). ``runs export`` writes the export format of
-:mod:`servelab.store.exchange`; ``runs import`` reads it, or ``vllm bench serve`` result files.
+:mod:`servelab.store.exchange`; ``runs import`` reads it, ``vllm bench serve`` result files, or
+published runs (``servelab/published/runs.toml``'s schema, JSON or TOML: labelled ``published``).
 """
 
 from __future__ import annotations
@@ -132,14 +133,14 @@ def list_cmd(
     status: StatusOpt = None,
     since: SinceOpt = None,
     limit: LimitOpt = None,
-    db: DbOpt = None,
+    db: DbOpt = None,  # read only: a missing database is an error, never created
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """List stored runs, newest first."""
     from servelab.store import EXPORT_SCHEMA, open_store, run_to_dict
-    from servelab.store.db import ENV_DB
+    from servelab.store.connect import ENV_DB
 
     fmt = pick_format(as_json, as_csv, as_markdown)
     flt = _filter(recipe, model, label, status, since, limit, True)
@@ -177,18 +178,39 @@ def show_cmd(
     samples: Annotated[
         bool, typer.Option("--samples", help="Also list every per-request sample.")
     ] = False,
-    db: DbOpt = None,
+    db: DbOpt = None,  # read only: the run is read with its samples
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
 ) -> None:
     """Show one run: its conditions, metrics (with CIs) and optionally its samples."""
-    from servelab.store import open_store, run_to_dict
+    from servelab.store import run_to_dict
 
     fmt = pick_format(as_json, as_csv, as_markdown)
+    run = _stored_run(db, run_id)
+    tables = [Table(f"run {run.run_id}", ("field", "value"),
+                    [(k, v) for k, v in _run_facts(run) if v])]
+    if run.metrics:
+        tables.append(_metrics_table(run))
+    if samples:
+        tables.append(_samples_table(run))
+    notes = []
+    if run.log_tail and run.status != "ok":
+        notes.append("engine log tail:\n" + run.log_tail)
+    emit(fmt, doc=run_to_dict(run, samples=samples), tables=tables, notes=notes)
+
+
+def _stored_run(db: str | None, run_id: str) -> RunRecord:
+    """The run ``run_id`` (or a unique prefix) with its samples; the database is only read."""
+    from servelab.store import open_store
+
     with open_store(db, create=False) as store:
-        run = store.get_run(run_id, samples=True)
-    facts = [
+        return store.get_run(run_id, samples=True)
+
+
+def _run_facts(run: RunRecord) -> list[tuple[str, str]]:
+    """The run's conditions, one (field, value) each."""
+    return [
         ("id", run.run_id or ""),
         ("started (UTC)", _when(run.started_at)),
         ("finished (UTC)", _when(run.finished_at)),
@@ -220,60 +242,48 @@ def show_cmd(
             f"{sum(s.ok for s in run.samples)} ok, {sum(not s.ok for s in run.samples)} failed",
         ),
     ]
-    tables = [Table(f"run {run.run_id}", ("field", "value"), [(k, v) for k, v in facts if v])]
-    if run.metrics:
-        tables.append(
-            Table(
-                "metrics",
-                ("metric", "point", "value", "95% CI", "n", "unit"),
-                [
-                    (
-                        m.name,
-                        m.point,
-                        num(m.value, 3),
-                        f"{num(m.ci_low, 3)} – {num(m.ci_high, 3)}" if m.ci_low is not None else "",
-                        str(m.n),
-                        m.unit,
-                    )
-                    for m in run.metrics
-                ],
+
+
+def _metrics_table(run: RunRecord) -> Table:
+    """The run's metrics with their 95 % intervals."""
+    return Table(
+        "metrics",
+        ("metric", "point", "value", "95% CI", "n", "unit"),
+        [
+            (
+                m.name,
+                m.point,
+                num(m.value, 3),
+                f"{num(m.ci_low, 3)} – {num(m.ci_high, 3)}" if m.ci_low is not None else "",
+                str(m.n),
+                m.unit,
             )
-        )
-    if samples:
-        tables.append(
-            Table(
-                "samples",
-                (
-                    "point",
-                    "#",
-                    "TTFT s",
-                    "TPOT ms",
-                    "decode tok/s",
-                    "E2E s",
-                    "prompt",
-                    "completion",
-                    "error",
-                ),
-                [
-                    (
-                        s.point,
-                        str(s.index),
-                        num(s.ttft_s, 4),
-                        num(s.tpot_s * 1000 if s.tpot_s is not None else None, 3),
-                        num(s.decode_tok_s),
-                        num(s.e2e_s, 3),
-                        num(s.prompt_tokens),
-                        num(s.completion_tokens),
-                        s.error or "",
-                    )
-                    for s in run.samples
-                ],
+            for m in run.metrics
+        ],
+    )
+
+
+def _samples_table(run: RunRecord) -> Table:
+    """Every per-request sample of the run."""
+    return Table(
+        "samples",
+        ("point", "#", "TTFT s", "TPOT ms", "decode tok/s", "E2E s", "prompt", "completion",
+         "error"),
+        [
+            (
+                s.point,
+                str(s.index),
+                num(s.ttft_s, 4),
+                num(s.tpot_s * 1000 if s.tpot_s is not None else None, 3),
+                num(s.decode_tok_s),
+                num(s.e2e_s, 3),
+                num(s.prompt_tokens),
+                num(s.completion_tokens),
+                s.error or "",
             )
-        )
-    notes = []
-    if run.log_tail and run.status != "ok":
-        notes.append("engine log tail:\n" + run.log_tail)
-    emit(fmt, doc=run_to_dict(run, samples=samples), tables=tables, notes=notes)
+            for s in run.samples
+        ],
+    )
 
 
 @app.command("export")
@@ -311,7 +321,8 @@ def export_cmd(
 def import_cmd(
     files: Annotated[
         list[Path],
-        typer.Argument(help="servelab export files, or `vllm bench serve` result JSON files."),
+        typer.Argument(help="servelab export files, `vllm bench serve` result JSON files, or "
+                       "published runs (schema servelab.published/1, JSON or TOML)."),
     ],
     label: Annotated[
         list[str] | None,

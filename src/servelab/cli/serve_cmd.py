@@ -155,35 +155,25 @@ def _ready_payload(engine: EngineProcess, run_dir: Path) -> dict[str, Any]:
     }
 
 
+ServeRecipeArg = Annotated[Path | None, typer.Argument(
+    help="Recipe file (TOML). Leave out when attaching with --url.", show_default=False)]
+UrlOpt = Annotated[str | None, typer.Option(
+    "--url", help="Attach to a running server instead: read /version, /v1/models, /metrics.")]
+ServePortOpt = Annotated[str | None, typer.Option(
+    "--port", help="'auto' (pick a free port) or a port number; default: the recipe's.")]
+RunDirOpt = Annotated[Path | None, typer.Option(
+    "--run-dir",
+    help="Directory for the engine log and facts (default: new, under SERVELAB_HOME/runs).")]
+ServeJsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print the ready event as JSON on stdout.")]
+
+
 def serve(
-    recipe: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Recipe file (TOML). Leave out when attaching with --url.", show_default=False
-        ),
-    ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url", help="Attach to a running server instead: read /version, /v1/models, /metrics."
-        ),
-    ] = None,
-    port: Annotated[
-        str | None,
-        typer.Option(
-            "--port", help="'auto' (pick a free port) or a port number; default: the recipe's."
-        ),
-    ] = None,
-    run_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--run-dir",
-            help="Directory for the engine log and facts (default: new, under SERVELAB_HOME/runs).",
-        ),
-    ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the ready event as JSON on stdout.")
-    ] = False,
+    recipe: ServeRecipeArg = None,
+    url: UrlOpt = None,
+    port: ServePortOpt = None,
+    run_dir: RunDirOpt = None,
+    json_out: ServeJsonOpt = False,
 ) -> None:
     """Serve a recipe on a real engine until Ctrl-C, printing what the engine's log says."""
     from servelab.engines.facts import Phase

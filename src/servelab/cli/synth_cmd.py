@@ -11,6 +11,7 @@ from servelab.cli.output import stdout_console
 from servelab.errors import UsageError
 from servelab.families import presets
 from servelab.outfile import check_new_checkpoint
+from servelab.units import GIB
 
 synth_app = typer.Typer(
     name="synth",
@@ -131,10 +132,11 @@ def replica(
 ) -> None:
     """Write a full-dimension header replica: real headers, sparse zero data."""
     from servelab.synth import replica as rp
+    from servelab.synth import replica_presets as presets
 
-    if model not in rp.preset_names():
+    if model not in presets.preset_names():
         raise UsageError(
-            f"unknown model preset {model!r}; choose one of {', '.join(rp.preset_names())}"
+            f"unknown model preset {model!r}; choose one of {', '.join(presets.preset_names())}"
         )
     if targets is not None and targets not in _TARGETS:
         raise UsageError(f"unknown targets {targets!r}; choose one of {', '.join(_TARGETS)}")
@@ -153,13 +155,13 @@ def replica(
     check_new_checkpoint(out_dir, force=force)  # before the replica is planned
     plan = rp.write_replica(
         out_dir,
-        rp.preset_config(model),
-        rp.preset_layout(model, layout, pats, scale_dtype, fp8=fp8),
+        presets.preset_config(model),
+        presets.preset_layout(model, layout, pats, scale_dtype, fp8=fp8),
         mtp=mtp,
         max_shard_bytes=max_shard_bytes,
     )
     _console.print(
-        f"wrote {out_dir}: {len(plan.tensors):,} tensors, {plan.total_bytes / (1 << 30):.2f} GiB "
+        f"wrote {out_dir}: {len(plan.tensors):,} tensors, {plan.total_bytes / GIB:.2f} GiB "
         "described (sparse)"
     )
 

@@ -20,10 +20,14 @@ What an engine provides:
   from a local checkpoint: :meth:`Engine.local_model`;
 * readiness: :meth:`Engine.ready` (which HTTP answers mean "serving");
 * log facts: :meth:`Engine.log_parser` (live) and :meth:`Engine.parse_log` (whole text);
-* KV/memory rules: :meth:`Engine.plan_knobs` (the flags servelab's planner reads) and
-  :meth:`Engine.kv_arithmetic` (the engine's own KV arithmetic, which lives in its folder
-  and which the planner asks through :mod:`servelab.plan.kvseam`; ``None`` when servelab
-  does not reproduce this engine's KV pool);
+* what the planner knows of it, all handed over through this interface (the planner never
+  imports an engine): :meth:`Engine.plan_knobs` (the flags of its table the planner reads,
+  :class:`~servelab.sizing.knobs.EngineKnobs`), :meth:`Engine.kv_arithmetic` (the engine's
+  own KV arithmetic, which lives in its folder and which the planner asks through
+  :mod:`servelab.sizing.kvseam`; ``None`` when servelab does not reproduce this engine's KV
+  pool), :attr:`Engine.startup_rules` (its start-up rules: defaults, graph capture,
+  admission limits, refusals it can foresee; :mod:`servelab.sizing.startup`), and
+  :meth:`Engine.section_for` (its table holding flags a command line gave);
 * metrics: :attr:`Engine.metrics_path` and :attr:`Engine.headline_metrics` (Prometheus).
 """
 
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,10 +43,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.engines.facts import EngineFacts, LineParser
-from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.specsource import SpecConfig
-from servelab.plan.startup import StartupOptions
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.startup import StartupRules
 
 if TYPE_CHECKING:
     import httpx
@@ -53,7 +56,6 @@ __all__ = [
     "Engine",
     "EngineSectionBase",
     "LogParsingEngine",
-    "PlanKnobs",
     "ServeTarget",
     "check_extra_args",
     "first_flag",
@@ -109,26 +111,6 @@ class EngineSectionBase(BaseModel):
         if self.python is not None and self.executable is not None:
             raise ValueError("give python or executable, not both")
         return self
-
-
-@dataclass(frozen=True)
-class PlanKnobs:
-    """The engine settings servelab's memory/KV planner reads (``None``: engine default)."""
-
-    max_model_len: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float | None = None
-    kv_cache_dtype: str | None = None
-    dtype: str | None = None
-    enable_prefix_caching: bool | None = None
-    layout: ParallelLayout = field(default_factory=ParallelLayout)
-    speculative: SpecConfig | None = None
-    """Speculative decoding's method and tokens per step (None: the engine does not draft)."""
-    startup: StartupOptions = field(default_factory=StartupOptions)
-    """What the planner's start-up checks read (max_num_seqs, CUDA graph flags)."""
-    attention_backend: str | None = None
-    """The attention backend asked for (vLLM's ``--attention-backend``); ``None``: the
-    engine picks (on a CPU by the CPU's features, which the plan then follows)."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +191,20 @@ class Engine(Protocol):
         """Facts from a whole log text."""
         ...
 
-    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
-        """The settings of ``section`` that the memory/KV planner reads."""
+    def plan_knobs(self, section: EngineSectionBase) -> EngineKnobs:
+        """The settings of ``section`` that the memory/KV planner reads (defaults resolved)."""
+        ...
+
+    @property
+    def startup_rules(self) -> StartupRules | None:
+        """The engine's start-up rules as the planner asks them; ``None`` when servelab
+        checks none for this engine (its plans have no graph capture or admission limits)."""
+        ...
+
+    def section_for(self, flags: Mapping[str, Any]) -> EngineSectionBase:
+        """This engine's ``[engine]`` table holding ``flags`` as a command line gave them
+        (``servelab plan``'s and ``choose``'s): checked by the arithmetic that reads them when
+        it runs, not as a recipe's table is."""
         ...
 
     def auto_env(self, section: EngineSectionBase) -> dict[str, str]:

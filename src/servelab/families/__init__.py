@@ -118,11 +118,22 @@ def gguf_model_type(arch: str) -> str:
 
 
 def model_dims(config: Mapping[str, Any], source: str = "config.json") -> ModelDims:
-    """Read :class:`ModelDims` from a parsed ``config.json`` through its family.
+    """Read :class:`ModelDims` from a parsed ``config.json`` through its family: the one
+    function that reads a config into dimensions (counted: :func:`config_reads`).
 
     Raises :class:`ConfigError` naming the file and key for what servelab cannot read.
     """
+    _READS[0] += 1
     return family_for(config, source).read(config, source)
+
+
+_READS = [0]
+
+
+def config_reads() -> int:
+    """How many configs :func:`model_dims` has read in this process (a plan reads its
+    checkpoint's once: tests count it)."""
+    return _READS[0]
 
 
 def filled_config(config: Mapping[str, Any], source: str = "config.json") -> dict[str, Any]:
@@ -166,6 +177,7 @@ __all__ = [
     "Preset",
     "ReplicaSink",
     "RoleHint",
+    "config_reads",
     "family_for",
     "family_for_gguf",
     "filled_config",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import platform
 
-from servelab.hardware.cpu_isa import read_cpuinfo
-from servelab.hardware.probe import probe_host
+from servelab.hardware.cpu_isa import read_cpuinfo, this_cpu
+from servelab.hardware.probe import ProbeResult, probe_host
 from servelab.hardware.profiles import HardwareProfile, KernelPath, cpu_rates
 
 
@@ -64,6 +64,12 @@ def host_profile(*, quick: bool = True,
         if quick
         else probe_host()
     )
+    return host_profile_of(probe, f"measured now: {probe.method}", busy)
+
+
+def host_profile_of(probe: ProbeResult, origin: str, warning: str = "") -> HardwareProfile:
+    """This CPU's profile at the figures of ``probe`` (taken now, or read from a file:
+    ``origin`` says which); its CPU features are the probe's, else this machine's."""
     fp32 = probe.matmul["fp32"].best
     return HardwareProfile(
         name="host",
@@ -79,13 +85,12 @@ def host_profile(*, quick: bool = True,
         },
         sources={
             "memory": "sysconf(SC_PHYS_PAGES)",
-            "bandwidth": f"measured now: {probe.method}, best of "
-            f"{len(probe.copy_bandwidth.samples)}{busy}",
-            "compute": f"measured now: numpy float32 matmul (bf16 assumed equal){busy}",
-            **({"probe_warning": busy} if busy else {}),
+            "bandwidth": f"{origin}, best of {len(probe.copy_bandwidth.samples)}{warning}",
+            "compute": f"{origin}: numpy float32 matmul (bf16 assumed equal){warning}",
+            **({"probe_warning": warning} if warning else {}),
         },
         measured_bandwidth=probe.copy_bandwidth.best,
         measured_compute=cpu_rates(fp32),
         origin="measured",
-        cpu_isa=probe.cpu_isa,
+        cpu_isa=probe.cpu_isa or this_cpu(),
     )

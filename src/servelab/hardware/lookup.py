@@ -8,10 +8,14 @@ so neither imports the other's way back.
 from __future__ import annotations
 
 import functools
+import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from servelab.hardware.host import host_profile
+from servelab.errors import HardwareProfileError, ServelabError
+from servelab.hardware.host import host_profile, host_profile_of
+from servelab.hardware.probe import load_probe
 from servelab.hardware.profiles import (
     BUILTIN,
     HardwareProfile,
@@ -19,7 +23,11 @@ from servelab.hardware.profiles import (
     resolve_profile_name,
 )
 
-__all__ = ["get_profile", "this_host"]
+__all__ = ["HOST_PROBE_VAR", "get_profile", "this_host"]
+
+#: A probe file (``servelab hardware probe -o FILE``) this machine is planned at instead of a
+#: live quick probe, by every command in the process, calibration reports included.
+HOST_PROBE_VAR = "SERVELAB_HOST_PROBE"
 
 
 def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfile:
@@ -40,12 +48,29 @@ def get_profile(name: str, *, files: Iterable[str | Path] = ()) -> HardwareProfi
     return this_host()
 
 
-@functools.cache
 def this_host() -> HardwareProfile:
     """This machine's profile, probed once per process: every use in one plan (the target's
     roofline, the ceilings its calibration rows are fitted and held out against) sees the
     same bandwidth and compute. Quick probes on a busy 2-core machine read 15-20 GB/s
     from one run to the next (benchmarks/cpu/results/runs-llamacpp-cpu*.json), and a plan
     that mixed two of them printed another interval, and on CI another basis, than the
-    same plan a moment later (2026-12-05)."""
-    return host_profile()
+    same plan a moment later (2026-12-05).
+
+    With ``$SERVELAB_HOST_PROBE`` naming a probe file, this machine is taken at that file's
+    figures instead, in every command (``plan --probe`` does it for one plan; a calibration
+    report has no such flag): what servelab says of the host then does not move with how
+    busy the machine is."""
+    return _host_at(os.environ.get(HOST_PROBE_VAR) or None)
+
+
+@functools.cache
+def _host_at(probe_file: str | None) -> HardwareProfile:
+    if probe_file is None:
+        return host_profile()
+    path = Path(probe_file)
+    try:
+        probe = load_probe(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ServelabError) as exc:
+        raise HardwareProfileError(f"${HOST_PROBE_VAR}: not a readable probe file ({exc})",
+                                   path=path) from None
+    return host_profile_of(probe, f"probe file {path.name} (${HOST_PROBE_VAR})")

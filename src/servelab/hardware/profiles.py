@@ -21,10 +21,8 @@ from typing import Any
 
 from servelab.errors import HardwareProfileError
 from servelab.hardware.cpu_isa import CpuIsa
+from servelab.units import GB, GIB, TERA
 
-GB = 10**9
-GIB = 1 << 30
-TERA = 10**12
 PRECISIONS = ("fp32", "bf16", "fp8", "fp4")
 
 
@@ -35,6 +33,20 @@ class KernelPath:
     name: str
     compute: str
     note: str = ""
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """Device memory as an engine sees it at start, where that differs from the part's
+    memory: what CUDA reports in all (``cudaMemGetInfo``'s total; on a GB10 about 121.7 GiB
+    of the 128 GB) and the free memory at start (on a unified-memory part vLLM takes the
+    OS's available memory instead, ``utils/mem_utils.py`` ``MemorySnapshot.measure``): the
+    default figure and the lowest stated one, each with its source."""
+
+    total_bytes: int
+    free_bytes: int
+    free_low_bytes: int | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,9 @@ class HardwareProfile:
     aliases: tuple[str, ...] = ()
     """Other names a user types for it (``spark``, ``4090``); matched as names are, case and
     spaces aside (:func:`resolve_profile_name`)."""
+    engine_memory: EngineMemory | None = None
+    """Memory as the engine sees it at start (``[profile.NAME.engine_memory]``); None where
+    the part's memory is what CUDA reports. Not yet part of :meth:`to_dict`."""
 
     def compute_rate(self, precision: str) -> float | None:
         """Dense FLOP/s at ``precision``, measured when probed, else published/derived."""
@@ -136,6 +151,11 @@ def _builtin() -> dict[str, HardwareProfile]:
     for name, table in tables.items():
         prof = parse_profile(str(name), table, origin="built-in")
         missing = [f for f in SOURCED if not prof.sources.get(f)]
+        em = prof.engine_memory
+        if em is not None:
+            missing += [f"engine_memory.{f}" for f in ("total", "free_at_start")
+                        + (("free_at_start_low",) if em.free_low_bytes else ())
+                        if not em.sources.get(f)]
         if missing:
             raise HardwareProfileError(f"{where}: profile.{name} cites no source for "
                                        f"{', '.join(missing)}")
@@ -195,7 +215,7 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
     unknown = set(table) - {
         "base", "description", "memory_gib", "unified", "bandwidth_gbs", "compute_tflops",
         "arch", "platform", "kernel_paths", "sources", "cpu_flags",
-        "aliases",
+        "aliases", "engine_memory",
     }
     if unknown:
         raise HardwareProfileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -241,7 +261,31 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
         origin=origin,
         cpu_isa=cpu_isa,
         aliases=tuple(aliases),
+        engine_memory=_engine_memory(table.get("engine_memory"), f"{where}.engine_memory")
+        if "engine_memory" in table else (base.engine_memory if base else None),
     )
+
+
+def _engine_memory(t: Any, where: str) -> EngineMemory:
+    """``[profile.NAME.engine_memory]``: ``total_gib``, ``free_at_start_gib``, optional
+    ``free_at_start_low_gib`` and a ``sources`` table naming where each came from."""
+    if not isinstance(t, Mapping):
+        raise HardwareProfileError(f"{where} must be a table")
+    unknown = set(t) - {"total_gib", "free_at_start_gib", "free_at_start_low_gib", "sources"}
+    if unknown:
+        raise HardwareProfileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    total = _num(t, "total_gib", where)
+    free = _num(t, "free_at_start_gib", where)
+    low = _num(t, "free_at_start_low_gib", where, required=False) or None
+    if free > total or (low is not None and low > free):
+        raise HardwareProfileError(f"{where}: free memory must be at most the total, "
+                                   "the low figure at most the default")
+    src = t.get("sources", {})
+    if not isinstance(src, Mapping):
+        raise HardwareProfileError(f"{where}.sources must be a table")
+    return EngineMemory(int(total * GIB), int(free * GIB),
+                        int(low * GIB) if low is not None else None,
+                        MappingProxyType({str(k): str(v) for k, v in src.items()}))
 
 
 #: Read once at import (a frozen mapping); built-in profiles never take a ``base``.

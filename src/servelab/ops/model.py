@@ -24,7 +24,8 @@ from typing import Any
 from servelab.errors import ConfigError
 from servelab.families import FULL, LINEAR, MAMBA, MLA, AttentionLayer, ModelDims, model_dims
 from servelab.families.layers import LinearAttentionDims, Mamba2Dims, MlaDims
-from servelab.synth.replica import QuantLayout, TensorSpec, replica_tensors
+from servelab.synth.replica import QuantLayout, replica_tensors
+from servelab.synth.safetensors_set import TensorSpec
 
 #: Tensor-name prefixes of a multimodal export that are not the text decoder.
 _NOT_TEXT = re.compile(r"(^|\.)(vision_model|vision_tower|visual|multi_modal_projector|mtp)\.")

@@ -19,7 +19,7 @@ reaching zero is not a measurement and is skipped).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.analysis.metrics import METRICS
@@ -27,17 +27,13 @@ from servelab.analysis.stats import mean_ci
 from servelab.checkpoint.sources import gguf_file, load_checkpoint
 from servelab.choose.rank import Candidate, Choice, Measurement, SloTarget, choose
 from servelab.choose.tree import TreeChild, model_tree
-from servelab.defaults import ENGINE_VERSION
-from servelab.engines import DEFAULT_ENGINE, get_engine
-from servelab.engines.llamacpp.build import BUILD_VERSION
-from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
+from servelab.engines import DEFAULT_ENGINE
 from servelab.errors import ServelabError, UsageError
-from servelab.forecast.build import Plan
+from servelab.evidence.stored import store_exists, stored_runs
 from servelab.hardware.profiles import HardwareProfile
-from servelab.pipeline.planning import plan_source, store_exists, stored_runs
-from servelab.plan.parallel import topology_for
-from servelab.plan.request import EngineKnobs, PlanRequest, Speculation, StoreChoice
-from servelab.plan.specsource import AUTO, AcceptanceOption
+from servelab.pipeline.planning import plan_source
+from servelab.plan.build import Plan
+from servelab.plan.request import PlanRequest, Speculation, StoreChoice
 from servelab.points import PointKey
 from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
@@ -56,10 +52,8 @@ class ChooseRequest:
     slo: tuple[SloTarget, ...] = ()
     discover: bool = False
     endpoint: str | None = None
-    db: str | None = None
-    use_store: bool = True
-    acceptance: AcceptanceOption = AUTO
-    draft_tokens: int = 0
+    store: StoreChoice = field(default_factory=StoreChoice)
+    speculation: Speculation = field(default_factory=Speculation)
 
 
 def measured_at(run: RunRecord, metric: str, prompt_len: int) -> Measurement | None:
@@ -126,17 +120,10 @@ def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[Run
             raise
         return Candidate(name, location, None, refused=f"cannot be read: {exc}")
     gguf = gguf_file(Path(location)) is not None  # a GGUF file, or a folder of one
-    arithmetic = (LlamaCppKv(LlamaCppKvSettings(ctx_size=req.context_len, parallel=1)) if gguf
-                  else get_engine(DEFAULT_ENGINE).kv_arithmetic())
-    assert arithmetic is not None  # vLLM's arithmetic is servelab's own
-    request = PlanRequest(
-        name, req.hardware, topology_for(req.hardware.name), arithmetic,
-        engine="llamacpp" if gguf else DEFAULT_ENGINE,
-        engine_version=BUILD_VERSION if gguf else ENGINE_VERSION,
-        knobs=EngineKnobs() if gguf else EngineKnobs(max_model_len=req.context_len),
-        prompt_lens=(req.prompt_len,),
-        speculation=Speculation(acceptance=req.acceptance, draft_tokens=req.draft_tokens),
-        store=StoreChoice(db=req.db, use=req.use_store),
+    request = PlanRequest.for_build(
+        name, req.hardware, engine="llamacpp" if gguf else DEFAULT_ENGINE,
+        context_len=req.context_len, prompt_len=req.prompt_len,
+        speculation=req.speculation, store=req.store,
     )
     try:
         plan = plan_source(source, request, every)
@@ -167,8 +154,8 @@ def choose_builds(req: ChooseRequest) -> Choice:
     if req.context_len < 1 or req.prompt_len < 1:
         raise UsageError("--context and --prompt-len must be at least 1 token")
     builds = resolve_builds(req)
-    every = stored_runs(req.db, None) if req.use_store else []
-    measured = _runs_with_samples(req.db, req.hardware.name) if req.use_store else []
+    every = stored_runs(req.store.db, None) if req.store.use else []
+    measured = _runs_with_samples(req.store.db, req.hardware.name) if req.store.use else []
     locations = [b[0] for b in builds]
     names = _unique([_name(loc) for loc in locations], locations)
     candidates = [

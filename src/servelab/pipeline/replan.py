@@ -1,7 +1,7 @@
 """Step costs for a stored run whose plan predates them, from a checkpoint of the same build.
 
 A concurrency sweep is re-predicted from the step costs its stored plan holds
-(:mod:`servelab.forecast.sweeps`); runs stored before plans carried them (the H200's
+(:mod:`servelab.evidence.sweeps`); runs stored before plans carried them (the H200's
 2026-12-02 sweep) have none, and their checkpoint may have lived on a machine that is gone.
 A header replica of the same build (``benchmarks/gpu/gen_checkpoint.py --sparse``) carries
 the same tensor names, dtypes and shapes and the same config, so it gives the same step costs,
@@ -26,13 +26,14 @@ from typing import Any
 
 from servelab.checkpoint.report import build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.errors import InputError, UsageError
-from servelab.forecast.load import plan_step_costs
-from servelab.forecast.sweeps import Replanned
-from servelab.pipeline.planning import calibrated_plan
-from servelab.plan.request import EngineKnobs
-from servelab.plan.weights import weights_from_report
+from servelab.errors import UsageError
+from servelab.evidence.sweeps import Replanned
+from servelab.hardware.topology import topology_for
+from servelab.pipeline.planning import plan_report
+from servelab.plan.load import plan_step_costs
+from servelab.plan.request import PlanRequest, StoreChoice
 from servelab.redact import REDACTED
+from servelab.sizing.knobs import EngineKnobs
 from servelab.store.model import RunRecord
 
 #: The inspect report's figures that fix a build's tensors (everything but where it was read).
@@ -92,25 +93,23 @@ def replan_stored(run: RunRecord, checkpoint: str) -> Replanned:
 
 def _plan(run: RunRecord, config: Mapping[str, Any], report: Any, checkpoint: str) -> Any:
     """The replica planned on the run's hardware at the run's logged engine flags."""
-    from servelab.engines import get_engine
-    from servelab.predict.runs import run_profile
+    from servelab.evidence.runs import run_profile
 
     args = (run.engine_facts or {}).get("non_default_args") or {}
     if run.engine_name not in (None, "vllm"):
         raise UsageError(f"run {run.run_id} served {run.engine_name}: only vLLM plans carry "
                          "step costs", path=checkpoint)
-    arithmetic = get_engine("vllm").kv_arithmetic()
-    if arithmetic is None:
-        raise InputError("vLLM's KV arithmetic is unavailable")
     knobs = EngineKnobs(
         max_model_len=_int(args.get("max_model_len")),
         kv_cache_memory_bytes=_int(args.get("kv_cache_memory_bytes")),
         gpu_memory_utilization=float(args.get("gpu_memory_utilization", 0.9)),
         kv_cache_dtype=str(args.get("kv_cache_dtype", "auto")),
     )
-    return calibrated_plan(config, weights_from_report(report, name=checkpoint),
-                           run_profile(run), [], kv_arithmetic=arithmetic, knobs=knobs,
-                           engine_version=run.engine_version or "", where=checkpoint)
+    hardware = run_profile(run)
+    request = PlanRequest.from_flags(checkpoint, hardware, topology_for(hardware.name),
+                                     engine_version=run.engine_version or "", knobs=knobs,
+                                     store=StoreChoice(use=False))
+    return plan_report(report, config, None, request, [])
 
 
 def _int(v: Any) -> int | None:

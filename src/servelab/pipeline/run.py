@@ -23,43 +23,30 @@ from servelab.bench.result import BenchResult, write_json_atomic
 from servelab.bench.run import BenchConfig, run_bench
 from servelab.bench.spec import WorkloadSpec
 from servelab.bench.workload import ProgressEvent
-from servelab.checkpoint.kv_geometry import check_source
+from servelab.checkpoint.kv_geometry import check_read_source
 from servelab.checkpoint.report import CheckpointReport, build_report
 from servelab.checkpoint.sources import load_checkpoint
-from servelab.engines import get_engine
 from servelab.engines.facts import EngineFacts, Phase
-from servelab.errors import ServelabError, UsageError
-from servelab.families import DTYPE_BYTES, model_dims
-from servelab.forecast.build import Plan
+from servelab.errors import ServelabError
 from servelab.hardware.host import host_cpu
-from servelab.hardware.lookup import get_profile
 from servelab.hardware.profiles import HardwareProfile
-from servelab.pipeline.environment import engine_environment
-from servelab.pipeline.planning import calibrated_plan
-from servelab.pipeline.speculative import resolve_acceptance
+from servelab.pipeline.planning import plan_report
 from servelab.pipeline.summary import SummaryRow, summarize
-from servelab.plan.parallel import topology_for
-from servelab.plan.request import EngineKnobs
-from servelab.plan.specsource import AUTO
-from servelab.plan.weights import Weights, weights_from_report
+from servelab.plan.build import Plan
+from servelab.plan.request import PlanRequest
 from servelab.redact import redact_args, redact_text
 from servelab.serve.launch import (
     LOG_NAME,
-    check_engine_version,
     launch,
     new_run_dir,
-    resolve_launcher,
-    resolve_model,
 )
 from servelab.serve.process import EngineProcess
 from servelab.serve.recipe import CapacitySection, Recipe
+from servelab.serve.resolved import ResolvedRecipe, resolve_recipe
 from servelab.store.db import Store, recipe_hash
 from servelab.store.exchange import fields_from_engine_facts, run_from_bench
 from servelab.store.model import STATUS_FAILED, STATUS_OK, RunFilter, RunRecord, utcnow
 from servelab.units import format_bytes
-
-GIB = 1024**3
-DEFAULT_HARDWARE = "host"
 
 StepName = Literal["inspect", "plan", "start", "bench", "stop", "record"]
 
@@ -114,11 +101,11 @@ class RunOutcome:
 
 
 def load_prediction(recipe: Recipe, plan: Plan, store: Store | None = None) -> dict[str, Any]:
-    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.forecast.load`),
+    """The recipe's closed-loop sweep as predicted under load (:mod:`servelab.plan.load`),
     each point one batch of the requests the bench sends per point, as JSON; with a
     ``store``, the batched form's held-out error from its sweeps widens the intervals."""
-    from servelab.forecast.load import LoadRequest, answer
-    from servelab.pipeline.planning import load_evidence, with_sweeps
+    from servelab.evidence.stored import load_evidence, with_sweeps
+    from servelab.plan.load import LoadRequest, answer
 
     work = recipe.bench.workload()
     cap = recipe.capacity
@@ -157,47 +144,9 @@ def measure_capacity(recipe: Recipe, section: CapacitySection, base_url: str, mo
             "output_len": work.output_len}
 
 
-def resolve_hardware(recipe: Recipe, options: RunOptions) -> HardwareProfile:
-    """The hardware profile named by the options, the recipe, or ``host``."""
-    name = options.hardware or recipe.hardware or DEFAULT_HARDWARE
-    return get_profile(name, files=options.hardware_files)
-
-
 def _labels(recipe: Recipe, extra: tuple[str, ...]) -> tuple[str, ...]:
     mine = [f"{k}={v}" for k, v in sorted(recipe.labels.items())]
     return tuple(dict.fromkeys([*mine, *extra]))
-
-
-def apply_dtype_flag(
-    config: dict[str, Any], weights: Weights, dtype: str | None
-) -> tuple[dict[str, Any], Weights]:
-    """What ``--dtype`` does to an unquantized checkpoint: the engine casts the weights, and
-    the KV cache ("auto") follows the model dtype. Quantized weights keep their bytes."""
-    if dtype is None or dtype == "auto":
-        return config, weights
-    if dtype not in DTYPE_BYTES:
-        raise UsageError(f"engine.flags.dtype {dtype!r} is not a dtype servelab knows")
-    old = model_dims(config).dtype_bytes
-    config = {**config, "dtype": dtype}
-    inner = config.get("text_config")
-    if isinstance(inner, dict):
-        config["text_config"] = {**inner, "dtype": dtype}
-    new = DTYPE_BYTES[dtype]
-    if weights.scheme != "bf16" or new == old:
-        return config, weights
-
-    def scale(n: int) -> int:
-        return n * new // old
-
-    return config, replace(
-        weights,
-        resident_bytes=scale(weights.resident_bytes),
-        decode_bytes_per_token=scale(weights.decode_bytes_per_token),
-        routed_expert_bytes=scale(weights.routed_expert_bytes),
-        mtp_bytes=scale(weights.mtp_bytes),
-        vision_bytes=scale(weights.vision_bytes),
-        source=f"{weights.source}; cast to {dtype} by the engine's --dtype",
-    )
 
 
 def make_run_plan(
@@ -211,63 +160,16 @@ def make_run_plan(
     header_hash: str | None = None,
     priors: Path | None = None,
 ) -> Plan:
-    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run).
-
-    A recipe that drafts (vLLM's ``speculative_config``) is also predicted with
-    speculative decode at the acceptance length stored runs of the same checkpoint
-    (``header_hash``), method and ``k`` measured; without one the plan says why.
+    """Plan the recipe's serving set-up for the inspected checkpoint (prediction, pre-run):
+    :meth:`PlanRequest.from_recipe <servelab.plan.request.PlanRequest.from_recipe>`,
+    calibrated from ``store``'s successful runs (each engine its own calibration: samples
+    carry their run's engine_name); a recipe that drafts is predicted at the acceptance
+    length stored runs of the same checkpoint (``header_hash``), method and ``k`` measured.
     """
-    serving = get_engine(recipe.engine.name)
-    flags = serving.plan_knobs(recipe.engine)
-    # The engine's own KV arithmetic; one servelab does not reproduce is planned with
-    # vLLM's, and the plan says so.
-    arithmetic = serving.kv_arithmetic(recipe.engine) or get_engine("vllm").kv_arithmetic()
-    assert arithmetic is not None
-    weights = weights_from_report(report, name=recipe.model.repo or recipe.name)
-    if config:
-        config, weights = apply_dtype_flag(config, weights, flags.dtype)
+    request = PlanRequest.from_recipe(recipe, hardware, engine_version=engine_version,
+                                      store_used=store is not None, priors=priors)
     every = store.list_runs(RunFilter(status=STATUS_OK)) if store is not None else []
-    # drafting runs calibrate the draft term, not plain decode (predict.spec)
-    runs = [r for r in every if r.hardware == hardware.name]
-    spec = flags.speculative
-    speculative = resolve_acceptance(
-        AUTO, method=spec.method, draft_tokens=spec.draft_tokens, header_hash=header_hash,
-        runs=every, use_store=store is not None,
-    ) if spec is not None else None
-    # Each engine its own calibration: samples carry their run's engine_name.
-    plan = calibrated_plan(
-        config,
-        weights,
-        hardware,
-        runs,
-        engine=serving.name,
-        knobs=EngineKnobs(
-            max_model_len=flags.max_model_len,
-            kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
-            gpu_memory_utilization=flags.gpu_memory_utilization or 0.9,
-            kv_cache_dtype=flags.kv_cache_dtype or "auto",
-            enable_prefix_caching=flags.enable_prefix_caching is not False,
-            startup=flags.startup,
-            attention_backend=flags.attention_backend,
-        ),
-        engine_version=engine_version,
-        prompt_lens=tuple(recipe.bench.workload().prompt_lens),
-        layout=flags.layout,
-        topology=topology_for(hardware.name),
-        kv_arithmetic=arithmetic,
-        speculative=speculative,
-        draft_tokens=spec.draft_tokens if spec is not None else 0,
-        draft_runs=every,
-        priors=priors,
-    )
-    plan = replace(plan, checkpoint_hash=header_hash)
-    if serving.kv_arithmetic(recipe.engine) is not None:
-        return plan
-    note = (
-        f"servelab does not model {serving.name}'s own KV pool: the pool above follows "
-        f"vLLM {plan.engine_version}'s arithmetic"
-    )
-    return replace(plan, notes=(*plan.notes, note))
+    return plan_report(report, config, header_hash, request, every)
 
 
 @dataclass
@@ -281,38 +183,25 @@ class _RunState:
     log_tail: str | None = None
 
 
-def plan_recipe(recipe: Recipe, hardware: HardwareProfile, store: Store | None,
+def plan_recipe(recipe: Recipe | ResolvedRecipe, store: Store | None,
                 priors: Path | None = None) -> Plan:
     """``servelab plan RECIPE``: the plan ``servelab run`` would make (calibrated from
     ``store`` when given, and ``priors`` instead of the shipped table when given), without a
     run; the checkpoint is read, a ``synth`` model built and converted as the engine loads
-    it."""
-    model_arg, model_dir = resolve_model(recipe)
+    it. The engine need not be installed here: its version is then the one the recipe's
+    engine pins."""
+    resolved = (recipe if isinstance(recipe, ResolvedRecipe)
+                else resolve_recipe(recipe, require_engine=False))
+    rec = resolved.recipe
+    model_arg, model_dir = resolved.model
     source = load_checkpoint(
-        model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
+        model_dir if model_dir is not None else model_arg, revision=rec.model.revision
     )
-    check_source(source)  # the config's KV-deciding keys against the tensor shapes
-    try:
-        version = _engine_version_for_plan(recipe)
-    except ServelabError:  # not installed here: the version the recipe's engine pins
-        version = get_engine(recipe.engine.name).default_version
-    return make_run_plan(recipe, build_report(source), dict(source.config or {}), hardware,
-                         engine_version=version, store=store,
-                         header_hash=source.header_sha256, priors=priors)
-
-
-def _engine_version_for_plan(recipe: Recipe) -> str:
-    launcher, install = resolve_launcher(recipe)
-    version = check_engine_version(recipe, install, launcher)
-    if version:
-        return version.split("+")[0]
-    want = recipe.engine.version or ""
-    if want.startswith("=="):
-        return want[2:]
-    raise UsageError(
-        "cannot tell the engine's version (no install manifest, no '==' requirement in the "
-        "recipe); plan needs it to follow the right KV arithmetic"
-    )
+    report = build_report(source)
+    check_read_source(source, report.dims)  # the config's KV-deciding keys against the tensors
+    return make_run_plan(rec, report, dict(source.config or {}),
+                         resolved.hardware, engine_version=resolved.plan_version_or_default(),
+                         store=store, header_hash=source.header_sha256, priors=priors)
 
 
 def _fields_from_engine(state: _RunState, engine: EngineProcess) -> None:
@@ -377,8 +266,10 @@ def run_recipe(
     opts = options or RunOptions()
     emit = on_event or (lambda _e: None)
     # an engine that is not installed is a setup problem, not a run that failed: nothing
-    # is recorded (a failed run blaming the plan step, as before issue 33, misled)
-    resolve_launcher(recipe)
+    # is recorded (a failed run blaming the plan step, as before issue 33, misled). The
+    # recipe is resolved once: its launcher now, each other part at the step that reads it.
+    resolved = resolve_recipe(recipe, hardware_name=opts.hardware,
+                              hardware_files=opts.hardware_files)
     recipe_text = recipe.source.read_text(encoding="utf-8") if recipe.source else ""
     run_dir = new_run_dir(recipe, opts.runs_parent)
     state = _RunState(started=utcnow())
@@ -397,7 +288,7 @@ def run_recipe(
     capacity: dict[str, Any] | None = None
     try:
         emit(RunEvent("inspect", "start", "reading safetensors headers"))
-        model_arg, model_dir = resolve_model(recipe)
+        model_arg, model_dir = resolved.model
         source = load_checkpoint(
             model_dir if model_dir is not None else model_arg, revision=recipe.model.revision
         )
@@ -417,14 +308,14 @@ def run_recipe(
 
         step = "plan"
         emit(RunEvent("plan", "start", "predicting memory, KV pool and speed"))
-        hardware = resolve_hardware(recipe, opts)
-        engine_version = _engine_version_for_plan(recipe)
+        hardware = resolved.hardware
+        engine_version = resolved.plan_version
         state.fields.update(
             hardware=hardware.name,
             hardware_profile=hardware.to_dict(),
             engine_version=engine_version,
         )
-        env = engine_environment(recipe)
+        env = resolved.environment
         state.fields.update(torch=env.torch, cuda=env.cuda, driver=env.driver)
         state.plan = make_run_plan(
             recipe,
@@ -450,7 +341,7 @@ def run_recipe(
         def on_phase(phase: Phase, elapsed: float) -> None:
             emit(RunEvent("start", "progress", f"{phase.name.lower()} ({elapsed:.0f} s)", phase))
 
-        engine = launch(recipe, run_dir=run_dir, port=opts.port, on_phase=on_phase)
+        engine = launch(resolved, run_dir=run_dir, port=opts.port, on_phase=on_phase)
         try:
             _fields_from_engine(state, engine)
             set_env = "".join(f"; {k}={v} (set by servelab)"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.check import Check
-from servelab.plan.document import SpeedKind, read_plan
 from servelab.points import PointKey
+from servelab.sizing.document import SpeedKind, read_plan
 from servelab.store.model import Metric
 
 

@@ -1,11 +1,11 @@
-"""Plan arithmetic: memory budget, the engine's KV pool, bytes and FLOPs per point.
+"""A build's plan on one hardware: the sizing arithmetic (:mod:`servelab.sizing`: memory,
+the engine's KV pool) and the speed model (:mod:`servelab.predict`) put together.
 
-Each engine's KV arithmetic lives with that engine (``servelab.engines.vllm.kv``,
-``servelab.engines.llamacpp.kv``); the planner asks it through ``kvseam`` and reads the
-pool it returns (``kvpool``). Modules: ``memory``, ``weights`` (from inspect's
-report), ``costs`` (bytes read and FLOPs per decode token and prompt), ``layout`` and
-``parallel`` (GPUs), ``startup`` (CUDA graphs, batched tokens), ``document`` (a stored plan's
-reader), ``check`` (plan vs an engine's log facts), ``request`` (one resolved plan request).
-The speed model is :mod:`servelab.predict`; a whole plan with its predictions is put together
-in :mod:`servelab.forecast`.
+Modules: ``request`` (:class:`~servelab.plan.request.PlanRequest`: what to plan, every choice
+resolved), ``build`` (:func:`~servelab.plan.build.build_plan` -> ``Plan``: memory, KV pool,
+start-up checks, single-stream speed), ``load`` (a plan under concurrent load: TPOT, TTFT,
+throughput, SLO capacity), ``explain`` (why two builds differ), ``markdown`` (a plan as
+Markdown). This layer sits above both halves it composes, so neither imports the other's
+consumer (issue 34: no circles); what stored runs say reaches it as values
+(:mod:`servelab.evidence`).
 """

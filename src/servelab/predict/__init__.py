@@ -12,11 +12,12 @@ One concept per module, imported in this order (each only from those above it)::
     specstep  one speculative step by its parts (verify k+1 tokens, draft passes) and the
               draft term fitted from measured steps (pure numbers)
     spec      a checkpoint's speculative step, its draft term's levels and its prediction
+    costs     bytes read and FLOPs per decode token and per prompt
     speed     a plan's decode / prefill / speculative predictions with their intervals
-    runs      stored runs -> samples; the calibration and ledger of a results store
+    calibration  a build's fits from samples (stored runs' and the priors') on a hardware
 
-The modules up to ``ledger`` import nothing of servelab but ``errors``; ``roofline``, ``spec``
-and ``speed`` read plan arithmetic (:mod:`servelab.plan.weights`, :mod:`servelab.plan.costs`);
-``specstep`` reads plan.costs' expert fraction; ``runs`` reads the plan documents and records
-stored with runs.
+The modules up to ``ledger`` import nothing of servelab but ``errors``; ``roofline``, ``spec``,
+``costs`` and ``speed`` read sizing arithmetic (:mod:`servelab.sizing.weights`); ``specstep``
+reads costs' expert fraction. Stored runs reach the speed model as samples, through
+:mod:`servelab.evidence.runs`; nothing here reads the results store.
 """

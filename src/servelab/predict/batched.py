@@ -48,7 +48,7 @@ from typing import Any
 from servelab.errors import InputError, UsageError
 from servelab.families import MLA, ModelDims
 from servelab.families.layers import CHUNKED, SLIDING
-from servelab.plan.costs import (
+from servelab.predict.costs import (
     SOFTMAX_KINDS,
     attended_pairs,
     distinct_expert_fraction,
@@ -56,10 +56,10 @@ from servelab.plan.costs import (
     layer_token_bytes,
     state_traffic_bytes,
 )
-from servelab.plan.weights import Weights
 from servelab.predict.form import HOST_BOUND, features
 from servelab.predict.levels import Fit
 from servelab.predict.speed import model_expert_slots
+from servelab.sizing.weights import Weights
 
 #: On a CPU, what a step holding prompt chunks beside decoders costs: ``"prefill"``, the prefill
 #: form of the whole step (pre-registered in benchmarks/prereg/load-cpu-2026-12-04: the prefill
@@ -81,7 +81,8 @@ class KvCurve:
     terms: tuple[tuple[int, int | None], ...]
 
     def read(self, context: int) -> int:
-        """Bytes read at ``context`` tokens (equals :func:`servelab.plan.costs.kv_read_bytes`)."""
+        """Bytes read at ``context`` tokens (equals
+        :func:`servelab.predict.costs.kv_read_bytes`)."""
         return sum(b * (context if cap is None else min(context, cap)) for b, cap in self.terms)
 
 
@@ -130,7 +131,7 @@ class StepCosts:
 
     def attention_flops(self, tokens: int) -> float:
         """Causal attention FLOPs over ``tokens`` tokens (equals
-        :func:`servelab.plan.costs.attention_flops`)."""
+        :func:`servelab.predict.costs.attention_flops`)."""
         return sum(c * attended_pairs(tokens, window=w, chunk=k) for c, w, k in self.attention)
 
     def to_dict(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ things that run at once: the device's kernels, and the host launching them one b
 CUDA graph does it. ``s_per_eager_layer`` and ``s_per_eager_moe_layer``: what launching a
 layer's kernels costs the host (a MoE layer launches routing, sorting and the expert kernels on
 top) when the prompt is longer than the largest CUDA graph vLLM captured
-(:func:`servelab.plan.startup.graph_capture`: 512 tokens by default, 128 with
+(:func:`servelab.sizing.startup.graph_capture`: 512 tokens by default, 128 with
 ``--max-num-seqs 64``); measured on the H200, one Llama-3.2-3B took 18 ms for a 512-token
 prefill inside a graph and 38 ms without (benchmarks/RESULTS.md).
 ``s_per_linear_layer_launch``: a linear-attention (Gated DeltaNet) layer's chunked prefill, a

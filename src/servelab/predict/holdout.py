@@ -22,13 +22,12 @@ from servelab.predict.form import Sample
 from servelab.predict.levels import (
     BY_ONE_FAMILY,
     BY_PATH,
-    COVERAGE,
     Target,
-    conformal,
     fit_levels,
     levels_for,
     path_family,
 )
+from servelab.predict.widths import COVERAGE, conformal
 
 #: Fewest families on a hardware for its own leave-one-family-out to stand for it; with fewer
 #: it borrows the figure of the hardware measured with the most families.

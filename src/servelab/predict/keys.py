@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-MIB = 2**20
+from servelab.units import MIB
 
 
 @dataclass(frozen=True)

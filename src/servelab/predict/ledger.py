@@ -19,7 +19,8 @@ from servelab.errors import InputError
 from servelab.predict.form import Sample, row_seconds
 from servelab.predict.holdout import Reference
 from servelab.predict.keys import BuildKey
-from servelab.predict.levels import Fit, Target, fit_levels, interval, levels_for, repeat_spread
+from servelab.predict.levels import Fit, Target, fit_levels, interval, levels_for
+from servelab.predict.widths import repeat_spread
 
 #: Predicts one measured speculative step of a left-out build from the decode fit of its
 #: target (steps/s, low, high, where the draft term came from): the draft term's

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from servelab.errors import UsageError
 from servelab.hardware.profiles import HardwareProfile
-from servelab.plan.weights import Weights
 from servelab.predict.form import Coefficients
+from servelab.sizing.weights import Weights
 
 
 def roofline_decode_tok_s(bytes_per_token: float, bandwidth: float) -> float:

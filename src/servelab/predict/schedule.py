@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from servelab.bench.stats import percentile
 from servelab.errors import UsageError
 from servelab.families.layers import CHUNKED, SLIDING, STATE_KINDS
-from servelab.plan.kvpool import KvPoolPlan, cdiv
+from servelab.sizing.kvpool import KvPoolPlan, cdiv
 
 #: seconds of a step: (contexts of the decoding requests, prompt chunks (start, tokens))
 StepCost = Callable[[Sequence[int], Sequence[tuple[int, int]]], float]

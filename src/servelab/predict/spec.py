@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from servelab.families import MLA, ModelDims
-from servelab.plan.weights import Weights
 from servelab.predict.form import HOST_BOUND, Row, Sample, features, row_seconds
 from servelab.predict.ledger import StepPredictor
 from servelab.predict.levels import (
@@ -41,6 +40,7 @@ from servelab.predict.specstep import (
     step_parts,
     step_seconds,
 )
+from servelab.sizing.weights import Weights
 
 
 @dataclass(frozen=True)

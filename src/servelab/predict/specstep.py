@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from servelab.errors import UsageError
-from servelab.plan.costs import distinct_expert_fraction
+from servelab.predict.costs import distinct_expert_fraction
 
 #: Methods whose draft is a forward of a head on the device, one per drafted token.
 HEAD_METHODS = frozenset({"mtp", "eagle", "eagle3"})

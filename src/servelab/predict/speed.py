@@ -1,7 +1,7 @@
 """Speed prediction: a roofline bound and a calibrated prediction with an interval.
 
 Everything returned here is a **prediction** (``predicted: True`` in every JSON object).
-The costs of one point (bytes read, FLOPs) are plan arithmetic (:mod:`servelab.plan.costs`).
+The costs of one point (bytes read, FLOPs) are plan arithmetic (:mod:`servelab.predict.costs`).
 
 The **roofline** (an upper bound) is bytes / peak bandwidth for decode and
 max(FLOPs / peak compute, bytes / peak bandwidth) for prefill. The **prediction** is the
@@ -22,18 +22,18 @@ from servelab.defaults import PROMPT_LENS
 from servelab.errors import UsageError
 from servelab.families import DTYPE_BYTES, ModelDims
 from servelab.hardware.profiles import HardwareProfile, KernelPath
-from servelab.plan.costs import (
+from servelab.predict.costs import (
     decode_bytes_per_token,
     prefill_bytes_read,
     prefill_expert_flops,
     prefill_flops,
 )
-from servelab.plan.weights import Weights
 from servelab.predict.form import CONTEXT_ENGINES, Row, context_layers, expert_slots, features
 from servelab.predict.levels import Calibration, Fit, interval
 from servelab.predict.roofline import roofline_decode_tok_s
 from servelab.predict.spec import MtpPoint, SpecStep, check_method, predict_step, spec_step
 from servelab.predict.specstep import HEAD_METHODS, LOOKUP_METHODS, DraftFit
+from servelab.sizing.weights import Weights
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def predict_speed(
 ) -> SpeedPrediction:
     """Predict decode and prefill speed on ``hardware`` (see module docs for the model).
     ``graph_tokens``: the largest step the engine captures a CUDA graph for
-    (:func:`servelab.plan.startup.graph_capture`); a longer prompt's prefill is predicted as
+    (:func:`servelab.sizing.startup.graph_capture`); a longer prompt's prefill is predicted as
     launched layer by layer. ``None``: not known (no eager term). ``kernel_path``: the path
     ``weights`` take on ``hardware``, when the caller has worked it out already.
     ``spec_method`` / ``draft_tokens``: how the server drafts (its steps are stored with the

@@ -31,8 +31,9 @@ from servelab.serve.install import (
     build_spec,
     install_engine,
 )
-from servelab.serve.launch import ensure_synth_model, launch
+from servelab.serve.launch import launch
 from servelab.serve.recipe import Recipe
+from servelab.serve.resolved import ensure_synth_model
 
 __all__ = ["CHECK_MODEL", "check_by_use", "install_checked"]
 

@@ -27,36 +27,39 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from servelab.analysis import stats
 from servelab.analysis.acceptance import run_acceptance
 from servelab.analysis.history import analyse_series
 from servelab.analysis.metrics import METRICS
 from servelab.check import Check
-from servelab.choose.rank import MEASURED, PREDICTED, Choice, Speed
-from servelab.errors import UsageError
-from servelab.plan.check import LoggedKv, kv_pool_checks
-from servelab.plan.document import PlanDocument, PredictedSpeed, read_plan
-from servelab.plan.layout import ParallelLayout, layout_from_argv
+from servelab.evidence.runs import ledger_for_runs
 from servelab.points import PointKey
-from servelab.predict.levels import too_wide
-from servelab.predict.runs import ledger_for_runs
 from servelab.redact import redact_args, redact_text
 from servelab.site import prose, share
 from servelab.site.fmt import (
-    GIB,
     engine_display_name,
     format_value,
     slugify,
 )
+from servelab.site.measured import (
+    _predicted_at,
+    _rid,
+    _single_stream,
+    _started,
+    concurrent_rows,
+    mean_ci,
+    point_values,
+    predicted_load_rows,
+    prediction_of,
+    predictions,
+    run_layout,
+)
 from servelab.site.model import (
     BuildRow,
     ChangePoint,
-    ConcurrentRow,
     Derived,
     EngineObservation,
     ExperimentMetric,
     ExperimentPage,
-    HardwareAnswer,
     HistoryPoint,
     HistorySeries,
     Measured,
@@ -65,8 +68,6 @@ from servelab.site.model import (
     MemorySplit,
     ModelIndexPage,
     PlanCheck,
-    Predicted,
-    PredictedLoadRow,
     RecipePage,
     RunPage,
     SiblingBuild,
@@ -75,163 +76,12 @@ from servelab.site.model import (
     SpecAcceptance,
     Verification,
 )
+from servelab.sizing.check import LoggedKv, kv_pool_checks
+from servelab.sizing.document import read_plan
 from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
+from servelab.units import GIB
 
 LOG_EXCERPT_LINES = 40
-
-
-def _map(v: object) -> Mapping[str, Any] | None:
-    return v if isinstance(v, Mapping) else None
-def mean_ci(values: Sequence[float]) -> tuple[float, float | None, float | None]:
-    """Mean and 95 % Student-t interval of the mean (no bounds for a single value)."""
-    mean, low, high = stats.mean_ci(values)
-    return (mean, None, None) if len(values) < 2 else (mean, low, high)
-
-
-def _started(run: RunRecord) -> str:
-    return run.started_at.isoformat(timespec="seconds")
-
-
-def _rid(run: RunRecord) -> str:
-    return run.run_id or "unrecorded"
-
-
-def point_values(run: RunRecord, metric: str) -> dict[PointKey, Measured]:
-    """``decode_tok_s`` / ``prefill_tok_s`` of a run at each of its workload points.
-
-    A point whose 95 % interval reaches zero is left out: it is not a measurement (bench
-    withholds such a rate since issue 33; runs recorded before, or imported, may hold one,
-    e.g. 55,152 tok/s [-29,989, 140,294] from a stream that arrived in bulk)."""
-    out: dict[PointKey, Measured] = {}
-    from_samples: set[PointKey] = set()
-    for point in run.points:
-        samples = run.samples_at(point)
-        pid = PointKey.parse(point, (s.prompt_tokens for s in samples))
-        if pid is None:
-            continue
-        values = METRICS[metric].sample_values(run, point)
-        if values:
-            mean, low, high = mean_ci(values)
-            from_samples.add(pid)
-            if low is None or low > 0:  # a rate whose 95% CI reaches zero is no measurement
-                out[pid] = Measured(mean, "tok/s", _rid(run), low, high, len(values))
-    for m in run.metrics:
-        if m.name != metric or not m.point:
-            continue
-        pid = PointKey.parse(m.point)
-        if pid is not None and pid not in from_samples and (m.ci_low is None or m.ci_low > 0):
-            out[pid] = Measured(m.value, m.unit or "tok/s", _rid(run), m.ci_low, m.ci_high,
-                                m.n or None)
-    return out
-
-
-def run_layout(run: RunRecord) -> ParallelLayout:
-    """The parallel layout a run's engine command line asked for (one GPU if unreadable)."""
-    try:
-        return layout_from_argv(run.engine_args)
-    except UsageError:
-        return ParallelLayout()
-
-
-def predicted_load_rows(run: RunRecord) -> tuple[PredictedLoadRow, ...]:
-    """The closed-loop points the run's stored plan predicted under load (none when it
-    predicted none, or said why it could not)."""
-    load = _map((run.prediction or {}).get("load"))
-    points = _map((load or {}).get("points"))
-    rows = []
-    for p in (points or {}).get("points") or ():
-        stream = _map(p.get("stream_tok_s")) if isinstance(p, Mapping) else None
-        if stream is None or not p.get("concurrency"):
-            continue
-        if any(stream.get(k) is None for k in ("value", "low", "high")) or p.get(
-                "no_prediction"):
-            continue  # no interval, or one over the 4x rule: not a prediction
-        rows.append(PredictedLoadRow(int(p["prompt_len"]), int(p["concurrency"]),
-                                     float(stream["value"]), float(stream["low"]),
-                                     float(stream["high"])))
-    return tuple(rows)
-
-
-def concurrent_rows(runs_by_version: Mapping[str, RunRecord]) -> tuple[ConcurrentRow, ...]:
-    """Points run with more than one stream, per engine version (newest run of each)."""
-    rows: list[ConcurrentRow] = []
-    for version, run in runs_by_version.items():
-        decode = point_values(run, "decode_tok_s")
-        gpus = run_layout(run).world_size
-        for point in run.points:
-            pid = PointKey.parse(point)
-            if (pid is None or not pid.concurrency or pid.depth or pid not in decode
-                    or (pid.concurrency < 2 and not pid.open_loop)):
-                continue
-            ttft_s = METRICS["ttft_s"].sample_values(run, point)
-            ttft = None
-            if ttft_s:
-                mean, low, high = mean_ci([v * 1000 for v in ttft_s])
-                ttft = Measured(mean, "ms", _rid(run), low, high, len(ttft_s))
-            rows.append(ConcurrentRow(version, pid.prompt_tokens, pid.concurrency, decode[pid],
-                                      ttft, gpus, pid.load, pid.rate))
-    return tuple(sorted(rows, key=lambda r: (prose.version_key(r.engine_version),
-                                             r.prompt_tokens, r.open_loop, r.concurrency,
-                                             r.rate or 0.0, r.load)))
-
-
-def _single_stream(points: Mapping[PointKey, Measured]) -> dict[int, Measured]:
-    return {p.prompt_tokens: v for p, v in points.items()
-            if p.concurrency in (1, None) and not p.depth and not p.open_loop}
-
-
-# --- predictions ------------------------------------------------------------------------------
-
-
-def _basis(plan: PlanDocument, point: PredictedSpeed) -> str:
-    """How a prediction was made: the calibration fit's label and the roofline bound."""
-    fit = plan.fit(point.kind)
-    label = fit.get("label") if fit is not None else None
-    roof = point.roofline_tok_s
-    bound = f"; roofline bound {roof:,.0f} tok/s" if roof is not None else ""
-    return f"{label or 'calibrated speed model'}{bound}"
-
-
-def prediction_of(point: PredictedSpeed, plan: PlanDocument,
-                  run_id: str | None) -> Predicted | None:
-    """How the site shows one predicted point (value, interval, basis); ``None`` when it has
-    no calibrated prediction with an interval. The one place to extend the display."""
-    interval = point.interval
-    if interval is None:
-        return None
-    value, low, high = interval
-    if too_wide(low, high):
-        return None  # too wide to inform anything: no prediction (one rule, predict.levels)
-    return Predicted(value, "tok/s", _basis(plan, point), run_id, low, high)
-
-
-def predictions(run: RunRecord) -> dict[tuple[str, int], Predicted]:
-    """``{("decode"|"prefill", prompt tokens): Predicted}`` from a run's stored plan: only
-    points with a calibrated prediction and its interval (a roofline alone is a bound, not a
-    prediction, and is not shown as one)."""
-    plan = read_plan(run.prediction)
-    out: dict[tuple[str, int], Predicted] = {}
-    for point in (*plan.decode, *plan.prefill):
-        shown = prediction_of(point, plan, run.run_id)
-        if shown is not None:
-            out[(point.kind, point.tokens)] = shown
-    return out
-
-
-def _predicted_at(preds: Mapping[tuple[str, int], Predicted], kind: str,
-                  prompt: int) -> Predicted | None:
-    """The prediction for ``prompt``: exact, else the nearest within 25 %."""
-    if (kind, prompt) in preds:
-        return preds[(kind, prompt)]
-    near = [(abs(n - prompt), p) for (k, n), p in preds.items() if k == kind]
-    if near:
-        dist, best = min(near, key=lambda t: t[0])
-        if dist <= 0.25 * prompt:
-            return best
-    return None
-
-
-# --- engine facts and inspect report ----------------------------------------------------------
 
 
 def _facts(run: RunRecord) -> Mapping[str, Any]:
@@ -285,7 +135,7 @@ def observation(run: RunRecord) -> EngineObservation:
 
 def plan_checks(run: RunRecord) -> tuple[PlanCheck, ...]:
     """The run's plan (``servelab.plan/1``) against what its engine reported: the KV pool
-    by the engine's own arithmetic (:func:`servelab.plan.check.kv_pool_checks`, the checks
+    by the engine's own arithmetic (:func:`servelab.sizing.check.kv_pool_checks`, the checks
     ``servelab run`` prints) and the resident weights."""
     plan = read_plan(run.prediction)
     if plan.kv_engine is None:
@@ -354,14 +204,14 @@ def key_params(args: Sequence[str]) -> tuple[tuple[str, str], ...]:
 # --- pages ------------------------------------------------------------------------------------
 
 
-def _recipe_key(run: RunRecord) -> str:
+def recipe_key(run: RunRecord) -> str:
     return run.recipe_name or run.model_id or "unnamed"
 
 
 def _build_name(run: RunRecord) -> str:
     extra = run.extra or {}
     build = extra.get("build")
-    return str(build) if isinstance(build, str) and build else _recipe_key(run)
+    return str(build) if isinstance(build, str) and build else recipe_key(run)
 
 
 def recipe_meta(run: RunRecord) -> dict[str, Any]:
@@ -525,10 +375,10 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
             mtp.get("declared_layers"), int) else None,
         mtp_tensors=int(mtp["tensors"]) if mtp and isinstance(mtp.get("tensors"), int) else None,
     )
-    return _replace(page, history=history_series(ok))
+    return replace_page(page, history=history_series(ok))
 
 
-def _replace(page: RecipePage, **changes: Any) -> RecipePage:
+def replace_page(page: RecipePage, **changes: Any) -> RecipePage:
     import dataclasses
 
     return dataclasses.replace(page, **changes)
@@ -565,7 +415,7 @@ def _with_siblings(pages: Sequence[RecipePage]) -> list[RecipePage]:
             sibs.append(SiblingBuild(other.slug, other.build_name,
                                      dec.measured if dec else None,
                                      pre.measured if pre else None))
-        out.append(_replace(page, siblings=tuple(sibs)))
+        out.append(replace_page(page, siblings=tuple(sibs)))
     return out
 
 
@@ -598,7 +448,7 @@ def _run_page(run: RunRecord, recipe_slugs: Mapping[str, str]) -> RunPage:
     preds = sorted(predictions(run).items())
     tail = (run.log_tail or "").splitlines()[-LOG_EXCERPT_LINES:]
     log = tuple(redact_text(line) for line in tail)
-    key = _recipe_key(run)
+    key = recipe_key(run)
     extra = run.extra or {}
     return RunPage(
         run_id=_rid(run), recipe_slug=recipe_slugs.get(key), recipe_name=key, status=run.status,
@@ -665,8 +515,8 @@ def experiment_page(exp: ExperimentRecord, runs: Mapping[str, RunRecord],
         slug=slugify(exp_id), title=exp.title or f"{c_label} vs {b_label}",
         question=f"Adopt {c_label} over {b_label} if: {exp.criteria}", verdict=exp.verdict,
         baseline_label=b_label, candidate_label=c_label,
-        baseline_recipe=recipe_slugs.get(_recipe_key(base[0])) if base else None,
-        candidate_recipe=recipe_slugs.get(_recipe_key(cand[0])) if cand else None,
+        baseline_recipe=recipe_slugs.get(recipe_key(base[0])) if base else None,
+        candidate_recipe=recipe_slugs.get(recipe_key(cand[0])) if cand else None,
         metrics=tuple(metrics), clauses=clauses,
         conclusion="; ".join(f"{t}: {st}" for t, st, _ in clauses),
     )
@@ -677,14 +527,14 @@ def site_from_records(runs: Sequence[RunRecord], experiments: Sequence[Experimen
     """Every page of the site from stored runs and experiments (pure)."""
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
-        groups.setdefault(_recipe_key(run), []).append(run)
+        groups.setdefault(recipe_key(run), []).append(run)
     built = {k: recipe_page(k, rs) for k, rs in sorted(groups.items())}
     pages = _with_siblings([p for p in built.values() if p is not None])
     slugs = {k: p.slug for k, p in built.items() if p is not None}
     by_id = {_rid(r): r for r in runs}
     exp_pages = [experiment_page(e, by_id, slugs) for e in experiments]
     pages = [
-        _replace(p, experiments=tuple(
+        replace_page(p, experiments=tuple(
             e for e in exp_pages if p.slug in (e.baseline_recipe, e.candidate_recipe)))
         for p in pages
     ]
@@ -706,94 +556,8 @@ def collect_site(store: Store, *, title: str = "servelab recipes") -> Site:
     return site_from_records(store.list_runs(samples=True), store.list_experiments(), title=title)
 
 
-def _answer_number(speed: Speed) -> Measured | Predicted | None:
-    if speed.tok_s is None:
-        return None
-    if speed.source == MEASURED and speed.run_id:
-        return Measured(speed.tok_s, "tok/s", speed.run_id, speed.low, speed.high)
-    if speed.source == PREDICTED:
-        return Predicted(speed.tok_s, "tok/s", speed.basis, None, speed.low, speed.high)
-    return None
-
-
-def hardware_answer(choice: Choice) -> HardwareAnswer:
-    """One hardware's answer for a model page, from ``servelab choose``'s ranking."""
-    pick = next((r for r in choice.rows if r.build == choice.pick), None)
-    best = pick.best_decode if pick is not None else None
-    return HardwareAnswer(
-        hardware=choice.hardware, pick=choice.pick,
-        pick_slug=slugify(choice.pick) if choice.pick else None,
-        decode=_answer_number(best) if best is not None else None,
-        basis=best.source if best is not None else "none", reason=choice.reason,
-        verdicts=tuple((r.build, r.verdict) for r in choice.rows))
-
-
-def _finding(page: RecipePage, answer: HardwareAnswer, builds: int) -> str:
-    """The recipe page's first sentence: this build against the model's others."""
-    hw = answer.hardware
-    if answer.pick is None:
-        return f"On {hw}, no build of {page.model_name} is the one to download: {answer.reason}."
-    if answer.pick_slug == page.slug:
-        return (f"On {hw}, this is the build of {page.model_name} to download among its "
-                f"{builds}: {answer.reason}.")
-    verdict = dict(answer.verdicts).get(page.build_name) or next(
-        (v for b, v in answer.verdicts if slugify(b) == page.slug), "")
-    return (f"On {hw}, download {answer.pick} rather than this build: "
-            f"{verdict.removeprefix('pick: ')}.")
-
-
-def model_runs(site: Site, runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
-    """The runs of each model page (by its slug), for :func:`with_answers`'s choices."""
-    out: dict[str, list[RunRecord]] = {}
-    for index in site.models:
-        slugs = {p.slug for p in site.recipes if p.model_slug == index.slug}
-        out[index.slug] = [r for r in runs if slugify(_recipe_key(r)) in slugs]
-    return out
-
-
-def answer_lengths(site: Site, slug: str) -> tuple[int, int]:
-    """(context, prompt) a model page's answer is for: the longest context its recipes
-    serve and the prompt its headlines quote (2,048 by default)."""
-    pages = [p for p in site.recipes if p.model_slug == slug]
-    prompt = max((prose.reference_prompt(p) or 0 for p in pages), default=0) or 2048
-    context = max((p.context_tokens for p in pages), default=0) or prompt
-    return context, prompt
-
-
-def with_answers(site: Site, choices: Mapping[str, Sequence[Choice]]) -> Site:
-    """Every model page with its answer per hardware (``choices``: by model slug, one
-    :class:`~servelab.choose.rank.Choice` per hardware over its recipes), measured hardware
-    first, and every recipe page with its finding on its own hardware."""
-    indexes, recipes = [], {p.slug: p for p in site.recipes}
-    for index in site.models:
-        pages = [p for p in site.recipes if p.model_slug == index.slug]
-        if not choices.get(index.slug):
-            indexes.append(index)
-            continue
-        answers = tuple(sorted((hardware_answer(c) for c in choices[index.slug]),
-                               key=lambda a: a.basis != "measured"))
-        indexes.append(_replace_index(index, answers, *answer_lengths(site, index.slug)))
-        for page in pages:
-            own = next((a for a in answers if a.hardware == page.hardware), None)
-            if own is not None:
-                recipes[page.slug] = _replace(page, finding=_finding(page, own, len(pages)))
-    import dataclasses
-
-    return dataclasses.replace(site, models=tuple(indexes),
-                               recipes=tuple(recipes[p.slug] for p in site.recipes))
-
-
-def _replace_index(index: ModelIndexPage, answers: tuple[HardwareAnswer, ...], context: int,
-                   prompt: int) -> ModelIndexPage:
-    import dataclasses
-
-    return dataclasses.replace(index, answers=answers, context_tokens=context,
-                               prompt_tokens=prompt)
-
-
 __all__ = [
     "PointKey",
-    "answer_lengths",
     "build_row",
     "collect_site",
     "concurrent_rows",
@@ -801,13 +565,13 @@ __all__ = [
     "key_params",
     "mean_ci",
     "memory_split",
-    "model_runs",
     "observation",
     "plan_checks",
     "prediction_of",
     "predictions",
+    "recipe_key",
     "recipe_meta",
     "recipe_page",
+    "replace_page",
     "site_from_records",
-    "with_answers",
 ]

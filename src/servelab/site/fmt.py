@@ -9,8 +9,7 @@ import re
 import unicodedata
 
 from servelab.site.model import Derived, Measured, Number, Predicted
-
-GIB = 1024**3
+from servelab.units import GIB
 
 _SLUG_BAD = re.compile(r"[^a-z0-9]+")
 

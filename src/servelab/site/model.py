@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.check import Check
-from servelab.plan.specsource import SpecConfig
 from servelab.predict.ledger import LedgerRow
+from servelab.sizing.specsource import SpecConfig
 
 __all__ = [
     "BuildRow",
@@ -107,7 +107,7 @@ class MeasuredRow:
 
 @dataclass(frozen=True)
 class PredictedLoadRow:
-    """A closed-loop point as the run's plan predicted it (servelab.forecast.load), drawn beside
+    """A closed-loop point as the run's plan predicted it (servelab.plan.load), drawn beside
     the measured points and labelled predicted."""
 
     prompt_tokens: int

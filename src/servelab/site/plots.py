@@ -16,8 +16,8 @@ import matplotlib
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
-from servelab.site.fmt import GIB
 from servelab.site.model import HistorySeries, MeasuredRow, MemorySplit
+from servelab.units import GIB
 
 _RC: dict[Any, Any] = {
     "svg.hashsalt": "servelab-site",

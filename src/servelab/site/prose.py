@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from servelab.site.fmt import GIB, format_value, relative_change
+from servelab.site.fmt import format_value, relative_change
 from servelab.site.model import (
     Derived,
     EngineObservation,
@@ -23,6 +23,7 @@ from servelab.site.model import (
     Verification,
     check_of,
 )
+from servelab.units import GIB
 
 # Versions measured within this relative spread count as "no drift".
 DRIFT_TOLERANCE_PCT = 3.0

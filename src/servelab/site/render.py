@@ -25,7 +25,6 @@ from servelab.predict.ledger import LedgerRow
 from servelab.redact import redact_args, redact_text
 from servelab.site import plots, prose
 from servelab.site.fmt import (
-    GIB,
     format_bytes_gib,
     format_ci,
     format_number,
@@ -42,6 +41,7 @@ from servelab.site.model import (
     Site,
     Text,
 )
+from servelab.units import GIB
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 

@@ -11,7 +11,8 @@ Public API::
 """
 
 from servelab.redact import REDACTED, redact, redact_args, redact_text
-from servelab.store.db import Store, data_dir, display_url, new_id, open_store, resolve_url
+from servelab.store.connect import data_dir, display_url, resolve_url
+from servelab.store.db import Store, new_id, open_store
 from servelab.store.exchange import (
     ImportResult,
     export_doc,

@@ -9,11 +9,12 @@ Export format (``"schema": "servelab.runs/1"``)::
                              prompt_tokens, completion_tokens, error}] } ]}
 
 Import accepts that format, a single run object, a servelab bench result
-(``"schema": "servelab.bench/1"``, see :func:`run_from_bench_json`), or a
-``vllm bench serve --save-result`` file (one JSON object, or JSON lines from
-``--append-result``). From a vLLM file servelab keeps the per-request samples when the
-file has them (``--save-detailed``), vLLM's summary numbers as metrics, and the rest of
-the file (minus generated texts) under ``extra["vllm_bench"]``.
+(``"schema": "servelab.bench/1"``, see :func:`run_from_bench_json`), published runs
+(``"schema": "servelab.published/1"``, JSON or the TOML of ``servelab/published/runs.toml``;
+see :func:`run_from_published`), or a ``vllm bench serve --save-result`` file (one JSON
+object, or JSON lines from ``--append-result``). From a vLLM file servelab keeps the
+per-request samples when the file has them (``--save-detailed``), vLLM's summary numbers
+as metrics, and the rest of the file (minus generated texts) under ``extra["vllm_bench"]``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hashlib
 import itertools
 import json
 import statistics
+import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -36,6 +38,7 @@ from servelab.bench.vllm_compat import from_vllm
 from servelab.errors import InputError
 from servelab.outfile import write_json
 from servelab.points import arrival_tag, point_label
+from servelab.published.runs import PublishedRun, is_published_doc, parse_published
 from servelab.store.db import Store
 from servelab.store.model import (
     EXPORT_SCHEMA,
@@ -142,6 +145,15 @@ def read_import_file(path: Path) -> list[RunRecord]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read: {exc}", path=path) from exc
     docs: list[Any]
+    if path.suffix.lower() == ".toml":  # published runs as the shipped table writes them
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"not valid TOML: {exc}", path=path) from exc
+        if not is_published_doc(doc):
+            raise InputError(f"a TOML import must be published runs (schema = "
+                             f"\"servelab.published/1\"), not {doc.get('schema')!r}", path=path)
+        return [run_from_published(r) for r in parse_published(doc, str(path))]
     try:
         docs = [json.loads(text)]
     except json.JSONDecodeError as exc:
@@ -165,6 +177,8 @@ def _records_from_doc(doc: Any, source: str) -> list[RunRecord]:
         raise InputError("expected a JSON object", path=source)
     if doc.get("schema") == BENCH_SCHEMA:
         return [run_from_bench_json(doc, source=source)]
+    if is_published_doc(doc):
+        return [run_from_published(r) for r in parse_published(doc, source)]
     if "schema" in doc:
         if doc["schema"] != EXPORT_SCHEMA:
             raise InputError(
@@ -180,6 +194,43 @@ def _records_from_doc(doc: Any, source: str) -> list[RunRecord]:
     if "started_at" in doc:
         return [run_from_dict(doc, source=source)]
     raise InputError("neither a servelab export nor a 'vllm bench serve' result file", path=source)
+
+
+#: The label every published run carries, so that nothing reads it as a run of its own.
+PUBLISHED_LABEL = "published"
+
+
+def run_from_published(row: PublishedRun) -> RunRecord:
+    """A stored run from one published figure: the build, machine, engine and flags as
+    published, the figure as a metric (at its prompt length and concurrency when stated, and
+    as the headline it is), the label ``published``, and the row itself (source, where to
+    check it, the quote) under ``extra["published"]``. It carries no plan, so no calibration
+    takes a sample from it; the same row imported twice is one run."""
+    started = datetime.fromisoformat(row.date).replace(tzinfo=UTC)
+    point = point_label(row.prompt_tokens, row.concurrency or 1) \
+        if row.prompt_tokens is not None else ""
+    headline: dict[str, Any] = (
+        {"kv_pool_tokens": round(row.value)} if row.metric == "kv_pool_tokens"
+        else {row.metric: row.value}  # decode_tok_s, prefill_tok_s, weights_gib: RunRecord's
+    )
+    doc = row.to_dict()
+    return RunRecord(
+        run_id=content_id(started, doc),
+        started_at=started,
+        status=STATUS_OK,
+        model_id=row.build,
+        hardware=row.hardware,
+        engine_name=row.engine,
+        engine_version=row.engine_version,
+        engine_args=row.flags,
+        workload={"source": "published", "prompt_tokens": row.prompt_tokens,
+                  "output_tokens": row.output_tokens, "concurrency": row.concurrency,
+                  "context": row.context, "spec": row.spec, "gpus": row.gpus},
+        extra={"published": doc},
+        labels=(PUBLISHED_LABEL,),
+        metrics=(Metric(name=row.metric, value=row.value, point=point, n=0, unit=row.unit),),
+        **headline,
+    )
 
 
 def is_vllm_bench_result(doc: JSON) -> bool:
@@ -392,23 +443,27 @@ def run_from_bench(result: BenchResult, *, source: str = "input",
     workload = result.workload.to_json()
     samples: list[Sample] = []
     metrics: list[Metric] = []
-    headline: tuple[int, float | None, float | None] | None = None
+    # the single-stream headline of each rate: the point nearest 2,048 prompt tokens that has
+    # a figure of it (a point where no request could be timed per token, or whose rate's CI
+    # reached zero, has none: the nearest point that has one is the headline)
+    best: dict[str, tuple[int, float]] = {}
     for pr in result.points:
         pt = pr.point
         name = point_name(pt.prompt_len, pt.concurrency, source, pt.depth, pt.request_rate,
                           workload)
-        samples.extend(sample_of(r, name) for r in pr.samples if not r.warmup)
+        # in request order, as the store gives them back: requests of an open-loop point
+        # finish out of order, and a record must equal its stored copy
+        samples.extend(sample_of(r, name) for r in sorted(pr.samples, key=lambda r: r.index)
+                       if not r.warmup)
         mine = _summary_metrics(pr.metrics, name)
         metrics.extend(mine)
         means = {m.name: m.value for m in mine}
         if pt.concurrency == 1 and not pt.depth and pt.request_rate is None:
             dist = abs(pt.prompt_len - 2048)
-            # a point where no request could be timed per token (whole answer in one
-            # chunk) has no decode figure: the nearest point that has one is the headline
-            if means.get("decode_tok_s") is not None and (
-                headline is None or dist < headline[0]
-            ):
-                headline = (dist, means.get("decode_tok_s"), means.get("prefill_tok_s"))
+            for key in ("decode_tok_s", "prefill_tok_s"):
+                value = means.get(key)
+                if value is not None and (key not in best or dist < best[key][0]):
+                    best[key] = (dist, value)
     completed = sum(s.ok for s in samples)
     started = _parse_dt(result.started_at)
     finished = _parse_dt(result.finished_at) if result.finished_at else None
@@ -421,8 +476,8 @@ def run_from_bench(result: BenchResult, *, source: str = "input",
         "status": STATUS_OK if completed else STATUS_FAILED,
         "status_reason": None if completed else "no request completed",
         "model_id": result.model or None,
-        "decode_tok_s": headline[1] if headline else None,
-        "prefill_tok_s": headline[2] if headline else None,
+        "decode_tok_s": best["decode_tok_s"][1] if "decode_tok_s" in best else None,
+        "prefill_tok_s": best["prefill_tok_s"][1] if "prefill_tok_s" in best else None,
         "workload": workload,
         "extra": {
             "bench": {k: v for k, v in doc.items() if k not in ("points", "workload")},

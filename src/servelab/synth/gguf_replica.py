@@ -24,8 +24,6 @@ import numpy as np
 
 from servelab.synth.gguf_types import tensor_type
 
-GIB = 1 << 30
-
 
 @dataclass(frozen=True)
 class Arch:

@@ -39,39 +39,17 @@ NVFP4-Fast (FP8 attention, linear-attention projections and ``lm_head``; NVFP4 e
 from __future__ import annotations
 
 import json
-import math
 import re
-import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import ConfigError, UsageError
-from servelab.families import ReplicaSink, family_for, filled_config, model_dims, presets
-from servelab.outfile import atomic_file
-
-_DTYPE_BITS = {
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8,
-    "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32,
-    "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
-}  # fmt: skip
+from servelab.families import ReplicaSink, family_for, filled_config, model_dims
+from servelab.synth.safetensors_set import TensorSpec, write_json, write_safetensors_set
 
 LAYOUT_KINDS = ("bf16", "fp8-channel", "fp8-block", "nvfp4", "modelopt-nvfp4")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One tensor of a replica: name, safetensors dtype and shape."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the tensor occupies."""
-        return math.prod(self.shape) * _DTYPE_BITS[self.dtype] // 8
 
 
 @dataclass(frozen=True)
@@ -555,75 +533,6 @@ def modelopt_hf_quant_config(layout: QuantLayout, plan: ReplicaPlan) -> dict[str
     }
 
 
-def _header_bytes(tensors: Sequence[TensorSpec]) -> tuple[bytes, int]:
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    off = 0
-    for t in tensors:
-        n = t.nbytes
-        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [off, off + n]}
-        off += n
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the reference writer pads the header to 8 bytes
-    return raw, off
-
-
-def _write_sparse(path: Path, tensors: Sequence[TensorSpec]) -> int:
-    raw, data = _header_bytes(tensors)
-    with atomic_file(path) as tmp, tmp.open("wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        f.truncate(8 + len(raw) + data)  # sparse: no data blocks are allocated
-    return data
-
-
-def _shards(tensors: Sequence[TensorSpec], max_shard_bytes: int | None) -> list[list[TensorSpec]]:
-    if not max_shard_bytes:
-        return [list(tensors)]
-    shards: list[list[TensorSpec]] = [[]]
-    size = 0
-    for t in tensors:
-        if shards[-1] and size + t.nbytes > max_shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append(t)
-        size += t.nbytes
-    return shards
-
-
-def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
-    with atomic_file(path) as tmp:
-        tmp.write_text(json.dumps(doc, indent=2) + "\n")
-
-
-def write_safetensors_set(
-    out_dir: Path,
-    tensors: Iterable[TensorSpec],
-    *,
-    max_shard_bytes: int | None = None,
-) -> list[Path]:
-    """Write ``tensors`` as sparse safetensors shards (plus an index when sharded)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    all_t = list(tensors)
-    groups = _shards(all_t, max_shard_bytes)
-    if len(groups) == 1:
-        path = out_dir / "model.safetensors"
-        _write_sparse(path, groups[0])
-        return [path]
-    paths = []
-    weight_map: dict[str, str] = {}
-    total = 0
-    for i, g in enumerate(groups, 1):
-        name = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
-        total += _write_sparse(out_dir / name, g)
-        weight_map.update({t.name: name for t in g})
-        paths.append(out_dir / name)
-    _write_json(
-        out_dir / "model.safetensors.index.json",
-        {"metadata": {"total_size": total}, "weight_map": weight_map},
-    )
-    return paths
-
-
 def write_replica(
     out_dir: Path,
     config: Mapping[str, Any],
@@ -645,131 +554,7 @@ def write_replica(
     qc = quantization_config(layout, plan)
     if qc is not None and "quantization_config" not in cfg:  # a published one stays as is
         cfg["quantization_config"] = qc
-    _write_json(out_dir / "config.json", cfg)
+    write_json(out_dir / "config.json", cfg)
     if layout.kind == "modelopt-nvfp4":
-        _write_json(out_dir / "hf_quant_config.json", modelopt_hf_quant_config(layout, plan))
+        write_json(out_dir / "hf_quant_config.json", modelopt_hf_quant_config(layout, plan))
     return plan
-
-
-def _qwen3_6_35b_a3b_config() -> dict[str, Any]:
-    layer_types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(40)]
-    return {
-        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
-        "model_type": "qwen3_5_moe",
-        "image_token_id": 248056,
-        "video_token_id": 248057,
-        "vision_start_token_id": 248053,
-        "vision_end_token_id": 248054,
-        "tie_word_embeddings": False,
-        "text_config": {
-            "model_type": "qwen3_5_moe_text",
-            "vocab_size": 248320,
-            "hidden_size": 2048,
-            "num_hidden_layers": 40,
-            "layer_types": layer_types,
-            "full_attention_interval": 4,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 2,
-            "head_dim": 256,
-            "attn_output_gate": True,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
-            "num_experts": 256,
-            "num_experts_per_tok": 8,
-            "moe_intermediate_size": 512,
-            "shared_expert_intermediate_size": 512,
-            "mtp_num_hidden_layers": 1,
-            "mtp_use_dedicated_embeddings": False,
-            "mamba_ssm_dtype": "float32",
-            "max_position_embeddings": 262144,
-            "partial_rotary_factor": 0.25,
-            "rms_norm_eps": 1e-06,
-            "tie_word_embeddings": False,
-            "dtype": "bfloat16",
-        },
-        "vision_config": {
-            "model_type": "qwen3_5_moe",
-            "depth": 27,
-            "hidden_size": 1152,
-            "intermediate_size": 4304,
-            "num_heads": 16,
-            "in_channels": 3,
-            "patch_size": 16,
-            "temporal_patch_size": 2,
-            "spatial_merge_size": 2,
-            "out_hidden_size": 2048,
-            "num_position_embeddings": 2304,
-            "deepstack_visual_indexes": [],
-            "hidden_act": "gelu_pytorch_tanh",
-        },
-    }
-
-
-#: Qwen3.6-35B-A3B's published dimensions (see shared/facts.md; the text dims equal
-#: transformers' Qwen3_5MoeConfig defaults, the vision tower projects to hidden 2048).
-QWEN3_6_35B_A3B: Mapping[str, Any] = _qwen3_6_35b_a3b_config()
-
-
-def preset_config(name: str) -> Mapping[str, Any]:
-    """The published config of replica preset ``name`` (``qwen3.6-35b-a3b`` or a family's)."""
-    if name == "qwen3.6-35b-a3b":
-        return QWEN3_6_35B_A3B
-    found = presets().get(name)
-    if found is None:
-        raise UsageError(
-            f"unknown model preset {name!r}; choose one of {', '.join(preset_names())}"
-        )
-    return found[1].config()
-
-
-def preset_names() -> tuple[str, ...]:
-    """Every replica preset."""
-    return ("qwen3.6-35b-a3b", *presets())
-
-
-def preset_layout(name: str, layout: str | None, targets: tuple[str, ...] | None,
-                  scale_dtype: str | None = None, *, fp8: tuple[str, ...] = ()) -> QuantLayout:
-    """The layout a preset is written in: its native storage unless ``layout`` is given
-    (a natively quantized preset takes no other layout); ``targets``: the modules a
-    quantized layout quantizes (None: :data:`LINEARS`, what an export quantizes; ``()``:
-    none); ``fp8``: modules an ``nvfp4`` layout stores FP8 (:attr:`QuantLayout.fp8`). A
-    layout or targets the replica would not honour are refused, never written as something
-    else."""
-    if name == "qwen3.6-35b-a3b":  # any layout; FP8 per channel unless one is given
-        kind = layout or "fp8-channel"
-        if kind == "bf16" and (targets or fp8):
-            raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout "
-                             "fp8-channel, fp8-block, nvfp4 or modelopt-nvfp4)")
-        return QuantLayout(kind, targets if targets is not None else LINEARS,
-                           scale_dtype=scale_dtype, fp8=fp8)
-    preset = presets()[name][1]
-    preset_storage, quantize = preset.layout, preset.quantize
-    if preset_storage == "native":  # e.g. gpt-oss: MXFP4 experts, as the family writes them
-        if layout is not None:
-            raise UsageError(
-                f"--layout {layout}: {name}'s replica is written in its published storage "
-                "(native) only: its family writes that format itself (gpt-oss: MXFP4 experts)"
-            )
-        if targets:
-            raise UsageError(f"--targets: {name}'s replica is written in its published "
-                             "storage only; nothing else is quantized")
-        return QuantLayout("bf16", (), scale_dtype=scale_dtype)
-    if preset_storage != "bf16" and layout not in (None, preset_storage):
-        raise UsageError(
-            f"--layout {layout}: {name}'s replica is written in its published storage "
-            f"({preset_storage}) only"
-        )
-    kind = layout or preset_storage
-    if kind == "bf16" and (targets or fp8):
-        raise UsageError("--targets: a bf16 layout quantizes nothing (give --layout fp8-channel, "
-                         "fp8-block, nvfp4 or modelopt-nvfp4)")
-    if layout is None and preset_storage != "bf16":
-        if targets:
-            raise UsageError(f"--targets: {name}'s replica is written in its published "
-                             f"storage ({preset_storage}), quantized as it ships")
-        return QuantLayout(kind, quantize, scale_dtype=scale_dtype)
-    return QuantLayout(kind, targets if targets is not None else LINEARS,
-                       scale_dtype=scale_dtype, fp8=fp8)

@@ -46,6 +46,16 @@ class TinySpec:
     overrides: Mapping[str, Any]
 
 
+#: What the tiny Qwen MoE models share: 8 experts, top-2, every layer sparse.
+_QWEN_MOE_TAIL: dict[str, Any] = {
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "norm_topk_prob": True,
+    "tie_word_embeddings": False,
+}
+
 # Small but structurally faithful dimensions per architecture.
 BASE_CONFIGS: dict[str, dict[str, Any]] = {
     "llama": {
@@ -67,12 +77,7 @@ BASE_CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "head_dim": 16,
-        "num_experts": 8,
-        "num_experts_per_tok": 2,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-        "norm_topk_prob": True,
-        "tie_word_embeddings": False,
+        **_QWEN_MOE_TAIL,
     },
     "qwen3_next": {
         "model_type": "qwen3_next",
@@ -90,12 +95,7 @@ BASE_CONFIGS: dict[str, dict[str, Any]] = {
         "linear_key_head_dim": 16,
         "linear_value_head_dim": 16,
         "linear_conv_kernel_dim": 4,
-        "num_experts": 8,
-        "num_experts_per_tok": 2,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-        "norm_topk_prob": True,
-        "tie_word_embeddings": False,
+        **_QWEN_MOE_TAIL,
     },
 }
 

@@ -26,18 +26,21 @@ for the recipe's flags. Tests hold the plan equal to the log's ``llama_kv_cache`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
-from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs, ServeTarget
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, ServeTarget
 from servelab.engines.builds import EngineBuild
 from servelab.engines.llamacpp.build import BUILD_VERSION, LlamaServerBuilder
-from servelab.engines.llamacpp.kv import LlamaCppKv, LlamaCppKvSettings
+from servelab.engines.llamacpp.kv import LlamaCppKv
 from servelab.engines.llamacpp.logfacts import LogParser
 from servelab.engines.llamacpp.recipe import LlamaCppFlags, LlamaCppSection
 from servelab.errors import CheckpointNotFoundError
-from servelab.plan.kvseam import KvArithmetic
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.startup import StartupRules
 from servelab.synth.gguf import ensure_gguf, gguf_path
 
 __all__ = ["LLAMACPP", "LlamaCppEngine", "flag_args"]
@@ -150,27 +153,25 @@ class LlamaCppEngine(LogParsingEngine):
         """llama.cpp's cache arithmetic for the flags of ``section`` (its defaults where
         unset: F16 K and V, flash attention auto, 4 unified slots); the recipe keeps such
         flags out of ``extra``, so the plan sees them all."""
-        if section is None:
-            return LlamaCppKv(LlamaCppKvSettings())
-        f = _section(section).flags
-        return LlamaCppKv(
-            LlamaCppKvSettings(
-                ctx_size=f.ctx_size,
-                parallel=f.parallel,
-                kv_unified=f.kv_unified,
-                cache_type_k=f.cache_type_k or "f16",
-                cache_type_v=f.cache_type_v or "f16",
-                flash_attn=f.flash_attn or "auto",
-                ubatch_size=f.ubatch_size,
-                swa_full=bool(f.swa_full),
-            )
-        )
+        return LlamaCppKv(LlamaCppFlags() if section is None else _section(section).flags)
 
-    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
+    def plan_knobs(self, section: EngineSectionBase) -> EngineKnobs:
         """llama.cpp's flags reach the planner through :meth:`kv_arithmetic`; of the
         shared knobs only prefix caching (always on) applies."""
         _section(section)
-        return PlanKnobs(enable_prefix_caching=True)
+        return EngineKnobs(enable_prefix_caching=True)
+
+    @property
+    def startup_rules(self) -> StartupRules | None:
+        """None: servelab checks no start-up rule of llama-server (no CUDA graph capture or
+        admission limit in its plans)."""
+        return None
+
+    def section_for(self, flags: Mapping[str, Any]) -> EngineSectionBase:
+        """A llama.cpp table holding ``flags`` as ``plan`` takes them (``-c 0``, any cache
+        type): the KV arithmetic checks them when it runs, with llama.cpp's own refusals."""
+        return LlamaCppSection.model_construct(name="llamacpp",
+                                               flags=LlamaCppFlags.model_construct(**flags))
 
 
 LLAMACPP = LlamaCppEngine()

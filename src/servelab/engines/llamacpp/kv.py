@@ -1,6 +1,6 @@
 """llama.cpp's KV cache, computed as ``llama-server`` allocates it. Pure.
 
-:class:`LlamaCppKv` hands it to the planner (:mod:`servelab.plan.kvseam`).
+:class:`LlamaCppKv` hands it to the planner (:mod:`servelab.sizing.kvseam`).
 
 The rules are those of the llama.cpp source that servelab's ``llamacpp`` build compiles
 (the one vendored by ``llama-cpp-python`` 0.3.36):
@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.engines.llamacpp.recipe import LlamaCppFlags
 from servelab.errors import UsageError
 from servelab.families import FULL, SLIDING, ModelDims
 from servelab.units import f32_mib
@@ -53,8 +54,8 @@ __all__ = [
     "LlamaCppCache",
     "LlamaCppKv",
     "LlamaCppKvPlan",
-    "LlamaCppKvSettings",
     "ggml_row_bytes",
+    "kv_args",
     "log_mib",
     "plan_llamacpp_kv",
 ]
@@ -63,6 +64,8 @@ CTX_PAD = 256  # llama_context pads n_ctx (and each slot's share) to this many c
 SWA_PAD = 256  # llama_kv_cache_iswa pads the SWA cache to this many cells
 AUTO_SLOTS = 4  # llama-server's --parallel auto
 DEFAULT_UBATCH = 512  # llama-server's -ub
+DEFAULT_TYPE = "f16"  # llama-server's -ctk / -ctv
+DEFAULT_FLASH_ATTN = "auto"  # llama-server's -fa
 
 # The KV cache types llama-server accepts (common/arg.cpp) → (values per block, bytes per
 # block), from ggml-common.h's block structs.
@@ -79,7 +82,7 @@ GGML_KV_TYPES: dict[str, tuple[int, int]] = {
 }
 
 # model_type (Hugging Face names; a GGUF's qwen3moe reads as qwen3_moe) → llama.cpp arch.
-# Each is checked against a real llama-server log (tests/plan/test_llamacpp_kv*.py).
+# Each is checked against a real llama-server log (tests/engine/llamacpp/test_kv*.py).
 LLAMACPP_KV_ARCHITECTURES: dict[str, str] = {
     "llama": "llama",
     "qwen3_moe": "qwen3moe",
@@ -118,32 +121,21 @@ def _pad(n: int, to: int = CTX_PAD) -> int:
     return (n + to - 1) // to * to
 
 
-@dataclass(frozen=True)
-class LlamaCppKvSettings:
-    """The ``llama-server`` flags that shape its KV cache (``None``: llama.cpp's default)."""
-
-    ctx_size: int | None = None  # -c; None or 0: the training context per stream
-    parallel: int | None = None  # -np; None: auto (4 slots, unified)
-    kv_unified: bool | None = None  # -kvu / -no-kvu
-    cache_type_k: str = "f16"  # -ctk
-    cache_type_v: str = "f16"  # -ctv
-    flash_attn: str = "auto"  # -fa on|off|auto
-    ubatch_size: int | None = None  # -ub; None: 512
-    swa_full: bool = False  # --swa-full: the SWA cache as large as the non-SWA one
-
-    def args(self) -> str:
-        """The settings as llama-server arguments (for labels and notes)."""
-        out = [f"-c {self.ctx_size}" if self.ctx_size else "-c 0"]
-        out.append(f"-np {self.parallel}" if self.parallel else "-np auto")
-        if self.kv_unified is not None:
-            out.append("-kvu" if self.kv_unified else "-no-kvu")
-        out += [f"-ctk {self.cache_type_k}", f"-ctv {self.cache_type_v}",
-                f"-fa {self.flash_attn}"]
-        if self.ubatch_size:
-            out.append(f"-ub {self.ubatch_size}")
-        if self.swa_full:
-            out.append("--swa-full")
-        return " ".join(out)
+def kv_args(flags: LlamaCppFlags) -> str:
+    """``flags``' KV-shaping ones as llama-server arguments, llama.cpp's defaults filled in
+    (for labels and notes): ``-c 16384 -np 4 -ctk f16 -ctv f16 -fa auto``."""
+    out = [f"-c {flags.ctx_size}" if flags.ctx_size else "-c 0"]
+    out.append(f"-np {flags.parallel}" if flags.parallel else "-np auto")
+    if flags.kv_unified is not None:
+        out.append("-kvu" if flags.kv_unified else "-no-kvu")
+    out += [f"-ctk {flags.cache_type_k or DEFAULT_TYPE}",
+            f"-ctv {flags.cache_type_v or DEFAULT_TYPE}",
+            f"-fa {flags.flash_attn or DEFAULT_FLASH_ATTN}"]
+    if flags.ubatch_size:
+        out.append(f"-ub {flags.ubatch_size}")
+    if flags.swa_full:
+        out.append("--swa-full")
+    return " ".join(out)
 
 
 #: MiB as llama.cpp's log computes them (``(float) n / (1024.0f * 1024.0f)``).
@@ -219,7 +211,9 @@ class LlamaCppKvPlan:
     """
 
     architecture: str
-    settings: LlamaCppKvSettings
+    flags: LlamaCppFlags
+    type_k: str  # -ctk, llama.cpp's default filled in
+    type_v: str  # -ctv
     n_ctx_train: int | None
     n_ctx: int
     n_ctx_seq: int
@@ -305,7 +299,7 @@ class LlamaCppKvPlan:
         """Whole bytes per cached K/V value for the speed model (quantized types, whose
         blocks hold about one byte per value or less, count as 1)."""
         per_value = (size // block for block, size in (
-            GGML_KV_TYPES[self.settings.cache_type_k], GGML_KV_TYPES[self.settings.cache_type_v]))
+            GGML_KV_TYPES[self.type_k], GGML_KV_TYPES[self.type_v]))
         return max(1, *per_value)
 
     @property
@@ -321,7 +315,7 @@ class LlamaCppKvPlan:
     @property
     def source(self) -> str:
         """Where the cache's size comes from (the memory table's source column)."""
-        return f"llama.cpp KV cache ({self.settings.args()})"
+        return f"llama.cpp KV cache ({kv_args(self.flags)})"
 
     @property
     def rule(self) -> str:
@@ -330,7 +324,7 @@ class LlamaCppKvPlan:
             f"{c.role} {c.cells:,} cells × {len(c.layers)} layers" for c in self.caches
         )
         return (
-            f"llama.cpp KV cache ({self.architecture}, {self.settings.args()}): "
+            f"llama.cpp KV cache ({self.architecture}, {kv_args(self.flags)}): "
             f"{'unified, ' if self.unified else ''}{self.streams} stream(s); {caches}"
         )
 
@@ -367,8 +361,8 @@ class LlamaCppKvPlan:
             "n_ctx_train": self.n_ctx_train,
             "max_model_len": self.n_ctx_seq,
             "layers": list(self.layers),
-            "type_k": self.settings.cache_type_k,
-            "type_v": self.settings.cache_type_v,
+            "type_k": self.type_k,
+            "type_v": self.type_v,
             "flash_attn": self.flash_attn,
             "k_row_bytes": self.k_row_bytes,
             "v_row_bytes": self.v_row_bytes,
@@ -424,11 +418,12 @@ def _unsupported(dims: ModelDims, config: Mapping[str, Any]) -> str | None:
 
 def plan_llamacpp_kv(
     dims: ModelDims,
-    settings: LlamaCppKvSettings,
+    flags: LlamaCppFlags,
     *,
     config: Mapping[str, Any] | None = None,
 ) -> LlamaCppKvPlan:
-    """The KV cache ``llama-server`` allocates for ``dims`` under ``settings``.
+    """The KV cache ``llama-server`` allocates for ``dims`` under ``flags`` (those a recipe
+    or ``servelab plan`` gave; llama.cpp's defaults for the others).
 
     Raises :class:`UsageError` for an architecture whose cache servelab does not model
     and for flag combinations llama.cpp itself refuses.
@@ -436,28 +431,29 @@ def plan_llamacpp_kv(
     why = _unsupported(dims, config or {})
     if why is not None:
         raise UsageError(f"llama.cpp KV arithmetic: not modelled for this model: {why}")
-    s = settings
-    block_k, _ = _type(s.cache_type_k)
-    block_v, _ = _type(s.cache_type_v)
-    if s.flash_attn not in FLASH_ATTN:
-        raise UsageError(f"--flash-attn {s.flash_attn!r}: choose one of {', '.join(FLASH_ATTN)}")
+    s = flags
+    type_k, type_v = s.cache_type_k or DEFAULT_TYPE, s.cache_type_v or DEFAULT_TYPE
+    block_k, _ = _type(type_k)
+    block_v, _ = _type(type_v)
+    flash = s.flash_attn or DEFAULT_FLASH_ATTN
+    if flash not in FLASH_ATTN:
+        raise UsageError(f"--flash-attn {flash!r}: choose one of {', '.join(FLASH_ATTN)}")
     if s.parallel is not None and s.parallel < 1:
         raise UsageError("--parallel must be at least 1")
     if s.ctx_size is not None and s.ctx_size < 0:
         raise UsageError("--ctx-size must not be negative")
     if s.ubatch_size is not None and s.ubatch_size < 1:
         raise UsageError("--ubatch-size must be at least 1")
-    flash = s.flash_attn
     notes: list[str] = []
     if block_v > 1 and flash != "on":
         if flash == "off":
             raise UsageError(
-                f"llama.cpp refuses a quantized V cache ({s.cache_type_v}) without flash "
+                f"llama.cpp refuses a quantized V cache ({type_v}) without flash "
                 "attention (-fa off)"
             )
         flash = "on"  # llama_init_from_model: "enabling flash_attn since it is required"
     if flash != "off":
-        for name, block in ((s.cache_type_k, block_k), (s.cache_type_v, block_v)):
+        for name, block in ((type_k, block_k), (type_v, block_v)):
             if dims.head_dim % block:
                 raise UsageError(
                     f"llama.cpp refuses KV cache type {name} with flash attention: its "
@@ -490,12 +486,11 @@ def plan_llamacpp_kv(
         n_ctx_seq = _pad(n_ctx // slots)
         n_ctx = n_ctx_seq * slots
     embd = dims.head_dim * dims.num_kv_heads  # K and V rows alike: no MLA here
-    k_row = ggml_row_bytes(s.cache_type_k, embd)
-    v_row = ggml_row_bytes(s.cache_type_v, embd)
+    k_row = ggml_row_bytes(type_k, embd)
+    v_row = ggml_row_bytes(type_v, embd)
 
     def cache(role: str, cells: int, layers: tuple[int, ...]) -> LlamaCppCache:
-        return LlamaCppCache(role, cells, layers, k_row, v_row, slots, streams,
-                             s.cache_type_k, s.cache_type_v)
+        return LlamaCppCache(role, cells, layers, k_row, v_row, slots, streams, type_k, type_v)
 
     caches: tuple[LlamaCppCache, ...]
     sliding = tuple(i for i, t in enumerate(dims.layer_types) if t == SLIDING)
@@ -517,7 +512,9 @@ def plan_llamacpp_kv(
         caches = (cache("kv", n_ctx_seq, tuple(range(dims.num_layers))),)
     return LlamaCppKvPlan(
         architecture=LLAMACPP_KV_ARCHITECTURES[dims.model_type],
-        settings=s,
+        flags=s,
+        type_k=type_k,
+        type_v=type_v,
         n_ctx_train=n_train,
         n_ctx=n_ctx,
         n_ctx_seq=n_ctx_seq,
@@ -532,11 +529,11 @@ def plan_llamacpp_kv(
 @dataclass(frozen=True)
 class LlamaCppKv:
     """llama.cpp's KV arithmetic behind the planner's seam
-    (:class:`~servelab.plan.kvseam.AllocatedKvArithmetic`), for one set of flags."""
+    (:class:`~servelab.sizing.kvseam.AllocatedKvArithmetic`), for one set of flags."""
 
-    settings: LlamaCppKvSettings
+    flags: LlamaCppFlags
     label: str = "llama.cpp"
 
     def cache(self, dims: ModelDims, config: Mapping[str, Any]) -> LlamaCppKvPlan:
         """:func:`plan_llamacpp_kv`."""
-        return plan_llamacpp_kv(dims, self.settings, config=config)
+        return plan_llamacpp_kv(dims, self.flags, config=config)

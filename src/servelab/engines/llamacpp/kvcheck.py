@@ -6,7 +6,7 @@ from typing import Protocol
 
 from servelab.check import Check, Value
 from servelab.engines.llamacpp.kv import LlamaCppKvPlan, log_mib
-from servelab.plan.check import KvCheck
+from servelab.sizing.check import KvCheck
 
 __all__ = ["LoggedLlamaCppKv", "check_llamacpp_kv_against_log"]
 
@@ -60,8 +60,8 @@ def check_llamacpp_kv_against_log(plan: LlamaCppKvPlan, facts: LoggedLlamaCppKv)
         item("cells per stream", plan.cells, facts.kv_cells),
         item("streams", plan.streams, facts.kv_streams),
         item("layers with KV", len(plan.layers), facts.kv_layers),
-        item("K type", plan.settings.cache_type_k, facts.kv_cache_type),
-        item("V type", plan.settings.cache_type_v, facts.kv_cache_type_v),
+        item("K type", plan.type_k, facts.kv_cache_type),
+        item("V type", plan.type_v, facts.kv_cache_type_v),
         item("K MiB", log_mib(plan.k_bytes), facts.kv_k_mib, 2),
         item("V MiB", log_mib(plan.v_bytes), facts.kv_v_mib, 2),
         item("KV cache MiB", log_mib(plan.main.total_bytes), total, 2),

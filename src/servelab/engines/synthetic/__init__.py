@@ -18,19 +18,21 @@ registry line (README, "Engines").
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servelab import __version__
-from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs, ServeTarget
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, ServeTarget
 from servelab.engines.builds import EngineBuild
 from servelab.engines.facts import EngineFacts, Phase
 from servelab.errors import CheckpointNotFoundError
-from servelab.plan.kvseam import KvArithmetic
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.startup import StartupRules
 
 __all__ = ["SYNTHETIC", "SyntheticEngine", "SyntheticFlags", "SyntheticSection"]
 
@@ -159,10 +161,20 @@ class SyntheticEngine(LogParsingEngine):
         """None: the server has no KV cache to reproduce."""
         return None
 
-    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
+    def plan_knobs(self, section: EngineSectionBase) -> EngineKnobs:
         """No flag of the server sizes memory: the planner's defaults."""
         _section(section)
-        return PlanKnobs()
+        return EngineKnobs()
+
+    @property
+    def startup_rules(self) -> StartupRules | None:
+        """None: the server has no start-up rules to foresee."""
+        return None
+
+    def section_for(self, flags: Mapping[str, Any]) -> EngineSectionBase:
+        """A synthetic table holding ``flags`` unchecked."""
+        return SyntheticSection.model_construct(
+            name="synthetic", flags=SyntheticFlags.model_construct(**flags))
 
 
 SYNTHETIC = SyntheticEngine()

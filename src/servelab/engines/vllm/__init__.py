@@ -7,21 +7,25 @@ it to the planner, and the log's "KV cache size" lines are checked against it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from servelab.defaults import ENGINE_VERSION
-from servelab.engines.base import EngineSectionBase, LogParsingEngine, PlanKnobs, ServeTarget
+from servelab.engines.base import EngineSectionBase, LogParsingEngine, ServeTarget
 from servelab.engines.builds import EngineBuild
 from servelab.engines.vllm.argv import build_argv
 from servelab.engines.vllm.kv import VLLM_KV
 from servelab.engines.vllm.logfacts import LogParser
-from servelab.engines.vllm.recipe import VllmSection
+from servelab.engines.vllm.recipe import VllmFlags, VllmSection
+from servelab.engines.vllm.startup import VLLM_STARTUP
 from servelab.engines.vllm.threads import OMP_BIND_VAR, omp_threads_bind
 from servelab.errors import CheckpointNotFoundError
-from servelab.plan.kvseam import KvArithmetic
-from servelab.plan.specsource import spec_config_from_mapping
+from servelab.sizing.knobs import EngineKnobs
+from servelab.sizing.kvseam import KvArithmetic
+from servelab.sizing.specsource import spec_config_from_mapping
+from servelab.sizing.startup import StartupRules
 
 __all__ = ["VLLM", "VllmEngine"]
 
@@ -115,21 +119,30 @@ class VllmEngine(LogParsingEngine):
         """vLLM's pool arithmetic (its flags reach it through :meth:`plan_knobs`)."""
         return VLLM_KV
 
-    def plan_knobs(self, section: EngineSectionBase) -> PlanKnobs:
-        """vLLM's flags that size memory and the KV pool."""
+    def plan_knobs(self, section: EngineSectionBase) -> EngineKnobs:
+        """vLLM's flags that size memory and the KV pool (its defaults where unset)."""
         f = _section(section).flags
-        return PlanKnobs(
+        return EngineKnobs(
             max_model_len=f.max_model_len,
             kv_cache_memory_bytes=f.kv_cache_memory_bytes,
-            gpu_memory_utilization=f.gpu_memory_utilization,
-            kv_cache_dtype=f.kv_cache_dtype,
+            gpu_memory_utilization=f.gpu_memory_utilization or 0.9,
+            kv_cache_dtype=f.kv_cache_dtype or "auto",
+            enable_prefix_caching=f.enable_prefix_caching is not False,
             dtype=f.dtype,
-            enable_prefix_caching=f.enable_prefix_caching,
             layout=f.layout(),
             speculative=spec_config_from_mapping(f.speculative_config),
             startup=f.startup(),
             attention_backend=f.attention_backend(),
         )
+
+    @property
+    def startup_rules(self) -> StartupRules:
+        """vLLM's start-up rules (:mod:`servelab.engines.vllm.startup`)."""
+        return VLLM_STARTUP
+
+    def section_for(self, flags: Mapping[str, Any]) -> EngineSectionBase:
+        """A vLLM table holding ``flags`` unchecked."""
+        return VllmSection.model_construct(name="vllm", flags=VllmFlags.model_construct(**flags))
 
 
 def _section(section: EngineSectionBase) -> VllmSection:

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servelab.engines.base import EngineSectionBase, check_extra_args, first_flag, flag_value
-from servelab.plan.layout import ParallelLayout
-from servelab.plan.startup import StartupOptions
+from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.startup import StartupOptions
 
 __all__ = ["MANAGED_FLAGS", "VllmFlags", "VllmSection"]
 

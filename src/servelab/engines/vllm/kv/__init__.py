@@ -5,7 +5,7 @@
   "Maximum concurrency" (:func:`plan_kv_pool`);
 
 :data:`VLLM_KV` is what the vLLM engine hands the planner
-(:class:`~servelab.plan.kvseam.PooledKvArithmetic`).
+(:class:`~servelab.sizing.kvseam.PooledKvArithmetic`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from servelab.engines.vllm.kv.rules import EngineRules
 from servelab.engines.vllm.kv.specs import MLA_SPEC, LayerSpec
 from servelab.errors import ConfigError
-from servelab.plan.kvpool import cdiv
+from servelab.sizing.kvpool import cdiv
 
 
 @dataclass(frozen=True)

