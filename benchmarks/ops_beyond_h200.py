@@ -55,8 +55,8 @@ sys.path.insert(0, str(HERE / "ops"))
 sys.path.insert(0, str(HERE / "prereg"))
 
 import builds as prereg  # noqa: E402  (benchmarks/prereg/builds.py)
-from published import PRIORS, SPARK_QWEN, Pub, points, works  # noqa: E402
 
+from published import PRIORS, SPARK_QWEN, Pub, points, works  # noqa: E402
 from servelab.ops.efficiency import (  # noqa: E402
     HeldOut,
     Interval,
@@ -67,7 +67,8 @@ from servelab.ops.efficiency import (  # noqa: E402
     unit_of,
 )
 from servelab.ops.fitted import fit_doc  # noqa: E402
-from servelab.synth.replica import QWEN3_6_35B_A3B, write_replica  # noqa: E402
+from servelab.synth.replica import write_replica  # noqa: E402
+from servelab.synth.replica_presets import QWEN3_6_35B_A3B  # noqa: E402
 
 EFF = ROOT / "src" / "servelab" / "ops" / "data" / "efficiency.json"
 

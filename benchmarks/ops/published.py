@@ -41,10 +41,9 @@ from servelab.ops.model import StepModel, step_model  # noqa: E402
 from servelab.ops.step import StepShape  # noqa: E402
 from servelab.synth.gguf_replica import BUILDS as GGUF_BUILDS  # noqa: E402
 from servelab.synth.gguf_replica import write_replica as write_gguf  # noqa: E402
-from servelab.synth.replica import (  # noqa: E402
-    EXPERTS_AND_ATTENTION,
+from servelab.synth.replica import EXPERTS_AND_ATTENTION, QuantLayout  # noqa: E402
+from servelab.synth.replica_presets import (  # noqa: E402
     QWEN3_6_35B_A3B,
-    QuantLayout,
     preset_config,
     preset_layout,
 )

@@ -58,9 +58,9 @@ from servelab.synth.replica import (  # noqa: E402
     LINEARS,
     TEXT_LINEARS,
     QuantLayout,
-    preset_config,
     replica_tensors,
 )
+from servelab.synth.replica_presets import preset_config  # noqa: E402
 
 GPUS = ("h100", "b200", "gb200", "rtx-pro-6000", "l40s")
 DECODE_CTX = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
