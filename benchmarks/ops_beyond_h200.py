@@ -247,6 +247,21 @@ def report_no_tables(rows: list[Row], refused: dict[str, str]) -> None:
     print(f"| **all but the H200** | both | {len(tot['n'])} | {_stat(tot['ops'])} | "
           f"{_cov(tot['cov_ops'])} | {_stat(tot['loo'])} | {_cov(tot['c_loo'])} | "
           f"{_stat(tot['sh'])} | {_cov(tot['c_sh'])} |")
+    print("\nBy kind (ops, held out): median / max abs speed error, inside interval (no "
+          "prediction)\n")
+    print("| hardware | engine | kind | points | ops: median / max | inside (no prediction) |")
+    print("|---|---|---|---|---|---|")
+    kinds: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        kinds[(r.pub.hardware, r.pub.engine, r.pub.kind)].append(r)
+    for (hw, eng, kind), g in sorted(kinds.items()):
+        inside_ops = [bool(r.ops_iv.low_ms is not None and r.ops_iv.high_ms is not None and
+                           r.ops_iv.low_ms <= r.pub.measured_ms <= r.ops_iv.high_ms)
+                      for r in g if r.ops_iv.ok]
+        nop = sum(not r.ops_iv.ok for r in g)
+        print(f"| {hw} | {eng} | {kind} | {len(g)} | "
+              f"{_stat([err(r.ops_tok_s, r.pub.tok_s) for r in g])} | {_cov(inside_ops)}"
+              f"{f' ({nop})' if nop else ''} |")
     print("\nPer point (speed error = predicted / measured - 1; held-out unit; ops interval "
           "in tok/s):\n")
     print("| point | role | measured tok/s | ops (err) [interval] | unit | shipped LOO (err) "
