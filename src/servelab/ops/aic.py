@@ -15,8 +15,8 @@ gemm/gemm_perf                              gemm (as is)
 moe/moe_perf                                moe (``distribution == "balanced"`` only; its
                                             experts are tensor-/expert-parallel 1)
 attention/generation_attention_perf         generation_attention (``step``: cached tokens)
-attention/context_attention_perf            context_attention (``prefix`` = 0: its prefills
-                                            have no cached prefix)
+attention/context_attention_perf            context_attention (batch 1; ``prefix`` = 0: its
+                                            prefills have no cached prefix)
 linear_attention/gdn_perf                   gdn: the kernels of one phase summed per shape
                                             (conv + core), ``state_dtype`` unknown
 ==========================================  ==================================================
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import UsageError
+from servelab.ops.roofline import Device
 from servelab.ops.tables import Provenance, Table, TableSet
 
 #: The extra's pinned version (pyproject.toml: [project.optional-dependencies] aiconfigurator).
@@ -62,7 +63,7 @@ def data_root() -> Path:
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-not-found]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError as e:
         raise UsageError("reading AIConfigurator's tables needs pyarrow "
                          "(pip install 'servelab[aiconfigurator]')") from e
@@ -75,6 +76,8 @@ def _gdn(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     acc: dict[tuple[Any, ...], dict[str, Any]] = {}
     sums: dict[tuple[Any, ...], float] = defaultdict(float)
     for r in rows:
+        if r["phase"] == "context" and r["batch_size"] != 1:
+            continue  # servelab's step reads one sequence's prefill per call
         key = (r["phase"], r["batch_size"], r["num_tokens"], r["num_k_heads"],
                r["head_k_dim"], r["num_v_heads"], r["head_v_dim"], r["d_conv"])
         sums[key] += float(r["latency"])
@@ -116,7 +119,8 @@ def load(hardware: str, engine: str = "vllm", version: str | None = None,
             rows = [r for r in rows if r.get("distribution") == "balanced" and
                     r.get("moe_tp_size", 1) == 1 and r.get("moe_ep_size", 1) == 1]
         elif name == "context_attention":
-            rows = [{**r, "prefix": 0} for r in rows]
+            # servelab's step reads one sequence's prefill per call
+            rows = [{**r, "prefix": 0} for r in rows if r.get("batch_size") == 1]
         elif name == "gdn":
             rows = _gdn(rows)
         tables[name] = Table(name, tuple(rows))
@@ -133,6 +137,29 @@ def load(hardware: str, engine: str = "vllm", version: str | None = None,
                  "license": "Apache-2.0", "url": "https://github.com/ai-dynamo/aiconfigurator"},
     )
     return TableSet(f"aic-{system}-{engine}-{chosen}", prov, tables)
+
+
+def system_device(hardware: str, root: Path | None = None) -> Device:
+    """The GPU's bandwidth and dense tensor rates as AIConfigurator's system file states them
+    (``systems/<system>.yaml``: ``gpu.mem_bw``, ``bfloat16_tc_flops``, ``fp8_tc_flops``,
+    ``fp4_tc_flops``), the ceilings its own memory-bound formulas use."""
+    base = root or data_root()
+    system = SYSTEMS.get(hardware, hardware)
+    f = base.parent / f"{system}.yaml"
+    if not f.is_file():
+        raise UsageError(f"AIConfigurator has no system file for {hardware!r} ({f.name})")
+    try:
+        import yaml  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError as e:  # a dependency of aiconfigurator-core
+        raise UsageError("reading AIConfigurator's system files needs pyyaml") from e
+    gpu = (yaml.safe_load(f.read_text(encoding="utf-8")) or {}).get("gpu") or {}
+    rates = {p: float(gpu[k]) for p, k in (("bf16", "bfloat16_tc_flops"),
+                                            ("fp8", "fp8_tc_flops"), ("fp4", "fp4_tc_flops"))
+             if gpu.get(k)}
+    if not gpu.get("mem_bw") or "bf16" not in rates:
+        raise UsageError(f"AIConfigurator's {f.name} lacks gpu.mem_bw or bfloat16_tc_flops")
+    return Device(system, float(gpu["mem_bw"]), rates,
+                  f"aiconfigurator-core {_installed_version()} systems/{f.name}")
 
 
 def _version_key(v: str) -> tuple[int, ...]:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from servelab.errors import UsageError
 from servelab.ops.interp import Read, interp1, interp2, series
@@ -45,6 +45,40 @@ MOE_DTYPES: Mapping[str, str] = {"bf16": "bfloat16", "fp8-block": "fp8_block"}
 
 
 @dataclass(frozen=True)
+class KernelChoice:
+    """Which measured kernel each operator reads on one GPU with one engine version, in the
+    engine's order of preference (the first kernel the tables measured wins).
+
+    ``gemm``: weight format -> (table dtype, kernels); ``moe``: expert format -> (table dtype,
+    kernels; empty: whichever the table has); ``attention``: the decode/prefill attention
+    ``kernel_source`` in order (empty: whichever the table has first). ``strict``: refuse a
+    GEMM or MoE read below the smallest token count its series measured (a table whose
+    small-m rows were dropped as unusable must not be held at its first kept row), a GEMM
+    shape the measured grid does not bracket, a MoE expert shape not measured (no scaling
+    from a neighbour), and an attention head dimension not measured (head counts are
+    scaled: decode by KV heads, prefill by query heads). ``source``: where the order comes
+    from."""
+
+    gemm: Mapping[str, tuple[str, tuple[str, ...]]] = field(
+        default_factory=lambda: dict(GEMM_KERNELS))
+    moe: Mapping[str, tuple[str, tuple[str, ...]]] = field(
+        default_factory=lambda: {k: (v, ()) for k, v in MOE_DTYPES.items()})
+    attention: tuple[str, ...] = ()
+    moe_balanced: bool = False
+    """The MoE table's rows spread each step's tokens evenly over the experts
+    (AIConfigurator's ``balanced``: every expert touched as soon as tokens x top-k reach the
+    expert count), where servelab assumes uniform random routing (fewer distinct experts:
+    ``expected_experts``): a row is then read at the token count whose even spread touches
+    as many experts as the step's tokens do at random (the weights read are the same; the
+    compute, small at those counts, is that of fewer tokens)."""
+    attention_sinks: tuple[str, ...] = ()
+    """The attention kernels for a model with attention sinks (gpt-oss), where the engine
+    picks another backend for them; empty: ``attention``."""
+    strict: bool = False
+    source: str = "vLLM 0.26.0 on Hopper (servelab.ops.costs)"
+
+
+@dataclass(frozen=True)
 class Lookup:
     """One operator's latency (ms) and where it came from."""
 
@@ -57,6 +91,55 @@ class Lookup:
     @property
     def extrapolated(self) -> bool:
         return self.how == "extrapolated"
+
+
+class CostSource(Protocol):
+    """What :func:`servelab.ops.step.step_time` reads: one latency per operator call, each
+    naming where it came from (measured tables, or a roofline times a fitted efficiency)."""
+
+    @property
+    def label(self) -> str: ...
+
+    def gemm(self, m: int, n: int, k: int, fmt: str) -> Lookup: ...
+
+    def moe(self, tokens: int, experts: int, topk: int, hidden: int, inter: int,
+            fmt: str) -> Lookup: ...
+
+    def attn_decode(self, batch: int, context: int, hq: int, hkv: int, d: int,
+                    window: int = 0, sinks: bool = False) -> Lookup: ...
+
+    def attn_prefill(self, new: int, prefix: int, hq: int, hkv: int, d: int,
+                     window: int = 0, sinks: bool = False) -> Lookup: ...
+
+    def gdn(self, phase: str, x: int, hk: int, dk: int, hv: int, dv: int, conv: int,
+            state_dtype: str) -> Lookup: ...
+
+    def mamba(self, phase: str, x: int, heads: int, hd: int, groups: int, state: int,
+              conv: int) -> Lookup: ...
+
+    def elementwise(self, op: str, tokens: int, *, width: int | None = None,
+                    heads: int | None = None, head_dim: int | None = None,
+                    experts: int | None = None, topk: int | None = None) -> Lookup: ...
+
+    def sampler(self, batch: int, vocab: int, mode: str = "greedy") -> Lookup: ...
+
+    def host(self, kernels: int, mode: str) -> Lookup: ...
+
+
+class SmallOpSource(Protocol):
+    """Where :class:`Costs` reads the ops its tables lack (norms, rotary, activation, cache
+    write, router, embedding; the sampler; the host's launches)."""
+
+    @property
+    def label(self) -> str: ...
+
+    def elementwise(self, op: str, tokens: int, *, width: int | None = None,
+                    heads: int | None = None, head_dim: int | None = None,
+                    experts: int | None = None, topk: int | None = None) -> Lookup: ...
+
+    def sampler(self, batch: int, vocab: int, mode: str = "greedy") -> Lookup: ...
+
+    def host(self, kernels: int, mode: str) -> Lookup: ...
 
 
 def expected_experts(experts: int, topk: int, tokens: int) -> float:
@@ -74,17 +157,36 @@ def _how(r: Read, exact: bool) -> str:
 
 
 class Costs:
-    """Latency lookups over one or more table sets (the first that has an op wins)."""
+    """Latency lookups over one or more table sets (the first that has an op wins).
 
-    def __init__(self, sets: Sequence[TableSet]) -> None:
+    ``kernels``: which kernel each op reads (default: vLLM 0.26.0 on Hopper, servelab's H200
+    tables). ``small_ops``: where the norms, rotary, activation, KV write, router, embedding,
+    sampler and host launches come from when no table set measured them (AIConfigurator
+    times none of them): another cost source, named in each lookup. Without it, an op no
+    table measured is refused."""
+
+    def __init__(self, sets: Sequence[TableSet], kernels: KernelChoice | None = None,
+                 small_ops: SmallOpSource | None = None) -> None:
         if not sets:
             raise UsageError("no operator table set to read costs from")
         self.sets = tuple(sets)
+        self.kernels = kernels or KernelChoice()
+        self.small_ops = small_ops
         self._cache: dict[tuple[Any, ...], Any] = {}
 
     @property
     def label(self) -> str:
-        return "; ".join(s.provenance.label() for s in self.sets)
+        out = "; ".join(s.provenance.label() for s in self.sets)
+        if self.small_ops is not None:
+            out += f"; small ops: {self.small_ops.label}"
+        return out
+
+    def _read(self, xs: list[float], ys: list[float], x: float, what: str) -> Read:
+        """``interp1``, refusing a read below the first point when ``strict``."""
+        if self.kernels.strict and x < xs[0]:
+            raise UsageError(f"{what}: no usable measurement at {x:g} tokens in "
+                             f"{self.label} (its smallest is {xs[0]:g}); not extrapolated")
+        return interp1(xs, ys, x)
 
     def _rows(self, table: str) -> list[tuple[TableSet, Mapping[str, Any]]]:
         key = ("rows", table)
@@ -110,17 +212,33 @@ class Costs:
     # --- GEMM ------------------------------------------------------------------------
 
     def gemm(self, m: int, n: int, k: int, fmt: str) -> Lookup:
-        """A linear layer of weight ``[n, k]`` over ``m`` tokens, stored as ``fmt``."""
-        if fmt not in GEMM_KERNELS:
-            raise UsageError(f"no GEMM kernel known for weight format {fmt!r}")
-        dtype, kernels = GEMM_KERNELS[fmt]
+        """A linear layer of weight ``[n, k]`` over ``m`` tokens, stored as ``fmt``: the
+        measured shape; else a shape inside a measured (n, k) grid, interpolated; else (not
+        ``strict``) the nearest measured shape scaled by n*k."""
+        if fmt not in self.kernels.gemm:
+            raise UsageError(f"no GEMM kernel known for weight format {fmt!r} "
+                             f"({self.kernels.source})")
+        dtype, kernels = self.kernels.gemm[fmt]
         idx = self._index("gemm", ("gemm_dtype", "kernel_source", "n", "k"), "m")
+        hits = [(kernel, idx[(dtype, kernel, n, k)]) for kernel in kernels
+                if (dtype, kernel, n, k) in idx]
+        # the most preferred kernel whose measured tokens cover m; else one measured below
+        # m (read above its largest, linearly); else (not strict) the most preferred
+        covering = [h for h in hits if min(h[1][1]) <= m <= max(h[1][1])] or \
+            [h for h in hits if m > max(h[1][1])] or \
+            ([] if self.kernels.strict else hits[:1])
+        if covering:
+            kernel, (src, pts) = covering[0]
+            xs, ys = series(pts)
+            r = interp1(xs, ys, m)
+            return Lookup(r.ms, f"{src}/gemm", kernel, _how(r, m in pts), r.note)
         for kernel in kernels:
-            hit = idx.get((dtype, kernel, n, k))
-            if hit:
-                xs, ys = series(hit[1])
-                r = interp1(xs, ys, m)
-                return Lookup(r.ms, f"{hit[0]}/gemm", kernel, _how(r, m in hit[1]), r.note)
+            grid = self._gemm_grid(idx, dtype, kernel, m, n, k)
+            if grid is not None:
+                return grid
+        if self.kernels.strict:
+            raise UsageError(f"no {dtype} GEMM measurement of {n}x{k} at {m} tokens "
+                             f"({', '.join(kernels)}) in {self.label}")
         for kernel in kernels:
             shapes = [(kk[2], kk[3]) for kk in idx if kk[0] == dtype and kk[1] == kernel]
             if not shapes:
@@ -136,25 +254,97 @@ class Costs:
                           (f"; {r.note}" if r.note else ""))
         raise UsageError(f"no {dtype} GEMM measurement in {self.label}")
 
+    def _gemm_grid(self, idx: Mapping[tuple[Any, ...], tuple[str, dict[float, float]]],
+                   dtype: str, kernel: str, m: int, n: int, k: int) -> Lookup | None:
+        """A shape inside a measured (n, k) grid (AIConfigurator's tables are one): the
+        bracketing shapes read at ``m``, interpolated in (log n, log k, log latency); beyond
+        the grid's largest n or k, the edge read scaled by n or k (extrapolated). None: the
+        grid does not bracket the shape with every corner measured."""
+        ns = sorted({int(kk[2]) for kk in idx if kk[0] == dtype and kk[1] == kernel})
+        ks = sorted({int(kk[3]) for kk in idx if kk[0] == dtype and kk[1] == kernel})
+        if len(ns) < 2 or len(ks) < 2:
+            return None
+        below = n < ns[0] or k < ks[0]
+
+        def bracket(v: int, grid: list[int]) -> tuple[int, int, float]:
+            if v >= grid[-1]:
+                return grid[-1], grid[-1], v / grid[-1]
+            if v <= grid[0]:  # a smaller GEMM is read at the grid's smallest: an upper bound
+                return grid[0], grid[0], 1.0
+            return max(g for g in grid if g <= v), min(g for g in grid if g >= v), 1.0
+
+        n0, n1, sn = bracket(n, ns)
+        k0, k1, sk = bracket(k, ks)
+        reads: dict[tuple[int, int], Read] = {}
+        src = ""
+        for nn in (n0, n1):
+            for kk in (k0, k1):
+                hit = idx.get((dtype, kernel, nn, kk))
+                if hit is None or (self.kernels.strict and m < min(hit[1])):
+                    return None
+                src = hit[0]
+                xs, ys = series(hit[1])
+                reads[(nn, kk)] = interp1(xs, ys, m)
+
+        def lerp(v: float, lo: int, hi: int, a: float, b: float) -> float:
+            if hi == lo:
+                return a
+            t = (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            return math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
+
+        nv, kv = min(max(n, n0), n1), min(max(k, k0), k1)
+        at_k0 = lerp(nv, n0, n1, reads[(n0, k0)].ms, reads[(n1, k0)].ms)
+        at_k1 = lerp(nv, n0, n1, reads[(n0, k1)].ms, reads[(n1, k1)].ms)
+        ms = lerp(kv, k0, k1, at_k0, at_k1) * sn * sk
+        beyond = sn > 1 or sk > 1
+        ext = beyond or any(r.extrapolated for r in reads.values())
+        note = f"interpolated over the measured (n, k) grid {n0}-{n1} x {k0}-{k1}"
+        if beyond:
+            note += f"; scaled by n*k beyond the grid's largest {ns[-1]}x{ks[-1]}"
+        if below:
+            note += f"; below the grid's smallest {ns[0]}x{ks[0]}: read there (an upper bound)"
+        return Lookup(ms, f"{src}/gemm", kernel, "extrapolated" if ext else "interpolated",
+                      note)
+
     # --- fused MoE -------------------------------------------------------------------
 
     def moe(self, tokens: int, experts: int, topk: int, hidden: int, inter: int,
             fmt: str) -> Lookup:
         """Routed experts of one layer over ``tokens`` tokens, uniform routing."""
-        dtype = MOE_DTYPES.get(fmt)
-        if dtype is None:
-            raise UsageError(f"no fused-MoE measurement for expert format {fmt!r}")
+        choice = self.kernels.moe.get(fmt)
+        if choice is None:
+            raise UsageError(f"no fused-MoE measurement for expert format {fmt!r} "
+                             f"({self.kernels.source})")
+        dtype, prefer = choice
         idx = self._index("moe", ("moe_dtype", "num_experts", "topk", "hidden_size",
                                   "inter_size", "kernel_source"), "num_tokens")
-        cands = [(kk, v) for kk, v in idx.items() if kk[0] == dtype]
+        cands = [(kk, v) for kk, v in idx.items() if kk[0] == dtype and
+                 (not prefer or kk[5] in prefer)]
         if not cands:
-            raise UsageError(f"no {dtype} fused-MoE measurement in {self.label}")
+            raise UsageError(f"no {dtype} fused-MoE measurement"
+                             f"{' of ' + ', '.join(prefer) if prefer else ''} in {self.label}")
+        if prefer:  # the most preferred kernel that was measured, its shapes only
+            first = min(prefer.index(str(c[0][5])) for c in cands)
+            cands = [c for c in cands if prefer.index(str(c[0][5])) == first]
         exact = [(kk, v) for kk, v in cands if kk[1:5] == (experts, topk, hidden, inter)]
         if exact:
             kk, (src, pts) = exact[0]
             xs, ys = series(pts)
-            r = interp1(xs, ys, tokens)
-            return Lookup(r.ms, f"{src}/moe", str(kk[5]), _how(r, tokens in pts), r.note)
+            read_at: float = tokens
+            note = ""
+            if self.kernels.moe_balanced and tokens * topk < 4 * experts:
+                # the evenly spread rows at the token count touching as many experts
+                read_at = max(1.0, expected_experts(experts, topk, tokens) / topk)
+                note = (f"balanced-routing rows read at {read_at:.1f} tokens (as many experts "
+                        f"touched as {tokens} tokens at random)")
+            r = self._read(xs, ys, read_at, f"{dtype} fused MoE ({kk[5]})")
+            return Lookup(r.ms, f"{src}/moe", str(kk[5]),
+                          _how(r, read_at in pts) if not note else "interpolated",
+                          "; ".join(x for x in (r.note, note) if x))
+        if self.kernels.strict:
+            raise UsageError(f"no {dtype} fused-MoE measurement of E={experts} top-{topk} "
+                             f"{hidden}x{inter} in {self.label}; a neighbouring expert shape "
+                             "is not scaled")
         # nearest expert shape; scale by the weights the step touches (decode) or its work
         kk, (src, pts) = min(cands, key=lambda c: (math.log(c[0][3] * c[0][4] /
                                                             (hidden * inter))) ** 2 +
@@ -175,15 +365,36 @@ class Costs:
 
     def _attn(self, table: str, a_col: str, b_col: str, a: float, b: float, hq: int,
               hkv: int, d: int, window: int, sinks: bool) -> Lookup:
-        rows = self._rows(table)
-        keyed: dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]] = {}
-        for s, row in rows:
-            kk = (row.get("num_heads"), row.get("num_key_value_heads"), row.get("head_dim"),
-                  row.get("window_size") or 0, bool(row.get("sinks")),
-                  row.get("kv_cache_dtype") or "bfloat16", row.get("kernel_source"))
-            e = keyed.setdefault(kk, (s.key, {}))
-            if e[0] == s.key and row.get("batch_size") is not None:
-                e[1].setdefault((float(row[a_col]), float(row[b_col])), float(row["latency"]))
+        ck = ("attn", table, a_col, b_col)
+        if ck not in self._cache:
+            built: dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]] = {}
+            for s, row in self._rows(table):
+                kk = (row.get("num_heads"), row.get("num_key_value_heads"),
+                      row.get("head_dim"), row.get("window_size") or 0,
+                      bool(row.get("sinks")), row.get("kv_cache_dtype") or "bfloat16",
+                      row.get("kernel_source"))
+                e = built.setdefault(kk, (s.key, {}))
+                if e[0] == s.key and row.get("batch_size") is not None:
+                    e[1].setdefault((float(row[a_col]), float(row[b_col])),
+                                    float(row["latency"]))
+            self._cache[ck] = built
+        keyed: dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]] = \
+            self._cache[ck]
+        prefer = (self.kernels.attention_sinks or self.kernels.attention) if sinks else \
+            self.kernels.attention
+        if prefer:
+            chosen = next((kern for kern in prefer if any(kk[6] == kern for kk in keyed)),
+                          None)
+            if chosen is None:
+                raise UsageError(f"no {table} measurement of {', '.join(prefer)} in "
+                                 f"{self.label}")
+            keyed = {kk: v for kk, v in keyed.items() if kk[6] == chosen}
+        sink_note = ""
+        if sinks and not any(kk[4] for kk in keyed):
+            # AIConfigurator's attention tables have no sinks column: read them without
+            # (a sink adds one logit per head and query; servelab's H200 tables measured
+            # both: benchmarks/ops/aic_h200.py reports the ratio)
+            sinks, sink_note = False, "attention sinks not in these tables: read without"
         want = (hq, hkv, d, window or 0, sinks, "bfloat16")
         exact = [(kk, v) for kk, v in keyed.items() if kk[:6] == want]
         scale, note = 1.0, ""
@@ -193,8 +404,12 @@ class Costs:
             cands = [(kk, v) for kk, v in keyed.items() if kk[5] == "bfloat16" and
                      bool(kk[4]) == sinks and (kk[3] > 0) == (window > 0)] or \
                 [(kk, v) for kk, v in keyed.items() if kk[5] == "bfloat16"]
+            if self.kernels.strict:
+                cands = [c for c in cands if c[0][2] == d]
             if not cands:
-                raise UsageError(f"no {table} measurement in {self.label}")
+                raise UsageError(f"no {table} measurement"
+                                 f"{f' at head dim {d}' if self.kernels.strict else ''} "
+                                 f"in {self.label}")
             kk, (src, grid) = min(cands, key=lambda c: (math.log(
                 int(c[0][0] or 1) * int(c[0][2] or 1) / (hq * d))) ** 2 + (math.log(
                     int(c[0][1] or 1) * int(c[0][2] or 1) / (hkv * d))) ** 2)
@@ -203,12 +418,25 @@ class Costs:
             scale = (hkv * d) / (nkv * hd) if table == "generation_attention" else \
                 (hq * d) / (nq * hd)
             note = f"scaled from the measured {kk[0]}/{kk[1]} heads x {kk[2]}"
-        rd = interp2(grid, a, b)
+        prefixes = {bj for _, bj in grid}
+        if table == "context_attention" and b > 0 and prefixes == {0.0}:
+            # a chunk of a new tokens over b cached, from a table that timed prefills with no
+            # prefix: causal attention over b + a tokens less that over the first b (the same
+            # query-key pairs: a b + a^2 / 2), never less than the chunk alone
+            whole, first = interp2(grid, a + b, 0.0), interp2(grid, b, 0.0)
+            alone = interp2(grid, a, 0.0)
+            rd = Read(max(whole.ms - first.ms, alone.ms),
+                      whole.extrapolated or first.extrapolated,
+                      "; ".join(x for x in (f"{a:g} tokens over {b:g} cached: the prefill of "
+                                            f"{a + b:g} less that of {b:g}", whole.note)
+                                if x))
+        else:
+            rd = interp2(grid, a, b)
         exact_pt = (float(a), float(b)) in grid
         how = "extrapolated" if rd.extrapolated else (
             "scaled" if note else ("measured" if exact_pt else "interpolated"))
         return Lookup(rd.ms * scale, f"{src}/{table}", str(kk[6]), how,
-                      "; ".join(x for x in (note, rd.note) if x))
+                      "; ".join(x for x in (note, rd.note, sink_note) if x))
 
     def attn_decode(self, batch: int, context: int, hq: int, hkv: int, d: int,
                     window: int = 0, sinks: bool = False) -> Lookup:
@@ -230,6 +458,12 @@ class Costs:
         idx = self._index(table, cols, x_col)
         want = (phase, *key.values())
         hit = idx.get(want)
+        note = ""
+        if hit is None and key.get("state_dtype") is not None:
+            # a table that does not say its state dtype (AIConfigurator's)
+            hit = idx.get((phase, *(None if k == "state_dtype" else v
+                                    for k, v in key.items())))
+            note = "state dtype not stated by the table"
         if hit is None:
             raise UsageError(f"no {table} {phase} measurement for {dict(key)} in "
                              f"{self.label}")
@@ -237,7 +471,8 @@ class Costs:
         r = interp1(xs, ys, x)
         src = str(next((rw.get("kernel_source") for s, rw in self._rows(table)
                         if s.key == hit[0] and rw.get("phase") == phase), table))
-        return Lookup(r.ms, f"{hit[0]}/{table}", src, _how(r, x in hit[1]), r.note)
+        return Lookup(r.ms, f"{hit[0]}/{table}", src, _how(r, x in hit[1]),
+                      "; ".join(n for n in (r.note, note) if n))
 
     def gdn(self, phase: str, x: int, hk: int, dk: int, hv: int, dv: int, conv: int,
             state_dtype: str) -> Lookup:
@@ -260,6 +495,9 @@ class Costs:
         """A memory-bound op over ``tokens`` rows; the nearest measured row width, scaled
         by width when not measured."""
         rows = [(s, r) for s, r in self._rows("elementwise") if r.get("op_name") == op]
+        if not rows and self.small_ops is not None:
+            return self.small_ops.elementwise(op, tokens, width=width, heads=heads,
+                                              head_dim=head_dim, experts=experts, topk=topk)
         if not rows:
             raise UsageError(f"no {op} measurement in {self.label}")
 
@@ -294,6 +532,8 @@ class Costs:
         """Sampling ``batch`` tokens over ``vocab`` logits."""
         idx = self._index("sampler", ("mode", "vocab"), "batch_size")
         cands = [kk for kk in idx if kk[0] == mode]
+        if not cands and self.small_ops is not None:
+            return self.small_ops.sampler(batch, vocab, mode)
         if not cands:
             raise UsageError(f"no {mode} sampler measurement in {self.label}")
         kk = min(cands, key=lambda c: abs(math.log(c[1] / vocab)))
@@ -315,6 +555,8 @@ class Costs:
                     src = s.key
                 if s.key == src:
                     pts.setdefault(float(row["kernels"]), float(row["launch_ms"]))
+        if not pts and self.small_ops is not None:
+            return self.small_ops.host(kernels, mode)
         if not pts:
             raise UsageError(f"no {mode} host-launch measurement in {self.label}")
         xs, ys = series(pts)

@@ -65,7 +65,9 @@ def interp2(grid: Mapping[tuple[float, float], float], a: float, b: float,
             b_transform: Callable[[float], float] | None = None) -> Read:
     """``y(a, b)`` on a (possibly ragged) grid ``{(a_i, b_j): y}``: along ``a`` at each
     measured ``b``, then along ``b``. ``b`` may be zero (no cached prefix): the ``b`` axis is
-    then read as ``b + 1`` so the logarithm is defined (``b_transform`` overrides)."""
+    then read as ``b + 1`` so the logarithm is defined (``b_transform`` overrides). A grid
+    that measured one value of ``b`` only is read at that value alone (``ValueError``
+    otherwise: it says nothing about how the work grows along ``b``)."""
     bt = b_transform or (lambda v: v + 1.0)
     by_b: dict[float, dict[float, float]] = {}
     for (ai, bj), y in grid.items():
@@ -80,6 +82,9 @@ def interp2(grid: Mapping[tuple[float, float], float], a: float, b: float,
     bs = sorted(reads)
     xs = [bt(v) for v in bs]
     ys = [reads[v].ms for v in bs]
+    if len(xs) == 1 and bt(b) != xs[0]:
+        # one measured value of the second axis: nothing says how the work grows along it
+        raise ValueError(f"the grid measured the second axis at {bs[0]:g} only, not {b:g}")
     r = interp1(xs, ys, bt(b))
     # the second axis scales the work only partly (fixed costs): above the largest measured
     # value, extrapolate by the measured slope between the last two points instead

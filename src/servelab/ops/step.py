@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from servelab.families import CHUNKED, FULL, LINEAR, MAMBA, MLA, SLIDING
-from servelab.ops.costs import Costs, Lookup, expected_experts
+from servelab.ops.costs import Costs, CostSource, Lookup, expected_experts
 from servelab.ops.model import LayerOps, StepModel
 
 #: Kernels a layer launches besides its GEMMs and cores (norms, rope, cache write, activation
@@ -166,7 +166,8 @@ def _norms_per_layer(model: StepModel) -> int:
     return 4 if model.family == "gemma3" else 2
 
 
-def _attn_core(costs: Costs, layer: LayerOps, shape: StepShape) -> list[tuple[str, int, Lookup]]:
+def _attn_core(costs: CostSource, layer: LayerOps, shape: StepShape
+               ) -> list[tuple[str, int, Lookup]]:
     a = layer.attention
     assert a is not None
     window = a.window or a.chunk or 0
@@ -191,7 +192,7 @@ def _state_dtype(model: StepModel) -> str:
     return "float32" if d in ("float32", "float") else "bfloat16"
 
 
-def layer_costs(costs: Costs, model: StepModel, layer: LayerOps, shape: StepShape
+def layer_costs(costs: CostSource, model: StepModel, layer: LayerOps, shape: StepShape
                 ) -> list[tuple[str, int, Lookup]]:
     """(op, count, lookup) for one layer at ``shape``."""
     t = shape.tokens
@@ -254,6 +255,12 @@ def layer_costs(costs: Costs, model: StepModel, layer: LayerOps, shape: StepShap
     return out
 
 
+def kernel_count(model: StepModel) -> int:
+    """Kernel launches of one step of ``model`` (GEMMs, cores, glue; the host's issue cost
+    and a roofline's per-kernel fixed time count them)."""
+    return _kernels(model.layers)
+
+
 def _kernels(layers: Sequence[LayerOps]) -> int:
     """Kernel launches of a step (GEMMs, cores, glue), for the host's issue cost."""
     n = 0
@@ -264,7 +271,7 @@ def _kernels(layers: Sequence[LayerOps]) -> int:
     return n + 5
 
 
-def step_time(model: StepModel, costs: Costs, shape: StepShape,
+def step_time(model: StepModel, costs: CostSource, shape: StepShape,
               engine: EngineSteps | None = None) -> StepTime:
     """Predict one step of ``model`` at ``shape`` from measured operator costs."""
     engine = engine or EngineSteps()
@@ -282,8 +289,8 @@ def step_time(model: StepModel, costs: Costs, shape: StepShape,
     for op, lk in (
         ("embedding", costs.elementwise("embed", t, width=model.hidden)),
         ("final rms_norm", costs.elementwise("rms_norm", t, width=model.hidden)),
-        ("gemm lm_head", costs.gemm(seqs, lm.n, lm.k,
-                                    lm.fmt if lm.fmt == "fp8-block" else "bf16")),
+        ("gemm lm_head", costs.gemm(seqs, lm.n, lm.k, lm.fmt if lm.fmt == "fp8-block" or
+                                    lm.fmt.startswith("gguf:") else "bf16")),
         ("sampler", costs.sampler(seqs, model.vocab, engine.sampling)),
     ):
         items.append(OpCost(op, 1, each(lk), lk))

@@ -1,0 +1,135 @@
+"""A shipped efficiency fit (``servelab/ops/data/efficiency.json``) and the step times it
+predicts on hardware without operator tables (issue 39, item 4).
+
+The file is written by ``benchmarks/ops_beyond_h200.py --write``: per engine, the
+efficiencies :func:`servelab.ops.efficiency.fit` fitted to every published end-to-end point
+the project keeps (``benchmarks/ops/published.py``, each with its source), the held-out
+error of each point (its unit left out, :func:`servelab.ops.efficiency.held_out`) and the
+points themselves. :func:`predict` divides a step's operator rooflines by the hardware's
+fitted efficiencies and widens the time by the held-out errors
+(:func:`servelab.ops.efficiency.interval`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from servelab.errors import UsageError
+from servelab.ops.efficiency import (
+    Efficiency,
+    ErrorRecord,
+    Fit,
+    HeldOut,
+    Interval,
+    PointWork,
+    RooflineCosts,
+    interval,
+)
+from servelab.ops.model import StepModel
+from servelab.ops.step import EngineSteps, StepShape, StepTime, kernel_count, step_time
+
+
+def _eff_doc(e: Efficiency) -> dict[str, Any]:
+    return {"mem": e.mem, "compute": e.compute, "kernel_us": e.kernel_us}
+
+
+def fit_doc(f: Fit, errors: Sequence[HeldOut], points: Sequence[PointWork],
+            provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON-ready record of one engine's fit, its held-out errors and the points (with
+    their sources) it was fitted to."""
+    return {
+        "engine": f.engine, "lambda": f.lam,
+        "hardware": {h: _eff_doc(e) for h, e in f.hardware.items()},
+        "mean": _eff_doc(f.mean),
+        "mem_class": dict(f.mean.mem_class), "compute_class": dict(f.mean.compute_class),
+        "held_out": [dataclasses.asdict(h.record()) for h in errors],
+        "points": [{"ident": p.ident, "hardware": p.hardware, "kind": p.kind,
+                    "build": p.build, "family": p.family, "measured_ms": p.measured_ms,
+                    "role": p.role, "source": p.source} for p in points],
+        **dict(provenance),
+    }
+
+
+def load_fit(doc: Mapping[str, Any]) -> tuple[Fit, list[ErrorRecord]]:
+    """A fit and its held-out errors from :func:`fit_doc`'s record."""
+    try:
+        eng = str(doc["engine"])
+        mc = {str(k): float(v) for k, v in doc["mem_class"].items()}
+        cc = {str(k): float(v) for k, v in doc["compute_class"].items()}
+        src = str(doc.get("source", f"fitted to {len(doc['points'])} {eng} points"))
+
+        def eff(h: str, d: Mapping[str, Any]) -> Efficiency:
+            return Efficiency(h, eng, float(d["mem"]), float(d["compute"]),
+                              float(d["kernel_us"]), mc, cc, source=src)
+
+        f = Fit(eng, {h: eff(h, d) for h, d in doc["hardware"].items()},
+                eff("mean", doc["mean"]), tuple(str(p["ident"]) for p in doc["points"]),
+                float(doc["lambda"]))
+        errs = [ErrorRecord(**{k: r[k] for k in ("ident", "hardware", "engine", "kind",
+                                                  "family", "build", "log_error", "unit")})
+                for r in doc["held_out"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"efficiency fit record: {e}") from e
+    return f, errs
+
+
+def shipped_fits() -> dict[str, tuple[Fit, list[ErrorRecord]]]:
+    """The fits shipped with servelab (``servelab/ops/data/efficiency.json``), by engine
+    (empty when none is shipped)."""
+    return dict(_shipped())
+
+
+@functools.cache
+def _shipped() -> tuple[tuple[str, tuple[Fit, list[ErrorRecord]]], ...]:
+    f = resources.files("servelab.ops") / "data" / "efficiency.json"
+    if not f.is_file():
+        return ()
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+        fits = doc["fits"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UsageError(f"servelab/ops/data/efficiency.json: not an efficiency fit ({e})") \
+            from e
+    return tuple((str(d["engine"]), load_fit(d)) for d in fits)
+
+
+@dataclass(frozen=True)
+class RooflinePrediction:
+    """One step on hardware without tables: the time, its interval (or why none)."""
+
+    hardware: str
+    engine: str
+    kind: str
+    ms: float
+    interval: Interval
+    step: StepTime
+    kernels: int
+    source: str
+
+
+def predict(model: StepModel, shape: StepShape, profile: object, engine: str,
+            fitted: tuple[Fit, Sequence[ErrorRecord]] | None = None) -> RooflinePrediction:
+    """``model``'s step at ``shape`` on ``profile`` for ``engine``: the operators' rooflines
+    divided by the shipped (or given) fit's efficiencies, plus the per-launch time; the
+    interval from the fit's held-out errors."""
+    if fitted is None:
+        fits = shipped_fits()
+        if engine not in fits:
+            raise UsageError(f"no fitted {engine} efficiencies shipped (fits: "
+                             f"{', '.join(sorted(fits)) or 'none'})")
+        fitted = fits[engine]
+    f, errs = fitted
+    hw = getattr(profile, "name", str(profile))
+    eff = f.efficiency(hw)
+    st = step_time(model, RooflineCosts(profile, eff), shape, EngineSteps(cuda_graph_max=0))
+    n = kernel_count(model)
+    ms = st.device_ms + n * eff.kernel_us / 1e3
+    kind = "decode" if shape.decode_only else "prefill"
+    return RooflinePrediction(hw, engine, kind, ms, interval(ms, errs, hw, engine, kind), st,
+                              n, eff.source)
