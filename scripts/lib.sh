@@ -12,10 +12,10 @@ ensure_dev_venv() {
     log "creating $VENV"
     "$PY" -m venv "$VENV"
   fi
-  if ! "$VENV/bin/python" -c 'import servelab, pytest, transformers, mkdocs, material' 2>/dev/null \
+  if ! "$VENV/bin/python" -c 'import servelab, pytest, transformers, mkdocs, material, aiconfigurator_core' 2>/dev/null \
      || [ "$ROOT/pyproject.toml" -nt "$VENV/.servelab-installed" ]; then
-    log "installing servelab and its test dependencies (and the docs' MkDocs) into $VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e "$ROOT[dev,synth,docs]" \
+    log "installing servelab and its test dependencies (the docs' MkDocs, AIConfigurator's tables) into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e "$ROOT[dev,synth,docs,aiconfigurator]" \
       'transformers==5.19.0' 'compressed-tensors==0.17.0'
     touch "$VENV/.servelab-installed"
   fi
