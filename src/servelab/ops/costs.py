@@ -143,7 +143,8 @@ class Costs:
         """Routed experts of one layer over ``tokens`` tokens, uniform routing."""
         dtype = MOE_DTYPES.get(fmt)
         if dtype is None:
-            raise UsageError(f"no fused-MoE measurement for expert format {fmt!r}")
+            raise UsageError(f"no fused-MoE table for {fmt} experts in {self.label} (measured: "
+                             f"{', '.join(sorted(MOE_DTYPES.values()))})")
         idx = self._index("moe", ("moe_dtype", "num_experts", "topk", "hidden_size",
                                   "inter_size", "kernel_source"), "num_tokens")
         cands = [(kk, v) for kk, v in idx.items() if kk[0] == dtype]

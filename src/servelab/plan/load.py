@@ -25,7 +25,7 @@ same checkpoint on the same hardware (:class:`MeasuredCapacity`) is shown beside
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from servelab.bench.slo import Slo, parse_slo
@@ -142,6 +142,9 @@ class LoadPrediction:
 def step_model(plan: Plan) -> StepModel:
     """The plan's :class:`StepModel`, or a UsageError saying why there is none."""
     sp = plan.speed
+    if plan.operator is not None:  # the batched form prices steps with the fitted forms
+        sp = replace(sp, decode_fit=plan.operator.fitted_decode,
+                     prefill_fit=plan.operator.fitted_prefill)
     if plan.pool is None:
         raise UsageError(NO_SCHEDULER)
     if plan.layout.gpus_per_replica > 1:
