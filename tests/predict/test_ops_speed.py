@@ -109,3 +109,22 @@ def _close(a: Any, b: Any) -> bool:
     if isinstance(a, float):
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
     return bool(a == b)
+
+
+def test_load_steps_come_from_the_operator_model(replicas: dict[str, Path]) -> None:
+    """``plan --concurrency`` on the H200 simulates steps priced by the operator model: its
+    source says so, and one stream's TPOT is the single-stream decode step at the contexts
+    it decodes over (the same sum, within the context's change over 128 tokens)."""
+    res = runner.invoke(app, ["plan", str(replicas["qwen3-4b"]), "-H", "h200", "--json",
+                              "--no-store", "--prompt-lens", "512", "--concurrency", "1,16"])
+    assert res.exit_code in (0, 1), res.output
+    doc = json.loads(res.stdout)
+    load = doc["load"]["points"]
+    assert load["source"].startswith("batched step model over operator model: H200 kernel")
+    one, sixteen = load["points"]
+    assert not one["no_prediction"] and not sixteen["no_prediction"]
+    tpot_1 = one["tpot_s"]["value"]
+    decode_512 = 1.0 / doc["speed"]["decode"][0]["predicted_tok_s"]
+    assert tpot_1 == pytest.approx(decode_512, rel=0.02)
+    assert sixteen["tpot_s"]["value"] > tpot_1  # 16 streams share each step
+    assert sixteen["output_tok_s_per_gpu"]["value"] > 8 * one["output_tok_s_per_gpu"]["value"]

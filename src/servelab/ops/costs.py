@@ -174,17 +174,27 @@ class Costs:
 
     # --- attention -------------------------------------------------------------------
 
+    def _attn_grids(self, table: str, a_col: str, b_col: str
+                    ) -> dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]]:
+        """``{(heads, kv heads, head dim, window, sinks, kv dtype, kernel): (set key,
+        {(a, b): latency})}`` of an attention table (built once per table)."""
+        ck = ("attn", table, a_col, b_col)
+        if ck not in self._cache:
+            keyed: dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]] = {}
+            for s, row in self._rows(table):
+                kk = (row.get("num_heads"), row.get("num_key_value_heads"),
+                      row.get("head_dim"), row.get("window_size") or 0, bool(row.get("sinks")),
+                      row.get("kv_cache_dtype") or "bfloat16", row.get("kernel_source"))
+                e = keyed.setdefault(kk, (s.key, {}))
+                if e[0] == s.key and row.get("batch_size") is not None:
+                    e[1].setdefault((float(row[a_col]), float(row[b_col])),
+                                    float(row["latency"]))
+            self._cache[ck] = keyed
+        return self._cache[ck]  # type: ignore[no-any-return]
+
     def _attn(self, table: str, a_col: str, b_col: str, a: float, b: float, hq: int,
               hkv: int, d: int, window: int, sinks: bool) -> Lookup:
-        rows = self._rows(table)
-        keyed: dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]] = {}
-        for s, row in rows:
-            kk = (row.get("num_heads"), row.get("num_key_value_heads"), row.get("head_dim"),
-                  row.get("window_size") or 0, bool(row.get("sinks")),
-                  row.get("kv_cache_dtype") or "bfloat16", row.get("kernel_source"))
-            e = keyed.setdefault(kk, (s.key, {}))
-            if e[0] == s.key and row.get("batch_size") is not None:
-                e[1].setdefault((float(row[a_col]), float(row[b_col])), float(row["latency"]))
+        keyed = self._attn_grids(table, a_col, b_col)
         want = (hq, hkv, d, window or 0, sinks, "bfloat16")
         exact = [(kk, v) for kk, v in keyed.items() if kk[:6] == want]
         scale, note = 1.0, ""
@@ -260,7 +270,11 @@ class Costs:
                     experts: int | None = None, topk: int | None = None) -> Lookup:
         """A memory-bound op over ``tokens`` rows; the nearest measured row width, scaled
         by width when not measured."""
-        rows = [(s, r) for s, r in self._rows("elementwise") if r.get("op_name") == op]
+        ck = ("elementwise", op)
+        if ck not in self._cache:
+            self._cache[ck] = [(s, r) for s, r in self._rows("elementwise")
+                               if r.get("op_name") == op]
+        rows: list[tuple[TableSet, Mapping[str, Any]]] = self._cache[ck]
         if not rows:
             raise UsageError(f"no {op} measurement in {self.label}")
 

@@ -25,7 +25,7 @@ same checkpoint on the same hardware (:class:`MeasuredCapacity`) is shown beside
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servelab.bench.slo import Slo, parse_slo
@@ -35,6 +35,7 @@ from servelab.plan.build import Plan
 from servelab.predict.batched import StepCosts, StepModel, step_costs
 from servelab.predict.form import HOST_BOUND
 from servelab.predict.levels import MAX_RATIO, too_wide_text
+from servelab.predict.ops_load import operator_step_model
 from servelab.predict.schedule import (
     Limits,
     Load,
@@ -142,9 +143,6 @@ class LoadPrediction:
 def step_model(plan: Plan) -> StepModel:
     """The plan's :class:`StepModel`, or a UsageError saying why there is none."""
     sp = plan.speed
-    if plan.operator is not None:  # the batched form prices steps with the fitted forms
-        sp = replace(sp, decode_fit=plan.operator.fitted_decode,
-                     prefill_fit=plan.operator.fitted_prefill)
     if plan.pool is None:
         raise UsageError(NO_SCHEDULER)
     if plan.layout.gpus_per_replica > 1:
@@ -157,6 +155,9 @@ def step_model(plan: Plan) -> StepModel:
         if fit.refused:  # a step model on a fit too uncertain to print is no prediction either
             raise UsageError(f"{kind}: {fit.refused}: no load prediction")
     graphs = plan.graph_capture.max_tokens if plan.graph_capture is not None else None
+    if plan.operator is not None:  # steps from the operator model (servelab.predict.ops_load)
+        return operator_step_model(plan.operator, plan_step_costs(plan), sp.decode_fit,
+                                   sp.prefill_fit, plan.hardware.platform, graphs)
     return StepModel(
         costs=plan_step_costs(plan),
         decode=sp.decode_fit,

@@ -36,8 +36,10 @@ from servelab.ops.tables import shipped
 from servelab.predict.priors import PriorTable, load_priors
 from servelab.synth.replica import TEXT_LINEARS, QuantLayout
 
+#: The H200's table set (vLLM 0.26.0).
+KEY_H200 = "h200-vllm-0.26.0"
 #: Hardware (profile name) -> the shipped operator table set its vLLM steps are read from.
-TABLES: Mapping[str, str] = {"h200": "h200-vllm-0.26.0"}
+TABLES: Mapping[str, str] = {"h200": KEY_H200}
 #: The engine and version the tables were measured under.
 TABLE_ENGINE = {"h200-vllm-0.26.0": ("vllm", "0.26.0")}
 

@@ -51,6 +51,8 @@ class OperatorSpeed:
     reason: str  # why the operator model was not used ("" when it was)
     fitted_decode: Fit | None = None
     fitted_prefill: Fit | None = None
+    model: StepModel | None = None  # the build's operators
+    calibration: ShippedCalibration | None = None
 
 
 def layout_for(scheme: str, config: Mapping[str, Any]) -> QuantLayout | None:
@@ -147,7 +149,7 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
                   decode_fit=_fit(speed.decode_fit, cal, key, "decode"),
                   prefill_fit=_fit(speed.prefill_fit, cal, key, "prefill"),
                   notes=tuple(notes))
-    return OperatorSpeed(new, True, "", speed.decode_fit, speed.prefill_fit)
+    return OperatorSpeed(new, True, "", speed.decode_fit, speed.prefill_fit, model, cal)
 
 
 def _decode_point(d: DecodePoint, ms: float, ch: Choice) -> DecodePoint:
