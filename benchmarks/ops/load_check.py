@@ -50,6 +50,7 @@ from check_sweeps import (  # noqa: E402
 )
 
 from servelab.engines import get_engine  # noqa: E402
+from servelab.errors import UsageError  # noqa: E402
 from servelab.hardware.lookup import get_profile  # noqa: E402
 from servelab.hardware.topology import topology_for  # noqa: E402
 from servelab.ops.calibrate import Floor, fit, price  # noqa: E402
@@ -93,7 +94,7 @@ def left_out_corrections(family: str) -> Any:
 
 def predict(ckpt: Path, family: str, points: list[tuple[int, int]], output_len: int,
             requests: int | None, max_model_len: int, fitted: bool, model: str
-            ) -> dict[tuple[int, int], dict[str, Any]]:
+            ) -> dict[tuple[int, int], dict[str, Any]] | str:
     hw = get_profile("h200")
     engine = get_engine("vllm")
     arithmetic = engine.kv_arithmetic()
@@ -118,7 +119,10 @@ def predict(ckpt: Path, family: str, points: list[tuple[int, int]], output_len: 
         plan = replace(plan, operator=replace(plan.operator, calibration=cal))
     tokens = batched_tokens(plan, None)
     loads = [Load(p, output_len, requests or requests_for(c), concurrency=c) for p, c in points]
-    lp = predict_load(plan, loads, tokens)
+    try:
+        lp = predict_load(plan, loads, tokens)
+    except UsageError as e:
+        return str(e)
     return {(pt.prompt_len, pt.concurrency or 0): _pred(asdict(pt)) for pt in lp.points}
 
 
@@ -128,7 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fitted", action="store_true",
                     help="the fitted top-down step model instead (leave-one-model-out)")
     args = ap.parse_args(argv)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    missing: list[str] = []
+
+    def add(name: str, pred: Any, meas: Any) -> None:
+        if isinstance(pred, str):
+            missing.append(f"{name}: {pred}")
+        else:
+            rows.extend(compare(name, pred, meas))
+
     with tempfile.TemporaryDirectory(prefix="servelab-load-check-") as tmp:
         for run in json.loads(RUNS_0512.read_text())["runs"]:
             name = str(run["recipe_name"]).removesuffix("-h200-load")
@@ -139,16 +151,18 @@ def main(argv: list[str] | None = None) -> int:
             pred = predict(replica(Path(tmp), name), "", sorted(meas),
                            int(run["workload"]["output_len"]), None, 16384, args.fitted,
                            model)
-            rows += compare(name, pred, meas)
+            add(name, pred, meas)
         doc = json.loads(RUN_QWEN3.read_text())
         run = doc["runs"][0] if "runs" in doc else doc
         meas = measured_run(run, 256)
         pred = predict(replica(Path(tmp), "qwen3-30b-a3b-fp8"), "qwen3_moe", sorted(meas),
                        256, 16, 40960, args.fitted, "qwen3-30b-a3b-fp8-random")
-        rows += compare("qwen3-30b-a3b-fp8", pred, meas)
+        add("qwen3-30b-a3b-fp8", pred, meas)
     print(f"steps from: {'the fitted top-down model' if args.fitted else 'the operator model'}"
           "\n")
     print(render(rows))
+    for m in missing:
+        print(f"\nno load prediction for {m}")
     return 0
 
 

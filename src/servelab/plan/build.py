@@ -314,7 +314,8 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         graph_tokens=sized.graphs.max_tokens if sized.graphs is not None else None,
     )
     ops = operator_speed(speed, checkpoint.config, scheme=weights.scheme,
-                         hardware=hardware.name, engine=r.engine, gpus=lay.gpus_per_replica)
+                         hardware=hardware.name, engine=r.engine, gpus=lay.gpus_per_replica,
+                         enabled=evidence.fitted)
     speed = ops.speed
     bw, _ = hardware.effective_bandwidth_ceiling()
     pdec = tuple(

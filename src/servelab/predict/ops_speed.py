@@ -110,11 +110,13 @@ def _band(tok_s: float, ch: Choice, bound: float) -> tuple[float, float]:
 
 
 def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme: str,
-                   hardware: str, engine: str, gpus: int) -> OperatorSpeed:
+                   hardware: str, engine: str, gpus: int, enabled: bool = True
+                   ) -> OperatorSpeed:
     """``speed`` with its decode and prefill predicted by the operator model where
-    ``hardware`` has tables and ``engine`` is vLLM; otherwise ``speed`` and why not."""
+    ``hardware`` has tables and ``engine`` is vLLM; otherwise ``speed`` and why not.
+    ``enabled`` False (fits given by the caller, or a held-out check): ``speed`` as it is."""
     key = TABLES.get(hardware)
-    if key is None or engine != "vllm":
+    if key is None or engine != "vllm" or not enabled:
         return OperatorSpeed(speed, False, "")
     why = None
     if gpus > 1:
