@@ -315,7 +315,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
     )
     ops = operator_speed(speed, checkpoint.config, scheme=weights.scheme,
                          hardware=hardware.name, engine=r.engine, gpus=lay.gpus_per_replica,
-                         enabled=evidence.fitted)
+                         enabled=evidence.fitted, dims=dims)
     speed = ops.speed
     bw, _ = hardware.effective_bandwidth_ceiling()
     pdec = tuple(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.families import ModelDims
 from servelab.ops.calibrate import Choice, corrected_ms, operator_ms, prefill_steps
 from servelab.ops.model import StepModel, step_model
 from servelab.predict.levels import Fit
@@ -110,8 +111,8 @@ def _band(tok_s: float, ch: Choice, bound: float) -> tuple[float, float]:
 
 
 def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme: str,
-                   hardware: str, engine: str, gpus: int, enabled: bool = True
-                   ) -> OperatorSpeed:
+                   hardware: str, engine: str, gpus: int, enabled: bool = True,
+                   dims: ModelDims | None = None) -> OperatorSpeed:
     """``speed`` with its decode and prefill predicted by the operator model where
     ``hardware`` has tables and ``engine`` is vLLM; otherwise ``speed`` and why not.
     ``enabled`` False (fits given by the caller, or a held-out check): ``speed`` as it is."""
@@ -125,7 +126,7 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
         why = "no fit to carry its interval"
     if why is None:
         try:
-            model = step_model(config, layout_for(scheme, config))
+            model = step_model(config, layout_for(scheme, config), dims=dims)
             cal = shipped_calibration(key)
             dec = [_ms(model, cal, key, "decode", d.context_len) for d in speed.decode]
             pre = [_ms(model, cal, key, "prefill", p.prompt_len) for p in speed.prefill]
