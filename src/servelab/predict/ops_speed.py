@@ -25,6 +25,7 @@ from servelab.errors import ServelabError
 from servelab.families import ModelDims
 from servelab.ops.calibrate import Choice, corrected_ms, operator_ms, prefill_steps
 from servelab.ops.model import StepModel, step_model
+from servelab.ops.step import EngineSteps, StepShape, step_time
 from servelab.predict.levels import Fit
 from servelab.predict.ops_source import (
     TABLE_ENGINE,
@@ -145,6 +146,11 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     stale = {f.note(k) for k, f in (("decode", speed.decode_fit),
                                     ("prefill", speed.prefill_fit))}
     notes = [n for n in speed.notes if n not in stale]
+    off = _off_grid(model, key, max((d.context_len for d in speed.decode), default=1),
+                    max((p.prompt_len for p in speed.prefill), default=1))
+    if off:
+        notes.append(f"operator model: {off}; the held-out interval was measured on shapes "
+                     "the tables cover and may not hold here")
     if model.layers and any(la.moe is not None for la in model.layers):
         notes.append("operator model: MoE experts priced under uniform routing (the expected "
                      "number of distinct experts the step's tokens touch)")
@@ -166,3 +172,25 @@ def _prefill_point(p: PrefillPoint, ms: float, ch: Choice) -> PrefillPoint:
     lo, hi = _band(tok, ch, p.roofline_tok_s)
     return replace(p, predicted_tok_s=tok, predicted_low=lo, predicted_high=hi, waits_on=None)
 
+
+
+def _off_grid(model: StepModel, key: str, context: int, prompt: int) -> str:
+    """What of ``model``'s longest decode and prefill steps the tables do not cover: the
+    operators read beyond the measured range or scaled from a neighbouring shape ("" when
+    every lookup is measured or interpolated)."""
+    costs = costs_for(key)
+    extra: set[str] = set()
+    scaled: set[str] = set()
+    for shape, eng in ((StepShape.decode(1, context), EngineSteps()),
+                       (StepShape.prefill(min(prompt, BUDGET)), EngineSteps(cuda_graph_max=0))):
+        for i in step_time(model, costs, shape, eng).items:
+            if i.lookup.extrapolated:
+                extra.add(i.op)
+            elif i.lookup.how == "scaled":
+                scaled.add(i.op)
+    parts = []
+    if extra:
+        parts.append("extrapolated beyond the measured range: " + ", ".join(sorted(extra)))
+    if scaled:
+        parts.append("scaled from a neighbouring measured shape: " + ", ".join(sorted(scaled)))
+    return "; ".join(parts)
