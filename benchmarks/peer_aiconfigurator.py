@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -52,19 +51,12 @@ sys.path.insert(0, str(HERE / "ops"))
 
 from builds import build  # noqa: E402
 
+from servelab.ops.calibrate import Floor, Observed, held_out, price  # noqa: E402
 from servelab.ops.costs import Costs  # noqa: E402
-from servelab.ops.step import (  # noqa: E402
-    EngineSteps,
-    StepShape,
-    measured_isolation,
-    step_time,
-)
+from servelab.ops.step import measured_isolation  # noqa: E402
 from servelab.ops.tables import shipped  # noqa: E402
 from servelab.predict.priors import load_priors  # noqa: E402
 
-#: Output tokens of the stored single-stream runs (their recipes: 128): the decode step's
-#: context is the prompt plus half of them.
-HALF_OUTPUT = 64
 #: The host-floor probes (2 to 4 of a model's layers: the GPU has almost nothing to do per
 #: token, so a step's time is the engine's host work; RESULTS.md "the host's floor measured").
 PROBES = sorted((HERE / "gpu" / "results").glob("*/probes-h200.json"))
@@ -127,88 +119,37 @@ def _family(sample: Any) -> str:
     return str(getattr(sample.build, "family", ""))
 
 
-def _ops_ms(p: Point, model: Any, costs: Costs, iso: tuple[float, float]) -> float:
-    frac, cap = iso
-    if p.kind == "decode":
-        st = step_time(model, costs, StepShape.decode(1, p.length + HALF_OUTPUT),
-                       EngineSteps(isolation_frac=frac, isolation_cap_ms=cap))
-        return st.device_ms if p.device_only else st.total_ms
-    st = step_time(model, costs, StepShape.prefill(p.length),
-                   EngineSteps(cuda_graph_max=0, isolation_frac=frac, isolation_cap_ms=cap))
-    return st.total_ms
-
-
-def _fit_isolation(profiled: Sequence[tuple[Point, Any]], costs: Costs
-                   ) -> tuple[float, float]:
-    """(fraction, cap ms) minimizing the squared log error of the adjusted operator sum on
-    profiled device-only decode steps (a grid: fraction 0..0.6, cap 0..30 us)."""
-    steps = []
-    for p, model in profiled:
-        st = step_time(model, costs, StepShape.decode(1, p.length + HALF_OUTPUT))
-        steps.append((p.measured_ms, [(i.count, i.lookup.ms) for i in st.items]))
-    best = (float("inf"), 0.0, 0.0)
-    for fi in range(31):
-        frac = fi * 0.02
-        for ci in range(61):
-            cap = ci * 0.0005
-            err = 0.0
-            for meas, items in steps:
-                pred = sum(n * max(t - min(frac * t, cap), 0.1 * t) for n, t in items)
-                err += math.log(pred / meas) ** 2
-            if err < best[0]:
-                best = (err, frac, cap)
-    return best[1], best[2]
-
-
 def predict_ops(ps: Sequence[Point], isolation: tuple[float, float] | None
                 ) -> dict[str, dict[str, float]]:
     """Fill ``ops_ms`` (isolated sums, no adjustment), ``adjusted_ms`` and ``corrected_ms``;
     return the adjustments used per family.
 
-    With ``isolation`` None, the isolation adjustment (each operator's isolated time t less
-    min(fraction * t, cap)) is fitted for each family F on the profiled device-only decode
-    steps of the OTHER families; then the engine's per-step overhead per kind is the median of
-    (measured - adjusted sum) over the other families' points, and a decode step is never
-    shorter than the host floor the other families' probes measured. Nothing of F's own runs
-    enters F's prediction."""
+    servelab's own calibration (:mod:`servelab.ops.calibrate`, as ``servelab plan`` uses
+    it): with ``isolation`` None, the isolation adjustment (each operator's isolated time t
+    less min(fraction * t, cap)) is fitted for each family F on the profiled device-only
+    decode steps of the OTHER families; then the engine's per-step overhead per kind is the
+    median of (measured - adjusted sum) over the other families' points, and a decode step
+    is never shorter than the host floor the other families' probes measured. Nothing of
+    F's own runs enters F's prediction."""
     costs = Costs([shipped()["h200-vllm-0.26.0"]])
     models: dict[str, Any] = {}
+    obs = []
     for p in ps:
         b = build(p.build)
         if b is None:
             raise SystemExit(f"no operator model for build {p.build}")
         models.setdefault(p.build, b.model())
-        p.ops_ms = _ops_ms(p, models[p.build], costs, (0.0, 0.0))
-    floors = probe_floors()
+        obs.append(Observed(p.build, p.family, p.kind, p.length, p.measured_ms,
+                            models[p.build], p.device_only))
+    floors = [Floor(f, ms) for f, ms in probe_floors()]
+    held = held_out([price(o, costs) for o in obs], floors, isolation=isolation)
     used: dict[str, dict[str, float]] = defaultdict(dict)
-    for fam in sorted({p.family for p in ps}):
-        other_floors = [ms for f, ms in floors if f != fam]
-        floor = statistics.median(other_floors) if other_floors else 0.0
-        used[fam]["floor_ms"] = floor
-        if isolation is None:
-            iso = _fit_isolation([(q, models[q.build]) for q in ps
-                                  if q.device_only and q.family != fam], costs)
-        else:
-            iso = isolation
-        adj = {id(q): _ops_ms(q, models[q.build], costs, iso) for q in ps}
-        used[fam]["isolation_frac"], used[fam]["isolation_cap_us"] = iso[0], iso[1] * 1e3
-        for kind in ("decode", "prefill"):
-            # decode: the residual over device-bound steps only (a step shorter than the
-            # host's floor waits for the host: the floor, not the gap, sets it)
-            others = [q.measured_ms - adj[id(q)] for q in ps
-                      if q.kind == kind and q.family != fam and not q.device_only and
-                      (kind == "prefill" or adj[id(q)] > floor)]
-            c = statistics.median(others) if others else 0.0
-            used[fam][kind] = c
-            for p in ps:
-                if p.family == fam and p.kind == kind:
-                    p.adjusted_ms = adj[id(p)]
-                    if p.device_only:
-                        p.corrected_ms = adj[id(p)]
-                    elif kind == "decode":
-                        p.corrected_ms = max(adj[id(p)] + c, floor)
-                    else:
-                        p.corrected_ms = adj[id(p)] + c
+    for p, h in zip(ps, held, strict=True):
+        p.ops_ms, p.adjusted_ms, p.corrected_ms = h.operators_ms, h.isolation_ms, h.corrected_ms
+        c = h.corrections
+        used[p.family].update(floor_ms=c.floor_ms, isolation_frac=c.isolation_frac,
+                              isolation_cap_us=c.isolation_cap_ms * 1e3, decode=c.decode_ms,
+                              prefill=c.prefill_ms)
     return used
 
 

@@ -313,8 +313,9 @@ class Costs:
         """Routed experts of one layer over ``tokens`` tokens, uniform routing."""
         choice = self.kernels.moe.get(fmt)
         if choice is None:
-            raise UsageError(f"no fused-MoE measurement for expert format {fmt!r} "
-                             f"({self.kernels.source})")
+            measured = ", ".join(sorted({d for d, _ in self.kernels.moe.values()}))
+            raise UsageError(f"no fused-MoE table for {fmt} experts in {self.label} (measured: "
+                             f"{measured})")
         dtype, prefer = choice
         idx = self._index("moe", ("moe_dtype", "num_experts", "topk", "hidden_size",
                                   "inter_size", "kernel_source"), "num_tokens")
@@ -494,7 +495,11 @@ class Costs:
                     experts: int | None = None, topk: int | None = None) -> Lookup:
         """A memory-bound op over ``tokens`` rows; the nearest measured row width, scaled
         by width when not measured."""
-        rows = [(s, r) for s, r in self._rows("elementwise") if r.get("op_name") == op]
+        ck = ("elementwise", op)
+        if ck not in self._cache:
+            self._cache[ck] = [(s, r) for s, r in self._rows("elementwise")
+                               if r.get("op_name") == op]
+        rows: list[tuple[TableSet, Mapping[str, Any]]] = self._cache[ck]
         if not rows and self.small_ops is not None:
             return self.small_ops.elementwise(op, tokens, width=width, heads=heads,
                                               head_dim=head_dim, experts=experts, topk=topk)

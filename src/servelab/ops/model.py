@@ -154,13 +154,15 @@ def _fuse(mods: dict[str, tuple[int, int, str]]) -> list[tuple[str, int, int, st
 
 
 def step_model(
-    config: Mapping[str, Any], layout: QuantLayout | None = None, *, name: str = "model"
+    config: Mapping[str, Any], layout: QuantLayout | None = None, *, name: str = "model",
+    dims: ModelDims | None = None,
 ) -> StepModel:
     """The operators of ``config``'s decoder step with its linear layers stored as
-    ``layout`` says (BF16 when ``None``)."""
+    ``layout`` says (BF16 when ``None``); ``dims``: ``config`` already read (a plan reads
+    its config once)."""
     layout = layout or QuantLayout()
-    dims = model_dims(config)
-    plan = replica_tensors(config, layout)
+    dims = dims or model_dims(config)
+    plan = replica_tensors(config, layout, dims=dims)
     tensors = _text_tensors(plan.tensors)
     shapes = {t.name: t.shape for t in tensors}
     linear = [m for m in plan.linear_modules if not _NOT_TEXT.search(m)]

@@ -52,6 +52,7 @@ from servelab.plan.request import PlanRequest
 from servelab.predict.batched import step_costs
 from servelab.predict.evidence import Evidence
 from servelab.predict.model import speed_for
+from servelab.predict.ops_speed import OperatorSpeed, operator_speed
 from servelab.predict.speed import SpeedPrediction
 from servelab.sizing.document import PLAN_SCHEMA
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
@@ -182,6 +183,8 @@ class Plan:
     startup_rules: StartupRules | None = field(default=None, repr=False, compare=False)
     """The engine's start-up rules the plan followed (the load model asks them for the step
     token budget at another ``max_num_batched_tokens``); None for a llama.cpp plan."""
+    #: Where the operator model predicted the speed: the fits it replaced (None: it did not).
+    operator: OperatorSpeed | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -310,6 +313,10 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         ssm_dtype=sized.ssm_dtype, draft_tokens=r.speculation.draft_tokens,
         graph_tokens=sized.graphs.max_tokens if sized.graphs is not None else None,
     )
+    ops = operator_speed(speed, checkpoint.config, scheme=weights.scheme,
+                         hardware=hardware.name, engine=r.engine, gpus=lay.gpus_per_replica,
+                         enabled=evidence.fitted, dims=dims)
+    speed = ops.speed
     bw, _ = hardware.effective_bandwidth_ceiling()
     pdec = tuple(
         parallel_decode(
@@ -350,6 +357,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         findings=sized.findings,
         checkpoint_hash=checkpoint.header_hash,
         startup_rules=r.startup_rules,
+        operator=ops if ops.used else None,
     )
 
 

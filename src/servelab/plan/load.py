@@ -35,6 +35,7 @@ from servelab.plan.build import Plan
 from servelab.predict.batched import StepCosts, StepModel, step_costs
 from servelab.predict.form import HOST_BOUND
 from servelab.predict.levels import MAX_RATIO, too_wide_text
+from servelab.predict.ops_load import operator_step_model
 from servelab.predict.schedule import (
     Limits,
     Load,
@@ -154,6 +155,9 @@ def step_model(plan: Plan) -> StepModel:
         if fit.refused:  # a step model on a fit too uncertain to print is no prediction either
             raise UsageError(f"{kind}: {fit.refused}: no load prediction")
     graphs = plan.graph_capture.max_tokens if plan.graph_capture is not None else None
+    if plan.operator is not None:  # steps from the operator model (servelab.predict.ops_load)
+        return operator_step_model(plan.operator, plan_step_costs(plan), sp.decode_fit,
+                                   sp.prefill_fit, plan.hardware.platform, graphs)
     return StepModel(
         costs=plan_step_costs(plan),
         decode=sp.decode_fit,

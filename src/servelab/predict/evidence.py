@@ -36,3 +36,10 @@ class Evidence:
     """Fits given instead of fitted (a test's or a replay's), used as they are."""
     calibrate: bool = True
     """False: no fit at all, the roofline bound alone."""
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the plan's fits are fitted here from the evidence, nothing held out (not
+        given, not the roofline alone, not a held-out check): where an operator model may
+        predict instead (:mod:`servelab.predict.ops_speed`)."""
+        return self.calibration is None and self.calibrate and not self.leave_out

@@ -135,6 +135,9 @@ class Fit:
     #: For the roofline alone: what evidence is missing, naming the priors table searched
     #: (:meth:`servelab.predict.priors.PriorTable.lacks`); "" otherwise.
     missing: str = ""
+    #: The interval in words where it is not ``1 ± rel_error`` (the operator model's
+    #: ``x exp(±q)``: ``rel_error`` is then tanh(q), the same upper-over-lower ratio); "".
+    spread: str = ""
 
     def seconds(self, row: Row) -> float:
         """Predicted time for one design-matrix row (:func:`row_seconds`)."""
@@ -177,7 +180,9 @@ class Fit:
         parts = [self.source]
         if self.refused:
             parts.insert(0, f"no prediction (interval over {MAX_RATIO:g}x)")
-        if self.rel_error is not None:
+        if self.spread:
+            parts.append(f"{self.spread} ({self.error_basis})")
+        elif self.rel_error is not None:
             parts.append(f"±{self.rel_error * 100:.0f}% ({self.error_basis})")
         if self.fallback:
             parts.append(f"fallback: {self.fallback}")

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ConfigError, UsageError
-from servelab.families import ReplicaSink, family_for, filled_config, model_dims
+from servelab.families import ModelDims, ReplicaSink, family_for, filled_config, model_dims
 from servelab.synth.safetensors_set import TensorSpec, write_json, write_safetensors_set
 
 LAYOUT_KINDS = ("bf16", "fp8-channel", "fp8-block", "nvfp4", "modelopt-nvfp4")
@@ -357,11 +357,13 @@ def replica_tensors(
     *,
     fused_experts: bool = False,
     mtp: str = "none",
+    dims: ModelDims | None = None,
 ) -> ReplicaPlan:
     """List the tensors a real export of ``config`` carries under ``layout``.
 
     ``mtp``: ``"none"`` (ship no MTP tensors whatever the config says),
     ``"per-expert"`` or ``"fused"`` (ship a Qwen3.5 MTP head with that expert layout).
+    ``dims``: ``config`` already read (None: read here).
     """
     layout = layout or QuantLayout()
     b = _Builder(layout)
@@ -385,7 +387,7 @@ def replica_tensors(
     h, vocab = _i(tcfg, "hidden_size"), _i(tcfg, "vocab_size")
     b.param(f"{prefix}.embed_tokens.weight", vocab, h)
     # the layer kinds as the family reads them (plan and inspect read the same)
-    for i, lt in enumerate(model_dims(config).layer_types):
+    for i, lt in enumerate((dims or model_dims(config)).layer_types):
         _decoder_layer(
             b, f"{prefix}.layers.{i}", tcfg, text_type, lt, fused_experts=fused_experts, index=i
         )

@@ -1,0 +1,196 @@
+"""A plan's single-stream decode and prefill from the operator model, where the hardware has
+operator tables (issue 39 item 2).
+
+For a vLLM plan on hardware with shipped tables (:data:`~servelab.predict.ops_source.
+TABLES`), each decode point is one step at its context and each prefill point its prompt in
+steps of the engine's token budget, summed from the tables (:mod:`servelab.ops.step`) and
+corrected as the shipped calibration says (:mod:`servelab.ops.calibrate`: the corrections
+fitted on the stored runs, kept per kind only where they lower the held-out error); the
+interval is ``x exp(±q)``, ``q`` the 90th percentile of the stored points' |log error| with
+each family left out. A build the tables cannot express (a kernel they did not measure, a
+layout over several GPUs, a storage format without a mapping) keeps the fitted prediction
+and the plan says why (:attr:`OperatorSpeed.reason`).
+
+Pure but for reading the shipped tables and calibration (cached).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.families import ModelDims
+from servelab.ops.calibrate import Choice, corrected_ms, operator_ms, prefill_steps
+from servelab.ops.model import StepModel, step_model
+from servelab.ops.step import EngineSteps, StepShape, step_time
+from servelab.predict.levels import Fit
+from servelab.predict.ops_source import (
+    TABLE_ENGINE,
+    TABLES,
+    ShippedCalibration,
+    costs_for,
+    shipped_calibration,
+)
+from servelab.predict.priors import engine_label
+from servelab.predict.speed import DecodePoint, PrefillPoint, SpeedPrediction
+from servelab.synth.replica import TEXT_LINEARS, QuantLayout
+
+LEVEL = "operator model"
+#: vLLM's default step token budget on the tables' GPU (chunked prefill).
+BUDGET = 8192
+
+
+@dataclass(frozen=True)
+class OperatorSpeed:
+    """The speed a plan prints and, where the operator model predicted it, the fits it
+    replaced (the load simulator's batched form still prices steps with those)."""
+
+    speed: SpeedPrediction
+    used: bool
+    reason: str  # why the operator model was not used ("" when it was)
+    fitted_decode: Fit | None = None
+    fitted_prefill: Fit | None = None
+    model: StepModel | None = None  # the build's operators
+    calibration: ShippedCalibration | None = None
+
+
+def layout_for(scheme: str, config: Mapping[str, Any]) -> QuantLayout | None:
+    """The storage layout the tables price ``scheme`` as (None: BF16), or a
+    :class:`ServelabError` naming what they lack."""
+    if scheme in ("bf16", "mxfp4"):  # MXFP4: experts only, from the config (gpt-oss)
+        return None
+    if scheme == "fp8":
+        qc = config.get("quantization_config") or {}
+        if qc.get("weight_block_size"):
+            return QuantLayout("fp8-block", TEXT_LINEARS)
+        return QuantLayout("fp8-channel", TEXT_LINEARS)
+    raise ServelabError(f"no {scheme} weight layout in the operator model")
+
+
+def _source(cal: ShippedCalibration, key: str, kind: str) -> str:
+    engine, version = TABLE_ENGINE[key]
+    hw = next(h for h, k in TABLES.items() if k == key).upper()
+    ch = cal.choice(kind)
+    corr = ("" if ch.stage == "operators" else
+            f"; corrected on stored {hw} runs of {len(cal.corrections.families)} families")
+    return (f"operator model: {hw} kernel tables measured under {engine_label(engine)} "
+            f"{version}{corr}")
+
+
+def _basis(ch: Choice) -> str:
+    return (f"from leaving each family out: 90th percentile of the |log error| of "
+            f"{ch.points} stored points, {ch.families} families")
+
+
+def _fit(old: Fit, cal: ShippedCalibration, key: str, kind: str) -> Fit:
+    ch = cal.choice(kind)
+    return replace(old, level=LEVEL, source=_source(cal, key, kind),
+                   rel_error=math.tanh(ch.log_width), error_basis=_basis(ch), fallback=None,
+                   context_term="", missing="",
+                   spread=f"-{(1 - ch.low_factor) * 100:.0f}%/+{(ch.high_factor - 1) * 100:.0f}%")
+
+
+def _ms(model: StepModel, cal: ShippedCalibration, key: str, kind: str, length: int) -> float:
+    ch, corr = cal.choice(kind), cal.corrections
+    iso = (0.0, 0.0) if ch.stage == "operators" else (corr.isolation_frac,
+                                                        corr.isolation_cap_ms)
+    costs = costs_for(key)
+    if kind == "decode":
+        t = operator_ms(model, costs, "decode", length, isolation=iso, context=length)
+    else:
+        t = operator_ms(model, costs, "prefill", length, isolation=iso, budget=BUDGET)
+    if ch.stage != "corrected":
+        return t
+    return corrected_ms(t, kind, corr, steps=prefill_steps(length, BUDGET))
+
+
+def _band(tok_s: float, ch: Choice, bound: float) -> tuple[float, float]:
+    return min(tok_s * ch.low_factor, bound), min(tok_s * ch.high_factor, bound)
+
+
+def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme: str,
+                   hardware: str, engine: str, gpus: int, enabled: bool = True,
+                   dims: ModelDims | None = None) -> OperatorSpeed:
+    """``speed`` with its decode and prefill predicted by the operator model where
+    ``hardware`` has tables and ``engine`` is vLLM; otherwise ``speed`` and why not.
+    ``enabled`` False (fits given by the caller, or a held-out check): ``speed`` as it is."""
+    key = TABLES.get(hardware)
+    if key is None or engine != "vllm" or not enabled:
+        return OperatorSpeed(speed, False, "")
+    why = None
+    if gpus > 1:
+        why = "a layout over several GPUs needs communication, which the tables do not time"
+    elif speed.decode_fit is None or speed.prefill_fit is None:
+        why = "no fit to carry its interval"
+    if why is None:
+        try:
+            model = step_model(config, layout_for(scheme, config), dims=dims)
+            cal = shipped_calibration(key)
+            dec = [_ms(model, cal, key, "decode", d.context_len) for d in speed.decode]
+            pre = [_ms(model, cal, key, "prefill", p.prompt_len) for p in speed.prefill]
+        except ServelabError as e:
+            why = str(e)
+    if why is not None:
+        note = (f"operator model not used ({hardware.upper()} kernel tables): {why}; "
+                "the fitted prediction is shown")
+        return OperatorSpeed(replace(speed, notes=(*speed.notes, note)), False, why)
+    assert speed.decode_fit is not None and speed.prefill_fit is not None
+    decode = tuple(_decode_point(d, ms, cal.decode) for d, ms in zip(speed.decode, dec,
+                                                                     strict=True))
+    prefill = tuple(_prefill_point(p, ms, cal.prefill) for p, ms in zip(speed.prefill, pre,
+                                                                        strict=True))
+    # the fitted path's notes on why its fits were the roofline or refused no longer apply
+    stale = {f.note(k) for k, f in (("decode", speed.decode_fit),
+                                    ("prefill", speed.prefill_fit))}
+    notes = [n for n in speed.notes if n not in stale]
+    off = _off_grid(model, key, max((d.context_len for d in speed.decode), default=1),
+                    max((p.prompt_len for p in speed.prefill), default=1))
+    if off:
+        notes.append(f"operator model: {off}; the held-out interval was measured on shapes "
+                     "the tables cover and may not hold here")
+    if model.layers and any(la.moe is not None for la in model.layers):
+        notes.append("operator model: MoE experts priced under uniform routing (the expected "
+                     "number of distinct experts the step's tokens touch)")
+    new = replace(speed, decode=decode, prefill=prefill,
+                  decode_fit=_fit(speed.decode_fit, cal, key, "decode"),
+                  prefill_fit=_fit(speed.prefill_fit, cal, key, "prefill"),
+                  notes=tuple(notes))
+    return OperatorSpeed(new, True, "", speed.decode_fit, speed.prefill_fit, model, cal)
+
+
+def _decode_point(d: DecodePoint, ms: float, ch: Choice) -> DecodePoint:
+    tok = 1e3 / ms
+    lo, hi = _band(tok, ch, d.roofline_tok_s)
+    return replace(d, predicted_tok_s=tok, predicted_low=lo, predicted_high=hi)
+
+
+def _prefill_point(p: PrefillPoint, ms: float, ch: Choice) -> PrefillPoint:
+    tok = p.prompt_len / (ms / 1e3)
+    lo, hi = _band(tok, ch, p.roofline_tok_s)
+    return replace(p, predicted_tok_s=tok, predicted_low=lo, predicted_high=hi, waits_on=None)
+
+
+
+def _off_grid(model: StepModel, key: str, context: int, prompt: int) -> str:
+    """What of ``model``'s longest decode and prefill steps the tables do not cover: the
+    operators read beyond the measured range or scaled from a neighbouring shape ("" when
+    every lookup is measured or interpolated)."""
+    costs = costs_for(key)
+    extra: set[str] = set()
+    scaled: set[str] = set()
+    for shape, eng in ((StepShape.decode(1, context), EngineSteps()),
+                       (StepShape.prefill(min(prompt, BUDGET)), EngineSteps(cuda_graph_max=0))):
+        for i in step_time(model, costs, shape, eng).items:
+            if i.lookup.extrapolated:
+                extra.add(i.op)
+            elif i.lookup.how == "scaled":
+                scaled.add(i.op)
+    parts = []
+    if extra:
+        parts.append("extrapolated beyond the measured range: " + ", ".join(sorted(extra)))
+    if scaled:
+        parts.append("scaled from a neighbouring measured shape: " + ", ".join(sorted(scaled)))
+    return "; ".join(parts)
