@@ -102,7 +102,7 @@ def plan(
     revision: RevisionOpt = None,
     max_model_len: MaxModelLenOpt = None,
     kv_cache_memory_bytes: KvCacheMemoryBytesOpt = None,
-    gpu_memory_utilization: GpuMemoryUtilizationOpt = 0.9,
+    gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
     kv_cache_dtype: KvCacheDtypeOpt = "auto",
     engine_version: EngineVersionOpt = ENGINE_VERSION,
     prompt_lens: PromptLensOpt = PROMPT_LENS_DEFAULT,

@@ -26,6 +26,8 @@ Pure: a :class:`~servelab.plan.request.PlanRequest`, the checkpoint as read once
                      position_rates, measured} | null,
      "startup": {"max_num_seqs": {"value", "source"} | null,
                  "graph_capture": {"max_tokens", "source"} | null,
+                 "memory": {...StartupMemory: the engine's start-up memory check, verdict,
+                            passing_utilization, kv_budget_bytes...} | null,
                  "findings": [{check, predicted, conditional, message, fix, max_num_seqs,
                                max_num_seqs_source, mamba_blocks}]},
      "notes": [str]}
@@ -71,6 +73,7 @@ from servelab.sizing.startup import (
     StartupFinding,
     StartupRules,
 )
+from servelab.sizing.startup_memory import REFUSES, StartupMemory
 from servelab.sizing.weights import Weights
 from servelab.units import GIB
 
@@ -135,9 +138,16 @@ class Plan:
         return self.pool.fits_one_request if self.pool is not None else True
 
     @property
+    def starts(self) -> bool:
+        """The engine's start-up memory check does not refuse at every stated free-memory
+        figure (True where no check applies)."""
+        return self.startup_memory is None or self.startup_memory.verdict != REFUSES
+
+    @property
     def fits(self) -> bool:
-        """The weights, overhead and KV pool fit the budget, and the pool holds one request."""
-        return self.memory.fits and self.fits_one_request
+        """The weights, overhead and KV pool fit the budget, the pool holds one request and
+        the engine's start-up memory check passes."""
+        return self.memory.fits and self.fits_one_request and self.starts
 
     def fit_sentence(self) -> str:
         """Whether it fits, why not when it does not, and the memory left, in one sentence.
@@ -153,6 +163,12 @@ class Plan:
         elif not mem.fits:
             why = (f"weights + KV pool + overhead ({gib(mem.total_bytes)}) exceed "
                    f"{gib(mem.budget_bytes)}")
+        elif not self.starts and self.startup_memory is not None:
+            sm = self.startup_memory
+            why = (f"vLLM refuses to start: it needs {gib(sm.requested_bytes)} free "
+                   f"({sm.utilization:g} x {gib(sm.total_bytes)})"
+                   + (f"; --gpu-memory-utilization {sm.passing_utilization:.2f} passes"
+                      if sm.passing_utilization is not None else ""))
         elif self.pool is not None and not self.pool.fits_one_request:
             why = (f"one request of {self.pool.max_model_len:,} tokens needs more KV than the "
                    f"{gib(mem.kv_pool_bytes)} pool holds; the largest context that fits is "
@@ -179,6 +195,9 @@ class Plan:
     """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
     checkpoint_hash: str | None = None
     """The checkpoint's header hash (stored runs of the same tensors are found by it)."""
+    startup_memory: StartupMemory | None = None
+    """The engine's start-up memory check on the memory it sees (None where the profile
+    states no free memory at start, or for a llama.cpp plan)."""
     startup_rules: StartupRules | None = field(default=None, repr=False, compare=False)
     """The engine's start-up rules the plan followed (the load model asks them for the step
     token budget at another ``max_num_batched_tokens``); None for a llama.cpp plan."""
@@ -222,7 +241,7 @@ class Plan:
             "kv_pool": self._kv_dict(),
             "memory": self.memory.to_dict(),
             "fits": {
-                "fits": self.memory.fits and self.fits_one_request,
+                "fits": self.fits,
                 "headroom_bytes": self.memory.headroom_bytes,
                 "largest_context_at_concurrency_1": self.largest_context_c1,
             },
@@ -238,6 +257,7 @@ class Plan:
             "startup": {
                 "max_num_seqs": self.max_num_seqs.to_dict() if self.max_num_seqs else None,
                 "graph_capture": self.graph_capture.to_dict() if self.graph_capture else None,
+                "memory": self.startup_memory.to_dict() if self.startup_memory else None,
                 "findings": [f.to_dict() for f in self.findings],
             },
             "step_costs": self._step_costs(),
@@ -276,6 +296,7 @@ class _Sized:
     seqs: MaxNumSeqs | None = None
     graphs: GraphCapture | None = None
     findings: tuple[StartupFinding, ...] = ()
+    startup_memory: StartupMemory | None = None
 
 
 def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence) -> Plan:
@@ -348,6 +369,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         max_num_seqs=sized.seqs,
         graph_capture=sized.graphs,
         findings=sized.findings,
+        startup_memory=sized.startup_memory,
         checkpoint_hash=checkpoint.header_hash,
         startup_rules=r.startup_rules,
     )
@@ -412,6 +434,15 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
     seqs = rules.max_num_seqs(hardware, platform, knobs.layout, opts)
     graphs = rules.graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
     findings = rules.findings(kv, seqs, opts, hardware)
+    startmem = rules.memory_check(
+        hardware, r.engine_version, weights_bytes=gpu_w.per_gpu,
+        overhead_bytes=mem.overhead_bytes, overhead_source=mem.overhead_source,
+        gpu_memory_utilization=knobs.gpu_memory_utilization,
+        kv_cache_memory_bytes=knobs.kv_cache_memory_bytes)
+    if startmem is not None:
+        notes.append(f"memory as vLLM sees it: {mem.memory_source}; {startmem.line}")
+        if (found := rules.memory_finding(startmem)) is not None:
+            findings = (*findings, found)
     if draft_tokens and spec_method == "mtp" and weights.mtp_tensors and dims.mtp_layers:
         notes.append(
             f"{dims.mtp_layers} MTP draft attention layer(s) and "
@@ -426,7 +457,7 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
             "log"
         )
     return _Sized(kv, mem, longest, platform, notes, kv.kv_dtype_bytes,
-                  kv.mamba_ssm_dtype or "float32", seqs, graphs, findings)
+                  kv.mamba_ssm_dtype or "float32", seqs, graphs, findings, startmem)
 
 
 def _layout_notes(sized: _Sized, dims: ModelDims, weights: Weights, hardware: HardwareProfile,
@@ -452,7 +483,7 @@ def _pooled_kv(
     opts: KvOptions,
     *,
     kv_cache_memory_bytes: int | None,
-    gpu_memory_utilization: float,
+    gpu_memory_utilization: float | None,
     overhead_bytes: int | None,
 ) -> tuple[KvPoolPlan, MemoryPlan, int]:
     """The memory budget, the engine's KV pool and the largest context at concurrency 1."""
