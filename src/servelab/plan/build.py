@@ -17,6 +17,8 @@ Pure: a :class:`~servelab.plan.request.PlanRequest`, the checkpoint as read once
      "fits": {"fits", "headroom_bytes", "largest_context_at_concurrency_1"},
      "speed": {...SpeedPrediction: decode/prefill/mtp points (roofline bound, prediction
                with interval), decode_fit/prefill_fit (source, ±), each "predicted": true},
+     "kernel": {"path", "compute", "origin": "engine" | "profile", "reason", "source",
+                "calibrated_as", "risk", "layers": {"moe"?, "linear": {...KernelChoice}}},
      "parallel": {"layout": {...ParallelLayout, world_size, ...}, "gpus": int,
                   "weights_per_gpu": {...GpuWeights...}, "topology": {...},
                   "decode": [{context_len, memory_s, comm_s, comm: [...], tok_s,
@@ -56,6 +58,7 @@ from servelab.predict.evidence import Evidence
 from servelab.predict.model import speed_for
 from servelab.predict.speed import SpeedPrediction
 from servelab.sizing.document import PLAN_SCHEMA
+from servelab.sizing.kernels import KernelAssumption, profile_assumption
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 from servelab.sizing.kvseam import (
     AllocatedKvArithmetic,
@@ -195,6 +198,9 @@ class Plan:
     """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
     checkpoint_hash: str | None = None
     """The checkpoint's header hash (stored runs of the same tensors are found by it)."""
+    kernels: KernelAssumption | None = None
+    """The kernel path the plan assumed for the build's weights, where it comes from (the
+    engine's own selection or the profile's table) and why; :attr:`speed` used it."""
     startup_memory: StartupMemory | None = None
     """The engine's start-up memory check on the memory it sees (None where the profile
     states no free memory at start, or for a llama.cpp plan)."""
@@ -246,6 +252,7 @@ class Plan:
                 "largest_context_at_concurrency_1": self.largest_context_c1,
             },
             "speed": self.speed.to_dict(),
+            "kernel": self.kernels.to_dict() if self.kernels else None,
             "parallel": {
                 "layout": self.layout.to_dict(),
                 "gpus": self.layout.world_size,
@@ -320,6 +327,10 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
     else:
         sized = _pooled(arithmetic, r, checkpoint, gpu_w, _draft_method(evidence))
     notes = sized.notes
+    kernels = _kernels(r, checkpoint)
+    notes.append(kernels.line)
+    if kernels.risk:
+        notes.append(f"kernel-path risk: {kernels.path.name} on {hardware.arch}: {kernels.risk}")
     if dims.mtp_layers and not weights.mtp_tensors:
         notes.append(
             f"config declares {dims.mtp_layers} MTP layer(s) but the checkpoint ships no mtp.* "
@@ -330,6 +341,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         prompt_lens=r.prompt_lens, kv_dtype_bytes=sized.kv_dtype_bytes,
         ssm_dtype=sized.ssm_dtype, draft_tokens=r.speculation.draft_tokens,
         graph_tokens=sized.graphs.max_tokens if sized.graphs is not None else None,
+        kernel_path=kernels.path,
     )
     bw, _ = hardware.effective_bandwidth_ceiling()
     pdec = tuple(
@@ -370,9 +382,20 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         graph_capture=sized.graphs,
         findings=sized.findings,
         startup_memory=sized.startup_memory,
+        kernels=kernels,
         checkpoint_hash=checkpoint.header_hash,
         startup_rules=r.startup_rules,
     )
+
+
+def _kernels(r: PlanRequest, checkpoint: Checkpoint) -> KernelAssumption:
+    """The kernel path the plan assumes: the engine's own selection where its rules read one
+    (vLLM's), else the hardware profile's table."""
+    if r.startup_rules is None or checkpoint.weights.scheme.startswith("gguf"):
+        return profile_assumption(r.hardware, checkpoint.weights,
+                                  f"servelab does not read {r.engine}'s kernel selection")
+    return r.startup_rules.kernels(checkpoint.scheme, checkpoint.weights, r.hardware,
+                                   r.engine_version, model_type=checkpoint.model_type)
 
 
 def _draft_method(evidence: Evidence) -> str:

@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from servelab.checkpoint.quant import QuantScheme
 from servelab.families import ModelDims
 from servelab.hardware.profiles import HardwareProfile
+from servelab.sizing.kernels import KernelAssumption
 from servelab.sizing.kvpool import KvPoolPlan
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.startup_memory import StartupMemory
@@ -162,6 +164,13 @@ class StartupRules(Protocol):
                      kv_cache_memory_bytes: int | None) -> StartupMemory | None:
         """The engine's start-up memory check on ``hardware`` as it sees its memory (None
         where the profile states no free memory at start to check against)."""
+        ...
+
+    def kernels(self, quant: QuantScheme, weights: Weights, hardware: HardwareProfile,
+                version: str, *, model_type: str | None = None) -> KernelAssumption:
+        """The kernel path the engine ``version`` takes for a build declaring ``quant`` on
+        ``hardware`` (its routed experts' for a MoE model, its linear layers' otherwise), with
+        the reason; the profile's table where the engine's selection is not known, said so."""
         ...
 
     def memory_finding(self, check: StartupMemory) -> StartupFinding | None:

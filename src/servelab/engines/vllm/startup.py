@@ -27,10 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from servelab.checkpoint.quant import QuantScheme
+from servelab.engines.vllm.kernels.assume import plan_kernels
 from servelab.engines.vllm.memcheck import startup_memory
 from servelab.families import FULL, LINEAR, ModelDims
 from servelab.hardware.graphs import OBSERVED_GRAPHS
 from servelab.hardware.profiles import HardwareProfile
+from servelab.sizing.kernels import KernelAssumption
 from servelab.sizing.kvpool import KvPoolPlan, has_mamba_layers
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.startup import (
@@ -345,6 +348,11 @@ class VllmStartupRules:
     def memory_finding(self, check: StartupMemory) -> StartupFinding | None:
         """:func:`memory_finding`."""
         return memory_finding(check)
+
+    def kernels(self, quant: QuantScheme, weights: Weights, hardware: HardwareProfile,
+                version: str, *, model_type: str | None = None) -> KernelAssumption:
+        """:func:`servelab.engines.vllm.kernels.assume.plan_kernels`."""
+        return plan_kernels(quant, weights, hardware, version, model_type=model_type)
 
 
 VLLM_STARTUP = VllmStartupRules()
