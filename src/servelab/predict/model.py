@@ -68,5 +68,9 @@ def speed_for(
         graph_tokens=graph_tokens,
         kernel_path=path,
         spec_method=spec.method if spec is not None else DEFAULT_METHOD,
+        # a published prior's range widens the speculative interval (a measured or given
+        # length is the length)
+        acceptance_range=spec.spread if spec is not None and spec.kind == "published"
+        else None,
         draft=draft,
     )
