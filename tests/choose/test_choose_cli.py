@@ -67,6 +67,10 @@ def test_choose_ranks_the_seed_builds_and_says_why(
     assert rows["nvfp4a16"]["mtp"]["usable"] is False
     reason = doc["pick"]["reason"]
     assert "it ships a usable MTP draft head (19 mtp.* tensors)" in reason
+    # the FP4 MoE path's reported problem on SM12x is said, with its sources in the JSON
+    assert "kernel-path risk (FLASHINFER_CUTLASS W4A4): native FP4 MoE on SM12x" in reason
+    assert "https://" in rows["nvfp4-fast"]["kernel_risk"]
+    assert rows["nvfp4a16"]["kernel_risk"] is None  # Marlin: none reported
     assert "fits 262,144 tokens on dgx-spark" in reason
     # its MTP figure: at the published qwen3_5 mtp k=3 acceptance prior, with an interval
     # that holds the seed's measured 106.5 tok/s

@@ -18,7 +18,8 @@ measurements the results store holds come in; a :class:`Choice` comes out. JSON 
                  "mtp": {"declared_layers": int, "tensors": int, "usable": bool},
                  "slo": "pass" | "fail" | "uncertain" | null,
                  "verdict": str, "refused": str | null,
-                 "published": [{...servelab.published/1 row, "line": str}]}]}
+                 "published": [{...servelab.published/1 row, "line": str}],
+                 "kernel_risk": str | null}]}
 
     SPEED = {"tok_s": float | null, "low": float | null, "high": float | null,
              "source": "measured" | "predicted" | "bound" | "none",
@@ -145,6 +146,8 @@ class Row:
     verdict: str
     refused: str | None = None
     published: tuple[PublishedRun, ...] = ()
+    kernel_risk: str | None = None
+    """A reported problem with its kernel path on this hardware, with sources (the plan's)."""
 
     @property
     def best_decode(self) -> Speed:
@@ -171,6 +174,7 @@ class Row:
                     "usable": self.mtp_usable},
             "slo": self.slo, "verdict": self.verdict, "refused": self.refused,
             "published": [{**p.to_dict(), "line": p.line} for p in self.published],
+            "kernel_risk": self.kernel_risk,
         }
 
 
@@ -332,7 +336,8 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
               plan.weights.quant_label, fits, fit, plan.largest_context_c1, conc,
               plan.kv_tokens, plan.weights.resident_bytes, bytes_per_token, decode, prefill,
               spec, plan.speed.kernel_path.name, plan.speed.compute_precision,
-              fallback_of(plan), declared, tensors, usable, None, "", None, c.published)
+              fallback_of(plan), declared, tensors, usable, None, "", None, c.published,
+              plan.kernels.risk if plan.kernels is not None else None)
     slo = _slo_verdict(targets, row.best_decode, prefill, prompt_len)
     return Row(**{**_fields(row), "slo": slo})
 
@@ -361,9 +366,16 @@ def _tok(s: Speed) -> str:
     return f"{s.tok_s:,.1f} tok/s {label}".strip()
 
 
+def _risk_short(risk: str) -> str:
+    """A reported risk without its sources (the JSON's ``kernel_risk`` keeps them)."""
+    return risk.split(" (http")[0].split(" ('")[0]
+
+
 def _flags(row: Row) -> list[str]:
     """The facts a verdict adds whatever the comparison: fallback, missing draft head."""
     out = []
+    if row.kernel_risk:
+        out.append(f"kernel-path risk ({row.kernel_path}): {_risk_short(row.kernel_risk)}")
     if row.fallback:
         out.append(f"kernel fallback: {row.fallback.split(':')[0]}")
     if row.mtp_declared_layers and not row.mtp_tensors:
@@ -522,6 +534,9 @@ def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
         reason = _pick_reason(pick, runner, plans, hardware, context_len)
         if len(fitting) == 1 and others:
             reason += f"; the only build that meets the SLO ({slo_label})"
+        if pick.kernel_risk:
+            reason += (f"; kernel-path risk ({pick.kernel_path}): "
+                       f"{_risk_short(pick.kernel_risk)}")
         shown = [p.line for p in newest_published(pick.published)
                  if p.metric == "decode_tok_s"]
         if shown:  # beside the prediction, never fitted
