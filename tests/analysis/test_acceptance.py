@@ -111,3 +111,24 @@ def test_option_parsing() -> None:
 
     with pytest.raises(UsageError, match="auto, none or lengths"):
         parse_acceptance_option("fast")
+
+
+def test_auto_without_a_measured_run_takes_the_published_prior_of_the_family() -> None:
+    """Issue 40: a build that ships an MTP head gets its speculative figure from the shipped
+    acceptance priors (per family, method and k, with sources) when no stored run measured
+    one; a measured run still wins, and a family without priors says so."""
+    src = resolve_acceptance("auto", method="qwen3_next_mtp", draft_tokens=3, header_hash=HASH,
+                             runs=[], use_store=False, model_type="qwen3_5_moe")
+    assert src is not None and src.kind == "published" and src.draft_tokens == 3
+    (value,) = src.lengths
+    assert src.spread is not None and src.spread[0] <= value <= src.spread[1]
+    assert src.line.startswith(f"acceptance length {value:.2f}")
+    assert "qwen3_5 mtp k=3: published prior" in src.line and "https://" not in src.line
+    # no published k=9 for the family: no prediction, with both reasons
+    none = resolve_acceptance("auto", method="mtp", draft_tokens=9, header_hash=HASH, runs=[],
+                              model_type="qwen3_5_moe")
+    assert none is not None and none.kind == "none" and "not k = 9" in none.line
+    measured = resolve_acceptance("auto", method="ngram", draft_tokens=3, header_hash=HASH,
+                                  runs=[_run("r", drafts=10, accepted=15)],
+                                  model_type="qwen3_5_moe")
+    assert measured is not None and measured.kind == "measured"

@@ -1,5 +1,6 @@
 """Fixtures for choose: header replicas of the seed page's four builds of Qwen3.6-35B-A3B
-(BF16, FP8, NVFP4A16, NVFP4-Fast with its MTP head) and a GGUF build of the same model.
+(BF16, FP8, NVFP4A16, Unsloth's NVFP4-Fast with its MTP head) and a GGUF build of the same
+model.
 
 The safetensors replicas are ``servelab.synth.replica``'s (real headers, sparse zero data).
 The GGUF build is written with the ``gguf`` package's own writer: llama.cpp's ``qwen3next``
@@ -13,14 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from servelab.synth.replica import EXPERTS_AND_ATTENTION, QuantLayout, write_replica
+from servelab.synth.replica import (
+    EXPERTS_AND_ATTENTION,
+    NVFP4_FAST_FP4,
+    NVFP4_FAST_FP8,
+    QuantLayout,
+    write_replica,
+)
 from servelab.synth.replica_presets import QWEN3_6_35B_A3B
 
 SEED_BUILDS = {
     "bf16": (QuantLayout("bf16"), "none"),
     "fp8": (QuantLayout("fp8-channel", EXPERTS_AND_ATTENTION), "none"),
     "nvfp4a16": (QuantLayout("nvfp4", EXPERTS_AND_ATTENTION, fp4_activations=False), "none"),
-    "nvfp4-fast": (QuantLayout("nvfp4", EXPERTS_AND_ATTENTION), "fused"),
+    # Unsloth's mixed export: NVFP4 routed and shared experts; FP8 attention, linear
+    # attention and lm_head (servelab synth replica --targets nvfp4-fast); its MTP head BF16
+    "nvfp4-fast": (QuantLayout("nvfp4", NVFP4_FAST_FP4, fp8=NVFP4_FAST_FP8), "fused"),
 }
 
 

@@ -39,8 +39,12 @@ def test_builtins_cover_the_issue_and_cite_a_source_for_every_figure() -> None:
             assert p.sources.get(figure), f"{p.name}: no source for {figure}"
     spark = BUILTIN["dgx-spark"]
     assert spark.unified and spark.bandwidth == 273e9
-    assert spark.kernel_path("nvfp4", moe=True).name == "MARLIN W4A16"
-    assert spark.kernel_path("nvfp4", moe=True).compute == "bf16"
+    # the fallback table as vLLM's NvFp4 oracle reads on SM12x: W4A4 takes FlashInfer's
+    # CUTLASS FP4 MoE, weight-only NVFP4 falls back to Marlin in BF16
+    assert spark.kernel_path("nvfp4", moe=True).name == "FLASHINFER_CUTLASS W4A4"
+    assert spark.kernel_path("nvfp4", moe=True).compute == "fp4"
+    assert spark.kernel_path("nvfp4a16", moe=True).name == "MARLIN W4A16"
+    assert spark.kernel_path("nvfp4a16", moe=True).compute == "bf16"
     assert BUILTIN["b200"].kernel_path("nvfp4", moe=True).compute == "fp4"
     assert BUILTIN["h200"].kernel_path("fp8", moe=True).compute == "fp8"
 

@@ -58,7 +58,10 @@ def test_the_device_and_kernel_path_come_from_the_hardware_profile() -> None:
     dev = device(spark)
     assert dev.bandwidth == pytest.approx(273e9) and dev.peak("fp8") == pytest.approx(250e12)
     assert kernel_precision(spark, "fp8-channel", moe=True) == ("TRITON Fp8 W8A8", "fp8")
-    assert kernel_precision(spark, "nvfp4", moe=True)[1] == "bf16"  # Marlin W4A16
+    # NVFP4 with FP4 activations: FlashInfer's CUTLASS FP4 MoE on SM12x (issue 40: only the
+    # weight-only NVFP4A16 falls back to Marlin, which dequantizes to BF16)
+    assert kernel_precision(spark, "nvfp4", moe=True) == ("FLASHINFER_CUTLASS W4A4", "fp4")
+    assert kernel_precision(spark, "nvfp4a16", moe=True) == ("MARLIN W4A16", "bf16")
     assert kernel_precision(spark, "gguf:Q4_K", moe=False)[1] == "bf16"
     t_mem, t_comp = gemm_work(1, 4096, 4096, "bf16").times(dev)
     assert t_mem == pytest.approx((4096 * 4096 * 2 + 2 * 8192) / 273e9 * 1e3)

@@ -68,13 +68,20 @@ def test_prefill_is_bandwidth_bound_short_and_compute_bound_long() -> None:
     pred = predict_speed(_weights(4 * GIB, "fp8"), DIMS, SPARK, prompt_lens=[16, 16384])
     short, long = pred.prefill
     assert short.bound == "bandwidth" and long.bound == "compute"
-    assert pred.kernel_path.name == "TRITON Fp8 W8A8" and pred.compute_precision == "fp8"
+    # the profile's path for FP8 on a GB10, calibrated under the name its priors carry
+    assert (pred.kernel_path.name, pred.kernel_path.key) == ("TRITON W8A8", "TRITON Fp8 W8A8")
+    assert pred.compute_precision == "fp8"
 
 
-def test_fp4_moe_on_spark_prefills_at_bf16_rate_not_fp4() -> None:
-    nv = predict_speed(_weights(4 * GIB, "nvfp4"), DIMS, SPARK, prompt_lens=[16384])
+def test_weight_only_fp4_moe_on_spark_prefills_at_bf16_rate_not_fp4() -> None:
+    nv = predict_speed(_weights(4 * GIB, "nvfp4a16"), DIMS, SPARK, prompt_lens=[16384])
     assert nv.kernel_path.name == "MARLIN W4A16"
     assert nv.compute_rate == SPARK.compute["bf16"]
+    # NVFP4 with FP4 activations takes a native FP4 MoE backend on SM12x (vLLM's NvFp4
+    # oracle), so its prefill computes at the FP4 rate
+    w4a4 = predict_speed(_weights(4 * GIB, "nvfp4"), DIMS, SPARK, prompt_lens=[16384])
+    assert (w4a4.kernel_path.name, w4a4.compute_rate) == ("FLASHINFER_CUTLASS W4A4",
+                                                          SPARK.compute["fp4"])
     b200 = predict_speed(_weights(4 * GIB, "nvfp4"), DIMS, BUILTIN["b200"], prompt_lens=[16384])
     assert b200.compute_precision == "fp4"
 

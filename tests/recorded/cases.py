@@ -80,6 +80,13 @@ def _cases() -> Iterator[Case]:
         yield Case(f"plan-{short}-spark-json", ("plan", b, "-H", "dgx-spark", "--json", *nostore))
     yield Case("plan-fp8-h200-markdown", ("plan", seed[1], "-H", "h200", "--markdown", *nostore))
     yield Case("plan-fp8-h200-fits", ("plan", seed[1], "-H", "h200", "--fits", *nostore))
+    # the seed's own case: its 6 GiB pool on a Spark at the full context with its vLLM 0.26.0
+    # (308,955 tokens, 1.18x), and at the default version
+    for version in ("0.26.0", None):
+        yield Case(f"plan-fp8-spark-seed-pool{'-' + version if version else ''}", (
+            "plan", seed[1], "-H", "dgx-spark", "--max-model-len", "262144",
+            "--kv-cache-memory-bytes", "6GiB",
+            *(("--engine-version", version) if version else ()), *nostore))
     yield Case("plan-bf16-spark-fits", ("plan", seed[0], "-H", "dgx-spark", "--fits",
                                         "--max-model-len", "262144", *nostore))
     # vLLM's flags

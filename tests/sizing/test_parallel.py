@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 from pathlib import Path
@@ -31,6 +32,7 @@ from servelab.hardware.topology import topology_for
 from servelab.serve.launch import engine_argv
 from servelab.serve.recipe import load_recipe, parse_recipe
 from servelab.sizing.layout import ParallelLayout, layout_from_argv, split_layers
+from servelab.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION
 from servelab.sizing.parallel import comm_per_token, weights_per_gpu
 from servelab.sizing.weights import Weights
 
@@ -371,9 +373,10 @@ def test_plan_says_why_it_does_not_fit_and_what_memory_is_left(tiny_next: Path) 
     est = runner.invoke(app, [*common, "--max-model-len", "4096", "--fits"])
     assert est.exit_code == 0, est.output
     said = " ".join(est.output.split())
-    outside = get_profile("h200").memory_bytes * (1 - 0.9) / (1 << 30)
+    mem = get_profile("h200").memory_bytes  # vLLM's default utilization, 0.92
+    outside = (mem - math.ceil(mem * DEFAULT_GPU_MEMORY_UTILIZATION)) / (1 << 30)
     assert "headroom" not in said
-    assert f"{outside:.2f} GiB lies outside the budget (gpu_memory_utilization 0.9)" in said
+    assert f"{outside:.2f} GiB lies outside the budget (gpu_memory_utilization 0.92)" in said
     given = runner.invoke(app, [*common, "--max-model-len", "4096",
                                 "--kv-cache-memory-bytes", "1GiB", "--fits"])
     assert given.exit_code == 0 and "headroom " in given.output

@@ -17,7 +17,9 @@ measurements the results store holds come in; a :class:`Choice` comes out. JSON 
                  "fallback": str | null,
                  "mtp": {"declared_layers": int, "tensors": int, "usable": bool},
                  "slo": "pass" | "fail" | "uncertain" | null,
-                 "verdict": str, "refused": str | null}]}
+                 "verdict": str, "refused": str | null,
+                 "published": [{...servelab.published/1 row, "line": str}],
+                 "kernel_risk": str | null}]}
 
     SPEED = {"tok_s": float | null, "low": float | null, "high": float | null,
              "source": "measured" | "predicted" | "bound" | "none",
@@ -35,6 +37,10 @@ Decode is single stream at ``prompt_len``; fit, KV pool and concurrency are at
 uncertain before missed, a figure (measured or predicted) before a bound alone, then by
 decode (speculative decode where the build ships a usable MTP head and an acceptance length
 is known). Refused builds are not ranked.
+
+``published``: figures someone published for the build (its Hub repo id) on this hardware
+(:func:`servelab.published.runs.published_for`), shown beside the prediction with their
+source and date, never fitted and never ranked on.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from typing import Any
 from servelab.plan.build import Plan
 from servelab.plan.explain import Explanation, better_kernel, explain
 from servelab.predict.levels import MAX_RATIO, too_wide
+from servelab.published.runs import PublishedRun
 from servelab.units import format_bytes
 
 SCHEMA = "servelab.choose/1"
@@ -95,6 +102,8 @@ class Candidate:
     refused: str | None = None
     decode: Measurement | None = None
     prefill: Measurement | None = None
+    published: tuple[PublishedRun, ...] = ()
+    """Published figures for this build on the hardware (shown, never fitted)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,9 @@ class Row:
     slo: str | None
     verdict: str
     refused: str | None = None
+    published: tuple[PublishedRun, ...] = ()
+    kernel_risk: str | None = None
+    """A reported problem with its kernel path on this hardware, with sources (the plan's)."""
 
     @property
     def best_decode(self) -> Speed:
@@ -161,6 +173,8 @@ class Row:
             "mtp": {"declared_layers": self.mtp_declared_layers, "tensors": self.mtp_tensors,
                     "usable": self.mtp_usable},
             "slo": self.slo, "verdict": self.verdict, "refused": self.refused,
+            "published": [{**p.to_dict(), "line": p.line} for p in self.published],
+            "kernel_risk": self.kernel_risk,
         }
 
 
@@ -185,6 +199,15 @@ class Choice:
             "reason": self.reason,
             "builds": [r.to_dict() for r in self.rows],
         }
+
+
+def newest_published(runs: Sequence[PublishedRun]) -> tuple[PublishedRun, ...]:
+    """The newest of ``runs`` per metric, speculative setting and prompt length (what a
+    terminal shows; the JSON keeps every row)."""
+    seen: dict[tuple[str, str | None, int | None], PublishedRun] = {}
+    for r in sorted(runs, key=lambda r: r.date, reverse=True):
+        seen.setdefault((r.metric, r.spec, r.prompt_tokens), r)
+    return tuple(seen.values())
 
 
 # --- speeds -------------------------------------------------------------------------------
@@ -296,7 +319,7 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
         none = Speed(None, None, None, NONE, "not planned")
         return Row(None, c.name, c.location, None, None, None, None, "not planned", None, None,
                    None, None, None, none, none, None, None, None, None, 0, 0, False, None,
-                   f"not planned: {c.refused}", c.refused)
+                   f"not planned: {c.refused}", c.refused, c.published)
     decode, bytes_per_token = _decode_speed(plan, prompt_len)
     prefill = _prefill_speed(plan, prompt_len)
     if c.decode is not None:
@@ -313,7 +336,8 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
               plan.weights.quant_label, fits, fit, plan.largest_context_c1, conc,
               plan.kv_tokens, plan.weights.resident_bytes, bytes_per_token, decode, prefill,
               spec, plan.speed.kernel_path.name, plan.speed.compute_precision,
-              fallback_of(plan), declared, tensors, usable, None, "")
+              fallback_of(plan), declared, tensors, usable, None, "", None, c.published,
+              plan.kernels.risk if plan.kernels is not None else None)
     slo = _slo_verdict(targets, row.best_decode, prefill, prompt_len)
     return Row(**{**_fields(row), "slo": slo})
 
@@ -342,9 +366,16 @@ def _tok(s: Speed) -> str:
     return f"{s.tok_s:,.1f} tok/s {label}".strip()
 
 
+def _risk_short(risk: str) -> str:
+    """A reported risk without its sources (the JSON's ``kernel_risk`` keeps them)."""
+    return risk.split(" (http")[0].split(" ('")[0]
+
+
 def _flags(row: Row) -> list[str]:
     """The facts a verdict adds whatever the comparison: fallback, missing draft head."""
     out = []
+    if row.kernel_risk:
+        out.append(f"kernel-path risk ({row.kernel_path}): {_risk_short(row.kernel_risk)}")
     if row.fallback:
         out.append(f"kernel fallback: {row.fallback.split(':')[0]}")
     if row.mtp_declared_layers and not row.mtp_tensors:
@@ -394,8 +425,10 @@ def _versus(row: Row, pick: Row, plans: Mapping[str, Plan]) -> str:
                    f"; {pick.build} reads fewer bytes or holds more requests"))
     elif pick.best_decode is pick.speculative and pick.speculative is not None and (
             row.speculative is None):
+        plain = Row(**{**_fields(pick), "speculative": None})
         lead = (f"{pick.build} drafts with its MTP head ({_tok(pick.best_decode)}) and this "
-                "build has no usable one")
+                f"build has no usable one; without drafts, {_tok(plain.decode)}: "
+                f"{_lead(plain, row, e) if not _tied(row, plain) else 'a tie on decode'}")
     else:
         lead = _lead(pick, row, e)
     return "; ".join([f"{_tok(row.best_decode)} against {_tok(pick.best_decode)} for "
@@ -501,6 +534,13 @@ def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
         reason = _pick_reason(pick, runner, plans, hardware, context_len)
         if len(fitting) == 1 and others:
             reason += f"; the only build that meets the SLO ({slo_label})"
+        if pick.kernel_risk:
+            reason += (f"; kernel-path risk ({pick.kernel_path}): "
+                       f"{_risk_short(pick.kernel_risk)}")
+        shown = [p.line for p in newest_published(pick.published)
+                 if p.metric == "decode_tok_s"]
+        if shown:  # beside the prediction, never fitted
+            reason += "; " + "; ".join(shown)
         unranked = [r.build for r in fitting if not r.best_decode.figure]
         if pick.best_decode.figure and unranked:
             reason += (f"; no prediction on {hardware} for {', '.join(unranked)} (a bound "

@@ -51,6 +51,9 @@ DiscoverOpt = Annotated[bool, typer.Option(
     "--discover",
     help="Read BUILD as a base model and add its Hub model tree (quantized, fine-tuned, "
     "adapter and merge children; GGUF repos listed).")]
+NoPublishedOpt = Annotated[bool, typer.Option(
+    "--no-published", help="Leave out the shipped published figures (servelab.published): "
+    "the ranking and its reason are the prediction's own.")]
 HubEndpointOpt = Annotated[str | None, typer.Option(
     "--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT or huggingface.co).")]
 
@@ -160,6 +163,7 @@ def choose(
     mtp_acceptance: ChooseMtpAcceptanceOpt = "auto",
     db: DbOpt = None,
     no_store: ChooseNoStoreOpt = False,
+    no_published: NoPublishedOpt = False,
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
@@ -172,6 +176,7 @@ def choose(
     measured. The verdict's reason is explain's: bytes against kernels, a kernel fallback,
     a missing draft head, memory as the binding constraint.
     """
+    from servelab.choose.rank import newest_published
     from servelab.pipeline.choose import ChooseRequest, choose_builds
 
     fmt = pick_format(as_json, as_csv, as_markdown)
@@ -180,6 +185,7 @@ def choose(
         context_len=context, prompt_len=prompt_len, slo=_slo_targets(slo), discover=discover,
         endpoint=endpoint, store=StoreOptions.of(ctx.params).choice(),
         speculation=SpeculationOptions.of(ctx.params).speculation(),
+        published=not no_published,
     )
     result = choose_builds(req)
     title = (f"Builds on {result.hardware} at a {result.context_len:,}-token context "
@@ -189,7 +195,8 @@ def choose(
     emit(fmt, doc=result.to_dict(),
          tables=[Table(title, COLUMNS, table_rows(result), no_wrap=("build",),
                        csv=(CSV_COLUMNS, csv_rows(result)))],
-         notes=[pick])
+         notes=[pick, *(f"{r.build}: {p.line}" for r in result.rows
+                        for p in newest_published(r.published))])
 
 
 def register(app: typer.Typer) -> None:

@@ -85,10 +85,10 @@ def show(
     c.print(t)
     if p.kernel_paths:
         kt = Table(title="Kernel paths", title_justify="left")
-        for col in ("weights", "path", "compute", "note"):
+        for col in ("weights", "path", "compute", "note", "source"):
             kt.add_column(col)
         for k, kp in p.kernel_paths.items():
-            kt.add_row(k, kp.name, kp.compute, kp.note)
+            kt.add_row(k, kp.name, kp.compute, kp.note, kp.source)
         c.print(kt)
 
 

@@ -102,7 +102,7 @@ def plan(
     revision: RevisionOpt = None,
     max_model_len: MaxModelLenOpt = None,
     kv_cache_memory_bytes: KvCacheMemoryBytesOpt = None,
-    gpu_memory_utilization: GpuMemoryUtilizationOpt = 0.9,
+    gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
     kv_cache_dtype: KvCacheDtypeOpt = "auto",
     engine_version: EngineVersionOpt = ENGINE_VERSION,
     prompt_lens: PromptLensOpt = PROMPT_LENS_DEFAULT,
@@ -220,6 +220,11 @@ def _plan_flags(request: PlanRequest) -> Plan:
     result = plan_checkpoint(request)
     if request.engine == "llamacpp" and not result.weights.scheme.startswith("gguf-"):
         result = replace(result, notes=(*result.notes, SAFETENSORS_FOR_LLAMACPP))
+    if request.engine == "vllm" and not result.fits:
+        from servelab.pipeline.wayin import way_in
+
+        result = replace(result, notes=(*way_in(request, result, plan_checkpoint),
+                                        *result.notes))
     return result
 
 

@@ -127,9 +127,10 @@ MaxModelLenOpt = Annotated[int | None, typer.Option(
 KvCacheMemoryBytesOpt = Annotated[str | None, typer.Option(
     "--kv-cache-memory-bytes",
     help="vLLM --kv-cache-memory-bytes: a fixed pool, e.g. 6GiB or 6442450944.")]
-GpuMemoryUtilizationOpt = Annotated[float, typer.Option(
+GpuMemoryUtilizationOpt = Annotated[float | None, typer.Option(
     "--gpu-memory-utilization",
-    help="vLLM --gpu-memory-utilization (ignored by vLLM when --kv-cache-memory-bytes is set).")]
+    help="vLLM --gpu-memory-utilization (default: vLLM's 0.92; the pool ignores it when "
+    "--kv-cache-memory-bytes is set, vLLM's start-up memory check does not).")]
 KvCacheDtypeOpt = Annotated[str, typer.Option(
     "--kv-cache-dtype", help="vLLM --kv-cache-dtype (auto, fp8, bfloat16, …).")]
 EngineVersionOpt = Annotated[str, typer.Option(
@@ -171,7 +172,7 @@ class VllmOptions(_Group):
 
     max_model_len: int | None = None
     kv_cache_memory_bytes: str | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None
     kv_cache_dtype: str = "auto"
     engine_version: str = ENGINE_VERSION
     no_prefix_caching: bool = False

@@ -3,7 +3,10 @@
 ``--mtp-acceptance auto`` (the default) looks for stored runs of the same checkpoint (its
 header fingerprint) that served with the same method and ``k`` and scraped vLLM's
 spec-decode counters (:func:`servelab.analysis.acceptance.measured_acceptance`); without
-one there is no speculative prediction and the plan says why in one line.
+one, the published acceptance prior of the model's family, method and ``k``
+(:func:`servelab.published.acceptance.acceptance_prior`: its median and the range of every
+measurement, which the plan's speculative interval carries); without either there is no
+speculative prediction and the plan says why in one line.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from servelab.analysis.acceptance import (
 )
 from servelab.plan.build import Plan
 from servelab.predict.spec import MtpPoint
+from servelab.published.acceptance import AcceptancePrior, acceptance_prior, family_of
 from servelab.sizing.specsource import (
     NONE,
     AcceptanceOption,
@@ -41,15 +45,33 @@ def resolve_acceptance(
     header_hash: str | None,
     runs: Sequence[RunRecord],
     use_store: bool = True,
+    model_type: str | None = None,
 ) -> AcceptanceSource | None:
     """What to predict speculative decode at; None when no speculative plan was asked for
-    (``none``, or ``auto`` without draft tokens)."""
+    (``none``, or ``auto`` without draft tokens). ``model_type``: the text model's, whose
+    published prior ``auto`` falls back to where no stored run measured one."""
     if option == NONE:
         return None
     if isinstance(option, tuple):
         return given(option, method=method, draft_tokens=draft_tokens)
     if draft_tokens <= 0:
         return None
+    found = _resolve_stored(method=method, draft_tokens=draft_tokens, header_hash=header_hash,
+                            runs=runs, use_store=use_store)
+    if found.kind != "none":
+        return found
+    prior = acceptance_prior(family_of(model_type), method, draft_tokens)
+    if not isinstance(prior, AcceptancePrior):
+        return unavailable(f"{found.detail}; {prior.line}", method=method,
+                           draft_tokens=draft_tokens)
+    return AcceptanceSource("published", prior.method, draft_tokens, (prior.value,),
+                            f"{prior.line}; no stored run measured it ({found.detail})",
+                            spread=(prior.low, prior.high))
+
+
+def _resolve_stored(*, method: str, draft_tokens: int, header_hash: str | None,
+                    runs: Sequence[RunRecord], use_store: bool) -> AcceptanceSource:
+    """The acceptance stored runs of this checkpoint measured, or why there is none."""
     what = f"{method} k={draft_tokens}"
     if not use_store:
         return unavailable(

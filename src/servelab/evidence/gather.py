@@ -21,21 +21,23 @@ __all__ = ["evidence_for"]
 
 
 def evidence_for(request: PlanRequest, header_hash: str | None,
-                 every: Sequence[RunRecord]) -> Evidence:
+                 every: Sequence[RunRecord], *, model_type: str | None = None) -> Evidence:
     """What the successful runs ``every`` say for ``request``'s plan of the checkpoint whose
     headers hash to ``header_hash``: those on the request's hardware calibrate plain decode
     and prefill; all of them may hold this checkpoint's measured acceptance and drafting
     steps (drafting runs calibrate the speculative step, not plain decode: predict.spec).
 
     Speculative decode is predicted at the request's acceptance lengths, or ``auto``: what
-    stored runs of this checkpoint with the same method and draft tokens measured. A plan
+    stored runs of this checkpoint with the same method and draft tokens measured, else the
+    published prior of the model's family (``model_type``, the text model's). A plan
     that drafts nothing notes the configurations stored runs measured (when the request
     asks for that note).
     """
     spec, hardware = request.speculation, request.hardware.name
     acceptance = resolve_acceptance(spec.acceptance, method=spec.method,
                                     draft_tokens=spec.draft_tokens, header_hash=header_hash,
-                                    runs=every, use_store=request.store.use)
+                                    runs=every, use_store=request.store.use,
+                                    model_type=model_type)
     hint = speculative_hint(every, header_hash) if (
         spec.hint and spec.acceptance == AUTO and spec.draft_tokens <= 0) else None
     drafts = acceptance is not None and bool(acceptance.lengths)

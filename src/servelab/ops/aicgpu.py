@@ -390,8 +390,8 @@ def predict(model: StepModel, hardware: str, shape: StepShape, costs: Costs | No
                       isolation_cap_ms=tr.isolation_cap_ms)
     try:
         st = step_time(model, costs, shape, eng)
-    except NotImplementedError as e:
-        raise UsageError(f"{model.name} on {hardware}: {e}") from e
+    except UsageError as e:
+        raise UsageError(f"{model.name} on {hardware}: {e.message}") from e
     ms = st.total_ms + tr.overhead_ms[kind]
     if shape.decode_only:
         ms = max(ms, tr.host_floor_ms)

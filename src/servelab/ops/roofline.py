@@ -113,7 +113,7 @@ def kernel_precision(profile: object, fmt: str, *, moe: bool) -> tuple[str, str]
     scheme = {"fp8-block": "fp8", "fp8-channel": "fp8", "fp8-tensor": "fp8",
               "modelopt-nvfp4": "nvfp4", "w4a16": "int4"}.get(fmt, fmt)
     path = profile.kernel_path(scheme, moe=moe)
-    return path.name, path.compute
+    return path.key, path.compute
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from servelab.errors import UsageError
 from servelab.families import CHUNKED, FULL, LINEAR, MAMBA, MLA, SLIDING
 from servelab.ops.costs import Costs, CostSource, Lookup, expected_experts
 from servelab.ops.model import LayerOps, StepModel
@@ -245,7 +246,8 @@ def layer_costs(costs: CostSource, model: StepModel, layer: LayerOps, shape: Ste
         out.append(("gated rms_norm", 1, costs.elementwise(
             "rms_norm", t, width=mb.intermediate_size)))
     elif layer.kind == MLA:
-        raise NotImplementedError("MLA attention cores are not measured yet (FlashMLA)")
+        raise UsageError("no MLA attention table: FlashMLA and the MLA prefill path are not "
+                         "measured yet")
     if layer.moe is not None:
         e = layer.moe
         out.append(("router top-k", 1, costs.elementwise("router", t, experts=e.experts,

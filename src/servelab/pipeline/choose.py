@@ -19,7 +19,7 @@ reaching zero is not a measurement and is skipped).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from servelab.analysis.metrics import METRICS
@@ -35,6 +35,8 @@ from servelab.pipeline.planning import plan_source
 from servelab.plan.build import Plan
 from servelab.plan.request import PlanRequest, Speculation, StoreChoice
 from servelab.points import PointKey
+from servelab.published.runs import PublishedRun, published_for
+from servelab.sizing.specsource import AUTO, DEFAULT_METHOD
 from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
@@ -54,6 +56,8 @@ class ChooseRequest:
     endpoint: str | None = None
     store: StoreChoice = field(default_factory=StoreChoice)
     speculation: Speculation = field(default_factory=Speculation)
+    published: bool = True
+    """Show the shipped published figures for each build (``--no-published``: none)."""
 
 
 def measured_at(run: RunRecord, metric: str, prompt_len: int) -> Measurement | None:
@@ -100,9 +104,46 @@ def _runs_with_samples(db: str | None, hardware: str) -> list[RunRecord]:
 
 
 def _name(location: str) -> str:
-    """A short display name: a repo id as is, a path by its last part."""
+    """A short display name: a repo id as is, a folder of huggingface_hub's cache by its repo
+    id, another path by its last part."""
     path = Path(location)
-    return path.name if path.exists() else location
+    if not path.exists():
+        return location
+    return repo_id_of(location) or path.name
+
+
+CHOOSE_DRAFT_TOKENS = 3
+"""The draft length ``choose`` predicts a build's own MTP head at when no ``--draft-tokens``
+is given: the seed recipe serves its MTP head at k=3. The acceptance length is a stored run's
+or the published prior's (servelab.published.acceptance), never invented."""
+
+
+def _drafts_by_default(spec: Speculation, plan: Plan) -> bool:
+    """Whether to plan ``plan``'s build again drafting with its own MTP head: it ships a
+    usable one and the request set no speculative decoding of its own."""
+    return (spec.draft_tokens <= 0 and spec.acceptance == AUTO
+            and bool(plan.dims.mtp_layers and plan.weights.mtp_tensors))
+
+
+def repo_id_of(location: str) -> str | None:
+    """The Hub repo id a build comes from: a repo id as given (``hf://`` aside), or a folder
+    in huggingface_hub's cache (``models--ORG--NAME/snapshots/REV``); None for any other
+    local path (a folder's own name says nothing of where it came from)."""
+    path = Path(location)
+    if not path.exists():
+        rid = location.removeprefix("hf://").split("@", 1)[0].strip("/")
+        return rid if rid.count("/") == 1 else None
+    for part in reversed(path.absolute().parts):
+        if part.startswith("models--") and part.count("--") >= 2:
+            return part.removeprefix("models--").replace("--", "/", 1)
+    return None
+
+
+def _published(location: str, req: ChooseRequest) -> tuple[PublishedRun, ...]:
+    """The shipped published figures for the build at ``location`` on the request's
+    hardware (none with ``--no-published`` or where its repo id is not known)."""
+    rid = repo_id_of(location) if req.published else None
+    return published_for(rid, req.hardware.name) if rid else ()
 
 
 def _unique(names: Sequence[str], locations: Sequence[str]) -> list[str]:
@@ -118,7 +159,8 @@ def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[Run
     except ServelabError as exc:
         if named:
             raise
-        return Candidate(name, location, None, refused=f"cannot be read: {exc}")
+        return Candidate(name, location, None, refused=f"cannot be read: {exc}",
+                         published=_published(location, req))
     gguf = gguf_file(Path(location)) is not None  # a GGUF file, or a folder of one
     request = PlanRequest.for_build(
         name, req.hardware, engine="llamacpp" if gguf else DEFAULT_ENGINE,
@@ -127,13 +169,18 @@ def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[Run
     )
     try:
         plan = plan_source(source, request, every)
+        if not gguf and _drafts_by_default(req.speculation, plan):
+            plan = plan_source(source, replace(request, speculation=Speculation(
+                AUTO, DEFAULT_METHOD, CHOOSE_DRAFT_TOKENS, hint=False)), every)
     except ServelabError as exc:
-        return Candidate(name, location, None, refused=str(exc))
+        return Candidate(name, location, None, refused=str(exc),
+                         published=_published(location, req))
     hw = req.hardware.name
     return Candidate(
         name, location, plan,
         decode=_measured(measured, source.header_sha256, hw, "decode_tok_s", req.prompt_len),
         prefill=_measured(measured, source.header_sha256, hw, "prefill_tok_s", req.prompt_len),
+        published=_published(location, req),
     )
 
 

@@ -58,4 +58,5 @@ def plan_report(report: CheckpointReport, config: Mapping[str, Any] | None,
     checkpoint = planned_checkpoint(report, config, name=request.checkpoint,
                                     header_hash=header_hash, where=request.error_path,
                                     dtype=request.knobs.dtype)
-    return build_plan(request, checkpoint, evidence_for(request, header_hash, every))
+    return build_plan(request, checkpoint, evidence_for(request, header_hash, every,
+                                                        model_type=checkpoint.model_type))

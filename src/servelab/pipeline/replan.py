@@ -102,7 +102,7 @@ def _plan(run: RunRecord, config: Mapping[str, Any], report: Any, checkpoint: st
     knobs = EngineKnobs(
         max_model_len=_int(args.get("max_model_len")),
         kv_cache_memory_bytes=_int(args.get("kv_cache_memory_bytes")),
-        gpu_memory_utilization=float(args.get("gpu_memory_utilization", 0.9)),
+        gpu_memory_utilization=_float(args.get("gpu_memory_utilization")),
         kv_cache_dtype=str(args.get("kv_cache_dtype", "auto")),
     )
     hardware = run_profile(run)
@@ -110,6 +110,11 @@ def _plan(run: RunRecord, config: Mapping[str, Any], report: Any, checkpoint: st
                                      engine_version=run.engine_version or "", knobs=knobs,
                                      store=StoreChoice(use=False))
     return plan_report(report, config, None, request, [])
+
+
+def _float(v: Any) -> float | None:
+    """A logged float flag, or None when the run left it at the engine's default."""
+    return None if v is None else float(v)
 
 
 def _int(v: Any) -> int | None:

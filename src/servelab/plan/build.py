@@ -17,6 +17,8 @@ Pure: a :class:`~servelab.plan.request.PlanRequest`, the checkpoint as read once
      "fits": {"fits", "headroom_bytes", "largest_context_at_concurrency_1"},
      "speed": {...SpeedPrediction: decode/prefill/mtp points (roofline bound, prediction
                with interval), decode_fit/prefill_fit (source, ±), each "predicted": true},
+     "kernel": {"path", "compute", "origin": "engine" | "profile", "reason", "source",
+                "calibrated_as", "risk", "layers": {"moe"?, "linear": {...KernelChoice}}},
      "parallel": {"layout": {...ParallelLayout, world_size, ...}, "gpus": int,
                   "weights_per_gpu": {...GpuWeights...}, "topology": {...},
                   "decode": [{context_len, memory_s, comm_s, comm: [...], tok_s,
@@ -26,6 +28,8 @@ Pure: a :class:`~servelab.plan.request.PlanRequest`, the checkpoint as read once
                      position_rates, measured} | null,
      "startup": {"max_num_seqs": {"value", "source"} | null,
                  "graph_capture": {"max_tokens", "source"} | null,
+                 "memory": {...StartupMemory: the engine's start-up memory check, verdict,
+                            passing_utilization, kv_budget_bytes...} | null,
                  "findings": [{check, predicted, conditional, message, fix, max_num_seqs,
                                max_num_seqs_source, mamba_blocks}]},
      "notes": [str]}
@@ -55,6 +59,7 @@ from servelab.predict.model import speed_for
 from servelab.predict.ops_speed import OperatorSpeed, operator_speed
 from servelab.predict.speed import SpeedPrediction
 from servelab.sizing.document import PLAN_SCHEMA
+from servelab.sizing.kernels import KernelAssumption, profile_assumption
 from servelab.sizing.kvpool import KvOptions, KvPoolPlan
 from servelab.sizing.kvseam import (
     AllocatedKvArithmetic,
@@ -72,6 +77,7 @@ from servelab.sizing.startup import (
     StartupFinding,
     StartupRules,
 )
+from servelab.sizing.startup_memory import REFUSES, StartupMemory
 from servelab.sizing.weights import Weights
 from servelab.units import GIB
 
@@ -136,9 +142,16 @@ class Plan:
         return self.pool.fits_one_request if self.pool is not None else True
 
     @property
+    def starts(self) -> bool:
+        """The engine's start-up memory check does not refuse at every stated free-memory
+        figure (True where no check applies)."""
+        return self.startup_memory is None or self.startup_memory.verdict != REFUSES
+
+    @property
     def fits(self) -> bool:
-        """The weights, overhead and KV pool fit the budget, and the pool holds one request."""
-        return self.memory.fits and self.fits_one_request
+        """The weights, overhead and KV pool fit the budget, the pool holds one request and
+        the engine's start-up memory check passes."""
+        return self.memory.fits and self.fits_one_request and self.starts
 
     def fit_sentence(self) -> str:
         """Whether it fits, why not when it does not, and the memory left, in one sentence.
@@ -154,6 +167,12 @@ class Plan:
         elif not mem.fits:
             why = (f"weights + KV pool + overhead ({gib(mem.total_bytes)}) exceed "
                    f"{gib(mem.budget_bytes)}")
+        elif not self.starts and self.startup_memory is not None:
+            sm = self.startup_memory
+            why = (f"vLLM refuses to start: it needs {gib(sm.requested_bytes)} free "
+                   f"({sm.utilization:g} x {gib(sm.total_bytes)})"
+                   + (f"; --gpu-memory-utilization {sm.passing_utilization:.2f} passes"
+                      if sm.passing_utilization is not None else ""))
         elif self.pool is not None and not self.pool.fits_one_request:
             why = (f"one request of {self.pool.max_model_len:,} tokens needs more KV than the "
                    f"{gib(mem.kv_pool_bytes)} pool holds; the largest context that fits is "
@@ -180,6 +199,12 @@ class Plan:
     """Start-up refusals the plan foresees (e.g. vLLM's mamba blocks vs max_num_seqs)."""
     checkpoint_hash: str | None = None
     """The checkpoint's header hash (stored runs of the same tensors are found by it)."""
+    kernels: KernelAssumption | None = None
+    """The kernel path the plan assumed for the build's weights, where it comes from (the
+    engine's own selection or the profile's table) and why; :attr:`speed` used it."""
+    startup_memory: StartupMemory | None = None
+    """The engine's start-up memory check on the memory it sees (None where the profile
+    states no free memory at start, or for a llama.cpp plan)."""
     startup_rules: StartupRules | None = field(default=None, repr=False, compare=False)
     """The engine's start-up rules the plan followed (the load model asks them for the step
     token budget at another ``max_num_batched_tokens``); None for a llama.cpp plan."""
@@ -225,11 +250,12 @@ class Plan:
             "kv_pool": self._kv_dict(),
             "memory": self.memory.to_dict(),
             "fits": {
-                "fits": self.memory.fits and self.fits_one_request,
+                "fits": self.fits,
                 "headroom_bytes": self.memory.headroom_bytes,
                 "largest_context_at_concurrency_1": self.largest_context_c1,
             },
             "speed": self.speed.to_dict(),
+            "kernel": self.kernels.to_dict() if self.kernels else None,
             "parallel": {
                 "layout": self.layout.to_dict(),
                 "gpus": self.layout.world_size,
@@ -241,6 +267,7 @@ class Plan:
             "startup": {
                 "max_num_seqs": self.max_num_seqs.to_dict() if self.max_num_seqs else None,
                 "graph_capture": self.graph_capture.to_dict() if self.graph_capture else None,
+                "memory": self.startup_memory.to_dict() if self.startup_memory else None,
                 "findings": [f.to_dict() for f in self.findings],
             },
             "step_costs": self._step_costs(),
@@ -279,6 +306,7 @@ class _Sized:
     seqs: MaxNumSeqs | None = None
     graphs: GraphCapture | None = None
     findings: tuple[StartupFinding, ...] = ()
+    startup_memory: StartupMemory | None = None
 
 
 def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence) -> Plan:
@@ -302,6 +330,10 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
     else:
         sized = _pooled(arithmetic, r, checkpoint, gpu_w, _draft_method(evidence))
     notes = sized.notes
+    kernels = _kernels(r, checkpoint)
+    notes.append(kernels.line)
+    if kernels.risk:
+        notes.append(f"kernel-path risk: {kernels.path.name} on {hardware.arch}: {kernels.risk}")
     if dims.mtp_layers and not weights.mtp_tensors:
         notes.append(
             f"config declares {dims.mtp_layers} MTP layer(s) but the checkpoint ships no mtp.* "
@@ -312,6 +344,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         prompt_lens=r.prompt_lens, kv_dtype_bytes=sized.kv_dtype_bytes,
         ssm_dtype=sized.ssm_dtype, draft_tokens=r.speculation.draft_tokens,
         graph_tokens=sized.graphs.max_tokens if sized.graphs is not None else None,
+        kernel_path=kernels.path,
     )
     ops = operator_speed(speed, checkpoint.config, scheme=weights.scheme,
                          hardware=hardware.name, engine=r.engine, gpus=lay.gpus_per_replica,
@@ -355,10 +388,22 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         max_num_seqs=sized.seqs,
         graph_capture=sized.graphs,
         findings=sized.findings,
+        startup_memory=sized.startup_memory,
+        kernels=kernels,
         checkpoint_hash=checkpoint.header_hash,
         startup_rules=r.startup_rules,
         operator=ops if ops.used else None,
     )
+
+
+def _kernels(r: PlanRequest, checkpoint: Checkpoint) -> KernelAssumption:
+    """The kernel path the plan assumes: the engine's own selection where its rules read one
+    (vLLM's), else the hardware profile's table."""
+    if r.startup_rules is None or checkpoint.weights.scheme.startswith("gguf"):
+        return profile_assumption(r.hardware, checkpoint.weights,
+                                  f"servelab does not read {r.engine}'s kernel selection")
+    return r.startup_rules.kernels(checkpoint.scheme, checkpoint.weights, r.hardware,
+                                   r.engine_version, model_type=checkpoint.model_type)
 
 
 def _draft_method(evidence: Evidence) -> str:
@@ -420,6 +465,15 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
     seqs = rules.max_num_seqs(hardware, platform, knobs.layout, opts)
     graphs = rules.graph_capture(seqs, platform, opts, spec_tokens=draft_tokens)
     findings = rules.findings(kv, seqs, opts, hardware)
+    startmem = rules.memory_check(
+        hardware, r.engine_version, weights_bytes=gpu_w.per_gpu,
+        overhead_bytes=mem.overhead_bytes, overhead_source=mem.overhead_source,
+        gpu_memory_utilization=knobs.gpu_memory_utilization,
+        kv_cache_memory_bytes=knobs.kv_cache_memory_bytes)
+    if startmem is not None:
+        notes.append(f"memory as vLLM sees it: {mem.memory_source}; {startmem.line}")
+        if (found := rules.memory_finding(startmem)) is not None:
+            findings = (*findings, found)
     if draft_tokens and spec_method == "mtp" and weights.mtp_tensors and dims.mtp_layers:
         notes.append(
             f"{dims.mtp_layers} MTP draft attention layer(s) and "
@@ -434,7 +488,7 @@ def _pooled(arithmetic: PooledKvArithmetic, r: PlanRequest, checkpoint: Checkpoi
             "log"
         )
     return _Sized(kv, mem, longest, platform, notes, kv.kv_dtype_bytes,
-                  kv.mamba_ssm_dtype or "float32", seqs, graphs, findings)
+                  kv.mamba_ssm_dtype or "float32", seqs, graphs, findings, startmem)
 
 
 def _layout_notes(sized: _Sized, dims: ModelDims, weights: Weights, hardware: HardwareProfile,
@@ -460,7 +514,7 @@ def _pooled_kv(
     opts: KvOptions,
     *,
     kv_cache_memory_bytes: int | None,
-    gpu_memory_utilization: float,
+    gpu_memory_utilization: float | None,
     overhead_bytes: int | None,
 ) -> tuple[KvPoolPlan, MemoryPlan, int]:
     """The memory budget, the engine's KV pool and the largest context at concurrency 1."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from servelab.checkpoint.quant import QuantScheme, detect_quant
 from servelab.checkpoint.report import CheckpointReport
 from servelab.errors import ServelabError, UsageError
 from servelab.families import DTYPE_BYTES, ModelDims, family_for, model_dims
@@ -30,6 +31,22 @@ class Checkpoint:
     weights: Weights
     header_hash: str | None = None
     """The checkpoint's header hash (stored runs of the same tensors are found by it)."""
+    quant: QuantScheme | None = None
+    """Its declared quantization (``config.json`` / ``hf_quant_config.json``); None: read
+    from :attr:`config` (:attr:`scheme`)."""
+
+    @property
+    def scheme(self) -> QuantScheme:
+        """Its declared quantization, as the engine's kernel selection reads it."""
+        return self.quant if self.quant is not None else detect_quant(self.config)
+
+    @property
+    def model_type(self) -> str | None:
+        """The text model's ``model_type`` (``text_config``'s where there is one)."""
+        text = self.config.get("text_config")
+        if isinstance(text, Mapping) and text.get("model_type"):
+            return str(text["model_type"])
+        return str(self.config["model_type"]) if self.config.get("model_type") else None
 
     @classmethod
     def of(cls, config: Mapping[str, Any], weights: Weights, *,
@@ -70,7 +87,7 @@ def planned_checkpoint(
     config, weights = apply_dtype_flag(config, weights, dtype, dims.dtype_bytes)
     if dtype is not None and dtype != "auto":
         dims = replace(dims, dtype=dtype)
-    return Checkpoint(config, dims, report.family, weights, header_hash)
+    return Checkpoint(config, dims, report.family, weights, header_hash, report.quant)
 
 
 def check_dtype_flag(dtype: str | None) -> None:

@@ -55,7 +55,7 @@ def calibration_for(
     stored = [s for s in everything if s.hardware == hardware.name]
     table = priors or load_priors()
     path = path or hardware.kernel_path(weights.scheme, moe=weights.moe)
-    target = Target(engine=engine, kernel_path=path.name, hardware=hardware.name, model=model,
+    target = Target(engine=engine, kernel_path=path.key, hardware=hardware.name, model=model,
                     family=family)
     roof = roofline_coefficients(hardware, path.compute)
     low = lower_bounds(hardware, path.compute)
@@ -79,6 +79,7 @@ def draft_for(
     engine: str = "vllm",
     model: str = "",
     priors: PriorTable | None = None,
+    path: KernelPath | None = None,
 ) -> DraftFit | None:
     """The draft term of ``method`` for ``weights`` on ``hardware``
     (:func:`servelab.predict.spec.draft_fit_for`) from the measured steps among ``samples``
@@ -94,8 +95,8 @@ def draft_for(
             profiles[name] = BUILTIN[name]
     stored = [s for s in samples if s.hardware in profiles]
     pri = [s for s in table.samples if s.hardware in profiles]
-    target = Target(engine, hardware.kernel_path(weights.scheme, moe=weights.moe).name,
-                    hardware.name, model)
+    path = path or hardware.kernel_path(weights.scheme, moe=weights.moe)
+    target = Target(engine, path.key, hardware.name, model)
     return draft_fit_for(
         target, method, stored, pri,
         lambda s: roofline_coefficients(profiles[s.hardware], s.compute)["decode"],

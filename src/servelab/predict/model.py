@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from servelab.families import ModelDims
-from servelab.hardware.profiles import HardwareProfile
+from servelab.hardware.profiles import HardwareProfile, KernelPath
 from servelab.predict.calibration import calibration_for, draft_for
 from servelab.predict.evidence import Evidence
 from servelab.predict.priors import load_priors
@@ -34,13 +34,15 @@ def speed_for(
     ssm_dtype: str,
     draft_tokens: int,
     graph_tokens: int | None,
+    kernel_path: KernelPath | None = None,
 ) -> SpeedPrediction:
     """Predict ``weights`` on ``hardware`` for ``engine``: fitted from ``evidence`` (the
     stored samples on that hardware over its priors; ``engine`` picks that engine's own
     calibration, ``family`` says whether the calibration set has seen the model's family),
     speculative decode at the evidence's acceptance lengths with the draft term its steps
     give."""
-    path = hardware.kernel_path(weights.scheme, moe=weights.moe)  # worked out once, here
+    # worked out once: the plan's (the engine's selection), else the profile's table
+    path = kernel_path or hardware.kernel_path(weights.scheme, moe=weights.moe)
     table = evidence.priors or load_priors()
     calibration = evidence.calibration
     if calibration is None and evidence.calibrate:
@@ -52,7 +54,7 @@ def speed_for(
     draft = None
     if spec is not None and spec.lengths:
         draft = draft_for(evidence.draft_samples, hardware, weights, spec.method, engine=engine,
-                          model=evidence.leave_out, priors=table)
+                          model=evidence.leave_out, priors=table, path=path)
     return predict_speed(
         weights,
         dims,
@@ -66,5 +68,9 @@ def speed_for(
         graph_tokens=graph_tokens,
         kernel_path=path,
         spec_method=spec.method if spec is not None else DEFAULT_METHOD,
+        # a published prior's range widens the speculative interval (a measured or given
+        # length is the length)
+        acceptance_range=spec.spread if spec is not None and spec.kind == "published"
+        else None,
         draft=draft,
     )

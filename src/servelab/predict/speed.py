@@ -14,6 +14,7 @@ prediction, only the bound.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -128,6 +129,21 @@ def _predicted(
     return tok_s, band[0], band[1]
 
 
+def _widened(tok: float | None, lo: float | None, hi: float | None,
+             ends: Sequence[float | None], *, mroof_hi: float) -> tuple[float | None,
+                                                                      float | None]:
+    """The interval ``lo``..``hi`` about ``tok`` widened by a second, independent uncertainty:
+    the point at the ends of the acceptance range (``ends``). The two relative errors add
+    in quadrature on a log scale (the fit's error and the acceptance's are independent);
+    the top stays under the roofline at the range's high end."""
+    if tok is None or lo is None or hi is None or None in ends or tok <= 0:
+        return lo, hi
+    at = [float(e) for e in ends if e is not None]
+    down = math.hypot(math.log(tok / lo), math.log(tok / min(min(at), tok)))
+    up = math.hypot(math.log(hi / tok), math.log(max(max(at), tok) / tok))
+    return tok / math.exp(down), min(tok * math.exp(up), mroof_hi)
+
+
 def predict_speed(
     weights: Weights,
     dims: ModelDims,
@@ -143,6 +159,7 @@ def predict_speed(
     kernel_path: KernelPath | None = None,
     spec_method: str = "mtp",
     draft: DraftFit | None = None,
+    acceptance_range: tuple[float, float] | None = None,
 ) -> SpeedPrediction:
     """Predict decode and prefill speed on ``hardware`` (see module docs for the model).
     ``graph_tokens``: the largest step the engine captures a CUDA graph for
@@ -151,7 +168,9 @@ def predict_speed(
     ``weights`` take on ``hardware``, when the caller has worked it out already.
     ``spec_method`` / ``draft_tokens``: how the server drafts (its steps are stored with the
     plan); ``acceptance_lengths``: where to predict it, with the draft term ``draft``
-    (:func:`servelab.predict.spec.draft_fit_for`; None: none measured, the form alone)."""
+    (:func:`servelab.predict.spec.draft_fit_for`; None: none measured, the form alone);
+    ``acceptance_range``: where the acceptance length itself is uncertain (a published
+    prior's range), the interval runs from the low end's low to the high end's high."""
     if not prompt_lens or any(p <= 0 for p in prompt_lens):
         raise UsageError("prompt lengths must be positive integers")
     if ssm_dtype not in DTYPE_BYTES:
@@ -265,6 +284,11 @@ def predict_speed(
                 )
             mroof = a * bw / step.step_bytes
             tok, lo, hi = predict_step(dfit, draft, step, on, a, mroof)
+            if acceptance_range is not None and None not in (tok, lo, hi):
+                lo, hi = _widened(tok, lo, hi, [
+                    predict_step(dfit, draft, step, on, x, x * bw / step.step_bytes)[0]
+                    for x in acceptance_range], mroof_hi=max(acceptance_range) * bw
+                    / step.step_bytes)
             mtp.append(
                 MtpPoint(
                     acceptance_length=a,

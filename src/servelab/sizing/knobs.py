@@ -24,7 +24,9 @@ class EngineKnobs:
 
     max_model_len: int | None = None
     kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None
+    """``None``: the engine's default (vLLM's 0.92, :data:`servelab.sizing.memory.
+    DEFAULT_GPU_MEMORY_UTILIZATION`)."""
     kv_cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
     overhead_bytes: int | None = None

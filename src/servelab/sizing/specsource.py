@@ -21,7 +21,7 @@ NONE: Final = "none"
 DEFAULT_METHOD = "mtp"
 
 AcceptanceOption = Literal["auto", "none"] | tuple[float, ...]
-SourceKind = Literal["given", "measured", "none"]
+SourceKind = Literal["given", "measured", "published", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,8 @@ class AcceptanceSource:
             lengths = ", ".join(f"{a:g}" for a in self.lengths)
             return f"acceptance length {lengths} ({what}): given (--mtp-acceptance)"
         (a,) = self.lengths
+        if self.kind == "published":
+            return self.detail  # the prior's own line: value, range, sources
         text = f"acceptance length {a:.3f} ({what}): {self.detail}"
         if self.spread is not None and len(self.run_ids) > 1:
             text += f"; per run {self.spread[0]:.3f} to {self.spread[1]:.3f}"

@@ -14,10 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from servelab.checkpoint.quant import QuantScheme
 from servelab.families import ModelDims
 from servelab.hardware.profiles import HardwareProfile
+from servelab.sizing.kernels import KernelAssumption
 from servelab.sizing.kvpool import KvPoolPlan
 from servelab.sizing.layout import ParallelLayout
+from servelab.sizing.startup_memory import StartupMemory
 from servelab.sizing.weights import Weights
 
 __all__ = ["BatchedTokens", "GraphCapture", "MaxNumSeqs", "StartupFinding", "StartupOptions",
@@ -96,9 +99,9 @@ class StartupFinding:
     conditional: bool  # it depends on the graph mode, which servelab cannot know here
     message: str
     fix: str
-    max_num_seqs: int
-    max_num_seqs_source: str
-    mamba_blocks: int
+    max_num_seqs: int = 0
+    max_num_seqs_source: str = ""
+    mamba_blocks: int = 0
 
     @property
     def line(self) -> str:
@@ -153,4 +156,24 @@ class StartupRules(Protocol):
                    kv: KvPoolPlan, platform: str) -> tuple[str, ...]:
         """What the engine's rules say of a plan of this pool: flags without effect, start-ups
         it refused, costs the speed model does not carry (none when nothing applies)."""
+        ...
+
+    def memory_check(self, hardware: HardwareProfile, version: str, *, weights_bytes: int,
+                     overhead_bytes: int, overhead_source: str,
+                     gpu_memory_utilization: float | None,
+                     kv_cache_memory_bytes: int | None) -> StartupMemory | None:
+        """The engine's start-up memory check on ``hardware`` as it sees its memory (None
+        where the profile states no free memory at start to check against)."""
+        ...
+
+    def kernels(self, quant: QuantScheme, weights: Weights, hardware: HardwareProfile,
+                version: str, *, model_type: str | None = None) -> KernelAssumption:
+        """The kernel path the engine ``version`` takes for a build declaring ``quant`` on
+        ``hardware`` (its routed experts' for a MoE model, its linear layers' otherwise), with
+        the reason; the profile's table where the engine's selection is not known, said so."""
+        ...
+
+    def memory_finding(self, check: StartupMemory) -> StartupFinding | None:
+        """The refusal a start-up memory check foresees (None when it starts at every stated
+        free-memory figure, or cannot tell)."""
         ...

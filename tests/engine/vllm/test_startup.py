@@ -182,6 +182,7 @@ def test_plan_of_a_recipe_reads_its_max_num_seqs(
     assert doc["startup"] == {"max_num_seqs": {"value": 64, "source": "--max-num-seqs"},
                               "graph_capture": {"max_tokens": 128, "source":
                                                 "vLLM: min(2 x max_num_seqs 64, 512)"},
+                              "memory": None,  # the H200 profile states no free memory
                               "findings": []}
     assert_one_line_errors([(["plan", str(quiet), "--max-num-seqs", "8"],
                              "--max-num-seqs: a recipe sets its engine's flags")], capsys)

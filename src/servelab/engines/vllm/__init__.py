@@ -125,7 +125,7 @@ class VllmEngine(LogParsingEngine):
         return EngineKnobs(
             max_model_len=f.max_model_len,
             kv_cache_memory_bytes=f.kv_cache_memory_bytes,
-            gpu_memory_utilization=f.gpu_memory_utilization or 0.9,
+            gpu_memory_utilization=f.gpu_memory_utilization,
             kv_cache_dtype=f.kv_cache_dtype or "auto",
             enable_prefix_caching=f.enable_prefix_caching is not False,
             dtype=f.dtype,

@@ -28,82 +28,31 @@ Pure: figures in, a frozen :class:`StartupMemory` out.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 from servelab.engines.vllm.kernels.device import READ_VERSIONS, read_version, version_tuple
 from servelab.hardware.profiles import EngineMemory
-from servelab.units import GIB
+from servelab.sizing.memory import DEFAULT_GPU_MEMORY_UTILIZATION
+from servelab.sizing.startup_memory import (
+    DEPENDS,
+    NO_CHECK,
+    NOT_KNOWN,
+    REFUSES,
+    STARTS,
+    FreeCheck,
+    StartupMemory,
+    gib_text,
+)
+
+__all__ = ["CHECK_SOURCE", "DEFAULT_UTILIZATION", "DEPENDS", "NOT_KNOWN", "NO_CHECK",
+           "REFUSES", "STARTS", "FreeCheck", "StartupMemory", "free_figures",
+           "passing_utilization", "requested_bytes", "startup_memory"]
 
 #: ``CacheConfig.gpu_memory_utilization``'s default in 0.24.0-0.33.0 (``DEFAULT_GPU_MEMORY_
 #: UTILIZATION`` in 0.34.0 when the extensible KV cache is off).
-DEFAULT_UTILIZATION = 0.92
+DEFAULT_UTILIZATION = DEFAULT_GPU_MEMORY_UTILIZATION
 EXTENSIBLE_FROM = (0, 34, 0)
 CHECK_SOURCE = ("vllm/v1/worker/utils.py request_memory (from gpu_worker.py "
                 "Worker.init_device)")
-STARTS, REFUSES, DEPENDS, NO_CHECK, NOT_KNOWN = (
-    "starts", "refuses", "depends on free memory", "no check", "not known")
-
-
-@dataclass(frozen=True)
-class FreeCheck:
-    """The check at one stated free-memory figure."""
-
-    free_bytes: int
-    source: str
-    starts: bool
-
-
-@dataclass(frozen=True)
-class StartupMemory:
-    """Whether vLLM starts at a utilization, and the KV budget it gets."""
-
-    version: str
-    total_bytes: int
-    utilization: float
-    utilization_source: str
-    requested_bytes: int
-    checks: tuple[FreeCheck, ...]
-    verdict: str  # STARTS | REFUSES | DEPENDS | NO_CHECK | NOT_KNOWN
-    passing_utilization: float | None  # the largest (0.01 steps) that passes at every figure
-    kv_budget_bytes: int | None
-    kv_source: str
-    source: str
-
-    @property
-    def line(self) -> str:
-        """One line for a terminal: the verdict, the figures and the fix."""
-        gib = _gib
-        if self.verdict == NOT_KNOWN:
-            return f"start-up memory check: not known ({self.source})"
-        if self.verdict == NO_CHECK:
-            return f"vLLM {self.version} skips the free-memory check ({self.source})"
-        head = (f"vLLM {self.version} asks for {self.utilization:g} x {gib(self.total_bytes)} "
-                f"= {gib(self.requested_bytes)} at start ({self.utilization_source})")
-        figures = "; ".join(
-            f"{'starts' if c.starts else 'refuses'} with {gib(c.free_bytes)} free ({c.source})"
-            for c in self.checks)
-        fix = ""
-        if self.verdict != STARTS and self.passing_utilization is not None:
-            fix = f"; --gpu-memory-utilization {self.passing_utilization:.2f} passes"
-        return f"{head}: {figures}{fix}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "version": self.version, "total_bytes": self.total_bytes,
-            "utilization": self.utilization, "utilization_source": self.utilization_source,
-            "requested_bytes": self.requested_bytes,
-            "checks": [{"free_bytes": c.free_bytes, "source": c.source, "starts": c.starts}
-                       for c in self.checks],
-            "verdict": self.verdict, "passing_utilization": self.passing_utilization,
-            "kv_budget_bytes": self.kv_budget_bytes, "kv_source": self.kv_source,
-            "source": self.source,
-        }
-
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:,.2f} GiB"
 
 
 def requested_bytes(total_bytes: int, utilization: float) -> int:
@@ -173,8 +122,8 @@ def startup_memory(
     util_src = ("--gpu-memory-utilization" if given_util else
                 f"vLLM's default {DEFAULT_UTILIZATION} (vllm/config/cache.py CacheConfig)")
     req = requested_bytes(memory.total_bytes, util)
-    checks = tuple(FreeCheck(b, src, b >= req) for b, src in free_figures(
-        memory, measured_free_bytes))
+    checks = tuple(FreeCheck(b, src, b >= req, src.split(":", 1)[0])
+                   for b, src in free_figures(memory, measured_free_bytes))
     passed = [c.starts for c in checks]
     verdict = STARTS if all(passed) else REFUSES if not any(passed) else DEPENDS
     lowest = min(c.free_bytes for c in checks)
@@ -184,7 +133,7 @@ def startup_memory(
                   "start-up check still runs)")
     else:
         kv = req - weights_bytes - overhead_bytes
-        kv_src = (f"ceil({util:g} x {_gib(memory.total_bytes)}) - weights - overhead "
+        kv_src = (f"ceil({util:g} x {gib_text(memory.total_bytes)}) - weights - overhead "
                   f"({overhead_source}): gpu_worker.py determine_available_memory")
         if kv <= 0:
             kv_src += "; nothing is left for the KV cache"

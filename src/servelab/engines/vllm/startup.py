@@ -27,9 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from servelab.checkpoint.quant import QuantScheme
+from servelab.engines.vllm.kernels.assume import plan_kernels
+from servelab.engines.vllm.memcheck import startup_memory
 from servelab.families import FULL, LINEAR, ModelDims
 from servelab.hardware.graphs import OBSERVED_GRAPHS
 from servelab.hardware.profiles import HardwareProfile
+from servelab.sizing.kernels import KernelAssumption
 from servelab.sizing.kvpool import KvPoolPlan, has_mamba_layers
 from servelab.sizing.layout import ParallelLayout
 from servelab.sizing.startup import (
@@ -39,6 +43,7 @@ from servelab.sizing.startup import (
     StartupFinding,
     StartupOptions,
 )
+from servelab.sizing.startup_memory import DEPENDS, REFUSES, StartupMemory, gib_text
 from servelab.sizing.weights import Weights
 from servelab.units import GIB
 
@@ -61,6 +66,7 @@ GRAPHS_NONE = "no-full"  # --enforce-eager, -O0, or a mode without FULL graphs
 GRAPHS_ENGINE = "engine-default"  # vLLM picks by attention backend
 
 CHECK_MAMBA_BLOCKS = "mamba-blocks-vs-max-num-seqs"
+CHECK_FREE_MEMORY = "free-memory-at-start"
 
 def graph_mode(opts: StartupOptions) -> tuple[str, str]:
     """Whether the engine captures FULL graphs (``GRAPHS_*``) and why servelab says so."""
@@ -267,6 +273,30 @@ def _stage_without_attention(dims: ModelDims, stages: Sequence[tuple[int, int]])
     return any(FULL not in dims.layer_types[lo:hi] for lo, hi in stages)
 
 
+def memory_finding(check: StartupMemory) -> StartupFinding | None:
+    """vLLM's "Free memory on device ... is less than desired GPU memory utilization"
+    refusal (``vllm/v1/worker/utils.py`` ``request_memory``), foreseen from a start-up
+    memory check: certain when every stated free-memory figure is below the request,
+    conditional when only some are."""
+    if check.verdict not in (REFUSES, DEPENDS):
+        return None
+    low = [c for c in check.checks if not c.starts]
+    ok = [c for c in check.checks if c.starts]
+    need = (f"vLLM {check.version} needs {gib_text(check.requested_bytes)} free at start "
+            f"(gpu_memory_utilization {check.utilization:g} x "
+            f"{gib_text(check.total_bytes)})")
+    if check.verdict == REFUSES:
+        message = f"{need}: it refuses to start with {', '.join(c.named for c in low)}"
+    else:
+        message = (f"{need}: it starts with {', '.join(c.named for c in ok)} but refuses "
+                   f"with {', '.join(c.named for c in low)}")
+    fix = (f"--gpu-memory-utilization {check.passing_utilization:.2f} passes at every stated "
+           "figure (a smaller KV pool), or free memory before starting"
+           if check.passing_utilization is not None else "free memory before starting")
+    return StartupFinding(check=CHECK_FREE_MEMORY, conditional=check.verdict == DEPENDS,
+                          message=message, fix=fix)
+
+
 class VllmStartupRules:
     """vLLM's start-up rules behind the planner's seam
     (:class:`~servelab.sizing.startup.StartupRules`)."""
@@ -300,6 +330,29 @@ class VllmStartupRules:
                    kv: KvPoolPlan, platform: str) -> tuple[str, ...]:
         """:func:`plan_notes`."""
         return plan_notes(dims, weights, layout, kv, platform)
+
+    def memory_check(self, hardware: HardwareProfile, version: str, *, weights_bytes: int,
+                     overhead_bytes: int, overhead_source: str,
+                     gpu_memory_utilization: float | None,
+                     kv_cache_memory_bytes: int | None) -> StartupMemory | None:
+        """:func:`servelab.engines.vllm.memcheck.startup_memory` on the profile's memory as
+        CUDA reports it; None without a stated free-memory figure (or on a CPU)."""
+        em = hardware.engine_memory
+        if em is None or hardware.platform != "cuda":
+            return None
+        return startup_memory(em, version=version, weights_bytes=weights_bytes,
+                              overhead_bytes=overhead_bytes, overhead_source=overhead_source,
+                              gpu_memory_utilization=gpu_memory_utilization,
+                              kv_cache_memory_bytes=kv_cache_memory_bytes)
+
+    def memory_finding(self, check: StartupMemory) -> StartupFinding | None:
+        """:func:`memory_finding`."""
+        return memory_finding(check)
+
+    def kernels(self, quant: QuantScheme, weights: Weights, hardware: HardwareProfile,
+                version: str, *, model_type: str | None = None) -> KernelAssumption:
+        """:func:`servelab.engines.vllm.kernels.assume.plan_kernels`."""
+        return plan_kernels(quant, weights, hardware, version, model_type=model_type)
 
 
 VLLM_STARTUP = VllmStartupRules()

@@ -1,0 +1,90 @@
+"""``servelab choose`` shows what someone published for a build on the hardware (issue 40):
+the seed's four builds, laid out as huggingface_hub's cache lays out a download, on
+dgx-spark at 262,144 tokens with an empty store; ``--no-published`` leaves them out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servelab.cli.app import main
+from servelab.pipeline.choose import repo_id_of
+
+pytestmark = pytest.mark.timeout(600)
+
+REPOS = {
+    "bf16": "Qwen/Qwen3.6-35B-A3B",
+    "fp8": "Qwen/Qwen3.6-35B-A3B-FP8",
+    "nvfp4a16": "nvidia/Qwen3.6-35B-A3B-NVFP4A16",
+    "nvfp4-fast": "unsloth/Qwen3.6-35B-A3B-NVFP4-Fast",
+}
+
+
+@pytest.fixture(scope="module")
+def hub_cache(seed_builds: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, Path]:
+    """The seed builds at ``models--ORG--NAME/snapshots/REV`` (symlinked replicas)."""
+    root = tmp_path_factory.mktemp("hub")
+    out = {}
+    for key, repo in REPOS.items():
+        snap = root / f"models--{repo.replace('/', '--')}" / "snapshots" / "0123abcd"
+        snap.parent.mkdir(parents=True)
+        snap.symlink_to(seed_builds[key], target_is_directory=True)
+        out[key] = snap
+    return out
+
+
+def _choose(builds: dict[str, Path], capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    try:
+        main(["choose", *(str(builds[k]) for k in REPOS), "-H", "dgx-spark", "-c", "262144",
+              "--no-store", *extra])
+    except SystemExit as exc:
+        assert exc.code in (0, None), capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def test_repo_id_of_a_build() -> None:
+    assert repo_id_of("hf://unsloth/Qwen3.6-35B-A3B-NVFP4-Fast@main") == \
+        "unsloth/Qwen3.6-35B-A3B-NVFP4-Fast"
+    assert repo_id_of("Qwen/Qwen3.6-35B-A3B-FP8") == "Qwen/Qwen3.6-35B-A3B-FP8"
+    assert repo_id_of("not-a-repo") is None
+    assert repo_id_of(str(Path(__file__).parent)) is None  # a folder's name is not a repo
+
+
+def test_choose_shows_published_figures_beside_the_prediction(
+    hub_cache: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = json.loads(_choose(hub_cache, capsys, "--json"))
+    rows = {r["build"]: r for r in doc["builds"]}
+    assert set(rows) == set(REPOS.values())  # a cached download is named by its repo id
+    fast = rows["unsloth/Qwen3.6-35B-A3B-NVFP4-Fast"]
+    assert doc["pick"]["build"] == fast["build"]
+    published = {(p.get("spec"), p["value"]) for p in fast["published"]}
+    assert published == {(None, 67.9), ("mtp k=3", 106.5)}
+    for p in fast["published"]:
+        assert p["source"].startswith("seed recipe page") and p["date"] == "2026-07-28"
+    # shown, never fitted: the decode figure stays the prediction
+    assert fast["decode"]["source"] == "predicted" and fast["decode"]["tok_s"] != 67.9
+    reason = doc["pick"]["reason"]
+    assert "published: 67.9 tok/s decode, vllm 0.24.0 (seed recipe page" in reason
+    assert "published: 106.5 tok/s decode, MTP k=3, vllm 0.24.0 (seed recipe page" in reason
+    assert {p["value"] for p in rows["nvidia/Qwen3.6-35B-A3B-NVFP4A16"]["published"]} == {42.57}
+    assert len(rows["Qwen/Qwen3.6-35B-A3B-FP8"]["published"]) > 1
+    text = _choose(hub_cache, capsys)
+    assert ("unsloth/Qwen3.6-35B-A3B-NVFP4-Fast: published: 106.5 tok/s decode, MTP k=3, "
+            "vllm 0.24.0 (seed recipe page") in " ".join(text.split())
+
+
+def test_no_published_leaves_the_prediction_alone(
+    hub_cache: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with_pub = json.loads(_choose(hub_cache, capsys, "--json"))
+    doc = json.loads(_choose(hub_cache, capsys, "--json", "--no-published"))
+    assert all(r["published"] == [] for r in doc["builds"])
+    assert "published:" not in doc["pick"]["reason"]
+    # the ranking and its reason are the prediction's own either way
+    assert [r["build"] for r in doc["builds"]] == [r["build"] for r in with_pub["builds"]]
+    assert with_pub["pick"]["reason"].startswith(doc["pick"]["reason"].rsplit("; fits", 1)[0])
+    assert "published:" not in _choose(hub_cache, capsys, "--no-published")
