@@ -26,12 +26,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What ``run``'s block reads: the outcome, its ``--json`` document and the site built
-    after it (``--site``)."""
+    """What ``run``'s block reads: the outcome, its ``--json`` document, the site built
+    after it (``--site``) and the recipe file it ran."""
 
     outcome: RunOutcome
     doc: dict[str, Any]
     site: Path | None = None
+    recipe: Path | None = None
 
 
 def _headline(f: RunFacts) -> Text:
@@ -116,7 +117,11 @@ def run_next(f: RunFacts) -> str:
     """The one thing to do after the run: read why it failed, or publish what it measured."""
     o = f.outcome
     if not o.ok:
-        return f"read the engine log: {o.run_dir / 'engine.log'}"
+        log = o.run_dir / "engine.log"
+        if log.is_file() and log.stat().st_size > 0:
+            return f"read the engine log: {log}"
+        recipe = f.recipe if f.recipe is not None else "RECIPE.toml"
+        return f"fix what stopped it, then check the recipe: servelab recipe check {recipe}"
     if f.site is not None:
         return f"open the page: {f.site}"
     return "publish it: servelab site build site/ (recipe pages from every stored run)"

@@ -346,7 +346,7 @@ def run(
         if site is not None:
             with err.status("rebuilding the site…", spinner="dots"):
                 index = rebuild_site(store, site)
-    _show(outcome, index, as_json, as_markdown, brief)
+    _show(outcome, index, as_json, as_markdown, brief, recipe)
     if not outcome.ok:
         raise typer.Exit(1)
 
@@ -364,37 +364,36 @@ def _port(port: str) -> int | str | None:
 
 
 def _show(outcome: RunOutcome, index: Path | None, as_json: bool, as_markdown: bool,
-          brief: bool = False) -> None:
+          brief: bool = False, recipe: Path | None = None) -> None:
     """The run's document as JSON; in a terminal the answer block, then (unless ``brief``)
-    the tables; as Markdown the tables and, on stderr, one line saying how it went."""
+    the tables that hold something; as Markdown those tables and, on stderr, one line
+    saying how it went."""
+    from servelab.evidence.acceptance import speculative_summary
+
     doc = outcome_doc(outcome, index)
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
         return
+    head = f"run {outcome.run_id}: {outcome.record.status}" + (
+        f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
+    )
+    kv = doc["kv_pool_tokens"]
+    graphs = graphs_table(doc)
+    spec = speculative_summary(outcome.record, outcome.plan)
+    tables = [*(summary_tables(outcome.summary) if outcome.summary else []),
+              *([_kv_table(doc)] if isinstance(kv, dict) and any(kv.values()) else []),
+              *([graphs] if graphs is not None else []),
+              *([speculative_table(spec)] if spec is not None else [])]
     if not as_markdown:
         from servelab.cli.run_block import RunFacts, run_block
         from servelab.cli.screen import Screen
 
         screen = Screen()
-        screen.show(run_block(RunFacts(outcome, doc, index)).renderable())
-        if brief:
+        screen.show(run_block(RunFacts(outcome, doc, index, recipe)).renderable())
+        if brief or not tables:
             return
         screen.heading("Details")
-    head = f"run {outcome.run_id}: {outcome.record.status}" + (
-        f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
-    )
-    kv_table = _kv_table(doc)
-    graphs = graphs_table(doc)
-    from servelab.evidence.acceptance import speculative_summary
-
-    spec = speculative_summary(outcome.record, outcome.plan)
-    emit(
-        "markdown" if as_markdown else "table",
-        doc=doc,
-        tables=[*summary_tables(outcome.summary), kv_table,
-                *([graphs] if graphs is not None else []),
-                *([speculative_table(spec)] if spec is not None else [])],
-    )
+    emit("markdown" if as_markdown else "table", doc=doc, tables=tables)
     if as_markdown:
         err.print(escape(head), soft_wrap=True)
         if index is not None:
