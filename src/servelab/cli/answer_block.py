@@ -331,14 +331,25 @@ def plan_next(f: PlanFacts) -> str:
             return (f"cap the context: servelab plan {p.checkpoint} -H {hw} --max-model-len "
                     f"{p.largest_context_c1}")
         if p.layout.is_single:
-            return (f"a smaller build (compare them: servelab choose BUILD... -H {hw}) or more "
-                    "GPUs (-tp 2)")
+            gpus = _gpus_for_weights(p)
+            more = f" or {gpus} GPUs (-tp {gpus})" if gpus is not None else ""
+            return f"a smaller build (compare them: servelab choose BUILD... -H {hw}){more}"
         return f"a smaller build, or more GPUs than {p.layout.world_size}"
     if p.findings:
         return f"fix: {p.findings[0].fix}"
     if f.recipe is not None:
         return f"measure it: servelab run {f.recipe}"
     return "measure it with a recipe: servelab recipe new; servelab run recipe.toml"
+
+
+def _gpus_for_weights(p: Plan) -> int | None:
+    """The fewest GPUs (2, 4 or 8) whose tensor-parallel shards of the weights, with the
+    overhead, leave each GPU's budget room for a KV pool; None when 8 do not."""
+    mem = p.memory
+    for gpus in (2, 4, 8):
+        if mem.weights_bytes / gpus + mem.overhead_bytes < mem.budget_bytes:
+            return gpus
+    return None
 
 
 def _next(f: PlanFacts) -> Line | None:
