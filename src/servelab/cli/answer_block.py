@@ -252,12 +252,18 @@ def _findings(f: PlanFacts) -> Line | None:
 
 
 def _decode(f: PlanFacts) -> Line | None:
-    sp = f.plan.speed
+    sp, par = f.plan.speed, f.plan.parallel_decode
     if not sp.decode:
         return None
     at = nearest([d.context_len for d in sp.decode])
     d = next(x for x in sp.decode if x.context_len == at)
     where = f"one stream at {at:,} tokens"
+    bound = next((x for x in par if x.context_len == at), None)
+    if bound is not None:  # a layout has a bound only; one GPU's prediction beside it
+        alone = ("" if d.predicted_tok_s is None else f"; one GPU alone: "
+                 f"{span(d.predicted_tok_s, d.predicted_low, d.predicted_high)} predicted")
+        return Line("decode", f"at most {tok(bound.tok_s)} tok/s on {f.plan.layout.label()} "
+                              f"(a bound, no prediction), {where}{alone}")
     if d.predicted_tok_s is None or d.predicted_low is None or d.predicted_high is None:
         return Line("decode", f"no prediction; roofline bound {tok(d.roofline_tok_s)} tok/s, "
                               f"{where}")
