@@ -258,7 +258,8 @@ def _decode(f: PlanFacts) -> Line | None:
     at = nearest([d.context_len for d in sp.decode])
     d = next(x for x in sp.decode if x.context_len == at)
     where = f"one stream at {at:,} tokens"
-    bound = next((x for x in par if x.context_len == at), None)
+    bound = None if f.plan.layout.is_single else next(
+        (x for x in par if x.context_len == at), None)
     if bound is not None:  # a layout has a bound only; one GPU's prediction beside it
         alone = ("" if d.predicted_tok_s is None else f"; one GPU alone: "
                  f"{span(d.predicted_tok_s, d.predicted_low, d.predicted_high)} predicted")
