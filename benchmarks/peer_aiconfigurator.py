@@ -50,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "ops"))
 
 from builds import build  # noqa: E402
+from export_runs import floors  # noqa: E402
 
 from servelab.ops.calibrate import Floor, Observed, held_out, price  # noqa: E402
 from servelab.ops.costs import Costs  # noqa: E402
@@ -57,24 +58,11 @@ from servelab.ops.step import measured_isolation  # noqa: E402
 from servelab.ops.tables import shipped  # noqa: E402
 from servelab.predict.priors import load_priors  # noqa: E402
 
-#: The host-floor probes (2 to 4 of a model's layers: the GPU has almost nothing to do per
-#: token, so a step's time is the engine's host work; RESULTS.md "the host's floor measured").
-PROBES = sorted((HERE / "gpu" / "results").glob("*/probes-h200.json"))
-_PROBE_FAMILY = {"llama": "llama", "qwen3-30b": "qwen3_moe", "qwen3-next": "qwen3_hybrid"}
-
 
 def probe_floors() -> list[tuple[str, float]]:
-    """(family, median decode step ms over all points) of every stored probe run."""
-    out = []
-    for f in PROBES:
-        doc = json.loads(f.read_text())
-        for r in doc["runs"] if isinstance(doc, dict) else doc:
-            fam = next((v for k, v in _PROBE_FAMILY.items() if r["model_id"].startswith(k)),
-                       None)
-            tpots = [s["tpot_s"] for s in r.get("samples", []) if s.get("tpot_s")]
-            if fam and tpots:
-                out.append((fam, statistics.median(tpots) * 1e3))
-    return out
+    """(family, median decode step ms over all points) of every stored probe run (the
+    host-floor probes: 2 to 4 of a model's layers, benchmarks/ops/export_runs.py)."""
+    return [(f["family"], f["ms"]) for f in floors()]
 
 
 @dataclass

@@ -4,6 +4,7 @@ GGUF build of Qwen3.6-35B-A3B, on dgx-spark at 262,144 tokens."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -106,12 +107,17 @@ def test_choose_table_with_drafts_and_an_slo(
     seed_builds: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = _run(_argv(seed_builds, "--no-store", "--draft-tokens", "3", "--mtp-acceptance",
-                     "2.5", "--slo", "tpot_p50=20"), capsys)
+                     "2.5", "--slo", "tpot_p50=20", "--wide"), capsys)
     assert "Builds on dgx-spark at a 262,144-token context" in out
-    assert "Download nvfp4-fast: nvfp4-fast" not in out  # the reason is not a tautology
     lines = out.splitlines()
-    pick = next(line for line in lines if line.startswith("Download "))
-    assert pick.startswith("Download nvfp4-fast: it ships a usable MTP draft head")
+    # the answer block: the pick and why, in the block's words (not a tautology)
+    assert lines[0] == "Download nvfp4-fast for dgx-spark at a 262,144-token context"
+    why = next(line for line in lines if line.startswith("why "))
+    # with drafts (--draft-tokens 3) it decodes faster than nvfp4a16, which has no head
+    assert re.fullmatch(r"why +decodes \d+% faster than nvfp4a16 and ships an MTP draft head",
+                        why), why
+    assert any(re.match(r"SLO +tpot_p50<=20ms: nvfp4-fast ", line) for line in lines), out
+    # --wide: every column and the full verdicts in the table
     # speculative decode is predicted only for the build that ships a head
     fast = next(line for line in lines if " nvfp4-fast " in line and "pick:" in line)
     assert fast.count("predicted") >= 3

@@ -103,6 +103,12 @@ def test_servelabs_own_warning_is_one_line_in_an_80_column_terminal(tmp_path: Pa
     out = _in_a_terminal(["plan", "nem", "-H", "dgx-spark", "--no-store",
                           "--kv-cache-memory-bytes", "1GiB", "--fits"], tmp_path)
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out)
-    [line] = [ln for ln in plain.splitlines() if "warning:" in ln]
-    # one line for the terminal to wrap, not a paragraph cut at 80 columns: the fix ends it
-    assert line.startswith("warning: max_num_seqs") and "fix: pass --max-num-seqs" in line
+    rows = plain.replace("\r", "").splitlines()
+    # issue 41: every row fits the terminal (servelab wraps at words, so that a terminal
+    # never cuts a row), and the warning is one message: one "warning:", its fix in it
+    assert max(map(len, rows)) <= 80, plain
+    [at] = [i for i, ln in enumerate(rows) if "warning:" in ln]
+    assert rows[at].startswith("warning: max_num_seqs"), plain
+    after = re.sub(r"\s+", " ", " ".join(rows[at:]))
+    message = after[:after.index("CUDA graphs up to")]  # the sentence printed after it
+    assert "fix: pass --max-num-seqs" in message and message.count("warning") == 1, plain

@@ -7,6 +7,7 @@ checks the run is stored as failed with the log tail, and no engine process is l
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,13 @@ def test_missing_checkpoint_is_recorded_as_a_failed_run(tmp_path: Path) -> None:
                      cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "inspect" in proc.stderr and "no/such/checkpoint" in proc.stderr
+    # issue 41: the answer block says it failed, why, and what to do; no empty tables follow
+    out = proc.stdout.splitlines()
+    assert re.fullmatch(r"run \S+ of missing-model: FAILED \(.*\)", out[0]), out
+    assert out[1].startswith("why      inspect:") and "Details" not in out, out
+    said = re.sub(r"\s+", "", proc.stdout)  # a long path folds under its label
+    assert "no/such/checkpoint:model.pathdoesnotexist" in said, out
+    assert f"nextfixwhatstoppedit,thenchecktherecipe:servelabrecipecheck{recipe}" in said, out
     with open_store(str(db)) as store:
         runs = store.list_runs(RunFilter())
     assert len(runs) == 1

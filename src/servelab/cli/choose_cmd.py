@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from servelab.cli.output import (
+    TABLE,
+    BriefOpt,
     CsvOpt,
     DbOpt,
     HardwareFileOpt,
     JsonOpt,
     MarkdownOpt,
     Table,
+    WideOpt,
     emit,
     pick_format,
 )
@@ -34,7 +37,7 @@ from servelab.errors import UsageError
 from servelab.units import GIB
 
 if TYPE_CHECKING:
-    from servelab.choose.rank import Choice, Row, SloTarget, Speed
+    from servelab.choose.rank import Choice, SloTarget, Speed
 
 BuildsArg = Annotated[list[str], typer.Argument(
     help="Builds: Hub repo ids, local checkpoint directories or GGUF files; with --discover, "
@@ -56,51 +59,6 @@ NoPublishedOpt = Annotated[bool, typer.Option(
     "the ranking and its reason are the prediction's own.")]
 HubEndpointOpt = Annotated[str | None, typer.Option(
     "--endpoint", help="Hub endpoint URL (default: HF_ENDPOINT or huggingface.co).")]
-
-COLUMNS = ("rank", "build", "engine", "scheme", "fits", "concurrency @ context", "KV pool",
-           "decode tok/s", "prefill tok/s", "speculative", "kernel path", "MTP head",
-           "GiB/token", "SLO", "verdict")
-
-
-def _speed(s: Speed | None) -> str:
-    if s is None:
-        return "–"
-    if s.tok_s is None:
-        return "no prediction" if "no prediction" in s.basis else "–"
-    text = f"{s.tok_s:,.1f}"
-    if s.low is not None and s.high is not None:
-        text += f" ({s.low:,.1f}–{s.high:,.1f})"
-    label = {"measured": "measured", "predicted": "predicted", "bound": "bound"}[s.source]
-    return f"{text} {label}"
-
-
-def _mtp(r: Row) -> str:
-    if r.mtp_usable:
-        return f"yes ({r.mtp_tensors} tensors)"
-    if r.mtp_declared_layers:
-        return "declared, none shipped"
-    return "no" if r.refused is None else "–"
-
-
-def table_rows(choice: Choice) -> list[list[str]]:
-    """The ranked table's cells (also the CSV)."""
-    rows = []
-    for r in choice.rows:
-        fits = "–" if r.fits is None else "yes" if r.fits else "no"
-        conc = f"{r.max_concurrency:,.2f}x" if r.max_concurrency is not None else "–"
-        kernel = r.kernel_path or "–"
-        if r.fallback:
-            kernel += " (fallback)"
-        rows.append([
-            str(r.rank) if r.rank is not None else "–", r.build, r.engine or "–",
-            r.scheme or "–", fits, conc,
-            f"{r.kv_pool_tokens:,} tokens" if r.kv_pool_tokens is not None else "–",
-            _speed(r.decode), _speed(r.prefill), _speed(r.speculative), kernel, _mtp(r),
-            f"{r.bytes_per_token / GIB:.3f}" if r.bytes_per_token is not None else "–",
-            r.slo or "–", r.verdict,
-        ])
-    return rows
-
 
 #: The ``--csv`` columns: one value each, units in the names (the table's cells carry them).
 CSV_COLUMNS = (
@@ -167,8 +125,14 @@ def choose(
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
     as_markdown: MarkdownOpt = False,
+    brief: BriefOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Rank builds of a model for one hardware profile: which to download, and why.
+
+    The answer comes first (the build to download, why, its KV pool, decode and prefill,
+    what to do next; --brief prints only that), then the ranked table (rank, build, fits,
+    users at the context, decode, verdict; --wide: every column) and each verdict in full.
 
     Reads each build's headers only, plans it (fit, KV pool, concurrency at --context) and
     predicts its decode and prefill at --prompt-len with intervals; measured numbers from
@@ -188,6 +152,11 @@ def choose(
         published=not no_published,
     )
     result = choose_builds(req)
+    from servelab.cli.choose_view import COLUMNS, render_choice, table_rows
+
+    if fmt == TABLE:
+        render_choice(result, brief=brief, wide=wide)
+        return
     title = (f"Builds on {result.hardware} at a {result.context_len:,}-token context "
              f"(decode and prefill at a {result.prompt_len:,}-token prompt)")
     pick = (f"Download {result.pick}: {result.reason}" if result.pick
@@ -204,4 +173,4 @@ def register(app: typer.Typer) -> None:
     app.command("choose")(choose)
 
 
-__all__ = ["COLUMNS", "CSV_COLUMNS", "choose", "csv_rows", "register", "table_rows"]
+__all__ = ["CSV_COLUMNS", "choose", "csv_rows", "register"]

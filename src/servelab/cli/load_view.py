@@ -4,37 +4,35 @@ the highest load that meets an SLO, printed after the plan (or under ``load`` in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
+from rich import box
 from rich.table import Table
+from rich.text import Text
 
+from servelab.cli.screen import Screen
 from servelab.errors import UsageError
 from servelab.plan.load import LoadAnswer, LoadRequest
-
-if TYPE_CHECKING:
-    pass
 
 
 def _num(x: float, digits: int) -> str:
     return f"{x:,.{digits}f}"
 
 
-def render(ans: LoadAnswer, console: Console) -> None:
+def render(ans: LoadAnswer, screen: Screen) -> None:
     """The load table, the SLO capacities and where the figures come from."""
+    screen.heading("Under load (predicted)")
     if ans.reason is not None:
-        console.print(f"[yellow]no load prediction:[/] {escape(ans.reason)}")
+        screen.say(Text.assemble(("no load prediction:", "yellow"), " ", ans.reason))
         for m in ans.measured:
             unit = "streams" if m.variable == "concurrency" else "req/s"
             value = "none" if m.capacity is None else f"{m.capacity:g} {unit}"
-            console.print(f"measured SLO capacity at {m.prompt_len:,} tokens ({escape(m.slo)}, "
-                          f"{m.output_len} output tokens): {value} (run {escape(m.run_id)})")
+            screen.say(f"measured SLO capacity at {m.prompt_len:,} tokens ({m.slo}, "
+                       f"{m.output_len} output tokens): {value} (run {m.run_id})")
         return
     lp = ans.load
     if lp is not None:
-        t = Table(title="Under load (predicted; each figure within the row's ±)",
-                  title_justify="left")
+        screen.say("each figure within the row's ±")
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False)
         for c in ("prompt", "load", "TPOT ms", "TTFT ms", "TTFT p99", "tok/s/stream",
                   f"tok/s/GPU ({lp.gpus})", "±", "admitted", "queued"):
             t.add_column(c, justify="right")
@@ -45,29 +43,29 @@ def render(ans: LoadAnswer, console: Console) -> None:
                       _num(p.ttft_s.value * 1e3, 0), _num(p.ttft_p99_s.value * 1e3, 0),
                       _num(p.stream_tok_s.value, 1), _num(p.output_tok_s_per_gpu.value, 0), pm,
                       f"{p.max_admitted:,}", f"{p.queued}/{p.requests}")
-        console.print(t)
-        console.print(f"step budget {lp.max_num_batched_tokens:,} tokens "
-                      f"({escape(lp.max_num_batched_tokens_source)}); max_num_seqs "
-                      f"{lp.max_num_seqs:,} ({escape(lp.max_num_seqs_source)}); admitted: "
-                      "requests of that length the KV pool holds at once")
-        console.print(f"load: {escape(lp.source)}; {escape(lp.error_basis)}")
+        screen.show(t)
+        screen.say(f"step budget {lp.max_num_batched_tokens:,} tokens "
+                   f"({lp.max_num_batched_tokens_source}); max_num_seqs "
+                   f"{lp.max_num_seqs:,} ({lp.max_num_seqs_source}); admitted: "
+                   "requests of that length the KV pool holds at once")
+        screen.say(f"load: {lp.source}; {lp.error_basis}")
         for n in lp.notes:
-            console.print(f"[yellow]note:[/] {escape(n)}")
+            screen.say(Text.assemble(("note:", "yellow"), " ", n))
     for cap in ans.capacities:
         unit = "streams" if cap.variable == "concurrency" else "req/s"
-        head = f"predicted SLO capacity at {cap.prompt_len:,} tokens ({escape(cap.slo)}): "
+        head = f"predicted SLO capacity at {cap.prompt_len:,} tokens ({cap.slo}): "
         measured = "".join(
             f"; measured {'none' if m.capacity is None else f'{m.capacity:g}'} {unit} "
             f"(run {m.run_id})" for m in ans.measured_for(cap))
         if cap.capacity is None:
-            console.print(head + "none (the lowest load misses it)" + escape(measured))
+            screen.say(head + "none (the lowest load misses it)" + measured)
             continue
         lo = "none" if cap.low is None else f"{cap.low:g}"
         hi = "none" if cap.high is None else f"{cap.high:g}"
         band = f"steps ±{cap.rel_error * 100:.0f}%: {lo}–{hi}"
         if cap.no_prediction:
             band += "; no prediction: steps that uncertain span more than 4x"
-        console.print(head + f"{cap.capacity:g} {unit} ({band})" + escape(measured))
+        screen.say(head + f"{cap.capacity:g} {unit} ({band})" + measured)
 
 
 def parse_request(prompt_lens: Sequence[int], output_len: int, concurrency: Sequence[int],

@@ -37,6 +37,10 @@ JsonOpt = Annotated[
 ]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="Print the main table as CSV.")]
 MarkdownOpt = Annotated[bool, typer.Option("--markdown", help="Print tables as Markdown.")]
+BriefOpt = Annotated[bool, typer.Option(
+    "--brief", help="Print only the answer block (at most 10 lines), not the details.")]
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help="Every column in the tables (the default fits 80 columns).")]
 DbOpt = Annotated[
     str | None,
     typer.Option(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,9 +19,11 @@ from rich.table import Table
 from servelab.cli.output import (
     JSON,
     MARKDOWN,
+    BriefOpt,
     HardwareFileOpt,
     JsonOpt,
     MarkdownOpt,
+    WideOpt,
     pick_format,
     stdout_console,
 )
@@ -117,6 +119,8 @@ def plan(
     overhead: OverheadOpt = None,
     as_json: JsonOpt = False,
     as_markdown: MarkdownOpt = False,
+    brief: BriefOpt = False,
+    wide: WideOpt = False,
     tensor_parallel: TensorParallelOpt = 1,
     pipeline_parallel: PipelineParallelOpt = 1,
     data_parallel: DataParallelOpt = 1,
@@ -144,8 +148,10 @@ def plan(
 ) -> None:
     """Plan memory, the KV pool and predicted speed for CHECKPOINT on a hardware profile.
 
-    The KV pool follows vLLM's arithmetic, or llama.cpp's for a GGUF file (--engine
-    llamacpp; -c/-np/-ctk/-ctv/-fa/--kv-unified as llama-server's flags). A recipe is
+    The answer comes first (fits or not, the KV pool, decode and prefill, what to do next;
+    --brief prints only that), the details after it. The KV pool follows vLLM's
+    arithmetic, or llama.cpp's for a GGUF file (--engine llamacpp; -c/-np/-ctk/-ctv/-fa/
+    --kv-unified as llama-server's flags). A recipe is
     planned as `servelab run` plans it: its model, its engine and that engine's flags.
 
     With -tp/-pp/-dp the plan is per GPU of HARDWARE: weights sharded as vLLM shards them,
@@ -182,7 +188,9 @@ def run_plan(params: Mapping[str, Any]) -> None:
         request = plan_request(checkpoint, params["engine"], hw_opts, vllm, llama, load_opts,
                                SpeculationOptions.of(params), store, params["revision"])
         result = _plan_flags(request)
-    _print_plan(result, fmt, params["fits"], load, _evidence(result, load, store))
+    _print_plan(result, fmt, PlanView(params["fits"], params["brief"], params["wide"],
+                                      checkpoint if checkpoint.endswith(".toml") else None),
+                load, _evidence(result, load, store))
     if params["fits"] and not result.fits and not checkpoint.endswith(".toml"):
         raise typer.Exit(1)  # --fits answers in its exit status too
 
@@ -267,11 +275,22 @@ def _evidence(plan: Plan, load: LoadRequest | None, store: StoreOptions
     return load_evidence(stored_runs(store.db, None, sweeps=True), plan, store.priors)
 
 
-def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = None,
+@dataclass(frozen=True)
+class PlanView:
+    """How ``plan`` prints in a terminal: ``--fits``, ``--brief``, ``--wide``, and the recipe
+    it was given (the next step names it)."""
+
+    fits: bool = False
+    brief: bool = False
+    wide: bool = False
+    recipe: str | None = None
+
+
+def _print_plan(result: Plan, fmt: str, view: PlanView, load: LoadRequest | None = None,
                 evidence: tuple[BatchedError | None, list[MeasuredCapacity], str | None] = (
                     None, [], None)
                 ) -> None:
-    from servelab.cli import load_view
+    from servelab.cli.screen import Screen
     from servelab.plan.load import answer
     from servelab.plan.markdown import plan_markdown
 
@@ -284,10 +303,8 @@ def _print_plan(result: Plan, fmt: str, fits: bool, load: LoadRequest | None = N
     elif fmt == MARKDOWN:
         typer.echo(plan_markdown(result), nl=False)
     else:
-        console = stdout_console()
-        render_plan(result, console, fits_only=fits)
-        if ans is not None:
-            load_view.render(ans, console)
+        render_plan(result, Screen(wide=view.wide), fits_only=view.fits, brief=view.brief,
+                    wide=view.wide, load=ans, recipe=view.recipe)
 
 
 def explain(

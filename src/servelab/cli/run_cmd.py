@@ -46,7 +46,16 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from servelab.cli.output import DbOpt, HardwareFileOpt, JsonOpt, MarkdownOpt, Table, emit, num
+from servelab.cli.output import (
+    BriefOpt,
+    DbOpt,
+    HardwareFileOpt,
+    JsonOpt,
+    MarkdownOpt,
+    Table,
+    emit,
+    num,
+)
 from servelab.cli.progress import LineTicker
 
 if TYPE_CHECKING:  # the pipeline loads only when a command runs (fast --help)
@@ -309,8 +318,14 @@ def run(
     no_calibrate: NoCalibrateOpt = False,
     as_json: JsonOpt = False,
     as_markdown: MarkdownOpt = False,
+    brief: BriefOpt = False,
 ) -> None:
-    """Verify a recipe end to end and record the run with its prediction."""
+    """Verify a recipe end to end and record the run with its prediction.
+
+    The answer comes first (ok or failed and why, the KV pool the engine logged against the
+    plan's, decode and prefill measured beside their prediction, the users found at the
+    recipe's SLO, what to do next; --brief prints only that), the tables after it.
+    """
     from servelab.pipeline.run import RunOptions, run_recipe
     from servelab.serve.recipe import load_recipe
     from servelab.store import open_store
@@ -331,7 +346,7 @@ def run(
         if site is not None:
             with err.status("rebuilding the site…", spinner="dots"):
                 index = rebuild_site(store, site)
-    _show(outcome, index, as_json, as_markdown)
+    _show(outcome, index, as_json, as_markdown, brief, recipe)
     if not outcome.ok:
         raise typer.Exit(1)
 
@@ -348,8 +363,13 @@ def _port(port: str) -> int | str | None:
         raise typer.BadParameter("--port takes 'auto', 'recipe' or a number") from None
 
 
-def _show(outcome: RunOutcome, index: Path | None, as_json: bool, as_markdown: bool) -> None:
-    """The run's document as JSON, or its tables and one line saying how it went."""
+def _show(outcome: RunOutcome, index: Path | None, as_json: bool, as_markdown: bool,
+          brief: bool = False, recipe: Path | None = None) -> None:
+    """The run's document as JSON; in a terminal the answer block, then (unless ``brief``)
+    the tables that hold something; as Markdown those tables and, on stderr, one line
+    saying how it went."""
+    from servelab.evidence.acceptance import speculative_summary
+
     doc = outcome_doc(outcome, index)
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
@@ -357,21 +377,27 @@ def _show(outcome: RunOutcome, index: Path | None, as_json: bool, as_markdown: b
     head = f"run {outcome.run_id}: {outcome.record.status}" + (
         f" — {outcome.record.status_reason}" if outcome.record.status_reason else ""
     )
-    kv_table = _kv_table(doc)
+    kv = doc["kv_pool_tokens"]
     graphs = graphs_table(doc)
-    from servelab.evidence.acceptance import speculative_summary
-
     spec = speculative_summary(outcome.record, outcome.plan)
-    emit(
-        "markdown" if as_markdown else "table",
-        doc=doc,
-        tables=[*summary_tables(outcome.summary), kv_table,
-                *([graphs] if graphs is not None else []),
-                *([speculative_table(spec)] if spec is not None else [])],
-    )
-    err.print(escape(head), soft_wrap=True)
-    if index is not None:
-        err.print(f"site: {escape(str(index))}")
+    tables = [*(summary_tables(outcome.summary) if outcome.summary else []),
+              *([_kv_table(doc)] if isinstance(kv, dict) and any(kv.values()) else []),
+              *([graphs] if graphs is not None else []),
+              *([speculative_table(spec)] if spec is not None else [])]
+    if not as_markdown:
+        from servelab.cli.run_block import RunFacts, run_block
+        from servelab.cli.screen import Screen
+
+        screen = Screen()
+        screen.show(run_block(RunFacts(outcome, doc, index, recipe)).renderable())
+        if brief or not tables:
+            return
+        screen.heading("Details")
+    emit("markdown" if as_markdown else "table", doc=doc, tables=tables)
+    if as_markdown:
+        err.print(escape(head), soft_wrap=True)
+        if index is not None:
+            err.print(f"site: {escape(str(index))}")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ code as vLLM and llama.cpp. A real server process on loopback; a run takes secon
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -67,25 +68,54 @@ def test_recipe_gives_its_own_argv_in_servelabs_interpreter(tmp_path: Path) -> N
     with pytest.raises(RecipeError, match=r"line 8: engine\.executable: .*give python instead"):
         load_recipe(path)
 
-def _run(tmp_path: Path, text: str) -> RunRecord:
-    """``servelab run`` of the recipe ``text`` into ``tmp_path/results.db``: the stored run."""
+def _run(tmp_path: Path, text: str, *args: str) -> tuple[RunRecord, list[str]]:
+    """``servelab run`` of the recipe ``text`` into ``tmp_path/results.db`` (a pipe of 80
+    columns): the stored run and the lines printed on stdout."""
     recipe = tmp_path / "r.toml"
     recipe.write_text(text, encoding="utf-8")
     db = str(tmp_path / "results.db")
     res = CliRunner().invoke(
-        app, ["run", str(recipe), "--db", db, "--runs-dir", str(tmp_path / "runs")],
-        env={"COLUMNS": "200"},
+        app, ["run", str(recipe), "--db", db, "--runs-dir", str(tmp_path / "runs"), *args],
+        env={"COLUMNS": "80"},
     )
     assert res.exit_code == 0, res.output
     with open_store(db) as store:
         [listed] = store.list_runs()
-        return store.get_run(listed.run_id or "")
+        return store.get_run(listed.run_id or ""), res.stdout.splitlines()
+
+
+def _block(lines: list[str]) -> dict[str, str]:
+    """The answer block's labelled lines (a wrapped text joined), by label."""
+    found: dict[str, str] = {}
+    label = ""
+    for line in lines[1:]:
+        if not line.strip():
+            break
+        if line.startswith(" "):
+            found[label] += " " + line.strip()
+            continue
+        label, _, text = line.partition(" ")
+        found[label] = text.strip()
+    return found
 
 
 @pytest.mark.timeout(300)
 def test_servelab_run_starts_benchmarks_and_records_it(tmp_path: Path) -> None:
-    run = _run(tmp_path, RECIPE)
+    run, out = _run(tmp_path, RECIPE)
     assert run.status == "ok" and run.engine_name == "synthetic"
+    # issue 41: the answer first, in at most 10 lines of 80 columns, the tables after it
+    assert out[0] == f"run {run.run_id} of tiny-llama-synthetic on host: ok (synthetic 0.1.0)"
+    block = _block(out)
+    assert len(out[:out.index("")]) <= 10 and max(len(line) for line in out) <= 80, out
+    [row] = [r for r in (run.extra or {})["summary"] if r["kind"] == "decode"]
+    if row["measured_tok_s"] is None:  # a run too short to time decode says nothing of it
+        assert "decode" not in block, block
+    else:
+        assert re.fullmatch(rf"{row['measured_tok_s']:.1f} tok/s measured, one stream at a "
+                            r"32-token prompt; no prediction, only its roofline bound "
+                            r"[\d,.]+ tok/s", block["decode"]), block
+    assert block["next"].startswith("publish it: servelab site build")
+    assert "Details" in out and "measured (single stream)" in "\n".join(out)
     assert run.engine_args is not None and "--ttft-ms" in run.engine_args
     # repetitions = 2 measured requests per point (max_repetitions 2: one batch), at
     # concurrency 1 and 2; 32 prompt and 8 output tokens each, as the server's usage counts
@@ -113,7 +143,10 @@ def test_a_recipes_capacity_search_is_stored_with_its_run(tmp_path: Path) -> Non
     text = RECIPE.replace("itl_ms = 2", "itl_ms = 10\nitl_per_running_ms = 10") + (
         '[capacity]\nslo = "tpot_p50=35"\nprompt_lens = [32]\nhigh = 8\nconfirm = 1\n'
         "max_rounds = 1\nwarmup_requests = 0\n")
-    run = _run(tmp_path, text)
+    run, out = _run(tmp_path, text, "--brief")
+    # --brief: the answer block alone, the users the search found at the SLO in it
+    assert _block(out)["users"] == "3 streams meet tpot_p50=35 at 32-token prompts (measured)"
+    assert "Details" not in out and len(out) <= 10
     recipe, db = tmp_path / "r.toml", str(tmp_path / "results.db")
     cap = (run.extra or {})["capacity"]
     assert cap["schema"] == "servelab.capacities/1" and cap["slo"] == "tpot_p50=35"
