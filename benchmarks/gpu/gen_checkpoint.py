@@ -43,6 +43,7 @@ from servelab.synth.replica import (  # noqa: E402
     TEXT_LINEARS,
     QuantLayout,
     TensorSpec,
+    preset_config,
     quantization_config,
     replica_tensors,
     write_replica,
@@ -258,6 +259,18 @@ def _qwen3_6_35b_a3b() -> dict[str, Any]:
     return cfg
 
 
+def _gemma_3_27b_text() -> dict[str, Any]:
+    """google/gemma-3-27b-it's decoder alone, as vLLM's text-only ``Gemma3ForCausalLM``
+    (``model_type: gemma3_text``): the published text_config (62 layers, 5 sliding of window
+    1,024 per full one, 32 Q / 16 KV heads of 128, vocab 262,208). The vision tower is left
+    out so that no image processor is needed to start vLLM; a text prompt's step is the same."""
+    cfg = dict(preset_config("gemma-3-27b")["text_config"])
+    cfg.update(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+               max_position_embeddings=131072, bos_token_id=2, eos_token_id=1,
+               pad_token_id=0, torch_dtype="bfloat16", tie_word_embeddings=True)
+    return cfg
+
+
 ARCHS: Mapping[str, Mapping[str, Any]] = {
     "qwen3-30b-a3b": QWEN3_30B_A3B,
     "qwen3-235b-a22b": QWEN3_235B_A22B,
@@ -268,6 +281,9 @@ ARCHS: Mapping[str, Mapping[str, Any]] = {
     "qwen3-32b": QWEN3_32B,
     "qwen3-next-80b-a3b": QWEN3_NEXT_80B_A3B,
     "qwen3.6-35b-a3b": _qwen3_6_35b_a3b(),
+    # issue 39's pre-registered new families (benchmarks/prereg/ops-h200-families/)
+    "gemma-3-27b": _gemma_3_27b_text(),
+    "nemotron-nano-9b-v2": dict(preset_config("nemotron-nano-9b-v2")),
 }
 
 
