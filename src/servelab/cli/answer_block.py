@@ -325,6 +325,14 @@ def _basis(f: PlanFacts) -> Line | None:
     sp = f.plan.speed
     if not sp.decode:
         return None
+    ops = f.plan.operator
+    if ops is not None and ops.calibration is not None and sp.decode_fit is not None:
+        fit = sp.decode_fit
+        off = (f"could be {fit.rel_error * 100:.0f} % off" if fit.rel_error is not None
+               else "no interval")
+        fams = len(ops.calibration.corrections.families)
+        return Line("basis", f"{f.plan.hardware.name} kernel timings, checked on {fams} "
+                             f"families' runs (each left out): {off}")
     return Line("basis", fit_words(sp.decode_fit, f.engine, f.plan.hardware.name))
 
 
