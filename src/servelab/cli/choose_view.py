@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
+from servelab.choose.rank import newest_published
 from servelab.cli.answer_block import (
     ChooseFacts,
     choose_block,
@@ -120,6 +121,11 @@ def render_choice(choice: Choice, *, brief: bool = False, wide: bool = False,
                f"decode: one stream at a {choice.prompt_len:,}-token prompt, predicted "
                "(interval) unless marked measured; bound: the roofline, an upper bound")
     screen.show(_table(choice, wide))
+    published = [(r.build, p) for r in choice.rows for p in newest_published(r.published)]
+    if published:  # shown beside the prediction, never fitted into it
+        screen.heading("Published figures (shown, not fitted)")
+        for build, p in published:
+            screen.say(f"{build}: {p.line}")
     if wide:
         return
     screen.heading("Verdicts")
