@@ -25,9 +25,7 @@ interval.
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import statistics
 import sys
 from collections.abc import Mapping
@@ -36,23 +34,19 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[0] / "load"))
+sys.path.insert(0, str(HERE))
 
 from check_sweeps import measured_run  # noqa: E402
+from ops_aic_gpus import _interp  # noqa: E402
 
 PREREG = HERE / "2026-12-05-ops-aic-before.json"
 OUTPUT = 128
 HALF_OUTPUT = 64
 
 
-def _grid(g: Mapping[str, Any], x: float, key: str | None = "ms") -> float:
-    """Log-log interpolation of a committed grid {"x": value or {"ms": ...}} at ``x``."""
-    pts = sorted((float(k), float(v[key] if key and isinstance(v, Mapping) else v))
-                 for k, v in g.items())
-    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
-        if x0 <= x <= x1:
-            t = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
-    raise SystemExit(f"{x} outside the committed grid {pts[0][0]}..{pts[-1][0]}")
+def _grid(g: Mapping[str, Any], x: float, key: str = "ms") -> float:
+    """The committed grid read at ``x`` as the pre-registration's own ``read`` mode does."""
+    return _interp(g, x, key)[0]
 
 
 def _err(pred: float, meas: float) -> str:
@@ -77,8 +71,8 @@ def score(pred: Mapping[str, Any], aic: Mapping[str, Any] | None,
             plo = _grid(pred["prefill"], p, "low_ms")
             phi = _grid(pred["prefill"], p, "high_ms")
             has = bool(aic) and "decode" in aic and "prefill" in aic  # else AIC refused it
-            a_dec = _grid(aic["decode"], p + HALF_OUTPUT, None) if aic and has else None
-            a_pre = _grid(aic["prefill"], p, None) if aic and has else None
+            a_dec = _grid(aic["decode"], p + HALF_OUTPUT, "") if aic and has else None
+            a_pre = _grid(aic["prefill"], p, "") if aic and has else None
             ours += [abs(dec / tpot - 1), abs(pre / ttft - 1)]
             if a_dec and a_pre:
                 theirs += [abs(a_dec / tpot - 1), abs(a_pre / ttft - 1)]
