@@ -153,6 +153,11 @@ def context_short(tokens: int) -> str:
     return f"{tokens // 1024}K" if tokens % 1024 == 0 and tokens >= 1024 else f"{tokens:,}"
 
 
+def _could_be_off(fit: Fit) -> str:
+    return (f"could be {fit.rel_error * 100:.0f} % off" if fit.rel_error is not None
+            else "no interval")
+
+
 def fit_words(fit: Fit | None, engine: str, hardware: str, kind: str = "decode") -> str:
     """Where a prediction comes from, in words a user acts on (the full label, with the
     interval's statistical basis, stays in the details)."""
@@ -162,8 +167,7 @@ def fit_words(fit: Fit | None, engine: str, hardware: str, kind: str = "decode")
         return f"too few runs on {hardware} to predict {kind} (it could be off over 4x)"
     n = len(fit.models)
     models = f"{n} model{'' if n == 1 else 's'}"
-    off = (f"could be {fit.rel_error * 100:.0f} % off" if fit.rel_error is not None
-           else "no interval")
+    off = _could_be_off(fit)
     if fit.fallback:
         return f"no run of this kernel path on {hardware} yet: {kind} {off}"
     if not fit.level.startswith("prior"):
@@ -327,12 +331,9 @@ def _basis(f: PlanFacts) -> Line | None:
         return None
     ops = f.plan.operator
     if ops is not None and ops.calibration is not None and sp.decode_fit is not None:
-        fit = sp.decode_fit
-        off = (f"could be {fit.rel_error * 100:.0f} % off" if fit.rel_error is not None
-               else "no interval")
         fams = len(ops.calibration.corrections.families)
         return Line("basis", f"{f.plan.hardware.name} kernel timings, checked on {fams} "
-                             f"families' runs (each left out): {off}")
+                             f"families' runs (each left out): {_could_be_off(sp.decode_fit)}")
     return Line("basis", fit_words(sp.decode_fit, f.engine, f.plan.hardware.name))
 
 
