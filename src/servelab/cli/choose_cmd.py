@@ -140,7 +140,6 @@ def choose(
     measured. The verdict's reason is explain's: bytes against kernels, a kernel fallback,
     a missing draft head, memory as the binding constraint.
     """
-    from servelab.choose.rank import newest_published
     from servelab.pipeline.choose import ChooseRequest, choose_builds
 
     fmt = pick_format(as_json, as_csv, as_markdown)
@@ -152,7 +151,7 @@ def choose(
         published=not no_published,
     )
     result = choose_builds(req)
-    from servelab.cli.choose_view import COLUMNS, render_choice, table_rows
+    from servelab.cli.choose_view import COLUMNS, published_lines, render_choice, table_rows
 
     if fmt == TABLE:
         render_choice(result, brief=brief, wide=wide)
@@ -164,8 +163,7 @@ def choose(
     emit(fmt, doc=result.to_dict(),
          tables=[Table(title, COLUMNS, table_rows(result), no_wrap=("build",),
                        csv=(CSV_COLUMNS, csv_rows(result)))],
-         notes=[pick, *(f"{r.build}: {p.line}" for r in result.rows
-                        for p in newest_published(r.published))])
+         notes=[pick, *published_lines(result)])
 
 
 def register(app: typer.Typer) -> None:

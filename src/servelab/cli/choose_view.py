@@ -109,6 +109,11 @@ def _table(choice: Choice, wide: bool) -> Table:
     return t
 
 
+def published_lines(choice: Choice) -> list[str]:
+    """``BUILD: published figure (source, date)``, the newest of each build's figures."""
+    return [f"{r.build}: {p.line}" for r in choice.rows for p in newest_published(r.published)]
+
+
 def render_choice(choice: Choice, *, brief: bool = False, wide: bool = False,
                   screen: Screen | None = None) -> None:
     """The block, then (unless ``brief``) the ranked table and the verdicts in full."""
@@ -121,11 +126,11 @@ def render_choice(choice: Choice, *, brief: bool = False, wide: bool = False,
                f"decode: one stream at a {choice.prompt_len:,}-token prompt, predicted "
                "(interval) unless marked measured; bound: the roofline, an upper bound")
     screen.show(_table(choice, wide))
-    published = [(r.build, p) for r in choice.rows for p in newest_published(r.published)]
+    published = published_lines(choice)
     if published:  # shown beside the prediction, never fitted into it
         screen.heading("Published figures (shown, not fitted)")
-        for build, p in published:
-            screen.say(f"{build}: {p.line}")
+        for line in published:
+            screen.say(line)
     if wide:
         return
     screen.heading("Verdicts")
@@ -134,4 +139,4 @@ def render_choice(choice: Choice, *, brief: bool = False, wide: bool = False,
         screen.say(f"{rank} {r.build}: {r.verdict}")
 
 
-__all__ = ["COLUMNS", "NARROW", "narrow_rows", "render_choice", "table_rows"]
+__all__ = ["COLUMNS", "NARROW", "narrow_rows", "published_lines", "render_choice", "table_rows"]
