@@ -179,6 +179,35 @@ def test_closed_loop_clients_send_again_when_a_request_ends() -> None:
     assert s.output_tok_s == pytest.approx(2.0)
 
 
+def test_closed_loop_waves_stay_together_as_vllm_schedules_a_step_ahead() -> None:
+    """Four clients start together; a step with a prompt chunk costs 10 s, a decode-only step
+    1 s; the budget (20 tokens) holds two 10-token prompts a step, so the first wave's prompts
+    queue: TTFT 10, 10, 20, 30 s. vLLM schedules step k + 1 while step k runs, and a client's
+    next request goes out once its last token does (after step k + 1 was launched), so it is
+    first scheduled in step k + 3: the rest of the first wave ends on decode-only steps (no
+    prompt beside it), and the second wave's prompts arrive within those steps and queue
+    behind each other as the first wave's did."""
+    def cost(contexts, chunks):  # type: ignore[no-untyped-def]
+        return 10.0 if chunks else 1.0
+
+    load = Load(10, 20, 8, concurrency=4)
+    t = simulate(cost, load, Limits(20, 256, 1000))
+    first, second = t[:4], t[4:]
+    assert [x.ttft for x in first] == [10.0, 10.0, 20.0, 30.0]
+    ends = [x.finish for x in first]
+    assert max(ends) - min(ends) == 2.0  # two decode steps apart, no prompt step between
+    # the first client's next request: two decode steps after its end, then its prompt step
+    assert second[0].arrival == ends[0] and second[0].first_token == ends[0] + 1 + 1 + 10
+    ttft = [x.ttft for x in second]
+    assert ttft == sorted(ttft) and ttft[-1] - ttft[0] > 10.0  # a wave again: it queues
+    # a scheduler that sees each request at the next step lets the waves come apart: each
+    # client's next prompt runs beside the first wave's decoders, which it holds up
+    old = simulate(cost, load, Limits(20, 256, 1000), ahead=False)
+    old_ends = [x.finish for x in old[:4]]
+    assert max(old_ends) - min(old_ends) >= 2 * 10.0
+    assert old[-1].ttft - old[4].ttft < 10.0
+
+
 def test_constant_rate_arrivals_are_evenly_spaced() -> None:
     t = simulate(_const(0.1), Load(10, 3, 5, rate=2.0), Limits(8192, 256, 1000))
     assert [x.arrival for x in t] == [0.0, 0.5, 1.0, 1.5, 2.0]

@@ -108,6 +108,7 @@ class _Req:
     generated: int = 0
     first: float = math.nan
     queued: bool = False  # waited while the pool or max_num_seqs was full
+    seen: bool = False  # in the scheduler's queue when the step being formed was scheduled
 
 
 def requests_admitted(kv: KvPoolPlan, tokens: int) -> int:
@@ -135,8 +136,15 @@ def admitted(num_blocks: int, groups: Sequence[tuple[str, int, int]], tokens: in
     return num_blocks // per_request if per_request else 0
 
 
-def simulate(step: StepCost, load: Load, limits: Limits) -> tuple[Timing, ...]:
-    """Every request of ``load`` through the scheduler (see module docs), in arrival order."""
+def simulate(step: StepCost, load: Load, limits: Limits, ahead: bool = True
+             ) -> tuple[Timing, ...]:
+    """Every request of ``load`` through the scheduler (see module docs), in arrival order.
+
+    ``ahead``: vLLM's asynchronous scheduling (on by default in 0.26): while step k runs the
+    engine has already scheduled step k + 1, so a request that arrives during step k is first
+    scheduled in step k + 2; a closed-loop client's next request (sent when its last token
+    comes out, just after step k + 1 was launched) in step k + 3. An idle engine schedules
+    what has arrived at once."""
     p, o = load.prompt_len, load.output_len
     if load.rate is not None:
         arrivals: deque[_Req] = deque(_Req(i, i / load.rate) for i in range(load.requests))
@@ -157,6 +165,9 @@ def simulate(step: StepCost, load: Load, limits: Limits) -> tuple[Timing, ...]:
                 return tuple(out[i] for i in sorted(out))
             now = arrivals[0].arrival
             continue
+        if not running or not ahead:  # idle (or synchronous): everything that has arrived
+            for r in waiting:
+                r.seen = True
         budget = limits.max_num_batched_tokens
         decoding = [r for r in running if r.done == p]
         decoding = decoding[:budget]
@@ -167,7 +178,7 @@ def simulate(step: StepCost, load: Load, limits: Limits) -> tuple[Timing, ...]:
                 n = min(p - r.done, budget)
                 chunks.append((r, n))
                 budget -= n
-        while waiting and budget > 0 and len(running) < cap:
+        while waiting and waiting[0].seen and budget > 0 and len(running) < cap:
             r = waiting.popleft()
             r.admitted = now
             running.append(r)
@@ -177,6 +188,8 @@ def simulate(step: StepCost, load: Load, limits: Limits) -> tuple[Timing, ...]:
         if len(running) >= cap:
             for r in waiting:
                 r.queued = True
+        for r in waiting:  # arrived before this step started: the next schedule sees it
+            r.seen = r.seen or r.arrival < now
         now += step([p + r.generated for r in decoding], [(r.done, n) for r, n in chunks])
         ended: list[_Req] = []
         for r in decoding:
