@@ -10,6 +10,13 @@ A request's first token comes at the end of the step that finishes its prompt; e
 step gives it one more. Long prompts so slow the decoders beside them: every step that holds
 a chunk costs what the prefill of that chunk costs.
 
+Steps are scheduled one ahead, as vLLM 0.26's asynchronous scheduling does: a request that
+arrives while a step runs is first scheduled in the step after the next one (an idle engine
+takes what has arrived at once). So closed-loop clients that start together stay together, as
+they do under ``servelab bench``: a wave's prompts queue for the step budget, its requests end
+within a few decode steps of each other, and the next wave's prompts arrive together and queue
+again, without holding up the rest of the wave's decoders.
+
 Load is closed-loop (``concurrency`` clients, each sending its next request when the last one
 ends, as ``servelab bench --concurrency`` does) or open-loop at a constant ``rate`` (requests
 per second, evenly spaced). Pure: a step-cost function and numbers in, timings out.
