@@ -330,10 +330,8 @@ def _basis(f: PlanFacts) -> Line | None:
     if not sp.decode:
         return None
     ops = f.plan.operator
-    if ops is not None and ops.calibration is not None and sp.decode_fit is not None:
-        fams = len(ops.calibration.corrections.families)
-        return Line("basis", f"{f.plan.hardware.name} kernel timings, checked on {fams} "
-                             f"families' runs (each left out): {_could_be_off(sp.decode_fit)}")
+    if ops is not None and ops.tables is not None and sp.decode_fit is not None:
+        return Line("basis", f"{ops.tables.short}: {_could_be_off(sp.decode_fit)}")
     return Line("basis", fit_words(sp.decode_fit, f.engine, f.plan.hardware.name))
 
 

@@ -1,8 +1,10 @@
 """Engine steps under load from the operator model (issue 39 item 3): the batched decode
 steps and the chunked-prefill mixed steps the scheduler (:mod:`servelab.predict.schedule`)
-replays, each summed from the operator tables at its shape (:func:`servelab.ops.step.
-step_time`: the decoders as one group at their mean context, each prompt chunk over its
-prefix) and corrected as the single-stream predictions are (:mod:`servelab.ops.calibrate`):
+replays, each summed from the plan's operator tables (servelab's own, or AIConfigurator's
+with the H200-fitted transfer: :class:`~servelab.predict.ops_source.OpsTables`) at its
+shape (:func:`servelab.ops.step.step_time`: the decoders as one group at their mean
+context, each prompt chunk over its prefix) and corrected as the single-stream predictions
+are (:mod:`servelab.ops.calibrate`):
 a decode-only step pays the engine's per-step decode overhead and is never shorter than the
 host's floor; a step that starts a prompt pays the per-prompt prefill overhead (so one
 request's lone whole-prompt step is exactly its single-stream prefill prediction); any other
@@ -23,7 +25,6 @@ from servelab.ops.model import StepModel as OpsModel
 from servelab.ops.step import EngineSteps, SeqGroup, StepShape, step_time
 from servelab.predict.batched import Chunk, StepCosts, StepModel
 from servelab.predict.levels import Fit
-from servelab.predict.ops_source import costs_for
 from servelab.predict.ops_speed import OperatorSpeed
 
 _CTX = 64
@@ -83,13 +84,13 @@ def operator_step_model(op: OperatorSpeed, costs: StepCosts, decode: Fit, prefil
                         platform: str, graph_tokens: int | None) -> OpsStepModel:
     """The step model of a plan whose speed the operator model predicted (``decode`` and
     ``prefill``: its operator-model fits)."""
-    if op.model is None or op.calibration is None:
+    if op.model is None or op.tables is None:
         raise ValueError("the operator model did not predict this plan")
-    cal = op.calibration
+    t = op.tables
     return OpsStepModel(
         costs=costs, decode=decode, prefill=prefill, platform=platform,
-        graph_tokens=graph_tokens, ops=op.model, op_costs=costs_for(cal.key),
-        corrections=cal.corrections,
-        isolation=cal.decode.stage != "operators" or cal.prefill.stage != "operators",
-        decode_overhead=cal.decode.stage == "corrected",
-        prefill_overhead=cal.prefill.stage == "corrected")
+        graph_tokens=graph_tokens, ops=op.model, op_costs=t.costs,
+        corrections=t.corrections,
+        isolation=t.decode.stage != "operators" or t.prefill.stage != "operators",
+        decode_overhead=t.decode.stage == "corrected",
+        prefill_overhead=t.prefill.stage == "corrected")

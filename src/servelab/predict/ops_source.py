@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -33,7 +33,7 @@ from servelab.ops.calibrate import (
 from servelab.ops.costs import Costs
 from servelab.ops.model import StepModel, step_model
 from servelab.ops.tables import shipped
-from servelab.predict.priors import PriorTable, load_priors
+from servelab.predict.priors import PriorTable, engine_label, load_priors
 from servelab.synth.replica import TEXT_LINEARS, QuantLayout
 
 #: The H200's table set (vLLM 0.26.0).
@@ -173,3 +173,56 @@ def shipped_calibration(key: str) -> ShippedCalibration:
                        tuple(c["families"]))
     return ShippedCalibration(key, corr, _choice("decode", d["decode"]),
                               _choice("prefill", d["prefill"]))
+
+
+@dataclass(frozen=True)
+class OpsTables:
+    """Where a plan's operator-model steps come from, whichever the tables: the costs, the
+    corrections on top of them, per kind the stage kept and its interval, and the words a
+    plan prints (``source``: the prediction's source; ``basis``: the interval's; ``short``:
+    the one-line basis of the plan's answer)."""
+
+    hardware: str
+    label: str  # the tables in a refusal note ("H200 kernel tables")
+    costs: Costs = field(repr=False, compare=False)
+    corrections: Corrections
+    decode: Choice
+    prefill: Choice
+    source: Mapping[str, str]
+    basis: Mapping[str, str]
+    short: str
+    #: The prefill overhead per engine step of a prompt (True: as the stored runs' held-out
+    #: fit prices it) or once per prompt (as the step a prompt starts pays under load).
+    prefill_per_step: bool = True
+
+    def choice(self, kind: str) -> Choice:
+        return self.decode if kind == "decode" else self.prefill
+
+
+def _h200_source(cal: ShippedCalibration, hw: str, kind: str) -> str:
+    engine, version = TABLE_ENGINE[cal.key]
+    corr = ("" if cal.choice(kind).stage == "operators" else
+            f"; corrected on stored {hw} runs of {len(cal.corrections.families)} families")
+    return (f"operator model: {hw} kernel tables measured under {engine_label(engine)} "
+            f"{version}{corr}")
+
+
+def held_out_basis(ch: Choice) -> str:
+    """A held-out interval's basis in words."""
+    return (f"from leaving each family out: 90th percentile of the |log error| of "
+            f"{ch.points} stored points, {ch.families} families")
+
+
+def shipped_tables(hardware: str) -> OpsTables | None:
+    """``hardware``'s own shipped operator tables and calibration (:data:`TABLES`), or None."""
+    key = TABLES.get(hardware)
+    if key is None:
+        return None
+    cal = shipped_calibration(key)
+    hw = hardware.upper()
+    return OpsTables(
+        hardware, f"{hw} kernel tables", costs_for(key), cal.corrections, cal.decode,
+        cal.prefill, {k: _h200_source(cal, hw, k) for k in ("decode", "prefill")},
+        {k: held_out_basis(cal.choice(k)) for k in ("decode", "prefill")},
+        f"{hardware} kernel timings, checked on {len(cal.corrections.families)} families' "
+        "runs (each left out)")

@@ -7,9 +7,12 @@ steps of the engine's token budget, summed from the tables (:mod:`servelab.ops.s
 corrected as the shipped calibration says (:mod:`servelab.ops.calibrate`: the corrections
 fitted on the stored runs, kept per kind only where they lower the held-out error); the
 interval is ``x exp(±q)``, ``q`` the 90th percentile of the stored points' |log error| with
-each family left out. A build the tables cannot express (a kernel they did not measure, a
-layout over several GPUs, a storage format without a mapping) keeps the fitted prediction
-and the plan says why (:attr:`OperatorSpeed.reason`).
+each family left out. On a GPU with AIConfigurator's tables instead
+(:mod:`servelab.predict.ops_aic`), the same sum over those tables, with the corrections and
+interval the same composition had on the H200. A build the tables cannot express (a kernel
+they did not measure, a layout over several GPUs, a storage format without a mapping, the
+optional extra not installed) keeps the fitted prediction and the plan says why
+(:attr:`OperatorSpeed.reason`).
 
 Pure but for reading the shipped tables and calibration (cached).
 """
@@ -24,17 +27,12 @@ from typing import Any
 from servelab.errors import ServelabError
 from servelab.families import ModelDims
 from servelab.ops.calibrate import Choice, corrected_ms, operator_ms, prefill_steps
+from servelab.ops.costs import Costs
 from servelab.ops.model import StepModel, step_model
 from servelab.ops.step import EngineSteps, StepShape, step_time
 from servelab.predict.levels import Fit
-from servelab.predict.ops_source import (
-    TABLE_ENGINE,
-    TABLES,
-    ShippedCalibration,
-    costs_for,
-    shipped_calibration,
-)
-from servelab.predict.priors import engine_label
+from servelab.predict.ops_aic import table_source
+from servelab.predict.ops_source import OpsTables
 from servelab.predict.speed import DecodePoint, PrefillPoint, SpeedPrediction
 from servelab.synth.replica import TEXT_LINEARS, QuantLayout
 
@@ -54,7 +52,7 @@ class OperatorSpeed:
     fitted_decode: Fit | None = None
     fitted_prefill: Fit | None = None
     model: StepModel | None = None  # the build's operators
-    calibration: ShippedCalibration | None = None
+    tables: OpsTables | None = None  # where its steps were read and how corrected
 
 
 def layout_for(scheme: str, config: Mapping[str, Any]) -> QuantLayout | None:
@@ -70,41 +68,26 @@ def layout_for(scheme: str, config: Mapping[str, Any]) -> QuantLayout | None:
     raise ServelabError(f"no {scheme} weight layout in the operator model")
 
 
-def _source(cal: ShippedCalibration, key: str, kind: str) -> str:
-    engine, version = TABLE_ENGINE[key]
-    hw = next(h for h, k in TABLES.items() if k == key).upper()
-    ch = cal.choice(kind)
-    corr = ("" if ch.stage == "operators" else
-            f"; corrected on stored {hw} runs of {len(cal.corrections.families)} families")
-    return (f"operator model: {hw} kernel tables measured under {engine_label(engine)} "
-            f"{version}{corr}")
-
-
-def _basis(ch: Choice) -> str:
-    return (f"from leaving each family out: 90th percentile of the |log error| of "
-            f"{ch.points} stored points, {ch.families} families")
-
-
-def _fit(old: Fit, cal: ShippedCalibration, key: str, kind: str) -> Fit:
-    ch = cal.choice(kind)
-    return replace(old, level=LEVEL, source=_source(cal, key, kind),
-                   rel_error=math.tanh(ch.log_width), error_basis=_basis(ch), fallback=None,
-                   context_term="", missing="",
+def _fit(old: Fit, tables: OpsTables, kind: str) -> Fit:
+    ch = tables.choice(kind)
+    return replace(old, level=LEVEL, source=tables.source[kind],
+                   rel_error=math.tanh(ch.log_width), error_basis=tables.basis[kind],
+                   fallback=None, context_term="", missing="",
                    spread=f"-{(1 - ch.low_factor) * 100:.0f}%/+{(ch.high_factor - 1) * 100:.0f}%")
 
 
-def _ms(model: StepModel, cal: ShippedCalibration, key: str, kind: str, length: int) -> float:
-    ch, corr = cal.choice(kind), cal.corrections
+def _ms(model: StepModel, tables: OpsTables, kind: str, length: int) -> float:
+    ch, corr = tables.choice(kind), tables.corrections
     iso = (0.0, 0.0) if ch.stage == "operators" else (corr.isolation_frac,
                                                         corr.isolation_cap_ms)
-    costs = costs_for(key)
     if kind == "decode":
-        t = operator_ms(model, costs, "decode", length, isolation=iso, context=length)
+        t = operator_ms(model, tables.costs, "decode", length, isolation=iso, context=length)
     else:
-        t = operator_ms(model, costs, "prefill", length, isolation=iso, budget=BUDGET)
+        t = operator_ms(model, tables.costs, "prefill", length, isolation=iso, budget=BUDGET)
     if ch.stage != "corrected":
         return t
-    return corrected_ms(t, kind, corr, steps=prefill_steps(length, BUDGET))
+    steps = prefill_steps(length, BUDGET) if tables.prefill_per_step else 1
+    return corrected_ms(t, kind, corr, steps=steps)
 
 
 def _band(tok_s: float, ch: Choice, bound: float) -> tuple[float, float]:
@@ -117,9 +100,10 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     """``speed`` with its decode and prefill predicted by the operator model where
     ``hardware`` has tables and ``engine`` is vLLM; otherwise ``speed`` and why not.
     ``enabled`` False (fits given by the caller, or a held-out check): ``speed`` as it is."""
-    key = TABLES.get(hardware)
-    if key is None or engine != "vllm" or not enabled:
+    found = table_source(hardware)
+    if found is None or engine != "vllm" or not enabled:
         return OperatorSpeed(speed, False, "")
+    label, load = found
     why = None
     if gpus > 1:
         why = "a layout over several GPUs needs communication, which the tables do not time"
@@ -128,25 +112,25 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     if why is None:
         try:
             model = step_model(config, layout_for(scheme, config), dims=dims)
-            cal = shipped_calibration(key)
-            dec = [_ms(model, cal, key, "decode", d.context_len) for d in speed.decode]
-            pre = [_ms(model, cal, key, "prefill", p.prompt_len) for p in speed.prefill]
+            tables = load()
+            dec = [_ms(model, tables, "decode", d.context_len) for d in speed.decode]
+            pre = [_ms(model, tables, "prefill", p.prompt_len) for p in speed.prefill]
         except ServelabError as e:
             why = str(e)
     if why is not None:
-        note = (f"operator model not used ({hardware.upper()} kernel tables): {why}; "
+        note = (f"operator model not used ({label}): {why}; "
                 "the fitted prediction is shown")
         return OperatorSpeed(replace(speed, notes=(*speed.notes, note)), False, why)
     assert speed.decode_fit is not None and speed.prefill_fit is not None
-    decode = tuple(_decode_point(d, ms, cal.decode) for d, ms in zip(speed.decode, dec,
-                                                                     strict=True))
-    prefill = tuple(_prefill_point(p, ms, cal.prefill) for p, ms in zip(speed.prefill, pre,
+    decode = tuple(_decode_point(d, ms, tables.decode) for d, ms in zip(speed.decode, dec,
                                                                         strict=True))
+    prefill = tuple(_prefill_point(p, ms, tables.prefill) for p, ms in zip(speed.prefill, pre,
+                                                                           strict=True))
     # the fitted path's notes on why its fits were the roofline or refused no longer apply
     stale = {f.note(k) for k, f in (("decode", speed.decode_fit),
                                     ("prefill", speed.prefill_fit))}
     notes = [n for n in speed.notes if n not in stale]
-    off = _off_grid(model, key, max((d.context_len for d in speed.decode), default=1),
+    off = _off_grid(model, tables.costs, max((d.context_len for d in speed.decode), default=1),
                     max((p.prompt_len for p in speed.prefill), default=1))
     if off:
         notes.append(f"operator model: {off}; the held-out interval was measured on shapes "
@@ -155,10 +139,10 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
         notes.append("operator model: MoE experts priced under uniform routing (the expected "
                      "number of distinct experts the step's tokens touch)")
     new = replace(speed, decode=decode, prefill=prefill,
-                  decode_fit=_fit(speed.decode_fit, cal, key, "decode"),
-                  prefill_fit=_fit(speed.prefill_fit, cal, key, "prefill"),
+                  decode_fit=_fit(speed.decode_fit, tables, "decode"),
+                  prefill_fit=_fit(speed.prefill_fit, tables, "prefill"),
                   notes=tuple(notes))
-    return OperatorSpeed(new, True, "", speed.decode_fit, speed.prefill_fit, model, cal)
+    return OperatorSpeed(new, True, "", speed.decode_fit, speed.prefill_fit, model, tables)
 
 
 def _decode_point(d: DecodePoint, ms: float, ch: Choice) -> DecodePoint:
@@ -174,11 +158,10 @@ def _prefill_point(p: PrefillPoint, ms: float, ch: Choice) -> PrefillPoint:
 
 
 
-def _off_grid(model: StepModel, key: str, context: int, prompt: int) -> str:
+def _off_grid(model: StepModel, costs: Costs, context: int, prompt: int) -> str:
     """What of ``model``'s longest decode and prefill steps the tables do not cover: the
     operators read beyond the measured range or scaled from a neighbouring shape ("" when
     every lookup is measured or interpolated)."""
-    costs = costs_for(key)
     extra: set[str] = set()
     scaled: set[str] = set()
     for shape, eng in ((StepShape.decode(1, context), EngineSteps()),

@@ -1,0 +1,155 @@
+"""``servelab plan`` on GPUs where servelab has no operator tables but AIConfigurator has
+(issue 39: H100, B200): decode, prefill and load from servelab's composition over
+AIConfigurator's tables with the H200-fitted transfer, through the CLI on real header
+replicas of stored builds; a build the tables cannot express, and a machine without the
+optional extra, keep the fitted prediction with one note saying why."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli.app import app
+from servelab.ops import aicgpu
+from servelab.ops.model import step_model
+from servelab.ops.step import StepShape
+from servelab.predict.ops_source import runs_doc
+from servelab.synth.replica import write_replica
+from servelab.synth.replica_presets import preset_config, preset_layout
+
+pytestmark = pytest.mark.skipif(not __import__("servelab.ops.aic", fromlist=["x"]).available(),
+                                reason="needs the aiconfigurator extra (scripts/lib.sh)")
+runner = CliRunner()
+BUILDS = runs_doc("h200-vllm-0.26.0")["builds"]
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("aic-replicas")
+    out = {}
+    for name in ("llama-3.1-8b-bf16-random", "qwen3-30b-a3b-bf16-random"):
+        write_replica(root / name, BUILDS[name]["config"])
+        out[name] = root / name
+    name = "nemotron-nano-9b-v2"  # Mamba2 layers: AIConfigurator timed no such kernel
+    write_replica(root / name, preset_config(name), preset_layout(name, None, None))
+    out[name] = root / name
+    return out
+
+
+def _plan(path: Path, hw: str, *extra: str) -> dict[str, Any]:
+    res = runner.invoke(app, ["plan", str(path), "-H", hw, "--json", "--no-store",
+                              "--prompt-lens", "512,2048", *extra])
+    assert res.exit_code in (0, 1), res.output
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+@pytest.mark.parametrize(("build", "hw"), [("llama-3.1-8b-bf16-random", "h100"),
+                                           ("qwen3-30b-a3b-bf16-random", "b200")])
+def test_plan_predicts_from_aiconfigurator_tables(replicas: dict[str, Path], build: str,
+                                                  hw: str) -> None:
+    """Decode and prefill are the operator model's, each the package's composition over
+    AIConfigurator's tables for this GPU plus the transfer's overhead (one step at the
+    context; a prompt of one step pays the prefill overhead once), with the H200 held-out
+    interval x exp(±w) carried as is, and a source naming the tables."""
+    sp = _plan(replicas[build], hw)["speed"]
+    tr = aicgpu.transfer()
+    costs = aicgpu.costs_for(hw)
+    model = step_model(BUILDS[build]["config"], None)
+    for kind, points in (("decode", sp["decode"]), ("prefill", sp["prefill"])):
+        fit = sp[f"{kind}_fit"]
+        assert fit["level"] == "operator model"
+        assert (f"composition over aiconfigurator-core 0.12.0's {hw.upper()} kernel tables"
+                in fit["label"]), fit["label"]
+        assert "measured under vLLM 0.24.0" in fit["label"]
+        assert f"H200's held-out interval, carried to the {hw.upper()} as is" in fit["label"]
+        assert [p.get("context_len", p.get("prompt_len")) for p in points] == [512, 2048]
+        w = tr.half_width_log[kind]
+        for p in points:
+            tok, lo, hi = p["predicted_tok_s"], p["predicted_low"], p["predicted_high"]
+            assert lo == pytest.approx(min(tok * math.exp(-w), p["roofline_tok_s"]))
+            assert hi == pytest.approx(min(tok * math.exp(w), p["roofline_tok_s"]))
+            if kind == "decode":
+                want = aicgpu.predict(model, hw, StepShape.decode(1, p["context_len"]),
+                                      costs, tr).ms
+                assert 1e3 / tok == pytest.approx(want, rel=1e-9)
+            else:
+                n = p["prompt_len"]
+                want = aicgpu.predict(model, hw, StepShape.prefill(n), costs, tr).ms
+                assert n / tok * 1e3 == pytest.approx(want, rel=1e-9)
+    assert sp["notes"] == [n for n in sp["notes"] if "roofline only" not in n]
+
+
+def test_plan_answer_names_the_tables(replicas: dict[str, Path]) -> None:
+    """The answer block prints a decode and prefill prediction with an interval and says
+    where they come from (not "no run of vLLM on h100 yet")."""
+    res = runner.invoke(app, ["plan", str(replicas["llama-3.1-8b-bf16-random"]), "-H", "h100",
+                              "--no-store", "--prompt-lens", "1024", "--brief"])
+    assert res.exit_code in (0, 1), res.output
+    text = " ".join(res.output.split())
+    assert "decode" in text and "tok/s (" in text and ") predicted, one stream" in text
+    assert "prefill" in text and "predicted for a 1,024-token prompt" in text
+    assert "basis AIConfigurator's h100 kernel timings composed by servelab" in text
+    assert "no run of vLLM on h100" not in text
+
+
+def test_tables_lacking_a_kernel_keep_the_fitted_prediction(
+        replicas: dict[str, Path]) -> None:
+    """Nemotron-Nano-9B-v2's Mamba2 layers: AIConfigurator timed no Mamba2 kernel for them,
+    so the plan keeps its fitted (here: roofline) prediction and says why in one note."""
+    doc = _plan(replicas["nemotron-nano-9b-v2"], "h100")
+    assert doc["speed"]["decode_fit"]["level"] != "operator model"
+    notes = [n for n in (*doc["notes"], *doc["speed"]["notes"]) if "operator model" in n]
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("operator model not used (AIConfigurator's H100 tables): no "
+                               "mamba generation measurement"), notes
+
+
+def test_without_the_extra_one_note_and_the_fitted_prediction(
+        replicas: dict[str, Path]) -> None:
+    """Where the aiconfigurator extra is not installed (marked unimportable, as Python does
+    for a missing module), the plan does not fail: one note says what to install."""
+    code = ("import sys; sys.modules['aiconfigurator_core'] = None; "
+            "from servelab.cli.app import main; main()")
+    res = subprocess.run([sys.executable, "-c", code, "plan",
+                          str(replicas["llama-3.1-8b-bf16-random"]), "-H", "h100", "--json",
+                          "--no-store", "--prompt-lens", "1024"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode in (0, 1), res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["speed"]["decode_fit"]["level"] == "roofline"
+    notes = [n for n in (*doc["notes"], *doc["speed"]["notes"]) if "operator model" in n]
+    assert notes == ["operator model not used (AIConfigurator's H100 tables): AIConfigurator's "
+                     "tables need the optional extra: pip install 'servelab[aiconfigurator]'; "
+                     "the fitted prediction is shown"], notes
+
+
+def test_load_from_the_same_composition(replicas: dict[str, Path]) -> None:
+    """``plan --concurrency`` on the H100 simulates steps priced by the same composition: its
+    source names AIConfigurator's tables, one stream's TPOT is the single-stream decode step
+    over the contexts it decodes at, and 16 streams share each step (several times one
+    stream's output rate, though each of their prompts still takes its own prefill)."""
+    doc = _plan(replicas["llama-3.1-8b-bf16-random"], "h100", "--concurrency", "1,16",
+                "--output-len", "64")
+    load = doc["load"]["points"]
+    assert load["source"].startswith("batched step model over operator model: servelab's "
+                                     "composition over aiconfigurator-core"), load["source"]
+    ones = [p for p in load["points"] if p["concurrency"] == 1]
+    sixteens = [p for p in load["points"] if p["concurrency"] == 16]
+    assert ones and sixteens
+    for one, sixteen in zip(ones, sixteens, strict=True):
+        assert not one["no_prediction"] and not sixteen["no_prediction"]
+        dec = next(d for d in doc["speed"]["decode"] if d["context_len"] == one["prompt_len"])
+        tpot = one["tpot_s"]["value"]
+        assert tpot == pytest.approx(1.0 / dec["predicted_tok_s"], rel=0.02)
+        assert one["tpot_s"]["low"] < tpot < one["tpot_s"]["high"]
+        assert sixteen["tpot_s"]["value"] > tpot
+        assert (sixteen["output_tok_s_per_gpu"]["value"] >
+                4 * one["output_tok_s_per_gpu"]["value"])
