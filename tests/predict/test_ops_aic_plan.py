@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from servelab.cli.app import app
 from servelab.ops import aicgpu
 from servelab.ops.model import step_model
-from servelab.ops.step import StepShape
+from servelab.ops.step import EngineSteps, StepShape, step_time
 from servelab.predict.ops_source import runs_doc
 from servelab.synth.replica import write_replica
 from servelab.synth.replica_presets import preset_config, preset_layout
@@ -85,6 +85,27 @@ def test_plan_predicts_from_aiconfigurator_tables(replicas: dict[str, Path], bui
                 want = aicgpu.predict(model, hw, StepShape.prefill(n), costs, tr).ms
                 assert n / tok * 1e3 == pytest.approx(want, rel=1e-9)
     assert sp["notes"] == [n for n in sp["notes"] if "roofline only" not in n]
+
+
+def test_long_prompt_is_chunked_at_the_engines_budget(replicas: dict[str, Path]) -> None:
+    """A prompt longer than one step is prefilled in chunks of the step token budget vLLM
+    starts with on that GPU (its start-up default: 16,384 on a B200 with >= 160 GiB, 8,192 on
+    an H100), as the load simulator's steps are, not a fixed budget."""
+    n = 16384
+    tr = aicgpu.transfer()
+    model = step_model(BUILDS["llama-3.1-8b-bf16-random"]["config"], None)
+    for hw, chunk in (("b200", 16384), ("h100", 8192)):
+        res = runner.invoke(app, ["plan", str(replicas["llama-3.1-8b-bf16-random"]), "-H", hw,
+                                  "--json", "--no-store", "--prompt-lens", str(n)])
+        assert res.exit_code in (0, 1), res.output
+        (p,) = json.loads(res.stdout)["speed"]["prefill"]
+        costs = aicgpu.costs_for(hw)
+        eng = EngineSteps(cuda_graph_max=0, isolation_frac=tr.isolation_frac,
+                          isolation_cap_ms=tr.isolation_cap_ms)
+        ops = sum(step_time(model, costs, StepShape.prefill(min(chunk, n - s), s),
+                            eng).total_ms for s in range(0, n, chunk))
+        want = ops + tr.overhead_ms["prefill"]
+        assert n / p["predicted_tok_s"] * 1e3 == pytest.approx(want, rel=1e-6), hw
 
 
 def test_plan_answer_names_the_tables(replicas: dict[str, Path]) -> None:

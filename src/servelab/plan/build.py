@@ -56,7 +56,7 @@ from servelab.plan.request import PlanRequest
 from servelab.predict.batched import step_costs
 from servelab.predict.evidence import Evidence
 from servelab.predict.model import speed_for
-from servelab.predict.ops_speed import OperatorSpeed, operator_speed
+from servelab.predict.ops_speed import BUDGET, OperatorSpeed, operator_speed
 from servelab.predict.speed import SpeedPrediction
 from servelab.sizing.document import PLAN_SCHEMA
 from servelab.sizing.kernels import KernelAssumption, profile_assumption
@@ -348,7 +348,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
     )
     ops = operator_speed(speed, checkpoint.config, scheme=weights.scheme,
                          hardware=hardware.name, engine=r.engine, gpus=lay.gpus_per_replica,
-                         enabled=evidence.fitted, dims=dims)
+                         enabled=evidence.fitted, dims=dims, budget=_budget(r, sized.platform, lay))
     speed = ops.speed
     bw, _ = hardware.effective_bandwidth_ceiling()
     pdec = tuple(
@@ -394,6 +394,14 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         startup_rules=r.startup_rules,
         operator=ops if ops.used else None,
     )
+
+
+def _budget(r: PlanRequest, platform: str, lay: ParallelLayout) -> int:
+    """The step token budget the engine runs with (a long prompt's prefill chunk)."""
+    if r.startup_rules is None:
+        return BUDGET
+    return r.startup_rules.max_num_batched_tokens(r.hardware, platform, lay,
+                                                  r.knobs.startup).value
 
 
 def _kernels(r: PlanRequest, checkpoint: Checkpoint) -> KernelAssumption:

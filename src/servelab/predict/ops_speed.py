@@ -37,7 +37,8 @@ from servelab.predict.speed import DecodePoint, PrefillPoint, SpeedPrediction
 from servelab.synth.replica import TEXT_LINEARS, QuantLayout
 
 LEVEL = "operator model"
-#: vLLM's default step token budget on the tables' GPU (chunked prefill).
+#: vLLM's default step token budget on the H200 (chunked prefill); a plan passes the budget
+#: its engine's start-up rules give on its hardware (16,384 on a B200, say).
 BUDGET = 8192
 
 
@@ -76,17 +77,18 @@ def _fit(old: Fit, tables: OpsTables, kind: str) -> Fit:
                    spread=f"-{(1 - ch.low_factor) * 100:.0f}%/+{(ch.high_factor - 1) * 100:.0f}%")
 
 
-def _ms(model: StepModel, tables: OpsTables, kind: str, length: int) -> float:
+def _ms(model: StepModel, tables: OpsTables, kind: str, length: int,
+        budget: int = BUDGET) -> float:
     ch, corr = tables.choice(kind), tables.corrections
     iso = (0.0, 0.0) if ch.stage == "operators" else (corr.isolation_frac,
                                                         corr.isolation_cap_ms)
     if kind == "decode":
         t = operator_ms(model, tables.costs, "decode", length, isolation=iso, context=length)
     else:
-        t = operator_ms(model, tables.costs, "prefill", length, isolation=iso, budget=BUDGET)
+        t = operator_ms(model, tables.costs, "prefill", length, isolation=iso, budget=budget)
     if ch.stage != "corrected":
         return t
-    steps = prefill_steps(length, BUDGET) if tables.prefill_per_step else 1
+    steps = prefill_steps(length, budget) if tables.prefill_per_step else 1
     return corrected_ms(t, kind, corr, steps=steps)
 
 
@@ -96,10 +98,11 @@ def _band(tok_s: float, ch: Choice, bound: float) -> tuple[float, float]:
 
 def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme: str,
                    hardware: str, engine: str, gpus: int, enabled: bool = True,
-                   dims: ModelDims | None = None) -> OperatorSpeed:
+                   dims: ModelDims | None = None, budget: int = BUDGET) -> OperatorSpeed:
     """``speed`` with its decode and prefill predicted by the operator model where
     ``hardware`` has tables and ``engine`` is vLLM; otherwise ``speed`` and why not.
-    ``enabled`` False (fits given by the caller, or a held-out check): ``speed`` as it is."""
+    ``enabled`` False (fits given by the caller, or a held-out check): ``speed`` as it is.
+    ``budget``: the engine's step token budget (a longer prompt is prefilled in chunks)."""
     found = table_source(hardware)
     if found is None or engine != "vllm" or not enabled:
         return OperatorSpeed(speed, False, "")
@@ -114,7 +117,7 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
             model = step_model(config, layout_for(scheme, config), dims=dims)
             tables = load()
             dec = [_ms(model, tables, "decode", d.context_len) for d in speed.decode]
-            pre = [_ms(model, tables, "prefill", p.prompt_len) for p in speed.prefill]
+            pre = [_ms(model, tables, "prefill", p.prompt_len, budget) for p in speed.prefill]
         except ServelabError as e:
             why = str(e)
     if why is not None:
@@ -131,7 +134,7 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
                                     ("prefill", speed.prefill_fit))}
     notes = [n for n in speed.notes if n not in stale]
     off = _off_grid(model, tables.costs, max((d.context_len for d in speed.decode), default=1),
-                    max((p.prompt_len for p in speed.prefill), default=1))
+                    max((p.prompt_len for p in speed.prefill), default=1), budget)
     if off:
         notes.append(f"operator model: {off}; the held-out interval was measured on shapes "
                      "the tables cover and may not hold here")
@@ -158,14 +161,15 @@ def _prefill_point(p: PrefillPoint, ms: float, ch: Choice) -> PrefillPoint:
 
 
 
-def _off_grid(model: StepModel, costs: Costs, context: int, prompt: int) -> str:
+def _off_grid(model: StepModel, costs: Costs, context: int, prompt: int,
+              budget: int = BUDGET) -> str:
     """What of ``model``'s longest decode and prefill steps the tables do not cover: the
     operators read beyond the measured range or scaled from a neighbouring shape ("" when
     every lookup is measured or interpolated)."""
     extra: set[str] = set()
     scaled: set[str] = set()
     for shape, eng in ((StepShape.decode(1, context), EngineSteps()),
-                       (StepShape.prefill(min(prompt, BUDGET)), EngineSteps(cuda_graph_max=0))):
+                       (StepShape.prefill(min(prompt, budget)), EngineSteps(cuda_graph_max=0))):
         for i in step_time(model, costs, shape, eng).items:
             if i.lookup.extrapolated:
                 extra.add(i.op)
