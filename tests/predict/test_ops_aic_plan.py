@@ -174,3 +174,31 @@ def test_load_from_the_same_composition(replicas: dict[str, Path]) -> None:
         assert sixteen["tpot_s"]["value"] > tpot
         assert (sixteen["output_tok_s_per_gpu"]["value"] >
                 4 * one["output_tok_s_per_gpu"]["value"])
+
+
+def test_fitted_prediction_with_more_evidence_is_kept() -> None:
+    """A fitted decode prediction from runs or published points of this GPU whose own interval
+    is no wider than the H200's interval carried to it keeps its place (a level with less
+    evidence never replaces one with more); a wider one, the roofline, or a refused fit give
+    way to the tables; servelab's own H200 tables (not carried) are never second to a fit."""
+    from servelab.predict.form import Coefficients
+    from servelab.predict.levels import Fit
+    from servelab.predict.ops_aic import aic_tables
+    from servelab.predict.ops_source import shipped_tables
+    from servelab.predict.ops_speed import _more_evidence
+
+    tables = aic_tables("h100")
+    carried = math.tanh(tables.decode.log_width)
+    theta = Coefficients.of("decode", s_per_byte=1e-12)
+
+    def fit(level: str, rel: float | None) -> Fit:
+        return Fit("decode", theta, level, "stored runs", ("a", "b"), 12, rel, "held out")
+
+    why = _more_evidence(fit("engine, kernel path, hardware", carried * 0.8), tables)
+    assert why is not None and "rests on runs of this hardware" in why
+    assert _more_evidence(fit("engine, kernel path, hardware", carried * 1.2), tables) is None
+    assert _more_evidence(fit("roofline", None), tables) is None
+    assert _more_evidence(fit("engine, kernel path, hardware", 0.9), tables) is None  # refused
+    own = shipped_tables("h200")
+    assert own is not None
+    assert _more_evidence(fit("engine, kernel path, hardware", 0.01), own) is None

@@ -80,4 +80,4 @@ def aic_tables(hardware: str) -> OpsTables:
         choice["prefill"], {k: source(k) for k in KINDS}, {k: basis(k) for k in KINDS},
         f"AIConfigurator's {hardware} kernel timings composed by servelab; interval from "
         f"{len(fams)} families' H200 runs (each left out), carried as is",
-        prefill_per_step=False)
+        prefill_per_step=False, carried=True)

@@ -194,6 +194,9 @@ class OpsTables:
     #: The prefill overhead per engine step of a prompt (True: as the stored runs' held-out
     #: fit prices it) or once per prompt (as the step a prompt starts pays under load).
     prefill_per_step: bool = True
+    #: The interval was measured on other hardware and carried here as is (so a fitted
+    #: prediction from runs on this hardware with a narrower interval is kept instead).
+    carried: bool = False
 
     def choice(self, kind: str) -> Choice:
         return self.decode if kind == "decode" else self.prefill

@@ -92,6 +92,19 @@ def _ms(model: StepModel, tables: OpsTables, kind: str, length: int,
     return corrected_ms(t, kind, corr, steps=steps)
 
 
+def _more_evidence(fit: Fit, tables: OpsTables) -> str | None:
+    """Why a fitted decode prediction is kept over tables whose interval was carried from
+    other hardware: it was fitted on runs or published points of this hardware and its own
+    interval is no wider (a level with less evidence never replaces one with more)."""
+    if not tables.carried or fit.refused or fit.level == "roofline" or fit.rel_error is None:
+        return None
+    if fit.rel_error > math.tanh(tables.decode.log_width):
+        return None
+    return (f"the fitted prediction ({fit.level}, could be {fit.rel_error * 100:.0f} % off) "
+            f"rests on runs of this hardware and is no less sure than the tables' interval "
+            f"carried from the H200 ({math.tanh(tables.decode.log_width) * 100:.0f} %)")
+
+
 def _band(tok_s: float, ch: Choice, bound: float) -> tuple[float, float]:
     return min(tok_s * ch.low_factor, bound), min(tok_s * ch.high_factor, bound)
 
@@ -113,11 +126,15 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     elif speed.decode_fit is None or speed.prefill_fit is None:
         why = "no fit to carry its interval"
     if why is None:
+        assert speed.decode_fit is not None
         try:
             model = step_model(config, layout_for(scheme, config), dims=dims)
             tables = load()
-            dec = [_ms(model, tables, "decode", d.context_len) for d in speed.decode]
-            pre = [_ms(model, tables, "prefill", p.prompt_len, budget) for p in speed.prefill]
+            why = _more_evidence(speed.decode_fit, tables)
+            if why is None:
+                dec = [_ms(model, tables, "decode", d.context_len) for d in speed.decode]
+                pre = [_ms(model, tables, "prefill", p.prompt_len, budget)
+                       for p in speed.prefill]
         except ServelabError as e:
             why = str(e)
     if why is not None:
