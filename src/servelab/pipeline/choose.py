@@ -35,12 +35,13 @@ from servelab.pipeline.planning import plan_source
 from servelab.plan.build import Plan
 from servelab.plan.request import PlanRequest, Speculation, StoreChoice
 from servelab.points import PointKey
+from servelab.predict.pairs import OrderError, all_pairs, order_error
 from servelab.published.runs import PublishedRun, published_for
 from servelab.sizing.specsource import AUTO, DEFAULT_METHOD
 from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
-__all__ = ["ChooseRequest", "choose_builds", "measured_at", "recipe_choices"]
+__all__ = ["ChooseRequest", "choose_builds", "measured_at", "order_error_for", "recipe_choices"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,19 @@ def resolve_builds(req: ChooseRequest) -> tuple[tuple[str, str | None, bool], ..
     return tuple((c.repo_id, c.plannable, c.relation == "base") for c in children)
 
 
+def order_error_for(hardware: str, runs: Sequence[RunRecord], priors: Path | None = None
+                    ) -> OrderError | None:
+    """How far the order of two decode predictions may be off on ``hardware``: the pairs of
+    builds of one family measured side by side in the priors (``priors``: the shipped table
+    when None) and ``runs``, the family held out (:mod:`servelab.predict.pairs`)."""
+    from servelab.evidence.runs import samples_from_runs
+    from servelab.predict.calibration import reference_of
+    from servelab.predict.priors import load_priors
+
+    ref = reference_of(samples_from_runs(runs), load_priors(priors))
+    return order_error(all_pairs(ref.samples, ref.physical, lower=ref.lower), hardware)
+
+
 def choose_builds(req: ChooseRequest) -> Choice:
     """Plan every build of ``req`` on its hardware and rank them."""
     if req.context_len < 1 or req.prompt_len < 1:
@@ -211,7 +225,8 @@ def choose_builds(req: ChooseRequest) -> Choice:
         for (loc, why, named), name in zip(builds, names, strict=True)
     ]
     return choose(candidates, hardware=req.hardware.name, context_len=req.context_len,
-                  prompt_len=req.prompt_len, slo=req.slo)
+                  prompt_len=req.prompt_len, slo=req.slo,
+                  order=order_error_for(req.hardware.name, every, req.store.priors))
 
 
 # --- the site's answer: every recipe of a model on every hardware servelab knows ----------
@@ -277,6 +292,6 @@ def recipe_choices(store: Store, runs: Sequence[RunRecord], *, prompt_len: int,
                 continue
             candidates.append(Candidate(name, name, plan, decode=decode, prefill=prefill))
         out.append(choose(candidates, hardware=hw.name, context_len=context_len,
-                          prompt_len=prompt_len))
+                          prompt_len=prompt_len, order=order_error_for(hw.name, runs)))
     return tuple(out)
 
