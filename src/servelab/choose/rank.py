@@ -36,11 +36,14 @@ Decode is single stream at ``prompt_len``; fit, KV pool and concurrency are at
 ``context_len``. Rows are ranked: builds that fit before those that do not, SLO met before
 uncertain before missed, a figure (measured or predicted) before a bound alone, then by
 decode (speculative decode where the build ships a usable MTP head and an acceptance length
-is known). Refused builds are not ranked.
+is known). Builds tied within the uncertainty of their order (two predictions whose ratio is
+within the held-out error of an order, :mod:`servelab.choose.ties`) are ranked by what
+decides then: a measured or published figure, the kernel path's reported risk, memory and
+context. Refused builds are not ranked.
 
 ``published``: figures someone published for the build (its Hub repo id) on this hardware
 (:func:`servelab.published.runs.published_for`), shown beside the prediction with their
-source and date, never fitted and never ranked on.
+source and date, never fitted; a published decode figure decides only between tied builds.
 """
 
 from __future__ import annotations
