@@ -11,6 +11,7 @@ import pytest
 
 from servelab.cli.app import main
 from servelab.pipeline.choose import repo_id_of
+from servelab.published.identity import MANIFEST, MANIFEST_SCHEMA, identify
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -123,3 +124,61 @@ def test_fp8_and_nvfp4a16_tie_within_the_order_and_a_published_figure_decides(
     assert fast["build"] == "unsloth/Qwen3.6-35B-A3B-NVFP4-Fast"
     assert "tie" not in own["pick"]["reason"]
     assert fast["speculative"]["low"] <= 106.5 <= fast["speculative"]["high"]
+
+
+def _ok(argv: list[str]) -> None:
+    """Run the CLI; it exits 0."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code in (0, None)
+
+
+def _copy_with_manifest(src: Path, dst: Path, doc: str) -> Path:
+    """A plain local folder of ``src``'s files (symlinked) and a build manifest."""
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).symlink_to(f)
+    (dst / MANIFEST).write_text(doc, encoding="utf-8")
+    return dst
+
+
+def test_a_local_folder_matches_only_by_its_build_manifest(
+    seed_builds: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40: a plain folder (no Hub cache layout) gets its published figures when its
+    servelab-build.json names the repo; the output says which identity matched. A folder
+    without one matches nothing, whatever its name or shapes."""
+    fast = seed_builds["nvfp4-fast"]
+    named = _copy_with_manifest(fast, tmp_path / "my-copy", json.dumps(
+        {"schema": MANIFEST_SCHEMA, "repo_id": "unsloth/Qwen3.6-35B-A3B-NVFP4-Fast"}))
+    assert identify(str(fast)) is None  # a replica's folder name says nothing
+    ident = identify(str(named))
+    assert ident is not None and ident.how == f"its {MANIFEST}"
+    _ok(["choose", str(named), str(fast), "-H", "dgx-spark", "-c", "262144", "--no-store",
+         "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["location"]: r for r in doc["builds"]}
+    assert {p["value"] for p in rows[str(named)]["published"]} == {67.9, 106.5}
+    assert rows[str(named)]["identity"] == \
+        "unsloth/Qwen3.6-35B-A3B-NVFP4-Fast (from its servelab-build.json)"
+    assert rows[str(fast)]["published"] == [] and rows[str(fast)]["identity"] is None
+    _ok(["plan", str(named), "-H", "dgx-spark", "--no-store"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Published figures (shown, not fitted)" in text
+    assert "published: 106.5 tok/s decode, MTP k=3, vllm 0.24.0 (seed recipe page" in text
+    assert ("matched as unsloth/Qwen3.6-35B-A3B-NVFP4-Fast (from its servelab-build.json)"
+            in text)
+    _ok(["plan", str(fast), "-H", "dgx-spark", "--no-store", "--json"])
+    assert "published" not in json.loads(capsys.readouterr().out)
+
+
+def test_a_broken_build_manifest_is_one_line_naming_it(
+    seed_builds: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = _copy_with_manifest(seed_builds["fp8"], tmp_path / "bad", '{"repo_id": "x"}')
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", str(bad), "-H", "dgx-spark", "--no-store"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad / MANIFEST) in err, err
+    assert "not a build manifest" in err

@@ -19,7 +19,7 @@ measurements the results store holds come in; a :class:`Choice` comes out. JSON 
                  "slo": "pass" | "fail" | "uncertain" | null,
                  "verdict": str, "refused": str | null,
                  "published": [{...servelab.published/1 row, "line": str}],
-                 "kernel_risk": str | null}]}
+                 "kernel_risk": str | null, "identity": str | null}]}
 
     SPEED = {"tok_s": float | null, "low": float | null, "high": float | null,
              "source": "measured" | "predicted" | "bound" | "none",
@@ -62,7 +62,7 @@ from servelab.choose.row import Measurement as Measurement
 from servelab.choose.row import Row as Row
 from servelab.choose.row import SloTarget as SloTarget
 from servelab.choose.row import Speed as Speed
-from servelab.choose.ties import order_ties, tie_words, tied, what_decides
+from servelab.choose.ties import TIE, order_ties, tie_words, tied, what_decides
 from servelab.plan.build import Plan
 from servelab.plan.explain import Explanation, better_kernel, explain
 from servelab.predict.levels import MAX_RATIO, too_wide
@@ -212,7 +212,7 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
         none = Speed(None, None, None, NONE, "not planned")
         return Row(None, c.name, c.location, None, None, None, None, "not planned", None, None,
                    None, None, None, none, none, None, None, None, None, 0, 0, False, None,
-                   f"not planned: {c.refused}", c.refused, c.published)
+                   f"not planned: {c.refused}", c.refused, c.published, identity=c.identity)
     decode, bytes_per_token = _decode_speed(plan, prompt_len)
     prefill = _prefill_speed(plan, prompt_len)
     if c.decode is not None:
@@ -230,7 +230,7 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
               plan.kv_tokens, plan.weights.resident_bytes, bytes_per_token, decode, prefill,
               spec, plan.speed.kernel_path.name, plan.speed.compute_precision,
               fallback_of(plan), declared, tensors, usable, None, "", None, c.published,
-              plan.kernels.risk if plan.kernels is not None else None)
+              plan.kernels.risk if plan.kernels is not None else None, c.identity)
     slo = _slo_verdict(targets, row.best_decode, prefill, prompt_len)
     return Row(**{**_fields(row), "slo": slo})
 
@@ -311,6 +311,9 @@ def _lead(win: Row, lose: Row, e: Explanation) -> str:
 def _predicted(a: Row, b: Row, plans: Mapping[str, Plan]) -> str:
     """Why the prediction alone orders ``a`` and ``b`` as it does, in explain's terms."""
     fast, slow = (a, b) if (a.best_decode.tok_s or 0) >= (b.best_decode.tok_s or 0) else (b, a)
+    fs, ss = fast.best_decode.tok_s or 0.0, slow.best_decode.tok_s or 0.0
+    if fs - ss <= TIE * fs:
+        return "the prediction alone cannot tell them apart"
     return (f"the prediction puts {fast.build} ahead: "
             f"{_lead(fast, slow, explain(plans[fast.build], plans[slow.build]))}")
 

@@ -58,6 +58,8 @@ class Candidate:
     prefill: Measurement | None = None
     published: tuple[PublishedRun, ...] = ()
     """Published figures for this build on the hardware (shown, never fitted)."""
+    identity: str | None = None
+    """What matched the published figures to this build (``ORG/NAME (from ...)``)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class Row:
     published: tuple[PublishedRun, ...] = ()
     kernel_risk: str | None = None
     """A reported problem with its kernel path on this hardware, with sources (the plan's)."""
+    identity: str | None = None
+    """What matched :attr:`published` to this build (``ORG/NAME (from ...)``)."""
 
     @property
     def best_decode(self) -> Speed:
@@ -128,5 +132,5 @@ class Row:
                     "usable": self.mtp_usable},
             "slo": self.slo, "verdict": self.verdict, "refused": self.refused,
             "published": [{**p.to_dict(), "line": p.line} for p in self.published],
-            "kernel_risk": self.kernel_risk,
+            "kernel_risk": self.kernel_risk, "identity": self.identity,
         }
