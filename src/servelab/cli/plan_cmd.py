@@ -298,7 +298,7 @@ def _print_plan(result: Plan, fmt: str, view: PlanView, load: LoadRequest | None
                 evidence: tuple[BatchedError | None, list[MeasuredCapacity], str | None] = (
                     None, [], None)
                 ) -> None:
-    from servelab.cli.published_view import HEADING, markdown_lines
+    from servelab.cli.published_view import markdown_lines
     from servelab.cli.screen import Screen
     from servelab.plan.load import answer
     from servelab.plan.markdown import plan_markdown
@@ -317,13 +317,8 @@ def _print_plan(result: Plan, fmt: str, view: PlanView, load: LoadRequest | None
         if view.published:
             typer.echo("\n".join(markdown_lines(view.published)), nl=False)
     else:
-        screen = Screen(wide=view.wide)
-        render_plan(result, screen, fits_only=view.fits, brief=view.brief,
-                    wide=view.wide, load=ans, recipe=view.recipe)
-        if pub and not (view.fits or view.brief):  # beside the prediction, never fitted into it
-            screen.heading(HEADING)
-            for line in pub:
-                screen.say(line)
+        render_plan(result, Screen(wide=view.wide), fits_only=view.fits, brief=view.brief,
+                    wide=view.wide, load=ans, recipe=view.recipe, published=pub)
 
 
 def explain(
