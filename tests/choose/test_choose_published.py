@@ -99,6 +99,10 @@ def test_fp8_and_nvfp4a16_tie_within_the_order_and_a_published_figure_decides(
     lets the seed's published figures (42.57 against 38.27) decide, and still explains the
     predicted order the seed's way (bytes over kernels)."""
     doc = json.loads(_choose(hub_cache, capsys, "--json"))
+    oe = doc["order_error"]
+    assert oe["hardware"] == "pooled" and oe["pairs"] >= 9 and 5 < oe["percent"] < 60
+    assert f"right to within {oe['percent']:.0f} % on {oe['pairs']} stored pairs" in \
+        " ".join(r["verdict"] for r in doc["builds"])
     order = [r["build"] for r in doc["builds"]]
     assert order.index("nvidia/Qwen3.6-35B-A3B-NVFP4A16") + 1 == \
         order.index("Qwen/Qwen3.6-35B-A3B-FP8")

@@ -7,6 +7,10 @@ measurements the results store holds come in; a :class:`Choice` comes out. JSON 
     {"schema": "servelab.choose/1", "hardware": str, "context_len": int, "prompt_len": int,
      "slo": str | null,
      "pick": {"build": str, "reason": str} | null,
+     "order_error": {"log_half_width": float, "percent": float, "pairs": int,
+                     "families": int, "hardware": str, "coverage": float} | null,
+       (how far the order of two predictions may be off, from stored pairs of one family's
+       builds with the family held out; "hardware": "pooled" where this one has none)
      "builds": [{"rank": int | null, "build": str, "location": str, "engine": str | null,
                  "scheme": str | null, "quant_label": str | null,
                  "fits": bool | null, "fit": str, "largest_context": int | null,
@@ -82,14 +86,20 @@ class Choice:
     rows: tuple[Row, ...]
     pick: str | None
     reason: str
+    order: OrderError | None = None
+    """How far the order of two predictions may be off (what a tie was called by)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, schema ``servelab.choose/1`` (module docs)."""
+        o = self.order
         return {
             "schema": SCHEMA, "hardware": self.hardware, "context_len": self.context_len,
             "prompt_len": self.prompt_len, "slo": self.slo,
             "pick": {"build": self.pick, "reason": self.reason} if self.pick else None,
             "reason": self.reason,
+            "order_error": None if o is None else {
+                "log_half_width": o.half_width, "percent": o.percent, "pairs": o.pairs,
+                "families": o.families, "hardware": o.hardware, "coverage": o.coverage},
             "builds": [r.to_dict() for r in self.rows],
         }
 
@@ -436,4 +446,4 @@ def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
             verdict = "; ".join(_flags(r)) or "fits"
         out.append(Row(**{**_fields(r), "rank": i, "verdict": verdict}))
     return Choice(hardware, context_len, prompt_len, slo_label, (*out, *refused),
-                  pick.build if pick else None, reason)
+                  pick.build if pick else None, reason, order)
