@@ -32,3 +32,19 @@ def test_an_existing_checkpoint_is_kept_without_force(tmp_path: Path) -> None:
     forced = servelab("synth", "tiny", "llama", str(ckpt), "--seed", "2", "--force")
     assert forced.returncode == 0, forced.stderr
     assert _digest(ckpt)["model.safetensors"] != before["model.safetensors"]
+
+
+@pytest.mark.timeout(300)
+def test_a_replica_records_the_build_it_replicates(tmp_path: Path) -> None:
+    """``--source-repo`` writes servelab-build.json, the explicit identity published figures
+    match a local folder by (issue 40); a bad repo id writes nothing."""
+    from servelab.published.identity import identify
+
+    bad = servelab("synth", "replica", str(tmp_path / "bad"), "--source-repo", "not-a-repo")
+    assert bad.returncode == 2 and not (tmp_path / "bad").exists(), bad.stderr
+    out = tmp_path / "fast"
+    proc = servelab("synth", "replica", str(out), "--targets", "nvfp4-fast", "--mtp", "fused",
+                    "--source-repo", "unsloth/Qwen3.6-35B-A3B-NVFP4-Fast")
+    assert proc.returncode == 0, proc.stderr
+    ident = identify(str(out))
+    assert ident is not None and ident.repo_id == "unsloth/Qwen3.6-35B-A3B-NVFP4-Fast"

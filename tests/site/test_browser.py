@@ -153,3 +153,33 @@ def test_site_built_from_a_real_store(browser: Browser, tmp_path: Path) -> None:
                     log = page.js("document.getElementById('log').innerText")
                     assert HOSTILE_LINE in log and "[redacted]" in log.lower()
                     assert "hf_zyxwvutsrq" not in log
+
+
+def test_a_recipe_page_shows_the_published_figures_for_its_build(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 40: a recipe of a Hub build run on a DGX Spark shows what was published for that
+    build there, as text with its source link, beside the measurements."""
+    import dataclasses
+
+    from site_records import record
+
+    from servelab.site.collect import site_from_records
+
+    text = 'name = "fp8-spark"\n[model]\nrepo = "Qwen/Qwen3.6-35B-A3B-FP8"\n'
+    run = dataclasses.replace(record(0, "fp8-spark", "FP8", "0.32.0", 38.0), run_id="pub1",
+                              recipe_text=text, hardware="dgx-spark",
+                              model_id="Qwen/Qwen3.6-35B-A3B-FP8")
+    site = site_from_records([run])
+    [recipe] = site.recipes
+    built = build_site(site, tmp_path / "site")
+    with serve_directory(built.outdir) as base, \
+            browser.page(base + f"recipes/{recipe.slug}.html") as page:
+        _clean(page.result.errors)
+        items = page.js("[...document.querySelectorAll('#published-list li')]"
+                        ".map(li => ({text: li.innerText, href: li.querySelector('a') ? "
+                        "li.querySelector('a').getAttribute('href') : null}))")
+        assert [i["text"] for i in items] == [line for line, _ in recipe.published]
+        assert any(i["text"].startswith("published: 38.27 tok/s decode, 2,048-token prompt")
+                   for i in items), items
+        assert all(i["href"] is None or i["href"].startswith("https://") for i in items)

@@ -344,3 +344,19 @@ def test_a_hub_model_is_shown_by_its_repo_id() -> None:
     assert page.checkpoint == "Qwen/Qwen3.6-35B-A3B-FP8@main" and page.port == 8011
     assert "Qwen/Qwen3.6-35B-A3B-FP8" in page.command and "8011" in page.command
     assert "--download-dir=<local path>" in page.command
+
+
+def test_a_recipe_page_shows_what_was_published_for_its_build_on_its_hardware() -> None:
+    """Issue 40: the shipped published table's rows for the very build (its Hub repo id) on
+    the run's hardware appear on its page, with their source and date; elsewhere none."""
+    text = ('name = "fp8-spark"\n[model]\nrepo = "Qwen/Qwen3.6-35B-A3B-FP8"\n'
+            'revision = "main"\n[engine]\nport = 8011\n')
+    run = dataclasses.replace(_as_servelab_ran_it(text, None), hardware="dgx-spark")
+    [page] = site_from_records([run]).recipes
+    lines = [line for line, _ in page.published]
+    assert any(line.startswith("published: 38.27 tok/s decode, 2,048-token prompt, vllm "
+                               "0.24.0 (seed recipe page") for line in lines), lines
+    html = render_site(site_from_records([run]))[f"recipes/{page.slug}.html"]
+    assert "Published figures (shown, not fitted)" in html and "38.27 tok/s decode" in html
+    [cpu] = site_from_records([_as_servelab_ran_it(text, None)]).recipes
+    assert cpu.published == ()  # nothing published for this build on a CPU

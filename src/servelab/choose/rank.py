@@ -7,6 +7,10 @@ measurements the results store holds come in; a :class:`Choice` comes out. JSON 
     {"schema": "servelab.choose/1", "hardware": str, "context_len": int, "prompt_len": int,
      "slo": str | null,
      "pick": {"build": str, "reason": str} | null,
+     "order_error": {"log_half_width": float, "percent": float, "pairs": int,
+                     "families": int, "hardware": str, "coverage": float} | null,
+       (how far the order of two predictions may be off, from stored pairs of one family's
+       builds with the family held out; "hardware": "pooled" where this one has none)
      "builds": [{"rank": int | null, "build": str, "location": str, "engine": str | null,
                  "scheme": str | null, "quant_label": str | null,
                  "fits": bool | null, "fit": str, "largest_context": int | null,
@@ -19,7 +23,7 @@ measurements the results store holds come in; a :class:`Choice` comes out. JSON 
                  "slo": "pass" | "fail" | "uncertain" | null,
                  "verdict": str, "refused": str | null,
                  "published": [{...servelab.published/1 row, "line": str}],
-                 "kernel_risk": str | null}]}
+                 "kernel_risk": str | null, "identity": str | null}]}
 
     SPEED = {"tok_s": float | null, "low": float | null, "high": float | null,
              "source": "measured" | "predicted" | "bound" | "none",
@@ -36,146 +40,39 @@ Decode is single stream at ``prompt_len``; fit, KV pool and concurrency are at
 ``context_len``. Rows are ranked: builds that fit before those that do not, SLO met before
 uncertain before missed, a figure (measured or predicted) before a bound alone, then by
 decode (speculative decode where the build ships a usable MTP head and an acceptance length
-is known). Refused builds are not ranked.
+is known). Builds tied within the uncertainty of their order (two predictions whose ratio is
+within the held-out error of an order, :mod:`servelab.choose.ties`) are ranked by what
+decides then: a measured or published figure, the kernel path's reported risk, memory and
+context. Refused builds are not ranked.
 
 ``published``: figures someone published for the build (its Hub repo id) on this hardware
 (:func:`servelab.published.runs.published_for`), shown beside the prediction with their
-source and date, never fitted and never ranked on.
+source and date, never fitted; a published decode figure decides only between tied builds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from servelab.choose.row import BOUND as BOUND
+from servelab.choose.row import MEASURED as MEASURED
+from servelab.choose.row import NONE as NONE
+from servelab.choose.row import PREDICTED as PREDICTED
+from servelab.choose.row import SCHEMA as SCHEMA
+from servelab.choose.row import Candidate as Candidate
+from servelab.choose.row import Measurement as Measurement
+from servelab.choose.row import Row as Row
+from servelab.choose.row import SloTarget as SloTarget
+from servelab.choose.row import Speed as Speed
+from servelab.choose.ties import TIE, order_ties, tie_words, tied, what_decides
 from servelab.plan.build import Plan
 from servelab.plan.explain import Explanation, better_kernel, explain
 from servelab.predict.levels import MAX_RATIO, too_wide
+from servelab.predict.pairs import OrderError
 from servelab.published.runs import PublishedRun
 from servelab.units import format_bytes
-
-SCHEMA = "servelab.choose/1"
-
-MEASURED, PREDICTED, BOUND, NONE = "measured", "predicted", "bound", "none"
-
-
-@dataclass(frozen=True)
-class Speed:
-    """One speed figure and where it came from (see the module docs)."""
-
-    tok_s: float | None
-    low: float | None
-    high: float | None
-    source: str
-    basis: str
-    run_id: str | None = None
-
-    @property
-    def figure(self) -> bool:
-        """A measured or predicted value (not a bound, not nothing)."""
-        return self.tok_s is not None and self.source in (MEASURED, PREDICTED)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """A speed measured in one stored run (mean of its requests, 95 % CI)."""
-
-    tok_s: float
-    low: float | None
-    high: float | None
-    run_id: str
-    samples: int
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One build to rank: its plan (or why it has none) and what the store measured."""
-
-    name: str
-    location: str
-    plan: Plan | None
-    refused: str | None = None
-    decode: Measurement | None = None
-    prefill: Measurement | None = None
-    published: tuple[PublishedRun, ...] = ()
-    """Published figures for this build on the hardware (shown, never fitted)."""
-
-
-@dataclass(frozen=True)
-class SloTarget:
-    """A latency target on single-stream requests: ``metric`` (ttft|tpot) at most
-    ``threshold_ms`` (percentiles are not predicted; the interval is used instead)."""
-
-    metric: str
-    threshold_ms: float
-    label: str
-
-
-@dataclass(frozen=True)
-class Row:
-    """One build in the ranked answer."""
-
-    rank: int | None
-    build: str
-    location: str
-    engine: str | None
-    scheme: str | None
-    quant_label: str | None
-    fits: bool | None
-    fit: str
-    largest_context: int | None
-    max_concurrency: float | None
-    kv_pool_tokens: int | None
-    weights_bytes: int | None
-    bytes_per_token: int | None
-    decode: Speed
-    prefill: Speed
-    speculative: Speed | None
-    kernel_path: str | None
-    compute_precision: str | None
-    fallback: str | None
-    mtp_declared_layers: int
-    mtp_tensors: int
-    mtp_usable: bool
-    slo: str | None
-    verdict: str
-    refused: str | None = None
-    published: tuple[PublishedRun, ...] = ()
-    kernel_risk: str | None = None
-    """A reported problem with its kernel path on this hardware, with sources (the plan's)."""
-
-    @property
-    def best_decode(self) -> Speed:
-        """Speculative decode when it is a figure and faster, else plain decode."""
-        spec = self.speculative
-        if spec is not None and spec.figure and (
-                not self.decode.figure or (spec.tok_s or 0) > (self.decode.tok_s or 0)):
-            return spec
-        return self.decode
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (one element of ``builds``)."""
-        return {
-            "rank": self.rank, "build": self.build, "location": self.location,
-            "engine": self.engine, "scheme": self.scheme, "quant_label": self.quant_label,
-            "fits": self.fits, "fit": self.fit, "largest_context": self.largest_context,
-            "max_concurrency": self.max_concurrency, "kv_pool_tokens": self.kv_pool_tokens,
-            "weights_bytes": self.weights_bytes, "bytes_per_token": self.bytes_per_token,
-            "decode": self.decode.to_dict(), "prefill": self.prefill.to_dict(),
-            "speculative": self.speculative.to_dict() if self.speculative else None,
-            "kernel_path": self.kernel_path, "compute_precision": self.compute_precision,
-            "fallback": self.fallback,
-            "mtp": {"declared_layers": self.mtp_declared_layers, "tensors": self.mtp_tensors,
-                    "usable": self.mtp_usable},
-            "slo": self.slo, "verdict": self.verdict, "refused": self.refused,
-            "published": [{**p.to_dict(), "line": p.line} for p in self.published],
-            "kernel_risk": self.kernel_risk,
-        }
 
 
 @dataclass(frozen=True)
@@ -189,14 +86,20 @@ class Choice:
     rows: tuple[Row, ...]
     pick: str | None
     reason: str
+    order: OrderError | None = None
+    """How far the order of two predictions may be off (what a tie was called by)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, schema ``servelab.choose/1`` (module docs)."""
+        o = self.order
         return {
             "schema": SCHEMA, "hardware": self.hardware, "context_len": self.context_len,
             "prompt_len": self.prompt_len, "slo": self.slo,
             "pick": {"build": self.pick, "reason": self.reason} if self.pick else None,
             "reason": self.reason,
+            "order_error": None if o is None else {
+                "log_half_width": o.half_width, "percent": o.percent, "pairs": o.pairs,
+                "families": o.families, "hardware": o.hardware, "coverage": o.coverage},
             "builds": [r.to_dict() for r in self.rows],
         }
 
@@ -319,7 +222,7 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
         none = Speed(None, None, None, NONE, "not planned")
         return Row(None, c.name, c.location, None, None, None, None, "not planned", None, None,
                    None, None, None, none, none, None, None, None, None, 0, 0, False, None,
-                   f"not planned: {c.refused}", c.refused, c.published)
+                   f"not planned: {c.refused}", c.refused, c.published, identity=c.identity)
     decode, bytes_per_token = _decode_speed(plan, prompt_len)
     prefill = _prefill_speed(plan, prompt_len)
     if c.decode is not None:
@@ -337,7 +240,7 @@ def _row(c: Candidate, prompt_len: int, context_len: int,
               plan.kv_tokens, plan.weights.resident_bytes, bytes_per_token, decode, prefill,
               spec, plan.speed.kernel_path.name, plan.speed.compute_precision,
               fallback_of(plan), declared, tensors, usable, None, "", None, c.published,
-              plan.kernels.risk if plan.kernels is not None else None)
+              plan.kernels.risk if plan.kernels is not None else None, c.identity)
     slo = _slo_verdict(targets, row.best_decode, prefill, prompt_len)
     return Row(**{**_fields(row), "slo": slo})
 
@@ -415,52 +318,67 @@ def _lead(win: Row, lose: Row, e: Explanation) -> str:
             f"({e.a.kernel_path} against {e.b.kernel_path}{engines})")
 
 
-def _versus(row: Row, pick: Row, plans: Mapping[str, Plan]) -> str:
-    """Why ``row`` loses to ``pick``, in explain's terms (bytes, kernels, efficiency)."""
+def _predicted(a: Row, b: Row, plans: Mapping[str, Plan]) -> str:
+    """Why the prediction alone orders ``a`` and ``b`` as it does, in explain's terms."""
+    fast, slow = (a, b) if (a.best_decode.tok_s or 0) >= (b.best_decode.tok_s or 0) else (b, a)
+    fs, ss = fast.best_decode.tok_s or 0.0, slow.best_decode.tok_s or 0.0
+    if fs - ss <= TIE * fs:
+        return "the prediction alone cannot tell them apart"
+    return (f"the prediction puts {fast.build} ahead: "
+            f"{_lead(fast, slow, explain(plans[fast.build], plans[slow.build]))}")
+
+
+def _tie(win: Row, lose: Row, plans: Mapping[str, Plan], order: OrderError | None,
+         prompt_len: int) -> str:
+    """Two tied rows: the tie, what decides it, and what the prediction alone would say."""
+    return (f"{tie_words(win, lose, order)}; {what_decides(win, lose, prompt_len)}; "
+            f"{_predicted(win, lose, plans)}")
+
+
+def _versus(row: Row, pick: Row, above: Row | None, plans: Mapping[str, Plan],
+            order: OrderError | None, prompt_len: int) -> str:
+    """Why ``row`` loses to ``pick`` (and to ``above``, the row ranked just above it, where
+    that is another build), in explain's terms (bytes, kernels, efficiency)."""
     e = explain(plans[pick.build], plans[row.build])
-    if _tied(row, pick):
-        lead = (f"ties with {pick.build} on decode"
-                + (", which ships a usable MTP draft head this build lacks"
-                   if pick.mtp_usable and not row.mtp_usable else
-                   f"; {pick.build} reads fewer bytes or holds more requests"))
+    if tied(row, pick, order):
+        lead = f"{pick.build} first: a {_tie(pick, row, plans, order, prompt_len)}"
     elif pick.best_decode is pick.speculative and pick.speculative is not None and (
             row.speculative is None):
         plain = Row(**{**_fields(pick), "speculative": None})
         lead = (f"{pick.build} drafts with its MTP head ({_tok(pick.best_decode)}) and this "
                 f"build has no usable one; without drafts, {_tok(plain.decode)}: "
-                f"{_lead(plain, row, e) if not _tied(row, plain) else 'a tie on decode'}")
+                + (_lead(plain, row, e) if not tied(row, plain, order) else
+                   "a tie within the uncertainty of the order"))
     else:
         lead = _lead(pick, row, e)
-    return "; ".join([f"{_tok(row.best_decode)} against {_tok(pick.best_decode)} for "
-                      f"{pick.build}: {lead}", *_flags(row)])
+    parts = [f"{_tok(row.best_decode)} against {_tok(pick.best_decode)} for {pick.build}: "
+             f"{lead}"]
+    if above is not None and above is not pick and above.fits and above.build in plans:
+        parts.append(f"below {above.build}: a {_tie(above, row, plans, order, prompt_len)}"
+                     if tied(row, above, order) else
+                     f"below {above.build} ({_tok(above.best_decode)}): "
+                     f"{_lead(above, row, explain(plans[above.build], plans[row.build]))}")
+    return "; ".join([*parts, *_flags(row)])
 
 
 def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardware: str,
-                 context_len: int) -> str:
+                 context_len: int, order: OrderError | None, prompt_len: int) -> str:
     fits = f"fits {context_len:,} tokens on {hardware}"
     speed = f"{_tok(pick.best_decode)}"
     if runner is None:
         return f"the only build that {fits} ({speed})"
-    e = explain(plans[pick.build], plans[runner.build])
-    if _tied(pick, runner):
-        same = (f"the same bytes per token ({format_bytes(e.a.bytes_per_token)})"
-                if abs(e.bytes_ratio - 1) < TIE else
-                f"{e.bytes_ratio:.2f}x the bytes per token in {runner.build}")
-        why = (f"it ties with {runner.build} on decode, within their intervals ({speed} against "
-               f"{_tok(runner.best_decode)}; {same}, kernel paths {e.a.kernel_path} and "
-               f"{e.b.kernel_path})")
-        if pick.mtp_usable and not runner.mtp_usable:
-            why += (f" and it ships a usable MTP draft head ({pick.mtp_tensors} mtp.* tensors) "
-                    f"that {runner.build} lacks")
-            if pick.speculative is None:
-                why += (": speculative decode adds to it (give --draft-tokens and an "
-                        "acceptance length, or store a run that drafted, to predict how much)")
-        else:
-            why += "; it reads no more bytes and holds at least as many requests"
+    if tied(pick, runner, order):
+        why = f"against {runner.build}, a {_tie(pick, runner, plans, order, prompt_len)}"
+        if pick.mtp_usable and not runner.mtp_usable and pick.speculative is None:
+            why += (f"; it ships a usable MTP draft head ({pick.mtp_tensors} mtp.* tensors) "
+                    f"that {runner.build} lacks: speculative decode adds to it (give "
+                    "--draft-tokens and an acceptance length, or store a run that drafted, "
+                    "to predict how much)")
     elif pick.best_decode is pick.speculative and runner.speculative is None:
         why = (f"it ships a usable MTP draft head ({pick.mtp_tensors} mtp.* tensors): "
                f"{speed} with drafts against {_tok(runner.best_decode)} for {runner.build}")
     else:
+        e = explain(plans[pick.build], plans[runner.build])
         why = (f"{speed} against {_tok(runner.best_decode)} for {runner.build}: "
                f"{_lead(pick, runner, e)}")
     if not pick.best_decode.figure:
@@ -468,58 +386,27 @@ def _pick_reason(pick: Row, runner: Row | None, plans: Mapping[str, Plan], hardw
     return f"{why}; {fits}"
 
 
-TIE = 0.01
-"""Decode figures within 1 % of the best are a tie, and so are a measurement and another
-figure whose intervals overlap (a measurement's CI is its own noise). Two *predictions* are
-not tied by overlapping intervals: both come from the same calibration on the same hardware,
-so their errors move together (an interval says how far the level may be off, not how far
-one build may be off against its sibling: the Spark's three Qwen3.6 builds varied ±3 % about
-one fit whose level is about ±50 % uncertain), and their order is the order of their costs (bytes,
-kernel path). The pick among tied figures is the one with a usable MTP head, then the fewest
-bytes per token, then the most concurrency."""
-
-
-def _top(fitting: Sequence[Row]) -> Row | None:
-    """The best of the fitting rows (already sorted by :func:`_key`), ties broken by
-    :data:`TIE`'s rule."""
-    if not fitting:
-        return None
-    first = fitting[0]
-    tied = [r for r in fitting if r is first or _tied(r, first)]
-    return min(tied, key=lambda r: (not r.mtp_usable, r.bytes_per_token or 0,
-                                    -(r.max_concurrency or 0.0)))
-
-
-def _tied(a: Row, b: Row) -> bool:
-    """Whether two decode figures cannot be told apart: within :data:`TIE` of each other,
-    or, where one is measured, both with intervals (a measurement's 95 % CI, a prediction's
-    interval) that overlap (see :data:`TIE` for why two predictions are not)."""
-    da, db = a.best_decode, b.best_decode
-    sa, sb = da.tok_s, db.tok_s
-    if sa is None or sb is None or da.figure != db.figure:
-        return False
-    if abs(sa - sb) <= TIE * max(sa, sb):
-        return True
-    if MEASURED not in (da.source, db.source):
-        return False
-    return (da.figure and None not in (da.low, da.high, db.low, db.high)
-            and (da.low or 0.0) <= (db.high or 0.0) and (db.low or 0.0) <= (da.high or 0.0))
+def _same_class(a: Row, b: Row) -> bool:
+    """Whether two rows may tie: both fit or neither, the same SLO verdict, both a figure."""
+    return _key(a)[:3] == _key(b)[:3]
 
 
 def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
-           prompt_len: int, slo: Sequence[SloTarget] = ()) -> Choice:
+           prompt_len: int, slo: Sequence[SloTarget] = (),
+           order: OrderError | None = None) -> Choice:
     """Rank ``candidates`` (planned on ``hardware`` for ``context_len`` and ``prompt_len``)
-    and say which to download and why."""
+    and say which to download and why; ``order``: how far the order of two predictions may
+    be off (:mod:`servelab.choose.ties`; None: only figures within 1 % tie)."""
     rows = [_row(c, prompt_len, context_len, slo) for c in candidates]
     plans = {c.name: c.plan for c in candidates if c.plan is not None}
-    planned = sorted((r for r in rows if r.refused is None), key=_key)
+    planned = order_ties(sorted((r for r in rows if r.refused is None), key=_key), order,
+                         prompt_len, _same_class)
     refused = [r for r in rows if r.refused is not None]
     fitting = [r for r in planned if r.fits and r.slo != "fail"]
     slo_label = ",".join(t.label for t in slo) or None
-    pick = _top(fitting)
+    pick = fitting[0] if fitting else None
     if pick is not None:  # the pick leads the table, the rest keep their order
         planned = [pick, *(r for r in planned if r is not pick)]
-        fitting = [pick, *(r for r in fitting if r is not pick)]
     if pick is None:
         if not planned:
             reason = "no build could be planned"
@@ -531,7 +418,7 @@ def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
     else:
         others = [r for r in planned if r.fits and r is not pick]
         runner = others[0] if others else None
-        reason = _pick_reason(pick, runner, plans, hardware, context_len)
+        reason = _pick_reason(pick, runner, plans, hardware, context_len, order, prompt_len)
         if len(fitting) == 1 and others:
             reason += f"; the only build that meets the SLO ({slo_label})"
         if pick.kernel_risk:
@@ -539,7 +426,7 @@ def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
                        f"{_risk_short(pick.kernel_risk)}")
         shown = [p.line for p in newest_published(pick.published)
                  if p.metric == "decode_tok_s"]
-        if shown:  # beside the prediction, never fitted
+        if shown:  # beside the prediction; it decides only between tied builds
             reason += "; " + "; ".join(shown)
         unranked = [r.build for r in fitting if not r.best_decode.figure]
         if pick.best_decode.figure and unranked:
@@ -554,9 +441,9 @@ def choose(candidates: Sequence[Candidate], *, hardware: str, context_len: int,
         elif r.slo == "fail":
             verdict = f"misses the SLO ({slo_label})"
         elif pick is not None:
-            verdict = _versus(r, pick, plans)
+            verdict = _versus(r, pick, planned[i - 2], plans, order, prompt_len)
         else:
             verdict = "; ".join(_flags(r)) or "fits"
         out.append(Row(**{**_fields(r), "rank": i, "verdict": verdict}))
     return Choice(hardware, context_len, prompt_len, slo_label, (*out, *refused),
-                  pick.build if pick else None, reason)
+                  pick.build if pick else None, reason, order)

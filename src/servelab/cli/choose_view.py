@@ -111,7 +111,15 @@ def _table(choice: Choice, wide: bool) -> Table:
 
 def published_lines(choice: Choice) -> list[str]:
     """``BUILD: published figure (source, date)``, the newest of each build's figures."""
-    return [f"{r.build}: {p.line}" for r in choice.rows for p in newest_published(r.published)]
+    return [f"{_as(r)}: {p.line}" for r in choice.rows for p in newest_published(r.published)]
+
+
+def _as(r: Row) -> str:
+    """A build's name, and the identity its published figures matched where that is not its
+    name (a local folder whose manifest names its repo)."""
+    if r.identity is None or r.identity.split(" (from ", 1)[0] == r.build:
+        return r.build
+    return f"{r.build} = {r.identity}"
 
 
 def render_choice(choice: Choice, *, brief: bool = False, wide: bool = False,

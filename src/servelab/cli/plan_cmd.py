@@ -82,6 +82,7 @@ from servelab.errors import UsageError
 from servelab.units import GIB
 
 if TYPE_CHECKING:  # loaded only when a command runs (fast --help)
+    from servelab.cli.published_view import Published
     from servelab.plan.build import Plan
     from servelab.plan.load import BatchedError, LoadRequest, MeasuredCapacity
     from servelab.plan.request import PlanRequest
@@ -188,8 +189,13 @@ def run_plan(params: Mapping[str, Any]) -> None:
         request = plan_request(checkpoint, params["engine"], hw_opts, vllm, llama, load_opts,
                                SpeculationOptions.of(params), store, params["revision"])
         result = _plan_flags(request)
+    from servelab.cli.published_view import published_for_plan
+
+    published = published_for_plan(checkpoint, result.hardware.name,
+                                   recipe=checkpoint.endswith(".toml"))
     _print_plan(result, fmt, PlanView(params["fits"], params["brief"], params["wide"],
-                                      checkpoint if checkpoint.endswith(".toml") else None),
+                                      checkpoint if checkpoint.endswith(".toml") else None,
+                                      published),
                 load, _evidence(result, load, store))
     if params["fits"] and not result.fits and not checkpoint.endswith(".toml"):
         raise typer.Exit(1)  # --fits answers in its exit status too
@@ -284,27 +290,35 @@ class PlanView:
     brief: bool = False
     wide: bool = False
     recipe: str | None = None
+    published: Published | None = None
+    """What was published for the very build on this hardware (shown beside the plan)."""
 
 
 def _print_plan(result: Plan, fmt: str, view: PlanView, load: LoadRequest | None = None,
                 evidence: tuple[BatchedError | None, list[MeasuredCapacity], str | None] = (
                     None, [], None)
                 ) -> None:
+    from servelab.cli.published_view import markdown_lines
     from servelab.cli.screen import Screen
     from servelab.plan.load import answer
     from servelab.plan.markdown import plan_markdown
 
     ans = answer(result, load, *evidence) if load is not None and load.wanted else None
+    pub = view.published.lines() if view.published else []
     if fmt == JSON:
         doc = result.to_dict()
         if ans is not None:
             doc["load"] = ans.to_dict()
+        if pub and view.published:  # present only where a published row matched
+            doc["published"] = view.published.to_dict()
         typer.echo(json.dumps(doc, indent=2))
     elif fmt == MARKDOWN:
         typer.echo(plan_markdown(result), nl=False)
+        if view.published:
+            typer.echo("\n".join(markdown_lines(view.published)), nl=False)
     else:
         render_plan(result, Screen(wide=view.wide), fits_only=view.fits, brief=view.brief,
-                    wide=view.wide, load=ans, recipe=view.recipe)
+                    wide=view.wide, load=ans, recipe=view.recipe, published=pub)
 
 
 def explain(

@@ -5,6 +5,7 @@ with their full sources, and the notes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -50,12 +51,13 @@ def fit_line(kind: str, fit: Fit | None) -> str:
 
 def render_plan(plan: Plan, screen: Screen, *, fits_only: bool = False, brief: bool = False,
                 wide: bool = False, load: LoadAnswer | None = None,
-                recipe: str | None = None) -> None:
+                recipe: str | None = None, published: Sequence[str] = ()) -> None:
     """The answer block (:mod:`servelab.cli.answer_block`), then the details under headings:
     memory and the fit, the parallel layout, the KV pool, decode / prefill / speculative
     decode with their full provenance, and the notes. ``fits_only``: the block's fit lines and
     the fit's details; ``brief``: the block alone; ``wide``: every column of the decode
-    table; ``load``: the load answer (its users line in the block, its tables after)."""
+    table; ``load``: the load answer (its users line in the block, its tables after);
+    ``published``: what was published for the very build on this hardware, after the speeds."""
     from servelab.cli import load_view
 
     facts = PlanFacts(plan, load, recipe)
@@ -104,6 +106,10 @@ def render_plan(plan: Plan, screen: Screen, *, fits_only: bool = False, brief: b
         _render_parallel(plan, screen)
     _render_kv(plan, screen)
     _render_speed(plan, screen, wide=wide)
+    if published:  # beside the prediction, never fitted into it
+        screen.heading("Published figures (shown, not fitted)")
+        for line in published:
+            screen.say(line)
     if load is not None:
         load_view.render(load, screen)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -129,10 +130,16 @@ def replica(
         4_000_000_000, "--max-shard-bytes", help="Shard size limit in bytes."
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing checkpoint."),
+    source_repo: str | None = typer.Option(
+        None, "--source-repo", help="The Hub build (ORG/NAME) this replicates, recorded in "
+        "servelab-build.json so that figures published for it match the replica."),
 ) -> None:
     """Write a full-dimension header replica: real headers, sparse zero data."""
+    from servelab.published.identity import MANIFEST, manifest_doc
     from servelab.synth import replica as rp
     from servelab.synth import replica_presets as presets
+
+    manifest = manifest_doc(source_repo) if source_repo is not None else None
 
     if model not in presets.preset_names():
         raise UsageError(
@@ -160,6 +167,8 @@ def replica(
         mtp=mtp,
         max_shard_bytes=max_shard_bytes,
     )
+    if manifest is not None:
+        (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     _console.print(
         f"wrote {out_dir}: {len(plan.tensors):,} tensors, {plan.total_bytes / GIB:.2f} GiB "
         "described (sparse)"

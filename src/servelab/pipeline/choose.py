@@ -35,12 +35,14 @@ from servelab.pipeline.planning import plan_source
 from servelab.plan.build import Plan
 from servelab.plan.request import PlanRequest, Speculation, StoreChoice
 from servelab.points import PointKey
-from servelab.published.runs import PublishedRun, published_for
+from servelab.predict.pairs import OrderError, all_pairs, order_error
+from servelab.published.identity import identify, published_at
+from servelab.published.runs import PublishedRun
 from servelab.sizing.specsource import AUTO, DEFAULT_METHOD
 from servelab.store.db import Store
 from servelab.store.model import STATUS_OK, RunFilter, RunRecord
 
-__all__ = ["ChooseRequest", "choose_builds", "measured_at", "recipe_choices"]
+__all__ = ["ChooseRequest", "choose_builds", "measured_at", "order_error_for", "recipe_choices"]
 
 
 @dataclass(frozen=True)
@@ -126,24 +128,21 @@ def _drafts_by_default(spec: Speculation, plan: Plan) -> bool:
 
 
 def repo_id_of(location: str) -> str | None:
-    """The Hub repo id a build comes from: a repo id as given (``hf://`` aside), or a folder
-    in huggingface_hub's cache (``models--ORG--NAME/snapshots/REV``); None for any other
-    local path (a folder's own name says nothing of where it came from)."""
-    path = Path(location)
-    if not path.exists():
-        rid = location.removeprefix("hf://").split("@", 1)[0].strip("/")
-        return rid if rid.count("/") == 1 else None
-    for part in reversed(path.absolute().parts):
-        if part.startswith("models--") and part.count("--") >= 2:
-            return part.removeprefix("models--").replace("--", "/", 1)
-    return None
+    """The Hub repo id a build is, when something explicit says so
+    (:func:`servelab.published.identity.identify`)."""
+    ident = identify(location)
+    return ident.repo_id if ident else None
 
 
-def _published(location: str, req: ChooseRequest) -> tuple[PublishedRun, ...]:
+def _published(location: str, req: ChooseRequest
+               ) -> tuple[tuple[PublishedRun, ...], str | None]:
     """The shipped published figures for the build at ``location`` on the request's
-    hardware (none with ``--no-published`` or where its repo id is not known)."""
-    rid = repo_id_of(location) if req.published else None
-    return published_for(rid, req.hardware.name) if rid else ()
+    hardware and the identity they were matched by (none with ``--no-published`` or where
+    nothing says which build it is)."""
+    if not req.published:
+        return (), None
+    ident, rows = published_at(location, req.hardware.name)
+    return rows, ident.words if ident and rows else None
 
 
 def _unique(names: Sequence[str], locations: Sequence[str]) -> list[str]:
@@ -160,7 +159,7 @@ def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[Run
         if named:
             raise
         return Candidate(name, location, None, refused=f"cannot be read: {exc}",
-                         published=_published(location, req))
+                         published=_published(location, req)[0])
     gguf = gguf_file(Path(location)) is not None  # a GGUF file, or a folder of one
     request = PlanRequest.for_build(
         name, req.hardware, engine="llamacpp" if gguf else DEFAULT_ENGINE,
@@ -174,13 +173,14 @@ def _candidate(location: str, name: str, req: ChooseRequest, every: Sequence[Run
                 AUTO, DEFAULT_METHOD, CHOOSE_DRAFT_TOKENS, hint=False)), every)
     except ServelabError as exc:
         return Candidate(name, location, None, refused=str(exc),
-                         published=_published(location, req))
+                         published=_published(location, req)[0])
     hw = req.hardware.name
+    published, identity = _published(location, req)
     return Candidate(
         name, location, plan,
         decode=_measured(measured, source.header_sha256, hw, "decode_tok_s", req.prompt_len),
         prefill=_measured(measured, source.header_sha256, hw, "prefill_tok_s", req.prompt_len),
-        published=_published(location, req),
+        published=published, identity=identity,
     )
 
 
@@ -194,6 +194,19 @@ def resolve_builds(req: ChooseRequest) -> tuple[tuple[str, str | None, bool], ..
         raise UsageError("--discover takes one base model's repo id")
     children: tuple[TreeChild, ...] = model_tree(req.builds[0], endpoint=req.endpoint)
     return tuple((c.repo_id, c.plannable, c.relation == "base") for c in children)
+
+
+def order_error_for(hardware: str, runs: Sequence[RunRecord], priors: Path | None = None
+                    ) -> OrderError | None:
+    """How far the order of two decode predictions may be off on ``hardware``: the pairs of
+    builds of one family measured side by side in the priors (``priors``: the shipped table
+    when None) and ``runs``, the family held out (:mod:`servelab.predict.pairs`)."""
+    from servelab.evidence.runs import samples_from_runs
+    from servelab.predict.calibration import reference_of
+    from servelab.predict.priors import load_priors
+
+    ref = reference_of(samples_from_runs(runs), load_priors(priors))
+    return order_error(all_pairs(ref.samples, ref.physical, lower=ref.lower), hardware)
 
 
 def choose_builds(req: ChooseRequest) -> Choice:
@@ -211,7 +224,8 @@ def choose_builds(req: ChooseRequest) -> Choice:
         for (loc, why, named), name in zip(builds, names, strict=True)
     ]
     return choose(candidates, hardware=req.hardware.name, context_len=req.context_len,
-                  prompt_len=req.prompt_len, slo=req.slo)
+                  prompt_len=req.prompt_len, slo=req.slo,
+                  order=order_error_for(req.hardware.name, every, req.store.priors))
 
 
 # --- the site's answer: every recipe of a model on every hardware servelab knows ----------
@@ -277,6 +291,6 @@ def recipe_choices(store: Store, runs: Sequence[RunRecord], *, prompt_len: int,
                 continue
             candidates.append(Candidate(name, name, plan, decode=decode, prefill=prefill))
         out.append(choose(candidates, hardware=hw.name, context_len=context_len,
-                          prompt_len=prompt_len))
+                          prompt_len=prompt_len, order=order_error_for(hw.name, runs)))
     return tuple(out)
 

@@ -76,6 +76,7 @@ from servelab.site.model import (
     SpecAcceptance,
     Verification,
 )
+from servelab.site.published import published_figures
 from servelab.sizing.check import LoggedKv, kv_pool_checks
 from servelab.sizing.document import read_plan
 from servelab.store import STATUS_OK, ExperimentRecord, RunRecord, Store
@@ -365,6 +366,7 @@ def recipe_page(key: str, runs: Sequence[RunRecord]) -> RecipePage | None:
         plan_checks=plan_checks(latest),
         concurrent=concurrent_rows(by_version),
         predicted_load=predicted_load_rows(latest),
+        published=published_figures(ref.id, latest.hardware),
         title=str(doc.get("title") or ""), description=str(doc.get("description") or ""),
         port=port, model_note=ref.note, recipe_text=recipe_text,
         gpus=run_layout(latest).world_size,

@@ -389,6 +389,7 @@ class RecipePage:
     layout: str = ""  # e.g. "TP2 x PP1 x DP1" when more than one GPU
     acceptance: SpecAcceptance | None = None  # the latest run's, when it drafted
     finding: str = ""  # the page's first sentence: this build against the others, on its hardware
+    published: tuple[tuple[str, str | None], ...] = ()  # (line, url): published for this build
 
 
 @dataclass(frozen=True)
