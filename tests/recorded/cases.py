@@ -295,8 +295,12 @@ def _servelab(args: tuple[str, ...]) -> None:
     as one line), under the program name ``servelab`` whatever runs the cases."""
     from servelab.cli.app import app
     from servelab.cli.errors import run_cli
+    from servelab.quiet import quiet_libraries
 
-    run_cli(lambda: app(args=list(args), prog_name="servelab", standalone_mode=False))
+    # quiet as main() is: a tiny model written on first use draws no library progress bar
+    # (seen on a fresh cache, 2026-12-05: "Writing model shards" in three recordings' stderr)
+    with quiet_libraries():
+        run_cli(lambda: app(args=list(args), prog_name="servelab", standalone_mode=False))
 
 
 def run_case(case: Case) -> str:

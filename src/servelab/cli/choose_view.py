@@ -18,6 +18,7 @@ from servelab.cli.answer_block import (
     short_verdict,
     speed_cell,
 )
+from servelab.cli.published_view import render_published
 from servelab.cli.screen import Screen
 from servelab.units import GIB
 
@@ -134,11 +135,7 @@ def render_choice(choice: Choice, *, brief: bool = False, wide: bool = False,
                f"decode: one stream at a {choice.prompt_len:,}-token prompt, predicted "
                "(interval) unless marked measured; bound: the roofline, an upper bound")
     screen.show(_table(choice, wide))
-    published = published_lines(choice)
-    if published:  # shown beside the prediction, never fitted into it
-        screen.heading("Published figures (shown, not fitted)")
-        for line in published:
-            screen.say(line)
+    render_published(published_lines(choice), screen)
     if wide:
         return
     screen.heading("Verdicts")

@@ -12,6 +12,7 @@ from rich import box
 from rich.table import Table
 
 from servelab.cli.answer_block import PlanFacts, plan_block
+from servelab.cli.published_view import render_published
 from servelab.cli.screen import Screen, labelled
 from servelab.units import GIB
 from servelab.units import format_bytes as human_bytes
@@ -106,10 +107,7 @@ def render_plan(plan: Plan, screen: Screen, *, fits_only: bool = False, brief: b
         _render_parallel(plan, screen)
     _render_kv(plan, screen)
     _render_speed(plan, screen, wide=wide)
-    if published:  # beside the prediction, never fitted into it
-        screen.heading("Published figures (shown, not fitted)")
-        for line in published:
-            screen.say(line)
+    render_published(published, screen)
     if load is not None:
         load_view.render(load, screen)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servelab.choose.rank import newest_published
 from servelab.published.identity import BuildIdentity, published_at
 from servelab.published.runs import PublishedRun
+
+if TYPE_CHECKING:
+    from servelab.cli.screen import Screen
 
 HEADING = "Published figures (shown, not fitted)"
 
@@ -28,6 +30,10 @@ class Published:
         then which identity matched."""
         if not self.rows or self.identity is None:
             return []
+        # imported here: plan's view renders this section, and `plan --help` must not load
+        # what choose ranks with (tests/cli/test_startup.py)
+        from servelab.choose.rank import newest_published
+
         return [*(p.line for p in newest_published(self.rows)),
                 f"matched as {self.identity.words}"]
 
@@ -53,3 +59,13 @@ def markdown_lines(published: Published) -> Sequence[str]:
     if not lines:
         return []
     return ["", f"## {HEADING}", "", *(f"- {line}" for line in lines), ""]
+
+
+def render_published(lines: Sequence[str], screen: Screen) -> None:
+    """The section in a terminal, under its heading (nothing when ``lines`` is empty):
+    shown beside a prediction, never fitted into it."""
+    if not lines:
+        return
+    screen.heading(HEADING)
+    for line in lines:
+        screen.say(line)

@@ -29,6 +29,8 @@ from servelab.published.runs import PublishedRun, published_for
 
 MANIFEST = "servelab-build.json"
 MANIFEST_SCHEMA = "servelab.build/1"
+#: :attr:`BuildIdentity.how` of a repo id given as such (not a local folder).
+GIVEN = "the repo id given"
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def identify(location: str) -> BuildIdentity | None:
     path = Path(location)
     if not path.exists():
         rid = location.removeprefix("hf://").split("@", 1)[0].strip("/")
-        return BuildIdentity(rid, "the repo id given") if is_repo_id(rid) else None
+        return BuildIdentity(rid, GIVEN) if is_repo_id(rid) else None
     for part in reversed(path.absolute().parts):
         if part.startswith("models--") and part.count("--") >= 2:
             return BuildIdentity(part.removeprefix("models--").replace("--", "/", 1),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from servelab.choose.rank import newest_published
 from servelab.errors import InputError
-from servelab.published.identity import published_at
+from servelab.published.identity import GIVEN, published_at
 
 
 def published_figures(model_id: str, hardware: str | None) -> tuple[tuple[str, str | None], ...]:
@@ -20,6 +20,6 @@ def published_figures(model_id: str, hardware: str | None) -> tuple[tuple[str, s
         ident, rows = published_at(model_id, hardware)
     except InputError:  # a manifest that cannot be read: no figures on the page
         return ()
-    if ident is None or ident.how != "the repo id given":
+    if ident is None or ident.how != GIVEN:
         return ()
     return tuple((p.line, p.url) for p in newest_published(rows))
