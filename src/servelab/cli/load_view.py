@@ -65,7 +65,8 @@ def render(ans: LoadAnswer, screen: Screen) -> None:
         band = f"steps ±{cap.rel_error * 100:.0f}%: {lo}–{hi}"
         if cap.no_prediction:
             band += "; no prediction: steps that uncertain span more than 4x"
-        screen.say(head + f"{cap.capacity:g} {unit} ({band})" + measured)
+        one = unit == "streams" and cap.capacity == 1
+        screen.say(head + f"{cap.capacity:g} {'stream' if one else unit} ({band})" + measured)
 
 
 def parse_request(prompt_lens: Sequence[int], output_len: int, concurrency: Sequence[int],

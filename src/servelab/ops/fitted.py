@@ -118,13 +118,7 @@ def predict(model: StepModel, shape: StepShape, profile: object, engine: str,
     """``model``'s step at ``shape`` on ``profile`` for ``engine``: the operators' rooflines
     divided by the shipped (or given) fit's efficiencies, plus the per-launch time; the
     interval from the fit's held-out errors."""
-    if fitted is None:
-        fits = shipped_fits()
-        if engine not in fits:
-            raise UsageError(f"no fitted {engine} efficiencies shipped (fits: "
-                             f"{', '.join(sorted(fits)) or 'none'})")
-        fitted = fits[engine]
-    f, errs = fitted
+    f, errs = _resolve(engine, fitted)
     hw = getattr(profile, "name", str(profile))
     eff = f.efficiency(hw)
     st = step_time(model, RooflineCosts(profile, eff), shape, EngineSteps(cuda_graph_max=0))
@@ -133,3 +127,36 @@ def predict(model: StepModel, shape: StepShape, profile: object, engine: str,
     kind = "decode" if shape.decode_only else "prefill"
     return RooflinePrediction(hw, engine, kind, ms, interval(ms, errs, hw, engine, kind), st,
                               n, eff.source)
+
+
+def predict_prefill(model: StepModel, length: int, budget: int, profile: object, engine: str,
+                    fitted: tuple[Fit, Sequence[ErrorRecord]] | None = None
+                    ) -> RooflinePrediction:
+    """A ``length``-token prompt's prefill as the engine runs it: chunks of at most
+    ``budget`` tokens, each a step over the prefix before it (:func:`predict`), summed; the
+    interval of the whole from the fit's held-out prefill errors (``step``: the last
+    chunk's)."""
+    if length < 1 or budget < 1:
+        raise UsageError(f"a prefill needs a prompt and a step budget (got {length}, {budget})")
+    fit = _resolve(engine, fitted)
+    done, ms = 0, 0.0
+    while True:
+        chunk = min(budget, length - done)
+        p = predict(model, StepShape.prefill(chunk, done), profile, engine, fit)
+        ms += p.ms
+        done += chunk
+        if done >= length:
+            break
+    return dataclasses.replace(p, ms=ms, interval=interval(ms, fit[1], p.hardware, engine,
+                                                          "prefill"))
+
+
+def _resolve(engine: str, fitted: tuple[Fit, Sequence[ErrorRecord]] | None
+             ) -> tuple[Fit, Sequence[ErrorRecord]]:
+    if fitted is not None:
+        return fitted
+    fits = shipped_fits()
+    if engine not in fits:
+        raise UsageError(f"no fitted {engine} efficiencies shipped (fits: "
+                         f"{', '.join(sorted(fits)) or 'none'})")
+    return fits[engine]

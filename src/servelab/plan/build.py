@@ -56,6 +56,7 @@ from servelab.plan.request import PlanRequest
 from servelab.predict.batched import step_costs
 from servelab.predict.evidence import Evidence
 from servelab.predict.model import speed_for
+from servelab.predict.ops_fitted import FittedSteps, fitted_prefill
 from servelab.predict.ops_speed import BUDGET, OperatorSpeed, operator_speed
 from servelab.predict.speed import SpeedPrediction
 from servelab.sizing.document import PLAN_SCHEMA
@@ -210,6 +211,9 @@ class Plan:
     token budget at another ``max_num_batched_tokens``); None for a llama.cpp plan."""
     #: Where the operator model predicted the speed: the fits it replaced (None: it did not).
     operator: OperatorSpeed | None = field(default=None, repr=False, compare=False)
+    #: Where the prefill came from the fitted rooflines (hardware without operator tables):
+    #: its steps, for the load model (None: it did not).
+    roofline_prefill: FittedSteps | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (schema ``servelab.plan/1``, see module docs)."""
@@ -346,10 +350,14 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         graph_tokens=sized.graphs.max_tokens if sized.graphs is not None else None,
         kernel_path=kernels.path,
     )
+    budget = _budget(r, sized.platform, lay)
     ops = operator_speed(speed, checkpoint.config, scheme=weights.scheme,
                          hardware=hardware.name, engine=r.engine, gpus=lay.gpus_per_replica,
-                         enabled=evidence.fitted, dims=dims, budget=_budget(r, sized.platform, lay))
-    speed = ops.speed
+                         enabled=evidence.fitted, dims=dims, budget=budget)
+    fp = fitted_prefill(ops.speed, checkpoint.config, scheme=weights.scheme, profile=hardware,
+                        engine=r.engine, gpus=lay.gpus_per_replica,
+                        enabled=evidence.fitted and not ops.used, dims=dims, budget=budget)
+    speed = fp.speed
     bw, _ = hardware.effective_bandwidth_ceiling()
     pdec = tuple(
         parallel_decode(
@@ -393,6 +401,7 @@ def build_plan(request: PlanRequest, checkpoint: Checkpoint, evidence: Evidence)
         checkpoint_hash=checkpoint.header_hash,
         startup_rules=r.startup_rules,
         operator=ops if ops.used else None,
+        roofline_prefill=fp.steps,
     )
 
 

@@ -35,6 +35,7 @@ from servelab.plan.build import Plan
 from servelab.predict.batched import StepCosts, StepModel, step_costs
 from servelab.predict.form import HOST_BOUND
 from servelab.predict.levels import MAX_RATIO, too_wide_text
+from servelab.predict.ops_fitted import RooflinePrefillSteps
 from servelab.predict.ops_load import operator_step_model
 from servelab.predict.schedule import (
     Limits,
@@ -158,6 +159,10 @@ def step_model(plan: Plan) -> StepModel:
     if plan.operator is not None:  # steps from the operator model (servelab.predict.ops_load)
         return operator_step_model(plan.operator, plan_step_costs(plan), sp.decode_fit,
                                    sp.prefill_fit, plan.hardware.platform, graphs)
+    if plan.roofline_prefill is not None:  # prompt chunks on the fitted rooflines
+        return RooflinePrefillSteps(costs=plan_step_costs(plan), decode=sp.decode_fit,
+                                    prefill=sp.prefill_fit, platform=plan.hardware.platform,
+                                    graph_tokens=graphs, steps=plan.roofline_prefill)
     return StepModel(
         costs=plan_step_costs(plan),
         decode=sp.decode_fit,
