@@ -70,10 +70,12 @@ def fitted_prefill(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
                    profile: Any, engine: str, gpus: int, enabled: bool = True,
                    dims: ModelDims | None = None, budget: int = 8192) -> FittedPrefill:
     """``speed`` with its prefill predicted from ``profile``'s fitted vLLM efficiencies where
-    it has no operator tables and no prefill prediction of its own."""
+    it is a GPU with no operator tables and ``speed`` has no prefill prediction of its own (a
+    CPU's vLLM has its own fitted forms)."""
     hw = str(profile.name)
     old = speed.prefill_fit
-    if (not enabled or engine != "vllm" or table_source(hw) is not None or old is None
+    if (not enabled or engine != "vllm" or getattr(profile, "platform", "cuda") != "cuda"
+            or table_source(hw) is not None or old is None
             or not (old.is_roofline or old.refused) or not speed.prefill):
         return FittedPrefill(speed, None, "")
     why = None
