@@ -14,6 +14,9 @@ basis) and decode at the same contexts; and for each, ``--concurrency 1,2,4,8,16
 fitted: the efficiencies are the shipped ones (servelab/ops/data/efficiency.json, fitted on the
 points benchmarks/ops/published.py lists, the Spark's prefill points all Qwen3.6).
 
+``-H HW --presets A,B``: the same for other hardware (the H200's gpt-oss builds, whose MXFP4
+experts servelab's own H200 tables lack, through AIConfigurator's H200 tables).
+
 Scored by benchmarks/prereg/spark_prefill_score.py against published figures entered after
 this file's commit (benchmarks/prereg/spark-prefill/published.toml).
 """
@@ -52,12 +55,12 @@ def _band(v: Any) -> dict[str, Any] | None:
     return None if v is None else {k: v.get(k) for k in ("value", "low", "high")}
 
 
-def predict(preset: str, work: Path) -> dict[str, Any]:
+def predict(preset: str, work: Path, hardware: str = "dgx-spark") -> dict[str, Any]:
     rep = work / preset
     subprocess.run([sys.executable, "-m", "servelab", "synth", "replica", str(rep), "--model",
                     preset], check=True, capture_output=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
-    base = ("plan", str(rep), "-H", "dgx-spark", "--no-store", "--json")
+    base = ("plan", str(rep), "-H", hardware, "--no-store", "--json")
     single = _servelab(*base, "--prompt-lens", LENS)
     sp = single["speed"]
     row: dict[str, Any] = {
@@ -87,17 +90,20 @@ def predict(preset: str, work: Path) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--out", type=Path, required=True)
+    ap.add_argument("-H", "--hardware", default="dgx-spark")
+    ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated")
     a = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT, check=True).stdout.strip()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for preset in PRESETS:
+        for preset in a.presets.split(","):
             print(f"{preset} ...", file=sys.stderr, flush=True)
-            rows.append(predict(preset, Path(tmp)))
+            rows.append(predict(preset, Path(tmp), a.hardware))
     doc = {"written": datetime.now(UTC).isoformat(timespec="seconds"), "head": commit,
+           "hardware": a.hardware,
            "command": "PYTHONPATH=src .venv/bin/python benchmarks/prereg/spark_prefill.py "
-                      f"-o {a.out}", "builds": rows}
+                      f"-o {a.out} -H {a.hardware} --presets {a.presets}", "builds": rows}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = a.out.with_suffix(".tmp")
     tmp_out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

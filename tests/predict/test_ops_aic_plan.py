@@ -202,3 +202,29 @@ def test_fitted_prediction_with_more_evidence_is_kept() -> None:
     own = shipped_tables("h200")
     assert own is not None
     assert _more_evidence(fit("engine, kernel path, hardware", 0.01), own) is None
+
+
+def test_h200_kernel_its_own_tables_lack_comes_from_aiconfigurators(tmp_path: Path) -> None:
+    """gpt-oss-120b on the H200: servelab's own H200 tables timed no MXFP4 fused MoE, so the
+    plan composes its steps over AIConfigurator's H200 tables (which time OpenAI's Triton
+    MXFP4 experts), says why in one note, keeps the interval the composition has on the
+    H200 (not "carried"), and answers under load."""
+    write_replica(tmp_path / "gpt-oss-120b", preset_config("gpt-oss-120b"),
+                  preset_layout("gpt-oss-120b", None, None))
+    doc = _plan(tmp_path / "gpt-oss-120b", "h200", "--concurrency", "1,16")
+    sp = doc["speed"]
+    for kind in ("decode", "prefill"):
+        fit = sp[f"{kind}_fit"]
+        assert fit["level"] == "operator model"
+        assert "aiconfigurator-core 0.12.0's H200 kernel tables" in fit["label"], fit["label"]
+        assert "on the H200: 90th percentile" in fit["label"]
+        assert "carried" not in fit["label"]
+    why = [n for n in sp["notes"] if n.startswith("operator model over AIConfigurator's H200 "
+                                                   "tables, since H200 kernel tables: no "
+                                                   "fused-MoE table for mxfp4 experts")]
+    assert len(why) == 1, sp["notes"]
+    points = doc["load"]["points"]
+    assert points["source"].startswith("batched step model over operator model"), points
+    for p in points["points"]:
+        assert not p["no_prediction"]
+        assert p["tpot_s"]["low"] < p["tpot_s"]["value"] < p["tpot_s"]["high"]

@@ -36,6 +36,20 @@ def table_source(hardware: str) -> tuple[str, Callable[[], OpsTables]] | None:
     return None
 
 
+def table_sources(hardware: str) -> list[tuple[str, Callable[[], OpsTables]]]:
+    """Every table source for ``hardware``, in the order a plan tries them: servelab's own,
+    then AIConfigurator's for the same GPU (on the H200: for a kernel servelab's tables did
+    not measure, e.g. gpt-oss's MXFP4 experts)."""
+    first = table_source(hardware)
+    if first is None:
+        return []
+    out = [first]
+    if hardware in TABLES and hardware in aicgpu.GPUS:
+        out.append((f"AIConfigurator's {hardware.upper()} tables",
+                    lambda: aic_tables(hardware)))
+    return out
+
+
 def _own(hardware: str) -> OpsTables:
     tables = shipped_tables(hardware)
     assert tables is not None  # table_source checked TABLES
@@ -71,13 +85,15 @@ def aic_tables(hardware: str) -> OpsTables:
         return f"operator model: {tables}; {over}"
 
     def basis(kind: str) -> str:
-        return (f"the H200's held-out interval, carried to the {hw} as is: 90th percentile "
-                f"of the |log error| of the same composition's {kind} on {h200}, each "
-                "family left out")
+        where = "on the H200" if hardware == "h200" else \
+            f"the H200's held-out interval, carried to the {hw} as is"
+        return (f"{where}: 90th percentile of the |log error| of the same composition's "
+                f"{kind} on {h200}, each family left out")
 
     return OpsTables(
         hardware, f"AIConfigurator's {hw} tables", costs, corr, choice["decode"],
         choice["prefill"], {k: source(k) for k in KINDS}, {k: basis(k) for k in KINDS},
         f"AIConfigurator's {hardware} kernel timings composed by servelab; interval from "
-        f"{len(fams)} families' H200 runs (each left out), carried as is",
+        f"{len(fams)} families' H200 runs (each left out)"
+        + ("" if hardware == "h200" else ", carried as is"),
         prefill_per_step=False, carried=True)

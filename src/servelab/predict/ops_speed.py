@@ -31,7 +31,7 @@ from servelab.ops.costs import Costs
 from servelab.ops.model import StepModel, step_model
 from servelab.ops.step import EngineSteps, StepShape, step_time
 from servelab.predict.levels import Fit
-from servelab.predict.ops_aic import table_source
+from servelab.predict.ops_aic import table_sources
 from servelab.predict.ops_source import OpsTables
 from servelab.predict.speed import DecodePoint, PrefillPoint, SpeedPrediction
 from servelab.synth.replica import TEXT_LINEARS, QuantLayout
@@ -116,30 +116,35 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     ``hardware`` has tables and ``engine`` is vLLM; otherwise ``speed`` and why not.
     ``enabled`` False (fits given by the caller, or a held-out check): ``speed`` as it is.
     ``budget``: the engine's step token budget (a longer prompt is prefilled in chunks)."""
-    found = table_source(hardware)
-    if found is None or engine != "vllm" or not enabled:
+    sources = table_sources(hardware)
+    if not sources or engine != "vllm" or not enabled:
         return OperatorSpeed(speed, False, "")
-    label, load = found
+    label = sources[0][0]
     why = None
     if gpus > 1:
         why = "a layout over several GPUs needs communication, which the tables do not time"
     elif speed.decode_fit is None or speed.prefill_fit is None:
         why = "no fit to carry its interval"
+    passed: list[str] = []  # "label: why" of each source that could not price the build
     if why is None:
         assert speed.decode_fit is not None
-        try:
-            model = step_model(config, layout_for(scheme, config), dims=dims)
-            tables = load()
-            why = _more_evidence(speed.decode_fit, tables)
-            if why is None:
-                dec = [_ms(model, tables, "decode", d.context_len) for d in speed.decode]
-                pre = [_ms(model, tables, "prefill", p.prompt_len, budget)
-                       for p in speed.prefill]
-        except ServelabError as e:
-            why = str(e)
+        for label, load in sources:
+            try:
+                model = step_model(config, layout_for(scheme, config), dims=dims)
+                tables = load()
+                why = _more_evidence(speed.decode_fit, tables)
+                if why is None:
+                    dec = [_ms(model, tables, "decode", d.context_len) for d in speed.decode]
+                    pre = [_ms(model, tables, "prefill", p.prompt_len, budget)
+                           for p in speed.prefill]
+                    break
+            except ServelabError as e:
+                why = str(e)
+            passed.append(f"{label}: {why}")
     if why is not None:
-        note = (f"operator model not used ({label}): {why}; "
-                "the fitted prediction is shown")
+        note = (f"operator model not used ({'; '.join(passed)}); the fitted prediction is "
+                "shown" if len(passed) > 1 else
+                f"operator model not used ({label}): {why}; the fitted prediction is shown")
         return OperatorSpeed(replace(speed, notes=(*speed.notes, note)), False, why)
     assert speed.decode_fit is not None and speed.prefill_fit is not None
     decode = tuple(_decode_point(d, ms, tables.decode) for d, ms in zip(speed.decode, dec,
@@ -150,6 +155,7 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     stale = {f.note(k) for k, f in (("decode", speed.decode_fit),
                                     ("prefill", speed.prefill_fit))}
     notes = [n for n in speed.notes if n not in stale]
+    notes += [f"operator model over {label}, since {p}" for p in passed]
     off = _off_grid(model, tables.costs, max((d.context_len for d in speed.decode), default=1),
                     max((p.prompt_len for p in speed.prefill), default=1), budget)
     if off:
