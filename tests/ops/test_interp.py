@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from servelab.ops.interp import interp1, interp2
+from servelab.ops.interp import grid_rows, interp1, interp2
 
 
 def test_measured_points_come_back_exactly() -> None:
@@ -40,3 +40,17 @@ def test_two_dimensional_reads_each_axis() -> None:
     assert mid.ms == pytest.approx(2.0) and not mid.extrapolated
     far = interp2(grid, 4.0, 999.0)
     assert far.extrapolated and far.ms > 8.0
+
+
+def test_a_grid_split_once_reads_the_same() -> None:
+    """A caller that splits a grid once (grid_rows, as the cost tables do for thousands of
+    reads of one attention series) reads exactly what the unsplit grid gives: inside, on a
+    measured point, above both axes and at a zero prefix."""
+    grid = {(a, b): 0.01 * a + 0.002 * b + 0.5 for a in (1.0, 8.0, 64.0, 512.0)
+            for b in (0.0, 1024.0, 8192.0)}
+    grid[(2048.0, 0.0)] = 30.0  # a ragged row
+    rows = grid_rows(grid)
+    assert [r[0] for r in rows] == [0.0, 1024.0, 8192.0]
+    assert all(r[1] == sorted(r[1]) for r in rows)
+    for a, b in ((3.0, 500.0), (64.0, 1024.0), (4096.0, 20000.0), (100.0, 0.0)):
+        assert interp2(grid, a, b, rows=rows) == interp2(grid, a, b)

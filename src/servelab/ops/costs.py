@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servelab.errors import UsageError
-from servelab.ops.interp import Read, interp1, interp2, series
+from servelab.ops.interp import Read, Rows, grid_rows, interp1, interp2, series
 from servelab.ops.tables import TableSet
 
 #: servelab's weight formats -> (table dtype, kernels in vLLM 0.26's order of preference).
@@ -260,8 +260,12 @@ class Costs:
         bracketing shapes read at ``m``, interpolated in (log n, log k, log latency); beyond
         the grid's largest n or k, the edge read scaled by n or k (extrapolated). None: the
         grid does not bracket the shape with every corner measured."""
-        ns = sorted({int(kk[2]) for kk in idx if kk[0] == dtype and kk[1] == kernel})
-        ks = sorted({int(kk[3]) for kk in idx if kk[0] == dtype and kk[1] == kernel})
+        memo = ("gemm-grid", id(idx), dtype, kernel)  # the grid's axes, read once per kernel
+        if memo not in self._cache:
+            self._cache[memo] = (
+                sorted({int(kk[2]) for kk in idx if kk[0] == dtype and kk[1] == kernel}),
+                sorted({int(kk[3]) for kk in idx if kk[0] == dtype and kk[1] == kernel}))
+        ns, ks = self._cache[memo]
         if len(ns) < 2 or len(ks) < 2:
             return None
         below = n < ns[0] or k < ks[0]
@@ -366,6 +370,48 @@ class Costs:
 
     def _attn(self, table: str, a_col: str, b_col: str, a: float, b: float, hq: int,
               hkv: int, d: int, window: int, sinks: bool) -> Lookup:
+        kk, src, grid, scale, note, sink_note = self._attn_series(
+            table, a_col, b_col, hq, hkv, d, window, sinks)
+        rows = self._grid_rows(grid)
+        prefixes = {bj for _, bj in grid}
+        if table == "context_attention" and b > 0 and prefixes == {0.0}:
+            # a chunk of a new tokens over b cached, from a table that timed prefills with no
+            # prefix: causal attention over b + a tokens less that over the first b (the same
+            # query-key pairs: a b + a^2 / 2), never less than the chunk alone
+            whole = interp2(grid, a + b, 0.0, rows=rows)
+            first = interp2(grid, b, 0.0, rows=rows)
+            alone = interp2(grid, a, 0.0, rows=rows)
+            rd = Read(max(whole.ms - first.ms, alone.ms),
+                      whole.extrapolated or first.extrapolated,
+                      "; ".join(x for x in (f"{a:g} tokens over {b:g} cached: the prefill of "
+                                            f"{a + b:g} less that of {b:g}", whole.note)
+                                if x))
+        else:
+            rd = interp2(grid, a, b, rows=rows)
+        exact_pt = (float(a), float(b)) in grid
+        how = "extrapolated" if rd.extrapolated else (
+            "scaled" if note else ("measured" if exact_pt else "interpolated"))
+        return Lookup(rd.ms * scale, f"{src}/{table}", str(kk[6]), how,
+                      "; ".join(x for x in (note, rd.note, sink_note) if x))
+
+    def _grid_rows(self, grid: dict[tuple[float, float], float]) -> Rows:
+        """``grid`` (one of this source's cached series) split into rows, once."""
+        memo = ("grid-rows", id(grid))
+        hit = self._cache.get(memo)
+        if hit is None or hit[0] is not grid:
+            hit = self._cache[memo] = (grid, grid_rows(grid))
+        return hit[1]
+
+    def _attn_series(self, table: str, a_col: str, b_col: str, hq: int, hkv: int, d: int,
+                     window: int, sinks: bool
+                     ) -> tuple[tuple[Any, ...], str, dict[tuple[float, float], float], float,
+                                str, str]:
+        """The measured series an attention call of this shape is read from (its key,
+        source, grid, scale and notes), chosen once per shape: a simulation reads the same
+        shape at thousands of points."""
+        memo = ("attn-series", table, a_col, b_col, hq, hkv, d, window, sinks)
+        if memo in self._cache:
+            return self._cache[memo]  # type: ignore[no-any-return]
         ck = ("attn", table, a_col, b_col)
         if ck not in self._cache:
             built: dict[tuple[Any, ...], tuple[str, dict[tuple[float, float], float]]] = {}
@@ -419,25 +465,9 @@ class Costs:
             scale = (hkv * d) / (nkv * hd) if table == "generation_attention" else \
                 (hq * d) / (nq * hd)
             note = f"scaled from the measured {kk[0]}/{kk[1]} heads x {kk[2]}"
-        prefixes = {bj for _, bj in grid}
-        if table == "context_attention" and b > 0 and prefixes == {0.0}:
-            # a chunk of a new tokens over b cached, from a table that timed prefills with no
-            # prefix: causal attention over b + a tokens less that over the first b (the same
-            # query-key pairs: a b + a^2 / 2), never less than the chunk alone
-            whole, first = interp2(grid, a + b, 0.0), interp2(grid, b, 0.0)
-            alone = interp2(grid, a, 0.0)
-            rd = Read(max(whole.ms - first.ms, alone.ms),
-                      whole.extrapolated or first.extrapolated,
-                      "; ".join(x for x in (f"{a:g} tokens over {b:g} cached: the prefill of "
-                                            f"{a + b:g} less that of {b:g}", whole.note)
-                                if x))
-        else:
-            rd = interp2(grid, a, b)
-        exact_pt = (float(a), float(b)) in grid
-        how = "extrapolated" if rd.extrapolated else (
-            "scaled" if note else ("measured" if exact_pt else "interpolated"))
-        return Lookup(rd.ms * scale, f"{src}/{table}", str(kk[6]), how,
-                      "; ".join(x for x in (note, rd.note, sink_note) if x))
+        out = (kk, src, grid, scale, note, sink_note)
+        self._cache[memo] = out
+        return out
 
     def attn_decode(self, batch: int, context: int, hq: int, hkv: int, d: int,
                     window: int = 0, sinks: bool = False) -> Lookup:

@@ -61,22 +61,31 @@ def series(points: Mapping[float, float]) -> tuple[list[float], list[float]]:
     return xs, [points[x] for x in xs]
 
 
+Rows = tuple[tuple[float, list[float], list[float]], ...]
+
+
+def grid_rows(grid: Mapping[tuple[float, float], float]) -> Rows:
+    """A grid ``{(a_i, b_j): y}`` split into its rows: ``(b_j, a's, y's)``, each sorted (what
+    :func:`interp2` reads; a caller reading one grid many times splits it once)."""
+    by_b: dict[float, dict[float, float]] = {}
+    for (ai, bj), y in grid.items():
+        by_b.setdefault(bj, {})[ai] = y
+    return tuple((bj, *series(row)) for bj, row in by_b.items() if row)
+
+
 def interp2(grid: Mapping[tuple[float, float], float], a: float, b: float,
-            b_transform: Callable[[float], float] | None = None) -> Read:
+            b_transform: Callable[[float], float] | None = None,
+            rows: Rows | None = None) -> Read:
     """``y(a, b)`` on a (possibly ragged) grid ``{(a_i, b_j): y}``: along ``a`` at each
     measured ``b``, then along ``b``. ``b`` may be zero (no cached prefix): the ``b`` axis is
     then read as ``b + 1`` so the logarithm is defined (``b_transform`` overrides). A grid
     that measured one value of ``b`` only is read at that value alone (``ValueError``
-    otherwise: it says nothing about how the work grows along ``b``)."""
+    otherwise: it says nothing about how the work grows along ``b``). ``rows``: the grid
+    already split by :func:`grid_rows`."""
     bt = b_transform or (lambda v: v + 1.0)
-    by_b: dict[float, dict[float, float]] = {}
-    for (ai, bj), y in grid.items():
-        by_b.setdefault(bj, {})[ai] = y
     reads: dict[float, Read] = {}
-    for bj, row in by_b.items():
-        if len(row) >= 1:
-            xs, ys = series(row)
-            reads[bj] = interp1(xs, ys, a)
+    for bj, xs, ys in (rows if rows is not None else grid_rows(grid)):
+        reads[bj] = interp1(xs, ys, a)
     if not reads:
         raise ValueError("empty grid")
     bs = sorted(reads)
