@@ -70,10 +70,18 @@ def test_plan_predicts_from_the_operator_model(replicas: dict[str, Path], name: 
 
 
 def test_missing_kernel_table_falls_back_with_the_reason(replicas: dict[str, Path]) -> None:
-    """gpt-oss's MXFP4 experts have no fused-MoE table on the H200: the fitted prediction
-    stays, and the plan names the missing table."""
+    """gpt-oss's MXFP4 experts have no fused-MoE table in servelab's H200 tables: the plan
+    names the missing table and composes over AIConfigurator's H200 tables where the extra
+    is installed (they time the MXFP4 experts), else keeps the fitted prediction."""
+    from servelab.ops import aic
+
     doc = _plan(replicas["gpt-oss-20b"])
-    assert doc["speed"]["decode_fit"]["level"] != "operator model"
+    fit = doc["speed"]["decode_fit"]
+    if aic.available():
+        assert fit["level"] == "operator model"
+        assert "aiconfigurator-core" in fit["label"] and "H200 kernel tables" in fit["label"]
+    else:
+        assert fit["level"] != "operator model"
     notes = [n for n in (*doc["notes"], *doc["speed"]["notes"]) if "operator model" in n]
     assert any("no fused-MoE table for mxfp4 experts" in n for n in notes), notes
 
