@@ -116,12 +116,8 @@ def operator_ms(model: StepModel, costs: Costs, kind: str, length: int, *,
                        EngineSteps(isolation_frac=frac, isolation_cap_ms=cap))
         return st.device_ms if device_only else st.total_ms
     eng = EngineSteps(cuda_graph_max=0, isolation_frac=frac, isolation_cap_ms=cap)
-    total, done = 0.0, 0
-    while done < length:
-        chunk = min(budget, length - done)
-        total += step_time(model, costs, StepShape.prefill(chunk, done), eng).total_ms
-        done += chunk
-    return total
+    return sum(step_time(model, costs, shape, eng).total_ms
+               for shape in StepShape.chunked_prefill(length, budget))
 
 
 def prefill_steps(length: int, budget: int = 8192) -> int:

@@ -370,9 +370,8 @@ class Costs:
 
     def _attn(self, table: str, a_col: str, b_col: str, a: float, b: float, hq: int,
               hkv: int, d: int, window: int, sinks: bool) -> Lookup:
-        kk, src, grid, scale, note, sink_note = self._attn_series(
+        kk, src, grid, rows, scale, note, sink_note = self._attn_series(
             table, a_col, b_col, hq, hkv, d, window, sinks)
-        rows = self._grid_rows(grid)
         prefixes = {bj for _, bj in grid}
         if table == "context_attention" and b > 0 and prefixes == {0.0}:
             # a chunk of a new tokens over b cached, from a table that timed prefills with no
@@ -394,21 +393,13 @@ class Costs:
         return Lookup(rd.ms * scale, f"{src}/{table}", str(kk[6]), how,
                       "; ".join(x for x in (note, rd.note, sink_note) if x))
 
-    def _grid_rows(self, grid: dict[tuple[float, float], float]) -> Rows:
-        """``grid`` (one of this source's cached series) split into rows, once."""
-        memo = ("grid-rows", id(grid))
-        hit = self._cache.get(memo)
-        if hit is None or hit[0] is not grid:
-            hit = self._cache[memo] = (grid, grid_rows(grid))
-        return hit[1]
-
     def _attn_series(self, table: str, a_col: str, b_col: str, hq: int, hkv: int, d: int,
                      window: int, sinks: bool
-                     ) -> tuple[tuple[Any, ...], str, dict[tuple[float, float], float], float,
-                                str, str]:
+                     ) -> tuple[tuple[Any, ...], str, dict[tuple[float, float], float], Rows,
+                                float, str, str]:
         """The measured series an attention call of this shape is read from (its key,
-        source, grid, scale and notes), chosen once per shape: a simulation reads the same
-        shape at thousands of points."""
+        source, grid and the grid split into rows, scale and notes), chosen once per shape:
+        a simulation reads the same shape at thousands of points."""
         memo = ("attn-series", table, a_col, b_col, hq, hkv, d, window, sinks)
         if memo in self._cache:
             return self._cache[memo]  # type: ignore[no-any-return]
@@ -465,7 +456,7 @@ class Costs:
             scale = (hkv * d) / (nkv * hd) if table == "generation_attention" else \
                 (hq * d) / (nq * hd)
             note = f"scaled from the measured {kk[0]}/{kk[1]} heads x {kk[2]}"
-        out = (kk, src, grid, scale, note, sink_note)
+        out = (kk, src, grid, grid_rows(grid), scale, note, sink_note)
         self._cache[memo] = out
         return out
 

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -32,7 +32,14 @@ from servelab.ops.efficiency import (
     interval,
 )
 from servelab.ops.model import StepModel
-from servelab.ops.step import EngineSteps, StepShape, StepTime, kernel_count, step_time
+from servelab.ops.step import (
+    EngineSteps,
+    SeqGroup,
+    StepShape,
+    StepTime,
+    kernel_count,
+    step_time,
+)
 
 
 def _eff_doc(e: Efficiency) -> dict[str, Any]:
@@ -113,42 +120,72 @@ class RooflinePrediction:
     source: str
 
 
+@dataclass(frozen=True)
+class FittedSteps:
+    """One build's engine steps on one hardware from the fitted rooflines: each operator's
+    roofline over the hardware's efficiencies, run without CUDA graphs, plus the fit's time
+    per kernel launch."""
+
+    model: StepModel
+    costs: RooflineCosts = field(repr=False, compare=False)
+    kernels: int  # launches per step
+    kernel_us: float  # the fit's time per launch
+    source: str  # where the efficiencies came from
+
+    @property
+    def launch_ms(self) -> float:
+        """A step's launches."""
+        return self.kernels * self.kernel_us / 1e3
+
+    def step(self, shape: StepShape) -> StepTime:
+        """The operators of a step at ``shape``."""
+        return step_time(self.model, self.costs, shape, EngineSteps(cuda_graph_max=0))
+
+    def device_ms(self, groups: Sequence[SeqGroup]) -> float:
+        """The operators' sum of a step serving ``groups`` (0 for none)."""
+        return self.step(StepShape(tuple(groups))).device_ms if groups else 0.0
+
+
+def fitted_steps(model: StepModel, profile: object, engine: str,
+                 fitted: tuple[Fit, Sequence[ErrorRecord]] | None = None) -> FittedSteps:
+    """``model``'s steps on ``profile`` under the shipped (or given) ``engine`` fit."""
+    f, _ = _resolve(engine, fitted)
+    eff = f.efficiency(getattr(profile, "name", str(profile)))
+    return FittedSteps(model, RooflineCosts(profile, eff), kernel_count(model), eff.kernel_us,
+                       eff.source)
+
+
 def predict(model: StepModel, shape: StepShape, profile: object, engine: str,
             fitted: tuple[Fit, Sequence[ErrorRecord]] | None = None) -> RooflinePrediction:
     """``model``'s step at ``shape`` on ``profile`` for ``engine``: the operators' rooflines
     divided by the shipped (or given) fit's efficiencies, plus the per-launch time; the
     interval from the fit's held-out errors."""
-    f, errs = _resolve(engine, fitted)
+    fit = _resolve(engine, fitted)
+    steps = fitted_steps(model, profile, engine, fit)
     hw = getattr(profile, "name", str(profile))
-    eff = f.efficiency(hw)
-    st = step_time(model, RooflineCosts(profile, eff), shape, EngineSteps(cuda_graph_max=0))
-    n = kernel_count(model)
-    ms = st.device_ms + n * eff.kernel_us / 1e3
+    st = steps.step(shape)
+    ms = st.device_ms + steps.launch_ms
     kind = "decode" if shape.decode_only else "prefill"
-    return RooflinePrediction(hw, engine, kind, ms, interval(ms, errs, hw, engine, kind), st,
-                              n, eff.source)
+    return RooflinePrediction(hw, engine, kind, ms, interval(ms, fit[1], hw, engine, kind), st,
+                              steps.kernels, steps.source)
 
 
 def predict_prefill(model: StepModel, length: int, budget: int, profile: object, engine: str,
                     fitted: tuple[Fit, Sequence[ErrorRecord]] | None = None
                     ) -> RooflinePrediction:
-    """A ``length``-token prompt's prefill as the engine runs it: chunks of at most
-    ``budget`` tokens, each a step over the prefix before it (:func:`predict`), summed; the
+    """A ``length``-token prompt's prefill as the engine runs it
+    (:meth:`StepShape.chunked_prefill`), each step as :func:`predict` prices it, summed; the
     interval of the whole from the fit's held-out prefill errors (``step``: the last
     chunk's)."""
     if length < 1 or budget < 1:
         raise UsageError(f"a prefill needs a prompt and a step budget (got {length}, {budget})")
     fit = _resolve(engine, fitted)
-    done, ms = 0, 0.0
-    while True:
-        chunk = min(budget, length - done)
-        p = predict(model, StepShape.prefill(chunk, done), profile, engine, fit)
-        ms += p.ms
-        done += chunk
-        if done >= length:
-            break
-    return dataclasses.replace(p, ms=ms, interval=interval(ms, fit[1], p.hardware, engine,
-                                                          "prefill"))
+    parts = [predict(model, shape, profile, engine, fit)
+             for shape in StepShape.chunked_prefill(length, budget)]
+    ms = sum(p.ms for p in parts)
+    last = parts[-1]
+    return dataclasses.replace(last, ms=ms, interval=interval(ms, fit[1], last.hardware, engine,
+                                                             "prefill"))
 
 
 def _resolve(engine: str, fitted: tuple[Fit, Sequence[ErrorRecord]] | None

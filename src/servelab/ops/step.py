@@ -72,6 +72,14 @@ class StepShape:
         """``seqs`` prompts (or chunks) of ``tokens`` new tokens over ``prefix`` cached."""
         return cls((SeqGroup(seqs, prefix, tokens),))
 
+    @classmethod
+    def chunked_prefill(cls, length: int, budget: int) -> tuple[StepShape, ...]:
+        """The steps a ``length``-token prompt takes at ``budget`` tokens a step (vLLM's
+        chunked prefill): chunks of at most ``budget`` tokens, each over the prefix before
+        it."""
+        return tuple(cls.prefill(min(budget, length - done), done)
+                     for done in range(0, length, budget))
+
     @property
     def tokens(self) -> int:
         """Tokens the step computes."""

@@ -51,12 +51,13 @@ from servelab.errors import UsageError
 from servelab.families import ModelDims
 from servelab.hardware.profiles import HardwareProfile
 from servelab.hardware.topology import Topology
+from servelab.ops.fitted import FittedSteps
 from servelab.plan.checkpoint import Checkpoint
 from servelab.plan.request import PlanRequest
 from servelab.predict.batched import step_costs
 from servelab.predict.evidence import Evidence
 from servelab.predict.model import speed_for
-from servelab.predict.ops_fitted import FittedSteps, fitted_prefill
+from servelab.predict.ops_fitted import fitted_prefill
 from servelab.predict.ops_speed import BUDGET, OperatorSpeed, operator_speed
 from servelab.predict.speed import SpeedPrediction
 from servelab.sizing.document import PLAN_SCHEMA

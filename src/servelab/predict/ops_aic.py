@@ -4,11 +4,11 @@ step (:func:`servelab.ops.aicgpu.costs_for`), with the engine overhead, host flo
 interval that the same composition fitted on the H200 (:func:`servelab.ops.aicgpu.transfer`:
 every H200 vLLM run, each family left out) carried to the GPU as they are.
 
-:func:`table_source` says, for a plan's hardware, which tables its vLLM steps are read from
-(servelab's own where shipped, :func:`servelab.predict.ops_source.shipped_tables`; else
-AIConfigurator's) and how to load them: loading AIConfigurator's needs the optional extra
-``servelab[aiconfigurator]``, and without it raises the :class:`UsageError` a plan turns
-into one note (keeping the fitted prediction).
+:func:`table_sources` says, for a plan's hardware, which tables its vLLM steps are read from
+(servelab's own where shipped, :func:`servelab.predict.ops_source.shipped_tables`, then
+AIConfigurator's for the same GPU) and how to load them: loading AIConfigurator's needs the
+optional extra ``servelab[aiconfigurator]``, and without it raises the :class:`UsageError`
+a plan turns into one note (keeping the fitted prediction).
 
 Pure but for reading the installed extra's tables and the shipped transfer file (cached).
 """
@@ -25,26 +25,16 @@ from servelab.predict.ops_source import TABLES, OpsTables, shipped_tables
 KINDS = ("decode", "prefill")
 
 
-def table_source(hardware: str) -> tuple[str, Callable[[], OpsTables]] | None:
-    """For ``hardware``: the tables its vLLM steps are read from, in words, and a loader
-    (which may raise a :class:`~servelab.errors.ServelabError` saying why they cannot be
-    read); None where there are none."""
-    if hardware in TABLES:
-        return f"{hardware.upper()} kernel tables", lambda: _own(hardware)
-    if hardware in aicgpu.GPUS:
-        return f"AIConfigurator's {hardware.upper()} tables", lambda: aic_tables(hardware)
-    return None
-
-
 def table_sources(hardware: str) -> list[tuple[str, Callable[[], OpsTables]]]:
-    """Every table source for ``hardware``, in the order a plan tries them: servelab's own,
+    """For ``hardware``: the tables its vLLM steps may be read from, in the order a plan
+    tries them, each in words with a loader (which may raise a
+    :class:`~servelab.errors.ServelabError` saying why they cannot be read): servelab's own,
     then AIConfigurator's for the same GPU (on the H200: for a kernel servelab's tables did
-    not measure, e.g. gpt-oss's MXFP4 experts)."""
-    first = table_source(hardware)
-    if first is None:
-        return []
-    out = [first]
-    if hardware in TABLES and hardware in aicgpu.GPUS:
+    not measure, e.g. gpt-oss's MXFP4 experts); empty where there are none."""
+    out: list[tuple[str, Callable[[], OpsTables]]] = []
+    if hardware in TABLES:
+        out.append((f"{hardware.upper()} kernel tables", lambda: _own(hardware)))
+    if hardware in aicgpu.GPUS:
         out.append((f"AIConfigurator's {hardware.upper()} tables",
                     lambda: aic_tables(hardware)))
     return out
@@ -52,7 +42,7 @@ def table_sources(hardware: str) -> list[tuple[str, Callable[[], OpsTables]]]:
 
 def _own(hardware: str) -> OpsTables:
     tables = shipped_tables(hardware)
-    assert tables is not None  # table_source checked TABLES
+    assert tables is not None  # table_sources checked TABLES
     return tables
 
 

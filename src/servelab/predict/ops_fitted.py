@@ -25,35 +25,22 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.families import ModelDims
-from servelab.ops.efficiency import RooflineCosts
-from servelab.ops.fitted import RooflinePrediction, predict_prefill, shipped_fits
-from servelab.ops.model import StepModel as OpsModel
+from servelab.ops.fitted import (
+    FittedSteps,
+    RooflinePrediction,
+    fitted_steps,
+    predict_prefill,
+    shipped_fits,
+)
 from servelab.ops.model import step_model
-from servelab.ops.step import EngineSteps, SeqGroup, StepShape, kernel_count, step_time
+from servelab.ops.step import SeqGroup
 from servelab.predict.batched import Chunk, StepModel
-from servelab.predict.ops_aic import table_source
+from servelab.predict.ops_aic import table_sources
+from servelab.predict.ops_load import step_key
 from servelab.predict.ops_speed import layout_for
 from servelab.predict.speed import PrefillPoint, SpeedPrediction
 
 LEVEL = "roofline x efficiency"
-_CTX = 64
-_PREFIX = 256
-
-
-@dataclass(frozen=True)
-class FittedSteps:
-    """One build's steps on one hardware from the fitted rooflines."""
-
-    model: OpsModel
-    costs: RooflineCosts = field(repr=False, compare=False)
-    launch_ms: float  # a step's kernels x the fit's time per launch
-
-    def device_ms(self, groups: Sequence[SeqGroup]) -> float:
-        """The operators' sum of a step serving ``groups`` (0 for none)."""
-        if not groups:
-            return 0.0
-        return step_time(self.model, self.costs, StepShape(tuple(groups)),
-                         EngineSteps(cuda_graph_max=0)).device_ms
 
 
 @dataclass(frozen=True)
@@ -75,7 +62,7 @@ def fitted_prefill(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     hw = str(profile.name)
     old = speed.prefill_fit
     if (not enabled or engine != "vllm" or getattr(profile, "platform", "cuda") != "cuda"
-            or table_source(hw) is not None or old is None
+            or table_sources(hw) or old is None
             or not (old.is_roofline or old.refused) or not speed.prefill):
         return FittedPrefill(speed, None, "")
     why = None
@@ -98,14 +85,14 @@ def fitted_prefill(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     if why is not None:
         note = f"prefill: {LEVEL} not used on {hw}: {why}"
         return FittedPrefill(replace(speed, notes=(*speed.notes, note)), None, why)
-    fit, errs = fits[engine]
-    eff = fit.efficiency(hw)
+    errs = fits[engine][1]
+    steps = fitted_steps(model, profile, engine)
     w = iv.half_width_log
     points = tuple(_point(p, pr) for p, pr in zip(speed.prefill, preds, strict=True))
     units = sorted({e.unit for e in errs if e.hardware == hw and e.kind == "prefill"})
     held = f", each with its {' or '.join(units)} left out of the fit" if units else ""
     new_fit = replace(old, level=LEVEL,
-                      source=f"each operator's roofline on {hw} over efficiencies {eff.source}",
+                      source=f"each operator's roofline on {hw} over efficiencies {steps.source}",
                       rel_error=math.tanh(w), error_basis=iv.basis + held, fallback=None,
                       context_term="", missing="",
                       spread=f"-{(1 - math.exp(-w)) * 100:.0f}%/+{(math.exp(w) - 1) * 100:.0f}%")
@@ -114,8 +101,6 @@ def fitted_prefill(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     notes.append(f"prefill: {LEVEL} on {hw} (no operator tables for it): each operator's "
                  f"roofline over the efficiencies fitted to its published {engine} points; "
                  "decode keeps its own prediction")
-    steps = FittedSteps(model, RooflineCosts(profile, eff),
-                        kernel_count(model) * eff.kernel_us / 1e3)
     return FittedPrefill(replace(speed, prefill=points, prefill_fit=new_fit,
                                  notes=tuple(notes)), steps, "")
 
@@ -148,13 +133,12 @@ class RooflinePrefillSteps(StepModel):
             return self.decode_step(contexts)
         if self.steps is None:
             raise ValueError("a roofline prefill step model needs its fitted steps")
-        b = len(contexts)
-        ctx = (round(sum(contexts) / b / _CTX) * _CTX) if b else 0
-        key = (b, ctx, tuple(sorted((s // _PREFIX * _PREFIX, n) for s, n in chunks)))
+        key = step_key(contexts, chunks)
         hit = self._memo.get(key)
+        b, ctx, rounded = key
         if hit is None:
             dec = [SeqGroup(b, ctx, 1)] if b else []
-            grp = [SeqGroup(1, s, n) for s, n in key[2]]
+            grp = [SeqGroup(1, s, n) for s, n in rounded]
             ms = (self.steps.device_ms(dec + grp) - self.steps.device_ms(dec)
                   + self.steps.launch_ms)
             hit = self._memo[key] = ms / 1e3

@@ -31,6 +31,17 @@ _CTX = 64
 _PREFIX = 256
 
 
+StepKey = tuple[int, int, tuple[Chunk, ...]]
+
+
+def step_key(contexts: Sequence[int], chunks: Sequence[Chunk]) -> StepKey:
+    """The shape a step is priced and cached at: its decoders as one group at their mean
+    context (to :data:`_CTX` tokens), its chunks with their prefixes to :data:`_PREFIX`."""
+    b = len(contexts)
+    ctx = (round(sum(contexts) / b / _CTX) * _CTX) if b else 0
+    return b, ctx, tuple(sorted((s // _PREFIX * _PREFIX, n) for s, n in chunks))
+
+
 @dataclass(frozen=True)
 class OpsStepModel(StepModel):
     """A :class:`~servelab.predict.batched.StepModel` whose steps are the operator model's
@@ -53,14 +64,13 @@ class OpsStepModel(StepModel):
         ``chunks`` (prompt start, tokens)."""
         if self.ops is None or self.op_costs is None or self.corrections is None:
             raise ValueError("an operator step model needs its operators and corrections")
-        b = len(contexts)
-        ctx = (round(sum(contexts) / b / _CTX) * _CTX) if b else 0
-        key = (b, ctx, tuple(sorted((s // _PREFIX * _PREFIX, n) for s, n in chunks)))
+        key = step_key(contexts, chunks)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
+        b, ctx, rounded = key
         groups = [SeqGroup(b, ctx, 1)] if b else []
-        groups += [SeqGroup(1, s, n) for s, n in key[2]]
+        groups += [SeqGroup(1, s, n) for s, n in rounded]
         if not groups:
             return 0.0
         c = self.corrections

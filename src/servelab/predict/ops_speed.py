@@ -126,11 +126,13 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
     elif speed.decode_fit is None or speed.prefill_fit is None:
         why = "no fit to carry its interval"
     passed: list[str] = []  # "label: why" of each source that could not price the build
+    model: StepModel | None = None  # the build's operators, read once for every source
     if why is None:
         assert speed.decode_fit is not None
         for label, load in sources:
             try:
-                model = step_model(config, layout_for(scheme, config), dims=dims)
+                if model is None:
+                    model = step_model(config, layout_for(scheme, config), dims=dims)
                 tables = load()
                 why = _more_evidence(speed.decode_fit, tables)
                 if why is None:
@@ -146,7 +148,7 @@ def operator_speed(speed: SpeedPrediction, config: Mapping[str, Any], *, scheme:
                 "shown" if len(passed) > 1 else
                 f"operator model not used ({label}): {why}; the fitted prediction is shown")
         return OperatorSpeed(replace(speed, notes=(*speed.notes, note)), False, why)
-    assert speed.decode_fit is not None and speed.prefill_fit is not None
+    assert speed.decode_fit is not None and speed.prefill_fit is not None and model is not None
     decode = tuple(_decode_point(d, ms, tables.decode) for d, ms in zip(speed.decode, dec,
                                                                         strict=True))
     prefill = tuple(_prefill_point(p, ms, tables.prefill) for p, ms in zip(speed.prefill, pre,
